@@ -1,0 +1,34 @@
+# One command runs the main job, one runs the tests; both set up .venv first.
+#   make run    h3bench run --op norm_modulate: full plan on CUDA, a quick CPU run otherwise
+#   make test   the test suite (CPU; Triton kernels under the interpreter)
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.h3bench-installed
+
+.PHONY: run test quick-cpu full-cpu clean
+
+$(STAMP): pyproject.toml constraints-ci.txt
+	@if $(PY) -c "import torch, triton" 2>/dev/null; then \
+	  echo "using the torch and triton this python already has"; \
+	  $(PY) -m venv --system-site-packages $(VENV) && \
+	  $(BIN)/python -m pip install -q --no-build-isolation -e '.[test]'; \
+	else \
+	  $(PY) -m venv $(VENV) && \
+	  $(BIN)/python -m pip install -q -c constraints-ci.txt torch==2.13.0 && \
+	  $(BIN)/python -m pip install -q -c constraints-ci.txt -e '.[test]'; \
+	fi
+	@touch $@
+
+run: $(STAMP)
+	$(BIN)/h3bench run --op norm_modulate
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+# The full probe plan on a CPU at a tiny hidden size (counts equal the GPU plan's).
+full-cpu: $(STAMP)
+	$(BIN)/h3bench run --op norm_modulate --device cpu --full --set hidden=8 --out runs/norm_modulate_cpu_full_h8.json
+
+clean:
+	rm -rf $(VENV) runs

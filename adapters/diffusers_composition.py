@@ -1,0 +1,27 @@
+"""The composition diffusers' MiniMax-H3 block runs: F.rms_norm, then index_select modulation."""
+from __future__ import annotations
+
+from importlib import metadata
+
+import torch
+
+from harness.adapter import Adapter, Loaded
+
+
+def _load(device: torch.device) -> Loaded:
+    import torch.nn.functional as F
+
+    def composition(x, w, sh, sc, idx, eps: float = 1e-5):
+        n = F.rms_norm(x, (x.shape[-1],), w, eps)
+        return n * (1 + sc.index_select(0, idx)) + sh.index_select(0, idx)
+
+    try:
+        version = f" (diffusers {metadata.version('diffusers')} installed)"
+    except metadata.PackageNotFoundError:
+        version = ""
+    return Loaded(fn=composition,
+                  source=f"diffusers composition (F.rms_norm + index_select modulation){version}")
+
+
+ADAPTER = Adapter(name="diffusers", op="norm_modulate", grads=("x", "w", "sh", "sc"), load=_load,
+                  summary="F.rms_norm + index_select modulation, as diffusers' MiniMaxH3TransformerBlock")

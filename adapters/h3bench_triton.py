@@ -1,0 +1,28 @@
+"""h3bench's own Triton kernel (kernels/norm_modulate.py): fused, batch-invariant, deterministic."""
+from __future__ import annotations
+
+from importlib import metadata
+
+import torch
+
+from harness.adapter import Adapter, Loaded
+
+
+def _load(device: torch.device) -> Loaded:
+    from kernels.api import interpreter_active, norm_modulate
+
+    if device.type != "cuda" and not interpreter_active():
+        raise RuntimeError(f"Triton needs a CUDA device here ({device}); set TRITON_INTERPRET=1 "
+                           "before triton is imported to run it under the interpreter")
+
+    def fused(x, w, sh, sc, idx):
+        # The range check is a host sync; rows with a bad index come out NaN instead (never silent).
+        return norm_modulate(x, w, sh, sc, idx, check_index=False)
+
+    where = "Triton interpreter" if interpreter_active() else "CUDA"
+    return Loaded(fn=fused, source=f"h3bench Triton norm_modulate (triton {metadata.version('triton')}, "
+                                   f"{where}; index range check off)")
+
+
+ADAPTER = Adapter(name="h3bench_triton", op="norm_modulate", grads=("x", "w", "sh", "sc"), load=_load,
+                  summary="h3bench's fused Triton kernel")

@@ -1,0 +1,43 @@
+"""SGLang's Triton `rmsnorm_indexed_scale_shift`: the MiniMax-H3 form that indexes the tables itself.
+
+Forward only. Note its argument order: shift before scale (the opposite of fused_norm_scale_shift).
+The kernel reads x rows at `row * H` and both tables with scale's row stride, so x must be
+contiguous and the two tables must share a layout (the chunk views of one [M, 6H] table do).
+"""
+from __future__ import annotations
+
+from importlib import metadata
+
+import torch
+
+from harness.adapter import Adapter, Loaded
+
+MODULE = "sglang.kernels.ops.diffusion.norm.rmsnorm_scale_shift_triton"
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "(version unknown)"
+
+
+def _load(device: torch.device) -> Loaded:
+    if device.type != "cuda":
+        raise RuntimeError(f"needs CUDA (Triton kernel), got device {device}")
+    from adapters._sglang_import import import_sglang_module
+
+    rmsnorm_indexed_scale_shift = import_sglang_module(MODULE).rmsnorm_indexed_scale_shift
+
+    def fn(x, w, sh, sc, idx, eps: float = 1e-5):
+        if sh.stride() != sc.stride():
+            sh, sc = sh.contiguous(), sc.contiguous()
+        return rmsnorm_indexed_scale_shift(x.contiguous(), w, sh, sc, idx, eps)
+
+    return Loaded(fn=fn, source=(
+        f"SGLang {_version('sglang')} rmsnorm_indexed_scale_shift (forward only; Triton, "
+        f"gathers table rows by idx in the kernel)"))
+
+
+ADAPTER = Adapter(name="sglang_indexed", op="norm_modulate", grads=(), load=_load,
+                  summary="SGLang Triton rmsnorm_indexed_scale_shift, tables indexed in the kernel")

@@ -1,0 +1,55 @@
+"""Transformer Engine's `RMSNorm` alone (no modulation): gradient for x only.
+
+TE's backward reads the module's own weight, so w is copied into it before every call
+(a functional call with w gives a wrong dx); the weight's gradient then lands on TE's parameter
+and is not reported. One module per (hidden size, device, eps), bf16 parameters.
+"""
+from __future__ import annotations
+
+import sys
+from importlib import metadata
+
+import torch
+
+from harness.adapter import Adapter, Loaded
+
+
+def _import_te_pytorch():
+    # transformer_engine/__init__.py also imports its JAX bindings whenever `jax` is importable
+    # (the GPU image has it): blocking that submodule makes TE skip it (it catches ImportError).
+    blocked = "transformer_engine" not in sys.modules and "transformer_engine.jax" not in sys.modules
+    if blocked:
+        sys.modules["transformer_engine.jax"] = None
+    try:
+        import transformer_engine.pytorch as te
+    finally:
+        if blocked and sys.modules.get("transformer_engine.jax", 0) is None:
+            del sys.modules["transformer_engine.jax"]
+    return te
+
+
+def _load(device: torch.device) -> Loaded:
+    if device.type != "cuda":
+        raise RuntimeError(f"needs CUDA, got device {device}")
+    te = _import_te_pytorch()
+    modules: dict = {}
+
+    def fn(x, w, sh, sc, idx, eps: float = 1e-5):
+        key = (w.shape[0], x.device, eps)
+        module = modules.get(key)
+        if module is None:
+            module = modules[key] = te.RMSNorm(w.shape[0], eps=eps, params_dtype=torch.bfloat16,
+                                               device=x.device)
+        with torch.no_grad():
+            module.weight.copy_(w)
+        return module(x)
+
+    try:
+        version = metadata.version("transformer_engine")
+    except metadata.PackageNotFoundError:
+        version = "(version unknown)"
+    return Loaded(fn=fn, source=f"TE {version} RMSNorm (no modulation)")
+
+
+ADAPTER = Adapter(name="transformer_engine", op="norm_modulate", grads=("x",), load=_load,
+                  summary="Transformer Engine RMSNorm alone, w copied into the module", reference="rms_norm")

@@ -1,0 +1,115 @@
+"""The one interface every implementation is wrapped in.
+
+An adapter names a row of the evidence file, says which gradients it produces, and knows how to load
+its implementation. Loading is lazy: importing an adapter module must never import the library it
+wraps, so a missing or broken library becomes an "unavailable" row instead of a crash.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+OpCallable = Callable[..., torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A ready implementation: `fn` has the op's signature, `source` names library and version."""
+
+    fn: OpCallable
+    source: str
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One row of the evidence file.
+
+    `grads` lists the op inputs whose gradients this implementation produces (a subset of the op's
+    differentiable inputs); an empty tuple means forward only. `load(device)` imports the library and
+    returns the callable, raising (ImportError, RuntimeError, ...) when it cannot run on `device`.
+    """
+
+    name: str
+    op: str
+    grads: tuple[str, ...]
+    load: Callable[[torch.device], Loaded]
+    summary: str = ""
+    # the op's reference variant this row computes; None = the op itself. Rows that implement only
+    # part of the op (the norm without modulation) are judged against that part.
+    reference: Optional[str] = None
+
+    @property
+    def has_backward(self) -> bool:
+        return bool(self.grads)
+
+    def try_load(self, device: torch.device) -> "Loaded | str":
+        """The loaded implementation, or the reason it is unavailable as "Type: message"."""
+        try:
+            return self.load(device)
+        except Exception as exc:  # every failure to load is a table cell, not a crash
+            return describe_exception(exc)
+
+
+def describe_exception(exc: BaseException) -> str:
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def from_function(fn: OpCallable, *, name: str, op: str, differentiable: tuple[str, ...],
+                  source: Optional[str] = None) -> Adapter:
+    """Wrap a plain function with the op's signature: its gradients come from autograd."""
+    label = source or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', name)} (autograd)"
+
+    def load(_device: torch.device) -> Loaded:
+        return Loaded(fn=fn, source=label)
+
+    return Adapter(name=name, op=op, grads=differentiable, load=load, summary="external function")
+
+
+def load_external(spec: str, *, op: str, differentiable: tuple[str, ...]) -> Adapter:
+    """Resolve `module:attr` to an adapter. `attr` may be an Adapter or a plain function."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--adapter expects module:attr, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ValueError(f"--adapter {spec}: cannot import module {module_name!r} "
+                         f"({describe_exception(exc)})") from exc
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"--adapter {spec}: module {module_name!r} has no attribute {attr!r}") from None
+    if isinstance(obj, Adapter):
+        if obj.op != op:
+            raise ValueError(f"--adapter {spec}: adapter is for op {obj.op!r}, not {op!r}")
+        return obj
+    if callable(obj):
+        _check_signature(obj, spec, differentiable)
+        return from_function(obj, name=attr, op=op, differentiable=differentiable,
+                             source=f"{spec} (external function, autograd)")
+    raise ValueError(f"--adapter {spec}: {attr!r} is neither an Adapter nor a callable")
+
+
+def _check_signature(fn: Callable, spec: str, differentiable: tuple[str, ...]) -> None:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return  # builtins without a signature: let the first call tell
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return
+    required = [p for p in positional if p.default is p.empty]
+    expected = len(differentiable) + 1  # the differentiable inputs plus the index
+    if len(positional) < expected or len(required) > expected:
+        raise ValueError(f"--adapter {spec}: function takes {len(positional)} positional arguments, "
+                         f"the op passes {expected}")
+
+
+def replace(adapter: Adapter, **changes) -> Adapter:
+    return dataclasses.replace(adapter, **changes)

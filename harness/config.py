@@ -1,0 +1,221 @@
+"""Run configuration: TOML files under configs/ (shipped as package data), plus `--set key=value`.
+
+A config has one table per probe plan and one `[inputs]` table whose keys are the op's parameters.
+`--set hidden=8` finds the key in whichever table holds it (it must be unique); `--set sweep.rows=64`
+names the table. Values are TOML literals (`[3, 4]`, `true`, `"float16"`; a bare word is a string) and
+must have the type of the key they replace.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional
+
+from harness.ops import get_op
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class AllRowsPlan:
+    batch_sizes: tuple[int, ...] = (64, 257, 2048)
+    seeds: tuple[int, ...] = (3, 4, 5)
+
+
+@dataclass(frozen=True)
+class SubBatchPlan:
+    full_batch: int = 131072
+    seeds: tuple[int, ...] = (3, 4)
+    sub_batch_sizes: tuple[int, ...] = (1, 7, 4097, 32768, 65536)
+    # sizes below `dense_from` start every max(size, full_batch // spread) rows, larger ones tile
+    dense_from: int = 1024
+    spread: int = 512
+
+    def step(self, size: int) -> int:
+        return size if size >= self.dense_from else max(size, self.full_batch // self.spread)
+
+    def starts(self, size: int) -> range:
+        return range(0, self.full_batch, self.step(size))
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    rows: int = 2048
+    seeds: tuple[int, ...] = (3, 4, 5)
+    small_sizes: int = 9       # batch sizes 1..small_sizes
+    first_power: int = 16      # then k-1, k, k+1 for k = first_power, 2*first_power, ... <= rows
+    probe_spread: int = 6      # probe rows n//8 + 3 + j*(n//8) for j < probe_spread, plus 0 and n-1
+    max_failures: int = 8
+
+    def batch_sizes(self) -> list[int]:
+        sizes = set(range(1, self.small_sizes + 1))
+        k = self.first_power
+        while k <= self.rows:
+            sizes.update(s for s in (k - 1, k, k + 1) if 1 <= s <= self.rows)
+            k *= 2
+        sizes.add(self.rows)
+        return sorted(sizes)
+
+    def probe_rows(self) -> list[int]:
+        n, eighth = self.rows, self.rows // 8
+        rows = {0, n - 1} | {eighth + 3 + j * eighth for j in range(self.probe_spread)}
+        return sorted(r for r in rows if 0 <= r < n)
+
+    @staticmethod
+    def positions(size: int) -> list[int]:
+        return sorted({0, (size - 1) // 2, size - 1})
+
+
+@dataclass(frozen=True)
+class AccuracyPlan:
+    rows: tuple[int, ...] = (4097, 32768)
+    input_seed: int = 11
+    grad_seed: int = 9
+
+
+@dataclass(frozen=True)
+class TimingPlan:
+    warmup: int = 20
+    reps: int = 100
+    repeats: int = 2  # time everything twice: a difference smaller than the spread is noise
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    op: str
+    inputs: Any
+    all_rows: AllRowsPlan = field(default_factory=AllRowsPlan)
+    full_vs_sub: SubBatchPlan = field(default_factory=SubBatchPlan)
+    sweep: SweepPlan = field(default_factory=SweepPlan)
+    accuracy: AccuracyPlan = field(default_factory=AccuracyPlan)
+    timing: TimingPlan = field(default_factory=TimingPlan)
+    quick: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "quick": self.quick,
+                **{f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)
+                   if f.name not in ("op", "quick")}}
+
+
+def _plain(obj: Any) -> Any:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(obj).items()}
+
+
+PLAN_TABLES = ("all_rows", "full_vs_sub", "sweep", "accuracy", "timing")
+
+
+def builtin_config_path(op: str, quick: bool) -> Path:
+    name = f"{op}_quick.toml" if quick else f"{op}.toml"
+    path = resources.files("configs") / name
+    if not path.is_file():
+        raise ConfigError(f"no built-in {'quick ' if quick else ''}config for op {op!r} ({name})")
+    return Path(str(path))
+
+
+def load_config(op: str, path: Optional[Path] = None, quick: bool = False,
+                overrides: tuple[str, ...] = ()) -> RunConfig:
+    source = path or builtin_config_path(op, quick)
+    try:
+        data = tomllib.loads(Path(source).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {source}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML ({exc})") from None
+    file_op = data.pop("op", op)
+    if file_op != op:
+        raise ConfigError(f"{source} is a config for op {file_op!r}, not {op!r}")
+    quick = bool(data.pop("quick", quick))
+    for item in overrides:
+        apply_override(data, item, op)
+    return build_config(op, data, quick, str(source))
+
+
+def build_config(op_name: str, data: dict[str, Any], quick: bool, source: str) -> RunConfig:
+    op = get_op(op_name)
+    tables = {"inputs": op.params_type, **{name: _plan_type(name) for name in PLAN_TABLES}}
+    unknown = set(data) - set(tables)
+    if unknown:
+        raise ConfigError(f"{source}: unknown table(s) {sorted(unknown)}; known: {sorted(tables)}")
+    built = {}
+    for name, cls in tables.items():
+        values = data.get(name, {})
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source}: [{name}] must be a table")
+        built[name] = _build(cls, values, f"{name}")
+    return RunConfig(op=op_name, quick=quick, **built)
+
+
+def _plan_type(name: str) -> type:
+    return typing.get_type_hints(RunConfig)[name]
+
+
+def _build(cls: type, values: dict[str, Any], where: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(values) - known
+    if unknown:
+        raise ConfigError(f"[{where}]: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
+    kwargs = {key: _coerce(hints[key], value, f"{where}.{key}") for key, value in values.items()}
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        raise ConfigError(f"[{where}]: {exc}") from None
+
+
+def _coerce(hint: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                  for v in value):
+            raise ConfigError(f"{where}: expected a list of integers, got {value!r}")
+        return tuple(value)
+    if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if hint is str and not isinstance(value, str):
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    if hint is bool and not isinstance(value, bool):
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if hint is int and value < 0:
+        raise ConfigError(f"{where}: must not be negative, got {value!r}")
+    if origin is tuple and any(v < 0 for v in value):
+        raise ConfigError(f"{where}: must not hold negative numbers, got {value!r}")
+    return value
+
+
+def apply_override(data: dict[str, Any], item: str, op_name: str) -> None:
+    key, sep, raw = item.partition("=")
+    key, raw = key.strip(), raw.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set expects key=value, got {item!r}")
+    value = _parse_value(raw)
+    table, dot, name = key.rpartition(".")
+    op = get_op(op_name)
+    tables = {"inputs": op.params_type, **{t: _plan_type(t) for t in PLAN_TABLES}}
+    if dot:
+        if table not in tables:
+            raise ConfigError(f"--set {item}: unknown table {table!r}; known: {sorted(tables)}")
+        if name not in {f.name for f in dataclasses.fields(tables[table])}:
+            raise ConfigError(f"--set {item}: table {table!r} has no key {name!r}")
+    else:
+        holders = [t for t, cls in tables.items() if name in {f.name for f in dataclasses.fields(cls)}]
+        if not holders:
+            every = sorted(f"{t}.{f.name}" for t, cls in tables.items() for f in dataclasses.fields(cls))
+            raise ConfigError(f"--set {item}: unknown key {name!r}; known keys: {', '.join(every)}")
+        if len(holders) > 1:
+            raise ConfigError(f"--set {item}: {name!r} is in several tables ({', '.join(holders)}); "
+                              f"write it as TABLE.{name}")
+        table = holders[0]
+    data.setdefault(table, {})[name] = value
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw  # a bare word, e.g. dtype=float16

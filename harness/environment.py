@@ -1,0 +1,104 @@
+"""What the evidence was measured on: device, versions, commits, and the measured copy bandwidth."""
+from __future__ import annotations
+
+import importlib.util
+import platform
+import socket
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from harness.schema import Environment
+from harness.timing import median, sample
+
+# The libraries the prior art records, by distribution name.
+LIBRARIES = ("torch", "triton", "diffusers", "vllm", "flashinfer-python", "sglang", "liger-kernel",
+             "transformer_engine", "megatron-core")
+_DISTRIBUTION_ALIASES = {"transformer_engine": ("transformer_engine", "transformer-engine")}
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+COPY_BYTES_CUDA = 1 << 30   # 1 GiB each way: far past the 50 MB L2
+COPY_BYTES_CPU = 1 << 27
+
+
+def library_version(name: str) -> Optional[str]:
+    for dist in _DISTRIBUTION_ALIASES.get(name, (name,)):
+        try:
+            return metadata.version(dist).split("+")[0]
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def git(args: list[str], cwd: Path) -> Optional[str]:
+    try:
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def h3bench_commit() -> Optional[str]:
+    return git(["rev-parse", "HEAD"], REPO_ROOT)
+
+
+def tracked_tree_dirty() -> Optional[bool]:
+    status = git(["status", "--porcelain", "--untracked-files=no"], REPO_ROOT)
+    return None if status is None else bool(status)
+
+
+def rl_kernel_commit() -> Optional[str]:
+    """The commit of an importable rl_engine source checkout, else None."""
+    try:
+        spec = importlib.util.find_spec("rl_engine")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    return git(["rev-parse", "HEAD"], Path(spec.origin).resolve().parent)
+
+
+def measure_copy_bandwidth(device: torch.device, nbytes: Optional[int] = None,
+                           warmup: int = 3, reps: int = 20) -> tuple[float, int]:
+    """Median device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written."""
+    nbytes = nbytes or (COPY_BYTES_CUDA if device.type == "cuda" else COPY_BYTES_CPU)
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    samples = sample(lambda: dst.copy_(src), device, warmup, reps)
+    moved = 2 * src.numel() * src.element_size()
+    return moved / (median(samples.us) * 1e3), moved
+
+
+def capture(device: torch.device, modes: dict[str, dict], measure_bandwidth: bool = True) -> Environment:
+    cuda = device.type == "cuda"
+    props = torch.cuda.get_device_properties(device) if cuda else None
+    bandwidth, moved = measure_copy_bandwidth(device) if measure_bandwidth else (None, None)
+    return Environment(
+        gpu=props.name if props else None,
+        capability=[props.major, props.minor] if props else None,
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        python=platform.python_version(),
+        tf32=bool(torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32) if cuda
+        else False,
+        libraries={name: library_version(name) for name in LIBRARIES},
+        megatron_source_commit=None,
+        mode_environment=modes,
+        device=f"cuda:{props.name}" if props else f"cpu:{platform.processor() or platform.machine()}",
+        copy_bandwidth_gbps=bandwidth,
+        copy_bandwidth_bytes=moved,
+        driver=_driver_version() if cuda else None,
+        host=socket.gethostname(),
+    )
+
+
+def _driver_version() -> Optional[str]:
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else None

@@ -1,0 +1,128 @@
+"""Batch invariance, bitwise: a row's output and row gradient must not depend on the batch it rides in,
+and parameter gradients must repeat run to run. Method and counts: shared/prior-art/README.md.
+
+Comparisons stay on the device as bool tensors and are read back once per case, so a probe costs
+the implementation's runs, not a host sync per row.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from harness.config import AllRowsPlan, SubBatchPlan, SweepPlan
+from harness.execute import Outcome, bitwise_equal, rows_differ
+from harness.probes.context import ProbeContext
+from harness.schema import (AllRowsCase, BatchInvariance, BatchSizeSweep, FullVsSubBatches,
+                            SweepFailure)
+
+
+def all_rows_total(plan: AllRowsPlan) -> int:
+    return len(plan.seeds) * sum(plan.batch_sizes)
+
+
+def sub_batches_total(plan: SubBatchPlan) -> int:
+    return len(plan.seeds) * sum(len(plan.starts(size)) for size in plan.sub_batch_sizes)
+
+
+def sweep_total(plan: SweepPlan) -> int:
+    per_seed = sum(len(plan.positions(m)) for m in plan.batch_sizes()) * len(plan.probe_rows())
+    return len(plan.seeds) * (per_seed + len(plan.probe_rows()))
+
+
+def _row_grad(ctx: ProbeContext, outcome: Outcome) -> Optional[torch.Tensor]:
+    return outcome.grads[ctx.row_grad] if ctx.row_grad else None
+
+
+def all_rows(ctx: ProbeContext, plan: AllRowsPlan) -> tuple[dict[str, AllRowsCase], Optional[bool]]:
+    """Each row of a batch of n against the same row alone; the batch twice for parameter repeatability."""
+    cases: dict[str, AllRowsCase] = {}
+    repeatable: Optional[bool] = True if ctx.param_grads else None
+    for n in plan.batch_sizes:
+        fwd = rowgrad = 0
+        for seed in plan.seeds:
+            inputs, grad_out = ctx.inputs(n, seed), ctx.grad_out(n, seed)
+            full = ctx.run(inputs, grad_out)
+            again = ctx.run(inputs, grad_out)
+            if any(not bitwise_equal(full.grads[g], again.grads[g]) for g in ctx.param_grads):
+                repeatable = False
+            alone = [ctx.run(inputs.select_rows(ctx.rows_index([r])), grad_out[r:r + 1]) for r in range(n)]
+            ctx.progress(n)
+            fwd += int(rows_differ(full.output, torch.cat([a.output for a in alone])).sum())
+            if ctx.row_grad:
+                stacked = torch.cat([_row_grad(ctx, a) for a in alone])
+                rowgrad += int(rows_differ(_row_grad(ctx, full), stacked).sum())
+        cases[str(n)] = AllRowsCase(rows=n * len(plan.seeds), fwd_differ=fwd, rowgrad_differ=rowgrad)
+    return cases, repeatable
+
+
+def full_vs_sub_batches(ctx: ProbeContext, plan: SubBatchPlan) -> FullVsSubBatches:
+    """Contiguous sub-batches of one large batch against the large batch; counts sub-batches that differ."""
+    count = fwd = rowgrad = 0
+    for seed in plan.seeds:
+        inputs, grad_out = ctx.inputs(plan.full_batch, seed), ctx.grad_out(plan.full_batch, seed)
+        full = ctx.run(inputs, grad_out)
+        full_grad = _row_grad(ctx, full)
+        fwd_flags, grad_flags = [], []
+        for size in plan.sub_batch_sizes:
+            for start in plan.starts(size):
+                index = ctx.rows_index(range(start, min(start + size, plan.full_batch)))
+                sub = ctx.run(inputs.select_rows(index), grad_out.index_select(0, index))
+                fwd_flags.append(rows_differ(full.output.index_select(0, index), sub.output).any())
+                if full_grad is not None:
+                    grad_flags.append(rows_differ(full_grad.index_select(0, index), _row_grad(ctx, sub)).any())
+                count += 1
+                ctx.progress(1)
+        del full, full_grad
+        fwd += int(torch.stack(fwd_flags).sum())
+        rowgrad += int(torch.stack(grad_flags).sum()) if grad_flags else 0
+    return FullVsSubBatches(full_batch=plan.full_batch, sub_batch_sizes=list(plan.sub_batch_sizes),
+                            sub_batches=count, fwd_differ=fwd, rowgrad_differ=rowgrad)
+
+
+def batch_size_sweep(ctx: ProbeContext, plan: SweepPlan) -> BatchSizeSweep:
+    """Probe rows at the start, middle and end of batches of every size, filled with other rows in a
+    seeded random order, and in the whole batch reversed; each against the probe row alone."""
+    sizes, probes = plan.batch_sizes(), plan.probe_rows()
+    n = plan.rows
+    labels: list[tuple[int, int, int, int]] = []  # (seed, batch, position, row) per comparison
+    flags: list[torch.Tensor] = []
+    for seed in plan.seeds:
+        inputs, grad_out = ctx.inputs(n, seed), ctx.grad_out(n, seed)
+        gen = torch.Generator().manual_seed(seed)
+        alone = {r: ctx.run(inputs.select_rows(ctx.rows_index([r])), grad_out[r:r + 1]) for r in probes}
+
+        def compare(order: list[int], position: int, row: int) -> None:
+            index = ctx.rows_index(order)
+            out = ctx.run(inputs.select_rows(index), grad_out.index_select(0, index))
+            differ = rows_differ(out.output[position:position + 1], alone[row].output)
+            if ctx.row_grad:
+                differ = differ | rows_differ(_row_grad(ctx, out)[position:position + 1],
+                                              _row_grad(ctx, alone[row]))
+            flags.append(differ.any())
+            labels.append((seed, len(order), position, row))
+
+        for m in sizes:
+            for r in probes:
+                perm = torch.randperm(n, generator=gen)
+                others = perm[perm != r][:m - 1].tolist()
+                for position in plan.positions(m):
+                    compare(others[:position] + [r] + others[position:], position, r)
+                ctx.progress(len(plan.positions(m)))
+        reversed_order = list(range(n - 1, -1, -1))
+        for r in probes:
+            compare(reversed_order, n - 1 - r, r)
+        ctx.progress(len(probes))
+    differ = torch.stack(flags).cpu() if flags else torch.zeros(0, dtype=torch.bool)
+    failed = differ.nonzero().flatten().tolist()
+    first = [SweepFailure(*labels[i]) for i in failed[:plan.max_failures]]
+    return BatchSizeSweep(batch_sizes=sizes, probe_rows=probes, comparisons=len(labels),
+                          differ=len(failed), first_failures=first)
+
+
+def verdict(cases: dict[str, AllRowsCase], repeatable: Optional[bool], subs: FullVsSubBatches,
+            sweep: BatchSizeSweep) -> BatchInvariance:
+    clean = (all(c.fwd_differ == 0 and c.rowgrad_differ == 0 for c in cases.values())
+             and subs.fwd_differ == 0 and subs.rowgrad_differ == 0 and sweep.differ == 0)
+    return BatchInvariance(all_rows=cases, params_repeatable=repeatable, full_vs_sub_batches=subs,
+                           batch_size_sweep=sweep, batch_invariant=clean and repeatable is not False)

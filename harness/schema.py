@@ -1,0 +1,290 @@
+"""The evidence file as typed records, and the one codec between them and JSON.
+
+The key names and nesting are the contract set by the RFC's prior-art file
+(`norm_modulate_b200.json`): never rename a field here. Fields marked `additive()` are h3bench's own
+additions: optional when reading (the prior art lacks them) and left out of the JSON when None.
+Everything that reads an evidence file (validate, report, compare, merge) goes through `from_json`,
+so a file that parses is a file that validates.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+KIND = "h3_prior_art"
+
+
+def additive(default: Any = None, **kwargs):
+    """A key h3bench adds to the contract: optional on read, omitted from JSON when None."""
+    return field(default=default, metadata={"additive": True}, **kwargs)
+
+
+# --- batch invariance -------------------------------------------------------------------------------
+
+@dataclass
+class AllRowsCase:
+    rows: int
+    fwd_differ: int
+    rowgrad_differ: int
+
+
+@dataclass
+class FullVsSubBatches:
+    full_batch: int
+    sub_batch_sizes: list[int]
+    sub_batches: int
+    fwd_differ: int
+    rowgrad_differ: int
+
+
+@dataclass
+class SweepFailure:
+    seed: int
+    batch: int
+    position: int
+    row: int
+
+
+@dataclass
+class BatchSizeSweep:
+    batch_sizes: list[int]
+    probe_rows: list[int]
+    comparisons: int
+    differ: int
+    first_failures: list[SweepFailure]
+
+
+@dataclass
+class BatchInvariance:
+    all_rows: dict[str, AllRowsCase]
+    params_repeatable: Optional[bool]
+    full_vs_sub_batches: FullVsSubBatches
+    batch_size_sweep: BatchSizeSweep
+    batch_invariant: bool
+
+
+# --- accuracy and latency ---------------------------------------------------------------------------
+
+@dataclass
+class SizeResult:
+    """One row count of `accuracy_latency`. Backward keys exist only for rows with a backward."""
+
+    fwd_rel_err: float
+    fwd_us: float
+    grad_rel_err: Optional[dict[str, float]] = additive()
+    fwd_bwd_us: Optional[float] = additive()
+    # h3bench additions: setup-free forward+backward, a second timing of each, and the floor fractions
+    fwd_bwd_net_us: Optional[float] = additive()
+    fwd_us_repeat: Optional[float] = additive()
+    fwd_bwd_us_repeat: Optional[float] = additive()
+    fwd_bwd_net_us_repeat: Optional[float] = additive()
+    fwd_floor_us: Optional[float] = additive()
+    fwd_bwd_floor_us: Optional[float] = additive()
+    fwd_floor_fraction: Optional[float] = additive()
+    fwd_bwd_floor_fraction: Optional[float] = additive()
+    fwd_bwd_net_floor_fraction: Optional[float] = additive()
+
+
+@dataclass
+class RowResult:
+    source: str
+    has_backward: bool
+    batch_invariance: BatchInvariance
+    accuracy_latency: dict[str, SizeResult]
+    wall_s: Optional[float] = additive()
+    probe_wall_s: Optional[dict[str, float]] = additive()
+    timer: Optional[str] = additive()
+
+
+@dataclass
+class UnavailableRow:
+    unavailable: str
+    source: Optional[str] = additive()
+    failed_probe: Optional[str] = additive()
+    wall_s: Optional[float] = additive()
+
+
+Row = Union[RowResult, UnavailableRow]
+
+
+# --- environment ------------------------------------------------------------------------------------
+
+@dataclass
+class Environment:
+    gpu: Optional[str]
+    capability: Optional[list[int]]
+    torch: str
+    cuda: Optional[str]
+    python: str
+    tf32: bool
+    libraries: dict[str, Optional[str]]
+    megatron_source_commit: Optional[str]
+    mode_environment: dict[str, dict[str, Any]]
+    device: Optional[str] = additive()
+    copy_bandwidth_gbps: Optional[float] = additive()
+    copy_bandwidth_bytes: Optional[int] = additive()
+    driver: Optional[str] = additive()
+    host: Optional[str] = additive()
+
+
+@dataclass
+class Evidence:
+    kind: str
+    rfc: str
+    op: str
+    rl_kernel_commit: Optional[str]
+    tracked_tree_dirty: Optional[bool]
+    environment: Environment
+    quick: bool
+    results: dict[str, dict[str, Row]]
+    h3bench_commit: Optional[str] = additive()
+    created_utc: Optional[str] = additive()
+    config: Optional[dict[str, Any]] = additive()
+    command: Optional[str] = additive()
+    wall_s: Optional[float] = additive()
+
+    def rows(self, mode: str) -> dict[str, Row]:
+        return self.results.get(mode, {})
+
+
+# --- codec ------------------------------------------------------------------------------------------
+
+class SchemaError(ValueError):
+    """The file does not follow the contract; the message names the JSON path."""
+
+
+def to_dict(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        out = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if value is None and f.metadata.get("additive"):
+                continue
+            out[f.name] = to_dict(value)
+        return out
+    if isinstance(obj, dict):
+        return {str(k): to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    return obj
+
+
+def from_dict(cls: Any, data: Any, path: str = "$") -> Any:
+    """Build `cls` from parsed JSON, strictly: missing or mistyped contract keys raise SchemaError."""
+    origin = typing.get_origin(cls)
+    args = typing.get_args(cls)
+    if origin in (Union, types.UnionType):
+        if data is None and type(None) in args:
+            return None
+        candidates = [a for a in args if a is not type(None)]
+        errors = []
+        for candidate in candidates:
+            try:
+                return from_dict(candidate, data, path)
+            except SchemaError as exc:
+                errors.append(str(exc))
+        raise SchemaError(errors[0] if len(errors) == 1 else f"{path}: matches no form: " + " | ".join(errors))
+    if dataclasses.is_dataclass(cls):
+        if not isinstance(data, dict):
+            raise SchemaError(f"{path}: expected an object for {cls.__name__}, got {type(data).__name__}")
+        hints = typing.get_type_hints(cls)
+        kwargs = {}
+        for f in dataclasses.fields(cls):
+            if f.name in data:
+                kwargs[f.name] = from_dict(hints[f.name], data[f.name], f"{path}.{f.name}")
+            elif not f.metadata.get("additive"):
+                raise SchemaError(f"{path}: missing key {f.name!r}")
+        return cls(**kwargs)
+    if origin is dict:
+        if not isinstance(data, dict):
+            raise SchemaError(f"{path}: expected an object, got {type(data).__name__}")
+        _, value_type = args
+        return {k: from_dict(value_type, v, f"{path}.{k}") for k, v in data.items()}
+    if origin is list:
+        if not isinstance(data, list):
+            raise SchemaError(f"{path}: expected a list, got {type(data).__name__}")
+        (item_type,) = args
+        return [from_dict(item_type, v, f"{path}[{i}]") for i, v in enumerate(data)]
+    if cls is Any:
+        return data
+    if cls is float:
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            raise SchemaError(f"{path}: expected a number, got {data!r}")
+        return float(data)
+    if cls is int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            raise SchemaError(f"{path}: expected an integer, got {data!r}")
+        return data
+    if cls in (bool, str):
+        if not isinstance(data, cls):
+            raise SchemaError(f"{path}: expected {cls.__name__}, got {data!r}")
+        return data
+    raise TypeError(f"schema has an unsupported type {cls!r} at {path}")
+
+
+def from_json(data: Any) -> Evidence:
+    evidence = from_dict(Evidence, data)
+    if evidence.kind != KIND:
+        raise SchemaError(f"$.kind: expected {KIND!r}, got {evidence.kind!r}")
+    for mode, rows in evidence.results.items():
+        if mode not in evidence.environment.mode_environment:
+            raise SchemaError(f"$.results.{mode}: mode missing from environment.mode_environment")
+        for name, row in rows.items():
+            if isinstance(row, RowResult):
+                _check_row(row, f"$.results.{mode}.{name}")
+    return evidence
+
+
+def _check_row(row: RowResult, path: str) -> None:
+    # The backward keys are present exactly when the row has a backward: sglang's rows have neither.
+    for size, result in row.accuracy_latency.items():
+        for key in ("grad_rel_err", "fwd_bwd_us"):
+            present = getattr(result, key) is not None
+            if present != row.has_backward:
+                state = "present" if present else "missing"
+                raise SchemaError(f"{path}.accuracy_latency.{size}.{key}: {state} but has_backward is "
+                                  f"{row.has_backward}")
+
+
+def load(path: Union[str, Path]) -> Evidence:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{path}: not JSON ({exc})") from exc
+    return from_json(data)
+
+
+def dumps(evidence: Evidence) -> str:
+    return json.dumps(to_dict(evidence), indent=2, allow_nan=True) + "\n"
+
+
+def write_atomic(path: Union[str, Path], text: str) -> Path:
+    """Write via a temporary file in the same folder and rename: a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def save(evidence: Evidence, path: Union[str, Path]) -> Path:
+    return write_atomic(path, dumps(evidence))

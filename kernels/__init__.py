@@ -1,0 +1,1 @@
+"""h3bench's own kernels. Import the public functions from here."""

@@ -1,0 +1,112 @@
+"""`norm_modulate(x, w, sh, sc, idx)`: argument checks and autograd around the Triton kernels."""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from kernels import norm_modulate as K
+
+_FLOATS = (torch.bfloat16, torch.float16, torch.float32)
+_INDEX = (torch.int32, torch.int64)
+
+
+def interpreter_active() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _check(x, w, sh, sc, idx) -> None:
+    named = {"x": x, "w": w, "sh": sh, "sc": sc, "idx": idx}
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in named.items():
+        if t.device != x.device:
+            raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
+    if x.device.type != "cuda" and not interpreter_active():
+        raise ValueError(f"x is on {x.device}: the Triton kernel needs a CUDA device "
+                         "(or TRITON_INTERPRET=1 set before triton is imported)")
+    if x.dtype not in _FLOATS:
+        raise TypeError(f"x has dtype {x.dtype}; expected one of bfloat16, float16, float32")
+    for name in ("w", "sh", "sc"):
+        if named[name].dtype != x.dtype:
+            raise TypeError(f"{name} has dtype {named[name].dtype} but x has {x.dtype}")
+    if idx.dtype not in _INDEX:
+        raise TypeError(f"idx has dtype {idx.dtype}; expected int32 or int64")
+    if x.dim() < 1 or x.shape[-1] < 1:
+        raise ValueError(f"x must be [..., H] with H >= 1, got shape {tuple(x.shape)}")
+    hidden = x.shape[-1]
+    if hidden > K.MAX_HIDDEN:
+        raise ValueError(f"x has H = {hidden}; this kernel keeps a row in registers and supports "
+                         f"H <= {K.MAX_HIDDEN}")
+    if w.shape != (hidden,):
+        raise ValueError(f"w must have shape ({hidden},) to match x's last dimension, got {tuple(w.shape)}")
+    for name in ("sh", "sc"):
+        t = named[name]
+        if t.dim() != 2 or t.shape[1] != hidden:
+            raise ValueError(f"{name} must have shape [M, {hidden}], got {tuple(t.shape)}")
+    if sh.shape[0] != sc.shape[0]:
+        raise ValueError(f"sh and sc must have the same number of table rows, got {sh.shape[0]} and {sc.shape[0]}")
+    rows = x.numel() // hidden
+    if idx.shape != x.shape[:-1] and idx.shape != (rows,):
+        raise ValueError(f"idx must have shape {tuple(x.shape[:-1])} (one entry per row of x), "
+                         f"got {tuple(idx.shape)}")
+    if rows and sh.shape[0] == 0:
+        raise ValueError("sh and sc have no table rows, so no index can be valid")
+
+
+def _check_index_range(idx: torch.Tensor, table_rows: int) -> None:
+    if idx.numel() == 0:
+        return
+    bad = (idx < 0) | (idx >= table_rows)
+    if bool(bad.any()):  # one host sync: the price of the check, which can be switched off
+        position = int(bad.nonzero()[0, 0])
+        value = int(idx[position])
+        raise IndexError(f"idx[{position}] = {value} is outside [0, {table_rows}) (the table has "
+                         f"{table_rows} rows)")
+
+
+def _unit_inner(t: torch.Tensor) -> torch.Tensor:
+    """Row-strided views (AdaLN table chunks) pass as they are; anything else is made contiguous."""
+    return t if t.stride(-1) == 1 or t.numel() == 0 else t.contiguous()
+
+
+class _NormModulate(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, sh, sc, idx, eps, needs_grad):
+        hidden = x.shape[-1]
+        x2d = _unit_inner(x.reshape(-1, hidden))
+        idx1d = idx.reshape(-1)
+        sh_, sc_, w_ = _unit_inner(sh), _unit_inner(sc), w.contiguous()
+        y, rstd = K.forward(x2d, w_, sh_, sc_, idx1d, eps, save_rstd=needs_grad)
+        ctx.save_for_backward(x2d, w_, sc_, idx1d, rstd)
+        ctx.table_rows, ctx.sh_dtype, ctx.x_shape = sh.shape[0], sh.dtype, x.shape
+        return y.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2d, w, sc, idx, rstd = ctx.saved_tensors
+        need_x, need_w, need_sh, need_sc = ctx.needs_input_grad[:4]
+        dy2d = dy.reshape(-1, x2d.shape[1])
+        if dy2d.stride(-1) != 1 or (dy2d.shape[0] > 1 and dy2d.stride(0) == 0):
+            dy2d = dy2d.contiguous()
+        dx, dw, dsh, dsc = K.backward(dy2d, x2d, w, sc, idx, rstd, ctx.table_rows, ctx.sh_dtype,
+                                      need_params=need_w or need_sh or need_sc)
+        return (dx.view(ctx.x_shape) if need_x else None, dw if need_w else None,
+                dsh if need_sh else None, dsc if need_sc else None, None, None, None)
+
+
+def norm_modulate(x: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tensor, idx: torch.Tensor,
+                  eps: float = 1e-5, check_index: bool = True) -> torch.Tensor:
+    """y = rms_norm(x, w, eps) * (1 + sc[idx]) + sh[idx], with gradients for x, w, sh and sc.
+
+    x: [..., H]; w: [H]; sh, sc: [M, H] with any row stride (AdaLN table chunks pass uncopied);
+    idx: one int32/int64 entry per row of x, in [0, M). All floats share one dtype (bf16, fp16, fp32).
+    `check_index=False` skips the range check (a host sync); a row whose index is out of range then
+    comes out as NaN instead of raising.
+    """
+    _check(x, w, sh, sc, idx)
+    if check_index:
+        _check_index_range(idx, sh.shape[0])
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (x, w, sh, sc))
+    return _NormModulate.apply(x, w, sh, sc, idx, float(eps), needs_grad)

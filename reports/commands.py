@@ -1,0 +1,100 @@
+"""What the CLI's `report`, `compare` and `merge` commands do; harness/cli.py only parses arguments.
+
+Errors are raised, not printed: FileNotFoundError, schema.SchemaError, merge.MergeError.
+"""
+from __future__ import annotations
+
+from functools import reduce
+from pathlib import Path
+from typing import Optional, Sequence
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from harness import schema
+from reports import fmt
+from reports.compare import (ERROR_GROWTH_FACTOR, LATENCY_NOISE, Comparison, Quantity, Thresholds, compare,
+                             render_comparison)
+from reports.merge import merge
+from reports.render import render_all
+from reports.table import mode_summary
+
+
+def load(path: Path) -> schema.Evidence:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"evidence file not found: {path}")
+    return schema.load(path)
+
+
+def report(file: Path, out: Optional[Path] = None, quiet: bool = False,
+           console: Optional[Console] = None) -> list[Path]:
+    """Render FILE's Markdown, HTML and PNGs next to it (or into OUT); returns the paths written.
+
+    Unless quiet, prints the verdict summary of each mode; listing the paths is the caller's job.
+    """
+    paths = render_all(file, out)
+    if not quiet:
+        evidence = load(file)
+        console = console or Console()
+        for mode in evidence.results:
+            console.print(f"{escape(mode)}: {escape(mode_summary(evidence, mode))}", highlight=False)
+    return paths
+
+
+def _worst(quantities: Sequence[Quantity]) -> str:
+    if not quantities:
+        return fmt.MISSING
+    q = max(quantities, key=lambda q: q.ratio)
+    text = escape(f"{q.name} {fmt.ratio(q.ratio)}")
+    return f"[bold red]{text}[/]" if any(x.regression for x in quantities) else text
+
+
+def _red(text: str, red: bool) -> str:
+    return f"[bold red]{escape(text)}[/]" if red else escape(text)
+
+
+def comparison_table(comparison: Comparison) -> Table:
+    table = Table(title="h3bench compare (worst new/old ratio per row)")
+    for column in ("mode", "row", "status"):
+        table.add_column(column, no_wrap=True)  # identifiers: wrapping them makes them unsearchable
+    for column in ("verdict flips", "latency", "error"):
+        table.add_column(column)
+    for c in comparison.rows:
+        flips = ", ".join(_red(f"{f.verdict} {fmt.tri(f.old)} -> {fmt.tri(f.new)}", f.regression) for f in c.flips)
+        status = _red(c.status, c.status in ("became_unavailable", "missing"))
+        table.add_row(escape(c.mode), escape(c.row), status, flips, _worst(c.latency), _worst(c.errors))
+    return table
+
+
+def compare_files(old: Path, new: Path, error_factor: float = ERROR_GROWTH_FACTOR,
+                  latency_noise: float = LATENCY_NOISE, allow_missing_rows: bool = False,
+                  markdown_out: Optional[Path] = None, console: Optional[Console] = None) -> int:
+    """Print the comparison of OLD (baseline) and NEW; 0 if nothing regressed, 1 otherwise."""
+    thresholds = Thresholds(error_factor=error_factor, latency_noise=latency_noise,
+                            allow_missing_rows=allow_missing_rows)
+    comparison = compare(load(old), load(new), thresholds)
+    console = console or Console()
+    console.print(comparison_table(comparison))
+    for note in comparison.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    if comparison.regressions:
+        console.print(f"[bold red]{len(comparison.regressions)} regression(s):[/]")
+        for r in comparison.regressions:
+            console.print(f"  [red]{r.kind}[/] {escape(f'[{r.mode}] {r.message}')}", highlight=False)
+    else:
+        console.print("[green]no regression[/]")
+    if markdown_out is not None:
+        schema.write_atomic(markdown_out, render_comparison(comparison))
+    return 1 if comparison.has_regression else 0
+
+
+def merge_files(inputs: Sequence[Path], out: Path) -> Path:
+    """Merge the evidence files INPUTS (at least two) into OUT, written atomically."""
+    if len(inputs) < 2:
+        raise ValueError(f"merge needs at least two evidence files, got {len(inputs)}")
+    merged = reduce(merge, (load(p) for p in inputs))
+    # Round-trip through the strict codec: a merge that breaks the contract must not reach disk.
+    schema.from_json(schema.to_dict(merged))
+    return schema.save(merged, out)

@@ -1,0 +1,246 @@
+"""Compare two evidence files of one op: what changed per row, and which changes are regressions.
+
+A regression is one of:
+- a verdict lost: `batch_invariant` or `params_repeatable` went from true to false;
+- a measured row that became unavailable, or (unless allowed) a row of the old file missing from the new;
+- a relative error that grew by more than `Thresholds.error_factor`, or a gradient no longer produced;
+- a latency slower by more than `Thresholds.latency_noise` (relative), on the same GPU model only.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+from harness.schema import Evidence, Row, RowResult, SizeResult, UnavailableRow
+from reports import fmt
+from reports.table import size_key
+
+# Why 1.5: the probes feed identical inputs (fixed seeds) to a deterministic kernel, so a bf16 error is
+# reproduced bit for bit on the same software and hardware: any change at all there is a code change.
+# A new GPU, driver or library build may change reduction order or tiling; that moves the max error by
+# a few bf16 ulps of the worst element. The closest thing in the prior art to "same kernel, other
+# data" is one row at R = 4097 vs R = 32768: its fwd/x/w/sc errors differ by at most 1.35x
+# (torch_rms_norm grad x). A real accuracy bug (float32 accumulation lost, an atomic scatter-add)
+# moves the error by an order of magnitude: liger's sh gradient is 18x (4097) to 108x (32768) that
+# of the same kernel with a deterministic gather. 1.5 sits above the first and far below the second.
+ERROR_GROWTH_FACTOR = 1.5
+
+# Allowed relative slow-down before a latency counts as a regression: new/old > 1 + LATENCY_NOISE.
+# To be set from measured run-to-run spread (the *_repeat keys of nightly runs on the target GPU);
+# 0.10 is a placeholder until that measurement exists.
+LATENCY_NOISE = 0.10
+
+LATENCY_KEYS = ("fwd_us", "fwd_bwd_us", "fwd_bwd_net_us")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    error_factor: float = ERROR_GROWTH_FACTOR
+    latency_noise: float = LATENCY_NOISE
+    # A partial run (a subset of rows) compared with a full baseline would flag every absent row.
+    allow_missing_rows: bool = False
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """One number measured in both files: `name` is e.g. "4097 fwd_us" or "32768 grad sh"."""
+
+    name: str
+    old: float
+    new: float
+    regression: bool
+
+    @property
+    def ratio(self) -> float:
+        if self.old == 0:
+            return 1.0 if self.new == 0 else math.inf
+        return self.new / self.old
+
+
+@dataclass(frozen=True)
+class VerdictFlip:
+    verdict: str  # "batch_invariant" | "params_repeatable"
+    old: Optional[bool]
+    new: Optional[bool]
+    regression: bool
+
+
+@dataclass(frozen=True)
+class Regression:
+    mode: str
+    row: str
+    kind: str  # "verdict" | "unavailable" | "missing" | "error" | "lost_gradient" | "latency"
+    message: str
+
+
+@dataclass
+class RowChange:
+    mode: str
+    row: str
+    status: str  # "compared" | "new" | "missing" | "became_unavailable" | "became_available" | "unavailable"
+    flips: list[VerdictFlip] = field(default_factory=list)
+    latency: list[Quantity] = field(default_factory=list)
+    errors: list[Quantity] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Comparison:
+    old_gpu: Optional[str]
+    new_gpu: Optional[str]
+    thresholds: Thresholds
+    latency_compared: bool
+    rows: list[RowChange] = field(default_factory=list)
+    regressions: list[Regression] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def has_regression(self) -> bool:
+        return bool(self.regressions)
+
+    @property
+    def new_rows(self) -> list[RowChange]:
+        return [r for r in self.rows if r.status == "new"]
+
+    @property
+    def lost_rows(self) -> list[RowChange]:
+        return [r for r in self.rows if r.status in ("missing", "became_unavailable")]
+
+
+def _error_quantities(size: str, old: SizeResult, new: SizeResult, factor: float,
+                      change: RowChange) -> list[Quantity]:
+    pairs = [("fwd", old.fwd_rel_err, new.fwd_rel_err)]
+    old_grads, new_grads = old.grad_rel_err or {}, new.grad_rel_err or {}
+    pairs += [(f"grad {g}", v, new_grads.get(g)) for g, v in old_grads.items()]
+    out = []
+    for label, o, n in pairs:
+        if n is None:
+            change.notes.append(f"{size} {label}: no longer produced")
+            continue
+        grew = n > o * factor if o > 0 else n > 0
+        out.append(Quantity(f"{size} {label}", o, n, grew or math.isnan(n)))
+    for g in new_grads.keys() - old_grads.keys():
+        change.notes.append(f"{size} grad {g}: newly produced")
+    return out
+
+
+def _latency_quantities(size: str, old: SizeResult, new: SizeResult, noise: float,
+                        judged: bool) -> list[Quantity]:
+    out = []
+    for key in LATENCY_KEYS:
+        o, n = getattr(old, key), getattr(new, key)
+        if o is None or n is None:
+            continue
+        out.append(Quantity(f"{size} {key}", o, n, judged and o > 0 and n / o > 1 + noise))
+    return out
+
+
+def _compare_rows(mode: str, name: str, old: RowResult, new: RowResult, thresholds: Thresholds,
+                  judge_latency: bool) -> RowChange:
+    change = RowChange(mode, name, "compared")
+    ob, nb = old.batch_invariance, new.batch_invariance
+    for verdict, o, n in (("batch_invariant", ob.batch_invariant, nb.batch_invariant),
+                          ("params_repeatable", ob.params_repeatable, nb.params_repeatable)):
+        if o != n:
+            change.flips.append(VerdictFlip(verdict, o, n, regression=o is True and n is False))
+    for size in sorted(old.accuracy_latency, key=size_key):
+        o = old.accuracy_latency[size]
+        n = new.accuracy_latency.get(size)
+        if n is None:
+            change.notes.append(f"size {size} not measured in the new file")
+            continue
+        change.errors += _error_quantities(size, o, n, thresholds.error_factor, change)
+        change.latency += _latency_quantities(size, o, n, thresholds.latency_noise, judge_latency)
+    for size in new.accuracy_latency.keys() - old.accuracy_latency.keys():
+        change.notes.append(f"size {size} only in the new file")
+    return change
+
+
+def _regressions(change: RowChange, thresholds: Thresholds) -> list[Regression]:
+    out = []
+    where = (change.mode, change.row)
+    if change.status == "became_unavailable":
+        out.append(Regression(*where, "unavailable", f"{change.row}: measured before, now unavailable "
+                                                     f"({'; '.join(change.notes)})"))
+    if change.status == "missing" and not thresholds.allow_missing_rows:
+        out.append(Regression(*where, "missing", f"{change.row}: in the old file, absent from the new one"))
+    for flip in change.flips:
+        if flip.regression:
+            out.append(Regression(*where, "verdict", f"{change.row}: {flip.verdict} {flip.old} -> {flip.new}"))
+    for q in change.errors:
+        if q.regression:
+            out.append(Regression(*where, "error", f"{change.row} {q.name} error {fmt.err(q.old)} -> "
+                                                   f"{fmt.err(q.new)} ({fmt.ratio(q.ratio)}, limit "
+                                                   f"{thresholds.error_factor:g}x)"))
+    for note in change.notes:
+        if note.endswith("no longer produced"):
+            out.append(Regression(*where, "lost_gradient", f"{change.row} {note}"))
+    for q in change.latency:
+        if q.regression:
+            out.append(Regression(*where, "latency", f"{change.row} {q.name} {fmt.us(q.old)} -> "
+                                                     f"{fmt.us(q.new)} µs ({fmt.ratio(q.ratio)}, limit "
+                                                     f"{1 + thresholds.latency_noise:.2f}x)"))
+    return out
+
+
+def _row_change(mode: str, name: str, old: Optional[Row], new: Optional[Row], thresholds: Thresholds,
+                judge_latency: bool) -> RowChange:
+    if old is None:
+        return RowChange(mode, name, "new")
+    if new is None:
+        return RowChange(mode, name, "missing")
+    if isinstance(old, RowResult) and isinstance(new, RowResult):
+        return _compare_rows(mode, name, old, new, thresholds, judge_latency)
+    if isinstance(old, RowResult):
+        assert isinstance(new, UnavailableRow)
+        return RowChange(mode, name, "became_unavailable", notes=[new.unavailable])
+    if isinstance(new, RowResult):
+        return RowChange(mode, name, "became_available", notes=[f"was: {old.unavailable}"])
+    return RowChange(mode, name, "unavailable", notes=[new.unavailable])
+
+
+def compare(old: Evidence, new: Evidence, thresholds: Thresholds = Thresholds()) -> Comparison:
+    old_gpu, new_gpu = old.environment.gpu, new.environment.gpu
+    # Latency is a property of the GPU model: a B200 baseline says nothing about an H200's speed.
+    same_gpu = old_gpu == new_gpu
+    result = Comparison(old_gpu, new_gpu, thresholds, latency_compared=same_gpu)
+    if old.op != new.op:
+        result.notes.append(f"different ops: {old.op} vs {new.op}")
+    if not same_gpu:
+        result.notes.append(f"different GPUs ({old_gpu} vs {new_gpu}): latency ratios shown, not judged")
+    if old.quick != new.quick:
+        result.notes.append(f"quick differs (old {old.quick}, new {new.quick}): counts and timings "
+                            "come from different plans")
+    for label, a, b in (("torch", old.environment.torch, new.environment.torch),
+                        ("CUDA", old.environment.cuda, new.environment.cuda)):
+        if a != b:
+            result.notes.append(f"{label} {a} -> {b}")
+    for mode in list(old.results) + [m for m in new.results if m not in old.results]:
+        old_rows, new_rows = old.rows(mode), new.rows(mode)
+        for name in list(old_rows) + [n for n in new_rows if n not in old_rows]:
+            change = _row_change(mode, name, old_rows.get(name), new_rows.get(name), thresholds, same_gpu)
+            result.rows.append(change)
+            result.regressions += _regressions(change, thresholds)
+    return result
+
+
+def render_comparison(comparison: Comparison) -> str:
+    """Markdown: regressions first, then every row's verdict flips, ratios and notes."""
+    t = comparison.thresholds
+    out = ["# h3bench comparison", "",
+           f"- GPUs: {comparison.old_gpu} (old) vs {comparison.new_gpu} (new)",
+           f"- thresholds: error growth > {t.error_factor:g}x, latency > {1 + t.latency_noise:.2f}x"
+           + ("" if comparison.latency_compared else " (latency not judged: different GPUs)")]
+    out += [f"- note: {n}" for n in comparison.notes]
+    out += ["", f"## Regressions ({len(comparison.regressions)})", ""]
+    out += [f"- **{r.kind}** [{r.mode}] {r.message}" for r in comparison.regressions] or ["none"]
+    out += ["", "## Rows", "", "| mode | row | status | verdict flips | latency new/old | error new/old | notes |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+    for c in comparison.rows:
+        flips = ", ".join(f"{f.verdict} {fmt.tri(f.old)} -> {fmt.tri(f.new)}" for f in c.flips)
+        lat = ", ".join(f"{q.name} {fmt.ratio(q.ratio)}" for q in c.latency)
+        err = ", ".join(f"{q.name} {fmt.ratio(q.ratio)}" for q in c.errors)
+        notes = "; ".join(c.notes).replace("|", "\\|")
+        out.append(f"| {c.mode} | {c.row} | {c.status} | {flips} | {lat} | {err} | {notes} |")
+    return "\n".join(out) + "\n"

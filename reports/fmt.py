@@ -1,0 +1,39 @@
+"""The displayed precision of every number, in one place so tables, plots and tests agree."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+MISSING = "—"
+
+
+def _missing(value: Optional[float]) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def err(value: Optional[float]) -> str:
+    """Relative error: three significant digits; bf16 errors span decades, so scientific notation."""
+    return MISSING if _missing(value) else f"{value:.2e}"
+
+
+def us(value: Optional[float]) -> str:
+    """Latency in microseconds; 0.1 µs is below the CUDA-event resolution worth reading."""
+    return MISSING if _missing(value) else f"{value:.1f}"
+
+
+def floor_pct(fraction: Optional[float]) -> str:
+    """floor_us / measured_us as a percentage: 100% means the kernel runs at the copy bandwidth."""
+    return MISSING if _missing(fraction) else f"{fraction * 100:.0f}%"
+
+
+def ratio(value: Optional[float]) -> str:
+    return MISSING if _missing(value) else f"{value:.2f}x"
+
+
+def bandwidth(gbps: Optional[float]) -> str:
+    return "not measured" if _missing(gbps) else f"{gbps:.0f} GB/s"
+
+
+def tri(value: Optional[bool]) -> str:
+    """A verdict that may not apply: yes / no / n.a."""
+    return "n.a." if value is None else ("yes" if value else "no")

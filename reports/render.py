@@ -1,0 +1,52 @@
+"""Every report artifact of one evidence file: NAME.md, NAME.html and three PNGs, next to the JSON."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Optional, Union
+
+from harness import schema
+from reports import plots, table
+
+PLOTS = (("latency", "Latency per implementation", plots.plot_latency),
+         ("accuracy", "Relative error per implementation", plots.plot_accuracy),
+         ("verdicts", "Batch-invariance verdicts", plots.plot_verdicts))
+
+
+def _write_png(draw, evidence: schema.Evidence, path: Path) -> Path:
+    # Draw into a temporary name and rename, like schema.save: a watcher never sees half a PNG.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        draw(evidence, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def render_all(evidence_path: Union[str, Path], out_dir: Optional[Union[str, Path]] = None) -> list[Path]:
+    """Write the Markdown, HTML and PNG report of one evidence file; returns the paths written.
+
+    The HTML inlines the PNGs (it must survive being mailed or uploaded alone); the Markdown links
+    them by relative name, so keep the files together.
+    """
+    evidence_path = Path(evidence_path)
+    if not evidence_path.is_file():
+        raise FileNotFoundError(f"evidence file not found: {evidence_path}")
+    evidence = schema.load(evidence_path)
+    out = Path(out_dir) if out_dir is not None else evidence_path.parent
+    out.mkdir(parents=True, exist_ok=True)
+    name = evidence_path.stem
+    pngs = {caption: _write_png(draw, evidence, out / f"{name}_{suffix}.png") for suffix, caption, draw in PLOTS}
+    md = schema.write_atomic(out / f"{name}.md",
+                             table.render_markdown(evidence, {c: p.name for c, p in pngs.items()}))
+    page = schema.write_atomic(out / f"{name}.html",
+                               table.render_html(evidence, {c: p.read_bytes() for c, p in pngs.items()}))
+    paths = [md, page, *pngs.values()]
+    for path in paths:
+        # mkstemp (here and in schema.write_atomic) creates 0600; reports are meant to be shared.
+        path.chmod(0o644)
+    return paths

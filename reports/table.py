@@ -1,0 +1,355 @@
+"""The evidence file as one DataFrame, and as Markdown and self-contained HTML tables.
+
+`build_table` holds raw values (one row per mode and implementation); the renderers format them
+through `reports.fmt`, so every displayed number has exactly one precision.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence, Union
+
+import pandas as pd
+
+from harness.schema import Evidence, RowResult, SizeResult, UnavailableRow
+from reports import fmt, verdicts
+
+GRAD_ORDER = ("x", "w", "sh", "sc")
+# SizeResult fields copied into the frame as `<size>/<field>`; gradients become `<size>/grad_<g>_err`.
+SIZE_FIELDS = ("fwd_rel_err", "fwd_us", "fwd_bwd_us", "fwd_bwd_net_us", "fwd_us_repeat",
+               "fwd_bwd_us_repeat", "fwd_bwd_net_us_repeat", "fwd_floor_us", "fwd_bwd_floor_us",
+               "fwd_floor_fraction", "fwd_bwd_floor_fraction", "fwd_bwd_net_floor_fraction")
+BASE_COLUMNS = ("mode", "implementation", "status", "source", "reason", "failed_probe", "has_backward",
+                "batch_invariant", "failed_checks", "params_repeatable", "wall_s")
+
+
+def size_key(size: str) -> tuple[int, Union[int, str]]:
+    # Sizes are row counts kept as JSON strings; order them numerically, odd keys last.
+    return (0, int(size)) if size.isdigit() else (1, size)
+
+
+def sizes_of(evidence: Evidence, mode: Optional[str] = None) -> list[str]:
+    found: set[str] = set()
+    for m, rows in evidence.results.items():
+        if mode is not None and m != mode:
+            continue
+        for row in rows.values():
+            if isinstance(row, RowResult):
+                found.update(row.accuracy_latency)
+    return sorted(found, key=size_key)
+
+
+def grads_of(evidence: Evidence, mode: Optional[str] = None) -> list[str]:
+    found: set[str] = set()
+    for m, rows in evidence.results.items():
+        if mode is not None and m != mode:
+            continue
+        for row in rows.values():
+            if isinstance(row, RowResult):
+                for result in row.accuracy_latency.values():
+                    found.update(result.grad_rel_err or {})
+    known = [g for g in GRAD_ORDER if g in found]
+    return known + sorted(found - set(GRAD_ORDER))
+
+
+def _size_values(size: str, result: SizeResult) -> dict[str, Any]:
+    values: dict[str, Any] = {f"{size}/{name}": getattr(result, name) for name in SIZE_FIELDS}
+    for grad, value in (result.grad_rel_err or {}).items():
+        values[f"{size}/grad_{grad}_err"] = value
+    return values
+
+
+def _column_order(column: str) -> tuple:
+    size, name = column.split("/", 1)
+    if name.startswith("grad_"):
+        grad = name[len("grad_"):-len("_err")]
+        rank = (1, GRAD_ORDER.index(grad) if grad in GRAD_ORDER else len(GRAD_ORDER), grad)
+    else:
+        rank = (0 if name == "fwd_rel_err" else 2, SIZE_FIELDS.index(name), "")
+    return size_key(size), rank
+
+
+def build_table(evidence: Evidence) -> pd.DataFrame:
+    """One row per (mode, implementation), raw values; absent measurements are None/NaN."""
+    records = []
+    for mode, rows in evidence.results.items():
+        for name, row in rows.items():
+            record: dict[str, Any] = {"mode": mode, "implementation": name, "source": row.source,
+                                      "wall_s": row.wall_s}
+            if isinstance(row, UnavailableRow):
+                record.update(status="unavailable", reason=row.unavailable, failed_probe=row.failed_probe)
+            else:
+                bi = row.batch_invariance
+                record.update(status="measured", has_backward=row.has_backward,
+                              batch_invariant=bi.batch_invariant, failed_checks=verdicts.failure_summary(row),
+                              params_repeatable=bi.params_repeatable)
+                for size, result in row.accuracy_latency.items():
+                    record.update(_size_values(size, result))
+            records.append(record)
+    frame = pd.DataFrame.from_records(records)
+    for column in BASE_COLUMNS:
+        if column not in frame:
+            frame[column] = None
+    # Keep only measured columns: a key no row has (e.g. net times in the prior art) is no column.
+    size_columns = [c for c in frame.columns if "/" in c and frame[c].notna().any()]
+    size_columns.sort(key=_column_order)
+    return frame[list(BASE_COLUMNS) + size_columns].astype(object).where(frame.notna(), None)
+
+
+# --- table specs shared by the Markdown and HTML renderers -------------------------------------------
+
+@dataclass
+class Cell:
+    text: str
+    cls: str = ""  # CSS class: "num", "yes", "no", "na", "" (text)
+
+
+@dataclass
+class TableSpec:
+    title: str
+    headers: list[str]
+    rows: list[list[Cell]]
+    groups: Optional[list[tuple[str, int]]] = None  # spanning header labels over `headers`
+    note: str = ""
+    beside: bool = False  # narrow table: HTML places consecutive `beside` tables side by side
+
+
+def _get(record: Mapping[str, Any], key: str) -> Any:
+    value = record.get(key)
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+def _verdict_cell(value: Optional[bool]) -> Cell:
+    return Cell(fmt.tri(value), "na" if value is None else ("yes" if value else "no"))
+
+
+def _has(frame: pd.DataFrame, column: str) -> bool:
+    return column in frame and frame[column].notna().any()
+
+
+def mode_tables(evidence: Evidence, mode: str, frame: Optional[pd.DataFrame] = None) -> list[TableSpec]:
+    frame = build_table(evidence) if frame is None else frame
+    part = frame[frame["mode"] == mode]
+    measured = [r for r in part.to_dict("records") if r["status"] == "measured"]
+    unavailable = [r for r in part.to_dict("records") if r["status"] == "unavailable"]
+    tables: list[TableSpec] = []
+    if measured:
+        tables.append(TableSpec(
+            "Batch invariance",
+            ["implementation", "batch-invariant", "failed checks", "params repeatable", "backward", "source"],
+            [[Cell(r["implementation"]), _verdict_cell(r["batch_invariant"]), Cell(r["failed_checks"] or ""),
+              _verdict_cell(r["params_repeatable"]), Cell(fmt.tri(r["has_backward"])),
+              Cell(r["source"] or "")] for r in measured],
+            note="Bitwise comparison, no tolerance. params repeatable: n.a. when the implementation has no "
+                 "parameter gradients or they are not measured."))
+        tables.append(_accuracy_table(evidence, mode, part, measured))
+        tables.extend(_latency_table(size, part, measured) for size in sizes_of(evidence, mode))
+    if unavailable:
+        tables.append(TableSpec(
+            "Unavailable", ["implementation", "reason", "failed probe", "source"],
+            [[Cell(r["implementation"]), Cell(r["reason"]), Cell(_get(r, "failed_probe") or fmt.MISSING),
+              Cell(_get(r, "source") or fmt.MISSING)] for r in unavailable]))
+    return tables
+
+
+def _accuracy_table(evidence: Evidence, mode: str, part: pd.DataFrame, measured: list[dict]) -> TableSpec:
+    sizes = sizes_of(evidence, mode)
+    grads = grads_of(evidence, mode)
+    headers, groups = ["implementation"], [("", 1)]
+    keys: list[str] = []
+    for size in sizes:
+        cols = [(f"{size}/fwd_rel_err", "fwd")] + [(f"{size}/grad_{g}_err", f"grad {g}") for g in grads]
+        keys += [k for k, _ in cols]
+        headers += [h for _, h in cols]
+        groups.append((f"R = {size}", len(cols)))
+    rows = [[Cell(r["implementation"])] + [Cell(fmt.err(_get(r, k)), "num") for k in keys] for r in measured]
+    return TableSpec("Accuracy (relative error vs float64 reference)", headers, rows, groups,
+                     note="max|y - ref| / max|ref| on the same rounded inputs; — = not produced by the "
+                          "implementation.")
+
+
+def _latency_table(size: str, part: pd.DataFrame, measured: list[dict]) -> TableSpec:
+    # Each measured time sits next to its floor and fraction; net times share the fwd+bwd floor.
+    cols: list[tuple[str, str, Any]] = []
+    for stem, label in (("fwd", "fwd"), ("fwd_bwd", "fwd+bwd"), ("fwd_bwd_net", "fwd+bwd net")):
+        if stem == "fwd" or _has(part, f"{size}/{stem}_us"):
+            cols.append((f"{size}/{stem}_us", f"{label} µs", fmt.us))
+        if stem != "fwd_bwd_net" and _has(part, f"{size}/{stem}_floor_us"):
+            cols.append((f"{size}/{stem}_floor_us", f"{label} floor µs", fmt.us))
+        if _has(part, f"{size}/{stem}_floor_fraction"):
+            cols.append((f"{size}/{stem}_floor_fraction", f"{label} % of floor", fmt.floor_pct))
+    rows = [[Cell(r["implementation"])] + [Cell(f(_get(r, k)), "num") for k, _, f in cols] for r in measured]
+    note = "Median of CUDA-event samples, in microseconds."
+    if any("floor" in k for k, _, _ in cols):
+        note += (" % of floor = memory floor time / measured time (100% = moving the op's bytes at the "
+                 "measured copy bandwidth).")
+    if any("net" in k for k, _, _ in cols):
+        note += " net = forward+backward without per-step input setup."
+    return TableSpec(f"Latency at R = {size} rows", ["implementation"] + [h for _, h, _ in cols], rows,
+                     note=note, beside=True)
+
+
+def header_fields(evidence: Evidence) -> list[tuple[str, str]]:
+    env = evidence.environment
+    gpu = env.gpu or "none (CPU)"
+    if env.capability:
+        gpu += f" (sm {'.'.join(str(c) for c in env.capability)})"
+    commit = evidence.rl_kernel_commit or "unknown"
+    if evidence.tracked_tree_dirty:
+        commit += " (tracked tree dirty)"
+    fields = [("op", evidence.op), ("RFC", evidence.rfc), ("GPU", gpu), ("torch", env.torch),
+              ("CUDA", env.cuda or "none"), ("python", env.python), ("TF32", fmt.tri(env.tf32)),
+              ("copy bandwidth", fmt.bandwidth(env.copy_bandwidth_gbps)),
+              ("quick", "yes (reduced plan)" if evidence.quick else "no (full plan)"),
+              ("rl_kernel commit", commit), ("h3bench commit", evidence.h3bench_commit or "not recorded")]
+    optional = [("driver", env.driver), ("host", env.host), ("created (UTC)", evidence.created_utc),
+                ("command", evidence.command),
+                ("wall time", None if evidence.wall_s is None else f"{evidence.wall_s:.0f} s")]
+    return fields + [(k, v) for k, v in optional if v]
+
+
+def mode_summary(evidence: Evidence, mode: str) -> str:
+    rows = evidence.rows(mode)
+    measured = [n for n, r in rows.items() if isinstance(r, RowResult)]
+    invariant = [n for n in measured if rows[n].batch_invariance.batch_invariant]
+    text = f"{len(invariant)} of {len(measured)} measured implementations batch-invariant"
+    if invariant:
+        text += f" ({', '.join(invariant)})"
+    unavailable = len(rows) - len(measured)
+    return text + (f"; {unavailable} unavailable." if unavailable else ".")
+
+
+def _libraries(evidence: Evidence) -> str:
+    libs = evidence.environment.libraries
+    return ", ".join(f"{name} {version}" if version else f"{name} (absent)" for name, version in libs.items())
+
+
+# --- Markdown -----------------------------------------------------------------------------------------
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(table: TableSpec) -> str:
+    headers = list(table.headers)
+    if table.groups:
+        # Markdown has no spanning headers: prefix each column with its group instead.
+        labels = [label for label, span in table.groups for _ in range(span)]
+        headers = [f"{g}: {h}" if g else h for g, h in zip(labels, headers)]
+    lines = [f"### {table.title}", "", "| " + " | ".join(_md_escape(h) for h in headers) + " |",
+             "| " + " | ".join("---:" if c.cls == "num" else "---" for c in table.rows[0]) + " |"
+             if table.rows else "| " + " | ".join("---" for _ in headers) + " |"]
+    lines += ["| " + " | ".join(_md_escape(c.text) for c in row) + " |" for row in table.rows]
+    if table.note:
+        lines += ["", f"_{table.note}_"]
+    return "\n".join(lines)
+
+
+def render_markdown(evidence: Evidence, images: Optional[Mapping[str, str]] = None) -> str:
+    """`images` maps a caption to a relative path, linked after the tables."""
+    frame = build_table(evidence)
+    out = [f"# h3bench evidence: {evidence.op} on {evidence.environment.gpu or 'CPU'}", ""]
+    out += [f"- **{k}**: {_md_escape(v)}" for k, v in header_fields(evidence)]
+    out += [f"- **libraries**: {_md_escape(_libraries(evidence))}", ""]
+    for mode in evidence.results:
+        out += [f"## Mode `{mode}`", ""]
+        mode_env = evidence.environment.mode_environment.get(mode) or {}
+        if mode_env:
+            out += [f"Mode environment: `{_md_escape(str(mode_env))}`", ""]
+        out += [mode_summary(evidence, mode), ""]
+        for table in mode_tables(evidence, mode, frame):
+            out += [_md_table(table), ""]
+    for caption, path in (images or {}).items():
+        out += [f"![{caption}]({path})", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+# --- HTML ---------------------------------------------------------------------------------------------
+
+CSS = """
+body { font-family: -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; margin: 24px 32px;
+       color: #1d1d1f; font-size: 14px; line-height: 1.4; }
+h1 { font-size: 22px; margin-bottom: 8px; } h2 { font-size: 18px; margin-top: 28px; }
+h3 { font-size: 15px; margin: 20px 0 6px; }
+table { border-collapse: collapse; margin-bottom: 4px; }
+th, td { border: 1px solid #d0d0d5; padding: 3px 8px; text-align: left; vertical-align: top; }
+th { background: #f0f0f4; font-weight: 600; white-space: nowrap; }
+th.group { text-align: center; background: #e4e4ec; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; font-family: "DejaVu Sans Mono", monospace; }
+td.yes { background: #dff3e2; color: #14532d; font-weight: 600; }
+td.no { background: #fbe0e0; color: #7f1d1d; font-weight: 600; }
+td.na { background: #eeeeee; color: #555; }
+table.meta th { text-align: right; background: none; border: none; padding-right: 12px; white-space: nowrap; }
+div.beside { display: flex; flex-wrap: wrap; gap: 0 32px; align-items: flex-start; }
+p.summary { font-size: 15px; margin: 6px 0 4px; }
+table.meta td { border: none; font-family: "DejaVu Sans Mono", monospace; }
+p.note { color: #555; font-size: 12px; margin: 2px 0 12px; max-width: 1100px; }
+figure { margin: 16px 0; } figcaption { color: #555; font-size: 12px; }
+img { max-width: 100%; border: 1px solid #e0e0e0; }
+"""
+
+
+def _e(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def _html_table(table: TableSpec) -> str:
+    out = [f"<h3>{_e(table.title)}</h3>", "<table>"]
+    if table.groups:
+        out.append("<tr>" + "".join(f'<th class="group" colspan="{span}">{_e(label)}</th>'
+                                    for label, span in table.groups) + "</tr>")
+    out.append("<tr>" + "".join(f"<th>{_e(h)}</th>" for h in table.headers) + "</tr>")
+    for row in table.rows:
+        out.append("<tr>" + "".join(f'<td class="{c.cls}">{_e(c.text)}</td>' if c.cls else f"<td>{_e(c.text)}</td>"
+                                    for c in row) + "</tr>")
+    out.append("</table>")
+    if table.note:
+        out.append(f'<p class="note">{_e(table.note)}</p>')
+    return "\n".join(out)
+
+
+def _html_tables(tables: Sequence[TableSpec]) -> list[str]:
+    out: list[str] = []
+    run: list[str] = []
+    for table in tables:
+        if table.beside:
+            run.append(f"<div>{_html_table(table)}</div>")
+            continue
+        if run:
+            out.append('<div class="beside">' + "\n".join(run) + "</div>")
+            run = []
+        out.append(_html_table(table))
+    if run:
+        out.append('<div class="beside">' + "\n".join(run) + "</div>")
+    return out
+
+
+def _data_uri(image: Union[bytes, str]) -> str:
+    data = image if isinstance(image, bytes) else open(image, "rb").read()
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+
+
+def render_html(evidence: Evidence, images: Optional[Mapping[str, Union[bytes, str]]] = None) -> str:
+    """A self-contained page: inline CSS, PNGs (bytes or paths, keyed by caption) inlined as data URIs."""
+    frame = build_table(evidence)
+    title = f"h3bench evidence: {evidence.op} on {evidence.environment.gpu or 'CPU'}"
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{_e(title)}</title>",
+           f"<style>{CSS}</style></head><body>", f"<h1>{_e(title)}</h1>", '<table class="meta">']
+    out += [f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in header_fields(evidence)]
+    out += [f"<tr><th>libraries</th><td>{_e(_libraries(evidence))}</td></tr>", "</table>"]
+    for mode in evidence.results:
+        out.append(f"<h2>Mode <code>{_e(mode)}</code></h2>")
+        mode_env = evidence.environment.mode_environment.get(mode) or {}
+        if mode_env:
+            out.append(f'<p class="note">Mode environment: <code>{_e(str(mode_env))}</code></p>')
+        out.append(f'<p class="summary">{_e(mode_summary(evidence, mode))}</p>')
+        out += _html_tables(mode_tables(evidence, mode, frame))
+    if images:
+        out.append("<h2>Figures</h2>")
+    for caption, image in (images or {}).items():
+        out.append(f'<figure><img alt="{_e(caption)}" src="{_data_uri(image)}">'
+                   f"<figcaption>{_e(caption)}</figcaption></figure>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,101 @@
+"""The batch-invariance checks of one row, each as pass / fail / n.a., with the counts behind it.
+
+Shared by the table, the verdict grid and the comparison so the three never disagree on what failed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from harness.schema import RowResult
+
+
+class Status(str, Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    NA = "n.a."
+
+
+# Column order of the verdict grid; `batch_invariant` is the recorded overall verdict.
+CHECKS: tuple[str, ...] = ("all_rows fwd", "all_rows rowgrad", "params repeatable", "full_vs_sub", "sweep")
+GRID_CHECKS: tuple[str, ...] = CHECKS + ("batch_invariant",)
+
+# How a failed check is named in the "failed" column.
+FAILED_LABEL = {
+    "all_rows fwd": "all_rows fwd",
+    "all_rows rowgrad": "all_rows rowgrad",
+    "params repeatable": "params not repeatable",
+    "full_vs_sub": "full_vs_sub",
+    "sweep": "sweep",
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    short: str = ""  # "differ/total" for the counting checks, for cells too small for `detail`
+
+
+def _count(differ: int, total: int, unit: str) -> str:
+    return f"{differ}/{total} {unit} differ"
+
+
+def checks(row: RowResult) -> list[Check]:
+    """The five checks in `CHECKS` order."""
+    bi = row.batch_invariance
+    cases = bi.all_rows.values()
+    rows = sum(c.rows for c in cases)
+    fwd = sum(c.fwd_differ for c in cases)
+    rowgrad = sum(c.rowgrad_differ for c in cases)
+    out = [Check("all_rows fwd", Status.FAIL if fwd else Status.PASS, _count(fwd, rows, "rows"), f"{fwd}/{rows}")]
+    # A forward-only row records rowgrad counts of 0 without measuring anything: that is not a pass.
+    if not row.has_backward and rowgrad == 0:
+        out.append(Check("all_rows rowgrad", Status.NA, "no backward"))
+    else:
+        out.append(Check("all_rows rowgrad", Status.FAIL if rowgrad else Status.PASS,
+                         _count(rowgrad, rows, "rows"), f"{rowgrad}/{rows}"))
+    if bi.params_repeatable is None:
+        out.append(Check("params repeatable", Status.NA, "no parameter gradients measured"))
+    else:
+        out.append(Check("params repeatable", Status.PASS if bi.params_repeatable else Status.FAIL,
+                         "bitwise equal run to run" if bi.params_repeatable
+                         else "parameter gradients differ run to run"))
+    fvs = bi.full_vs_sub_batches
+    out.append(Check("full_vs_sub", Status.FAIL if (fvs.fwd_differ or fvs.rowgrad_differ) else Status.PASS,
+                     f"fwd {fvs.fwd_differ}, rowgrad {fvs.rowgrad_differ} of {fvs.sub_batches} sub-batches",
+                     f"{fvs.fwd_differ}+{fvs.rowgrad_differ}/{fvs.sub_batches}"))
+    sweep = bi.batch_size_sweep
+    detail = _count(sweep.differ, sweep.comparisons, "comparisons")
+    if sweep.first_failures:
+        f = sweep.first_failures[0]
+        detail += f", first at seed {f.seed}, batch {f.batch}, position {f.position}, row {f.row}"
+    out.append(Check("sweep", Status.FAIL if sweep.differ else Status.PASS, detail,
+                     f"{sweep.differ}/{sweep.comparisons}"))
+    return out
+
+
+def grid(row: RowResult) -> dict[str, Status]:
+    """Every column of the verdict grid, the recorded overall verdict last."""
+    cells = {c.name: c.status for c in checks(row)}
+    cells["batch_invariant"] = Status.PASS if row.batch_invariance.batch_invariant else Status.FAIL
+    return cells
+
+
+def failed(row: RowResult) -> list[Check]:
+    return [c for c in checks(row) if c.status is Status.FAIL]
+
+
+def failure_summary(row: RowResult) -> str:
+    """Which checks failed, with counts; empty when the row is batch-invariant and nothing failed."""
+    parts = []
+    for c in failed(row):
+        label = FAILED_LABEL[c.name]
+        parts.append(label if c.name == "params repeatable" else f"{label}: {c.detail}")
+    if not row.batch_invariance.batch_invariant and not parts:
+        # The recorded verdict is the contract; say so rather than invent a reason.
+        parts.append("recorded not invariant, no failing count")
+    if row.batch_invariance.batch_invariant and parts:
+        parts.append("but recorded invariant")
+    return "; ".join(parts)

@@ -1,0 +1,484 @@
+"""reports/: tables, plots, render_all, compare, merge and the command functions, on the prior-art file."""
+from __future__ import annotations
+
+import copy
+import json
+import struct
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from matplotlib import image as mpimg
+from rich.console import Console
+
+from harness import schema
+from harness.schema import Evidence, RowResult, SweepFailure, UnavailableRow
+from reports import commands, compare as cmp, merge as mrg, plots, render, table
+
+PRIOR_ART = Path("/work/shared/prior-art/norm_modulate_b200.json")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+REASON = "ImportError: No module named 'vllm._C' <sm_90a> | 'quoted'"
+
+
+def prior() -> Evidence:
+    return schema.load(PRIOR_ART)
+
+
+def with_unavailable(ev: Evidence) -> Evidence:
+    ev.results["plain"]["vllm"] = UnavailableRow(unavailable=REASON)
+    return ev
+
+
+def full_additive() -> Evidence:
+    """The prior art with every additive key set, an unavailable row, a failing row and a second mode."""
+    ev = prior()
+    ev.h3bench_commit, ev.created_utc, ev.command, ev.wall_s = "abc1234", "2025-12-02T14:00:00Z", "h3bench run", 812.5
+    ev.config = {"plan": "full"}
+    env = ev.environment
+    env.device, env.copy_bandwidth_gbps, env.copy_bandwidth_bytes = "cuda:0", 3850.0, 1 << 30
+    env.driver, env.host = "580.65", "gpu-node-1"
+    for row in ev.results["plain"].values():
+        assert isinstance(row, RowResult)
+        row.wall_s, row.probe_wall_s, row.timer = 12.0, {"all_rows": 3.0}, "cuda_event"
+        for size, r in row.accuracy_latency.items():
+            r.fwd_us_repeat = r.fwd_us * 1.01
+            r.fwd_floor_us = int(size) * 5376 * 2 * 2 / 3850e3
+            r.fwd_floor_fraction = r.fwd_floor_us / r.fwd_us
+            if row.has_backward:
+                r.fwd_bwd_net_us = r.fwd_bwd_us * 0.8
+                r.fwd_bwd_us_repeat = r.fwd_bwd_us * 0.99
+                r.fwd_bwd_net_us_repeat = r.fwd_bwd_net_us * 1.02
+                r.fwd_bwd_floor_us = r.fwd_floor_us * 3
+                r.fwd_bwd_floor_fraction = r.fwd_bwd_floor_us / r.fwd_bwd_us
+                r.fwd_bwd_net_floor_fraction = r.fwd_bwd_floor_us / r.fwd_bwd_net_us
+    ev.results["plain"]["vllm"] = UnavailableRow(unavailable=REASON, source="vLLM 0.30.0",
+                                                 failed_probe="load", wall_s=0.5)
+    env.mode_environment["compiled"] = {"torch_compile": True}
+    bad = copy.deepcopy(ev.results["plain"]["rl_kernel"])
+    bad.batch_invariance.batch_size_sweep.differ = 5
+    bad.batch_invariance.batch_size_sweep.first_failures = [SweepFailure(seed=3, batch=17, position=8, row=259)]
+    bad.batch_invariance.batch_invariant = False
+    ev.results["compiled"] = {"rl_kernel": bad}
+    return schema.from_json(schema.to_dict(ev))  # must still be a valid file
+
+
+def numbers(ev: Evidence) -> list[str]:
+    """Every measured number as the report displays it, formatted here independently of reports.fmt."""
+    out = []
+    for rows in ev.results.values():
+        for row in rows.values():
+            if not isinstance(row, RowResult):
+                continue
+            for r in row.accuracy_latency.values():
+                out.append(f"{r.fwd_rel_err:.2e}")
+                out += [f"{v:.2e}" for v in (r.grad_rel_err or {}).values()]
+                out += [f"{v:.1f}" for v in (r.fwd_us, r.fwd_bwd_us, r.fwd_bwd_net_us) if v is not None]
+                out += [f"{v * 100:.0f}%" for v in (r.fwd_floor_fraction, r.fwd_bwd_floor_fraction,
+                                                    r.fwd_bwd_net_floor_fraction) if v is not None]
+    return out
+
+
+class Tables(HTMLParser):
+    """Collects the text of every <td>/<th> per <tr>, and every <img src>/<link>/<script>."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self.srcs: list[str] = []
+        self.external: list[str] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+        elif tag == "img":
+            self.srcs.append(attrs.get("src", ""))
+        if tag in ("link", "script") or any(str(v).startswith(("http:", "https:", "//")) for v in attrs.values()):
+            self.external.append(tag)
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.rows[-1].append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def parse(html_text: str) -> Tables:
+    parser = Tables()
+    parser.feed(html_text)
+    return parser
+
+
+# --- tables -------------------------------------------------------------------------------------------
+
+def test_frame_has_one_row_per_mode_and_implementation():
+    ev = full_additive()
+    frame = table.build_table(ev)
+    assert list(zip(frame["mode"], frame["implementation"])) == [
+        (m, n) for m, rows in ev.results.items() for n in rows]
+    rl = frame[(frame["mode"] == "plain") & (frame["implementation"] == "rl_kernel")].iloc[0]
+    assert rl["32768/grad_sc_err"] == ev.results["plain"]["rl_kernel"].accuracy_latency["32768"].grad_rel_err["sc"]
+    assert rl["4097/fwd_bwd_net_floor_fraction"] > 0
+    assert frame[frame["implementation"] == "vllm"].iloc[0]["reason"] == REASON
+    # The prior art has no net times or floors: no such columns.
+    assert not [c for c in table.build_table(prior()).columns if "floor" in c or "net" in c]
+
+
+def test_markdown_prior_art_has_every_row_reason_and_number():
+    ev = with_unavailable(prior())
+    md = table.render_markdown(ev)
+    for name in ev.results["plain"]:
+        assert f"| {name} |" in md
+    assert REASON.replace("|", "\\|") in md
+    for number in numbers(ev):
+        assert number in md, number
+    for text in ("norm_modulate", "NVIDIA B200", "2.13.0+cu130", "copy bandwidth**: not measured",
+                 "quick**: no", "ee83dec6bed474647ad11e99f038a3c02fd75183"):
+        assert text in md
+
+
+def _row(tables: Tables, title_first_cell: str, header_contains: str) -> list[list[str]]:
+    """The body rows of the first table whose header row contains `header_contains`."""
+    for i, row in enumerate(tables.rows):
+        if row and row[0] == title_first_cell and header_contains in row:
+            body = []
+            for r in tables.rows[i + 1:]:
+                if not r or r[0] == title_first_cell or (len(r) == 1):
+                    break
+                body.append(r)
+            return body
+    raise AssertionError(f"no table with header {header_contains!r}")
+
+
+def test_html_prior_art_cells_hold_every_row_and_number():
+    ev = with_unavailable(prior())
+    parsed = parse(table.render_html(ev))
+    assert not parsed.external
+    cells = {c for row in parsed.rows for c in row}
+    for name in ev.results["plain"]:
+        assert name in cells
+    assert REASON in cells  # escaped on the way in, unescaped by the parser: the same text
+    accuracy = {r[0]: r[1:] for r in _row(parsed, "implementation", "grad sc")}
+    for name, row in ev.results["plain"].items():
+        if not isinstance(row, RowResult):
+            continue
+        expected = []
+        for size in ("4097", "32768"):
+            r = row.accuracy_latency[size]
+            grads = r.grad_rel_err or {}
+            expected += [f"{r.fwd_rel_err:.2e}"] + [f"{grads[g]:.2e}" if g in grads else "—"
+                                                     for g in ("x", "w", "sh", "sc")]
+        assert accuracy[name] == expected, name
+    latency = [r for r in parsed.rows if r and r[0] in ev.results["plain"] and len(r) == 3]
+    for name, row in ev.results["plain"].items():
+        if isinstance(row, RowResult):
+            for size in ("4097", "32768"):
+                r = row.accuracy_latency[size]
+                want = [name, f"{r.fwd_us:.1f}", "—" if r.fwd_bwd_us is None else f"{r.fwd_bwd_us:.1f}"]
+                assert want in latency, want
+    meta = {r[0]: r[1] for r in parsed.rows if len(r) == 2}
+    assert meta["GPU"] == "NVIDIA B200 (sm 10.0)" and meta["torch"] == "2.13.0+cu130"
+    assert meta["copy bandwidth"] == "not measured" and meta["quick"].startswith("no")
+    assert meta["rl_kernel commit"].startswith("ee83dec6")
+
+
+def test_html_full_additive_shows_floors_net_and_modes():
+    ev = full_additive()
+    parsed = parse(table.render_html(ev))
+    cells = {c for row in parsed.rows for c in row}
+    for number in numbers(ev):
+        assert number in cells, number
+    assert {"fwd+bwd net µs", "fwd % of floor", "fwd+bwd % of floor", "fwd+bwd net % of floor"} <= cells
+    meta = {r[0]: r[1] for r in parsed.rows if len(r) == 2}
+    assert meta["copy bandwidth"] == "3850 GB/s" and meta["h3bench commit"] == "abc1234"
+    assert "load" in cells and "vLLM 0.30.0" in cells
+    # The failing compiled row names its failed check with the count and the first failure.
+    assert any(c.startswith("sweep: 5/2256 comparisons differ, first at seed 3, batch 17, position 8, row 259") for c in cells)
+
+
+@pytest.mark.parametrize("breaks, label", [
+    (lambda bi: setattr(bi.all_rows["257"], "fwd_differ", 3), "all_rows fwd: 3/7107 rows differ"),
+    (lambda bi: setattr(bi.all_rows["64"], "rowgrad_differ", 1), "all_rows rowgrad: 1/7107 rows differ"),
+    (lambda bi: setattr(bi, "params_repeatable", False), "params not repeatable"),
+    (lambda bi: setattr(bi.full_vs_sub_batches, "rowgrad_differ", 2), "full_vs_sub: fwd 0, rowgrad 2 of 2124"),
+    (lambda bi: setattr(bi.batch_size_sweep, "differ", 4), "sweep: 4/2256 comparisons differ"),
+])
+def test_failed_check_is_named(breaks, label):
+    ev = prior()
+    bi = ev.results["plain"]["rl_kernel"].batch_invariance
+    breaks(bi)
+    bi.batch_invariant = False
+    frame = table.build_table(ev)
+    failed = frame[frame["implementation"] == "rl_kernel"].iloc[0]["failed_checks"]
+    assert failed.startswith(label)
+    assert frame[frame["implementation"] == "torch_rms_norm"].iloc[0]["failed_checks"] == ""
+
+
+# --- plots and render_all -------------------------------------------------------------------------------
+
+def _assert_png(path: Path) -> None:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC and data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    assert width > 200 and height > 100
+    assert mpimg.imread(path).shape[:2] == (height, width)  # decodes fully
+
+
+@pytest.mark.parametrize("make", [prior, full_additive])
+def test_plots_are_valid_pngs(make, tmp_path):
+    ev = make()
+    for draw in (plots.plot_latency, plots.plot_accuracy, plots.plot_verdicts):
+        _assert_png(draw(ev, tmp_path / f"{draw.__name__}.png"))
+
+
+def test_plots_of_a_file_with_only_unavailable_rows(tmp_path):
+    ev = prior()
+    ev.results["plain"] = {"x": UnavailableRow(unavailable="RuntimeError: no GPU")}
+    for draw in (plots.plot_latency, plots.plot_accuracy, plots.plot_verdicts):
+        _assert_png(draw(ev, tmp_path / f"{draw.__name__}.png"))
+
+
+@pytest.mark.parametrize("make", [prior, full_additive])
+def test_render_all_writes_five_files(make, tmp_path):
+    src = tmp_path / "in" / "ev.json"
+    schema.save(make(), src)
+    paths = render.render_all(src)
+    assert [p.name for p in paths] == ["ev.md", "ev.html", "ev_latency.png", "ev_accuracy.png", "ev_verdicts.png"]
+    assert all(p.parent == src.parent for p in paths)
+    for p in paths[2:]:
+        _assert_png(p)
+    parsed = parse(paths[1].read_text())
+    assert len(parsed.srcs) == 3 and all(s.startswith("data:image/png;base64,") for s in parsed.srcs)
+    assert "ev_latency.png" in paths[0].read_text()
+    out = render.render_all(src, tmp_path / "elsewhere")
+    assert all(p.parent == tmp_path / "elsewhere" for p in out)
+
+
+def test_render_all_on_the_prior_art_itself(tmp_path):
+    paths = render.render_all(PRIOR_ART, tmp_path)
+    assert paths[0].name == "norm_modulate_b200.md" and len(paths) == 5
+
+
+# --- compare ------------------------------------------------------------------------------------------
+
+def kinds(comparison: cmp.Comparison) -> list[tuple[str, str]]:
+    return [(r.row, r.kind) for r in comparison.regressions]
+
+
+def test_compare_no_change_has_no_regression(tmp_path):
+    comparison = cmp.compare(prior(), prior())
+    assert comparison.regressions == [] and not comparison.has_regression
+    assert all(q.ratio == 1.0 for c in comparison.rows for q in c.latency + c.errors)
+    assert len(comparison.rows) == 7 and all(c.status == "compared" for c in comparison.rows)
+    console = Console(file=open(tmp_path / "out.txt", "w"), width=160)
+    assert commands.compare_files(PRIOR_ART, PRIOR_ART, console=console) == 0
+
+
+@pytest.mark.parametrize("verdict", ["batch_invariant", "params_repeatable"])
+def test_compare_verdict_lost_is_a_regression(verdict):
+    new = prior()
+    setattr(new.results["plain"]["rl_kernel"].batch_invariance, verdict, False)
+    comparison = cmp.compare(prior(), new)
+    assert kinds(comparison) == [("rl_kernel", "verdict")]
+    assert verdict in comparison.regressions[0].message
+
+
+def test_compare_verdict_gained_is_a_flip_not_a_regression():
+    new = prior()
+    new.results["plain"]["diffusers"].batch_invariance.batch_invariant = True
+    comparison = cmp.compare(prior(), new)
+    assert comparison.regressions == []
+    flips = [f for c in comparison.rows for f in c.flips]
+    assert flips == [cmp.VerdictFlip("batch_invariant", False, True, regression=False)]
+
+
+def test_compare_row_became_unavailable_or_missing():
+    new = prior()
+    new.results["plain"]["liger"] = UnavailableRow(unavailable="ImportError: no liger")
+    del new.results["plain"]["sglang"]
+    new.results["plain"]["brand_new"] = copy.deepcopy(new.results["plain"]["rl_kernel"])
+    comparison = cmp.compare(prior(), new)
+    assert kinds(comparison) == [("liger", "unavailable"), ("sglang", "missing")]
+    assert "no liger" in comparison.regressions[0].message
+    assert [c.row for c in comparison.new_rows] == ["brand_new"]
+    assert {c.row for c in comparison.lost_rows} == {"liger", "sglang"}
+    relaxed = cmp.compare(prior(), new, cmp.Thresholds(allow_missing_rows=True))
+    assert kinds(relaxed) == [("liger", "unavailable")]
+
+
+@pytest.mark.parametrize("factor, regressed", [(1.6, True), (1.4, False)])
+def test_compare_error_growth_against_the_factor(factor, regressed):
+    new = prior()
+    r = new.results["plain"]["rl_kernel"].accuracy_latency["32768"]
+    r.grad_rel_err["sh"] *= factor
+    comparison = cmp.compare(prior(), new, cmp.Thresholds(error_factor=1.5))
+    assert kinds(comparison) == ([("rl_kernel", "error")] if regressed else [])
+    q = next(q for c in comparison.rows for q in c.errors if c.row == "rl_kernel" and q.name == "32768 grad sh")
+    assert q.ratio == pytest.approx(factor)
+
+
+def test_compare_error_factor_default_and_configurable():
+    new = prior()
+    new.results["plain"]["liger"].accuracy_latency["4097"].fwd_rel_err *= 1.45
+    assert cmp.compare(prior(), new).regressions == []  # default 1.5
+    assert kinds(cmp.compare(prior(), new, cmp.Thresholds(error_factor=1.2))) == [("liger", "error")]
+
+
+def test_compare_lost_gradient_is_a_regression():
+    new = prior()
+    del new.results["plain"]["rl_kernel"].accuracy_latency["4097"].grad_rel_err["sc"]
+    assert kinds(cmp.compare(prior(), new)) == [("rl_kernel", "lost_gradient")]
+
+
+@pytest.mark.parametrize("slowdown, regressed", [(0.15, True), (0.05, False)])
+def test_compare_latency_against_the_noise_threshold(slowdown, regressed):
+    new = prior()
+    new.results["plain"]["torch_rms_norm"].accuracy_latency["4097"].fwd_bwd_us *= 1 + slowdown
+    comparison = cmp.compare(prior(), new, cmp.Thresholds(latency_noise=0.10))
+    assert kinds(comparison) == ([("torch_rms_norm", "latency")] if regressed else [])
+    # Faster is never a regression, however much faster.
+    faster = prior()
+    faster.results["plain"]["torch_rms_norm"].accuracy_latency["4097"].fwd_us /= 3
+    assert cmp.compare(prior(), faster).regressions == []
+
+
+def test_compare_latency_uses_the_one_default_constant(monkeypatch):
+    new = prior()
+    new.results["plain"]["sglang"].accuracy_latency["32768"].fwd_us *= 1 + cmp.LATENCY_NOISE + 0.01
+    assert kinds(cmp.compare(prior(), new)) == [("sglang", "latency")]
+
+
+def test_compare_latency_not_judged_across_gpus():
+    new = prior()
+    new.environment.gpu = "NVIDIA H200"
+    new.results["plain"]["rl_kernel"].accuracy_latency["4097"].fwd_us *= 2
+    comparison = cmp.compare(prior(), new)
+    assert comparison.regressions == [] and not comparison.latency_compared
+    assert any("different GPUs" in n for n in comparison.notes)
+
+
+def test_compare_files_exit_status_and_markdown(tmp_path):
+    new = prior()
+    new.results["plain"]["rl_kernel"].batch_invariance.batch_invariant = False
+    new.results["plain"]["liger"].accuracy_latency["4097"].fwd_us *= 2
+    path = schema.save(new, tmp_path / "new.json")
+    out = tmp_path / "console.txt"
+    with open(out, "w") as handle:
+        status = commands.compare_files(PRIOR_ART, path, markdown_out=tmp_path / "cmp.md",
+                                        console=Console(file=handle, width=200))
+    assert status == 1
+    text = out.read_text()
+    assert "2 regression(s)" in text and "[plain] rl_kernel: batch_invariant True -> False" in text
+    md = (tmp_path / "cmp.md").read_text()
+    assert "## Regressions (2)" in md and "liger 4097 fwd_us 90.2 -> 180.3 µs (2.00x" in md
+    assert cmp.render_comparison(cmp.compare(prior(), prior())).count("| compared |") == 7
+
+
+def test_compare_files_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        commands.compare_files(PRIOR_ART, tmp_path / "nope.json")
+
+
+# --- merge --------------------------------------------------------------------------------------------
+
+def split(ev: Evidence, names: list[str]) -> tuple[Evidence, Evidence]:
+    a, b = copy.deepcopy(ev), copy.deepcopy(ev)
+    a.results = {"plain": {n: r for n, r in ev.results["plain"].items() if n in names}}
+    b.results = {"plain": {n: r for n, r in ev.results["plain"].items() if n not in names}}
+    return a, b
+
+
+def test_merge_two_partial_runs_restores_every_row(tmp_path):
+    a, b = split(prior(), ["diffusers", "liger", "rl_kernel"])
+    a.environment.libraries["sglang"] = None  # the run without sglang had it absent
+    b.environment.mode_environment["compiled"] = {"torch_compile": True}
+    b.results["compiled"] = {"rl_kernel": copy.deepcopy(prior().results["plain"]["rl_kernel"])}
+    merged = mrg.merge(a, b)
+    assert {n: schema.to_dict(r) for n, r in merged.results["plain"].items()} == \
+        {n: schema.to_dict(r) for n, r in prior().results["plain"].items()}
+    assert set(merged.environment.mode_environment) == {"plain", "compiled"}
+    assert merged.environment.libraries["sglang"] == "0.5.21"
+    schema.from_json(schema.to_dict(merged))
+    pa, pb = schema.save(a, tmp_path / "a.json"), schema.save(b, tmp_path / "b.json")
+    out = commands.merge_files([pa, pb], tmp_path / "merged.json")
+    assert len(schema.load(out).results["plain"]) == 7 and "compiled" in schema.load(out).results
+
+
+def test_merge_same_row_with_same_data_is_kept_once():
+    a, b = split(prior(), ["diffusers"])
+    b.results["plain"]["diffusers"] = copy.deepcopy(a.results["plain"]["diffusers"])
+    assert len(mrg.merge(a, b).results["plain"]) == 7
+
+
+def _refuse(a: Evidence, b: Evidence, match: str) -> None:
+    with pytest.raises(mrg.MergeError, match=match):
+        mrg.merge(a, b)
+
+
+def test_merge_refuses_different_gpu():
+    a, b = split(prior(), ["diffusers"])
+    b.environment.gpu = "NVIDIA H200"
+    _refuse(a, b, r"environment\.gpu differs \('NVIDIA B200' vs 'NVIDIA H200'\)")
+
+
+def test_merge_refuses_different_torch():
+    a, b = split(prior(), ["diffusers"])
+    b.environment.torch = "2.12.0+cu128"
+    _refuse(a, b, "environment.torch differs")
+
+
+def test_merge_refuses_different_op_or_plan():
+    a, b = split(prior(), ["diffusers"])
+    b.op = "other_op"
+    _refuse(a, b, "op differs")
+    a, b = split(prior(), ["diffusers"])
+    b.quick = True
+    _refuse(a, b, "quick differs")
+
+
+def test_merge_refuses_different_mode_environment():
+    a, b = split(prior(), ["diffusers"])
+    b.environment.mode_environment["plain"] = {"torch_compile": True}
+    _refuse(a, b, "mode 'plain' has a different mode_environment")
+
+
+def test_merge_refuses_conflicting_row():
+    a, b = split(prior(), ["diffusers"])
+    row = copy.deepcopy(a.results["plain"]["diffusers"])
+    row.accuracy_latency["4097"].fwd_us = 99.0
+    b.results["plain"]["diffusers"] = row
+    _refuse(a, b, r"row plain/diffusers is in both files with different data "
+                  r"\(first difference at accuracy_latency\.4097\.fwd_us")
+
+
+def test_merge_files_errors(tmp_path):
+    with pytest.raises(ValueError, match="at least two"):
+        commands.merge_files([PRIOR_ART], tmp_path / "m.json")
+    with pytest.raises(FileNotFoundError):
+        commands.merge_files([PRIOR_ART, tmp_path / "missing.json"], tmp_path / "m.json")
+    bad = tmp_path / "bad.json"
+    data = json.loads(PRIOR_ART.read_text())
+    del data["environment"]["torch"]
+    bad.write_text(json.dumps(data))
+    with pytest.raises(schema.SchemaError, match="torch"):
+        commands.merge_files([PRIOR_ART, bad], tmp_path / "m.json")
+    assert not (tmp_path / "m.json").exists()
+
+
+# --- report command -----------------------------------------------------------------------------------
+
+def test_report_command(tmp_path, capsys):
+    src = schema.save(full_additive(), tmp_path / "run.json")
+    paths = commands.report(src, None, quiet=True)
+    assert len(paths) == 5 and capsys.readouterr().out == ""
+    commands.report(src, tmp_path / "out", quiet=False, console=Console(file=open(tmp_path / "log", "w")))
+    log = (tmp_path / "log").read_text()
+    assert "plain: 5 of 7 measured implementations batch-invariant" in log and "compiled: 0 of 1" in log
+    with pytest.raises(FileNotFoundError):
+        commands.report(tmp_path / "absent.json", None, quiet=True)
