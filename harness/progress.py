@@ -38,6 +38,7 @@ class RichObserver:
         self.progress.advance(self.task, n)
 
     def row_finished(self, mode: str, name: str, row) -> None:
+        self.progress.stop_task(self.task)  # an unavailable row's clock must not run on
         if isinstance(row, UnavailableRow):
             where = f" in {row.failed_probe}" if row.failed_probe else ""
             self.progress.update(self.task, description=f"{self.label}: unavailable{where}")

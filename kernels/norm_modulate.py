@@ -32,6 +32,7 @@ All arithmetic is fp32; every output is rounded once, to nearest even, at its st
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Optional
@@ -199,9 +200,11 @@ def segment_plan(idx: torch.Tensor, table_rows: int, chunk: int) -> SegmentPlan:
     k_p2 = triton.next_power_of_2(table_rows + 2)
     block = max(1024, triton.next_power_of_2(triton.cdiv(rows, PLAN_MAX_BLOCKS)))
     n_blocks = triton.cdiv(rows, block)
-    counts = torch.empty((n_blocks, k_p2), dtype=torch.int32, device=device)
-    perm = torch.empty((rows,), dtype=torch.int32, device=device)
-    bounds = torch.empty((2, k_p2), dtype=torch.int32, device=device)
+    # One allocation for counts, perm and the two bound vectors: each tensor op costs host time.
+    scratch = torch.empty((n_blocks * k_p2 + rows + 2 * k_p2,), dtype=torch.int32, device=device)
+    counts = scratch[:n_blocks * k_p2]
+    perm = scratch[n_blocks * k_p2:n_blocks * k_p2 + rows]
+    bounds = scratch[n_blocks * k_p2 + rows:].view(2, k_p2)
     _plan_count_kernel[(n_blocks,)](idx, counts, rows, table_rows, BLOCK=block, K_P2=k_p2, num_warps=8)
     _plan_scatter_kernel[(n_blocks,)](idx, counts, perm, bounds[0], bounds[1], rows, table_rows, n_blocks, chunk,
                                       BLOCK=block, K_P2=k_p2, NB_P2=triton.next_power_of_2(n_blocks), num_warps=8)
@@ -357,11 +360,16 @@ def forward(x2d: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tens
     return y, rstd
 
 
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
 def backward_chunk(rows: int, cfg: BlockConfig, device: torch.device) -> int:
     """Rows per backward program: about PROGRAMS_PER_SM programs per SM, a whole number of tiles."""
     if device.type != "cuda":
         return triton.cdiv(rows, cfg.rows) * cfg.rows  # interpreter: one program per segment
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
     per_program = triton.cdiv(rows, PROGRAMS_PER_SM * sms)
     return max(cfg.rows, triton.cdiv(per_program, cfg.rows) * cfg.rows)
 
@@ -377,8 +385,7 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
                 torch.zeros((table_rows, hidden), dtype=sc.dtype, device=device))
     cfg = block_config(hidden)
     plan = segment_plan(idx, table_rows, backward_chunk(rows, cfg, device))
-    partial_d = torch.empty((plan.programs, hidden), dtype=torch.float32, device=device)
-    partial_s = torch.empty_like(partial_d)
+    partial_d, partial_s = torch.empty((2, plan.programs, hidden), dtype=torch.float32, device=device)
     args = (x2d, dy, dx, w, sc, rstd, plan.perm, plan.seg_start, plan.chunk_start, partial_d, partial_s,
             rows, hidden, table_rows, x2d.stride(0), dy.stride(0), dx.stride(0), sc.stride(0), plan.chunk)
     k_p2 = triton.next_power_of_2(table_rows + 2)
@@ -391,8 +398,11 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
     if not need_params:
         return dx, None, None, None
     dw = torch.empty_like(w)
-    dsh = torch.empty((table_rows, hidden), dtype=sh_dtype, device=device)
-    dsc = torch.empty((table_rows, hidden), dtype=sc.dtype, device=device)
+    if sh_dtype == sc.dtype:
+        dsh, dsc = torch.empty((2, table_rows, hidden), dtype=sc.dtype, device=device)
+    else:
+        dsh = torch.empty((table_rows, hidden), dtype=sh_dtype, device=device)
+        dsc = torch.empty((table_rows, hidden), dtype=sc.dtype, device=device)
     _bwd_params_kernel[(triton.cdiv(hidden, PARAM_COLS),)](
         partial_d, partial_s, plan.chunk_start, w, sc, dw, dsh, dsc, hidden, table_rows, sc.stride(0),
         dsh.stride(0), dsc.stride(0), BLOCK_C=PARAM_COLS, P_TILE=PARAM_TILE, BY_HAND=_by_hand(), num_warps=4)
