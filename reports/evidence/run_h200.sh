@@ -4,6 +4,8 @@
 # wheels (adapters/COMPETITORS.md); when the seven big pieces were stashed in /root/devpkgs by earlier
 # calls it also installs them and builds Transformer Engine's torch extension. Then it checks our kernel
 # on the GPU, times it, runs the full plan and renders the reports. Everything lands in $OUT.
+# Call it as `H3BENCH_COMMIT=<sha> bash reports/evidence/run_h200.sh`: the machine gets the working
+# tree without its history, so the evidence file can only name the commit it is told.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/h3bench-out}
