@@ -11,8 +11,9 @@ wide row already fills a program and the work that matters there is keeping memo
 
 Reduction orders (the point of this kernel: change them only with the probes rerun):
 
-* Per row, forward and dx: the sums over H are one `tl.sum` over the row's BLOCK_H-wide block
-  (axis 1 of the [ROWS, BLOCK_H] tile for narrow rows, the whole vector for wide rows). Each thread
+* Per row, forward and dx: each sum over H is a `tl.sum` over the row's block (axis 1 of the
+  [ROWS, BLOCK_H] tile for narrow rows; for wide rows, the forward's sum of squares is the sum over
+  the first HEAD columns plus the sum over the rest, and dx's sum is over one BLOCK_H vector). Each thread
   adds its own contiguous elements left to right, lanes combine by butterfly shuffles, warps through
   shared memory. The tile shape and warp count depend on H only, and every row of a tile has the same
   layout, so nothing in that tree depends on the batch, the grid or the row's position: a row's y and
@@ -120,24 +121,38 @@ def _fwd_tile_kernel(X, W, SH, SC, IDX, Y, RSTD, n_rows, H: tl.constexpr, M, str
         tl.store(RSTD + rows, rstd, mask=row_ok)
 
 
+@triton.jit
+def _modulate_store(Y, W, SH, SC, row, m, cols, x, rstd, H: tl.constexpr, stride_y, stride_sh, stride_sc,
+                    BY_HAND: tl.constexpr):
+    ok = cols < H
+    w = tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
+    sc = tl.load(SC + m * stride_sc + cols, mask=ok, other=0.0).to(tl.float32)
+    sh = tl.load(SH + m * stride_sh + cols, mask=ok, other=0.0).to(tl.float32)
+    y = (x * rstd) * (w * (1.0 + sc)) + sh
+    tl.store(Y + row * stride_y + cols, _rounded(y, Y.dtype.element_ty, BY_HAND), mask=ok)
+
+
 @triton.jit(do_not_specialize=["n_rows"])
 def _fwd_row_kernel(X, W, SH, SC, IDX, Y, RSTD, n_rows, H: tl.constexpr, M, stride_x, stride_y, stride_sh,
-                    stride_sc, eps, BLOCK_H: tl.constexpr, SAVE_RSTD: tl.constexpr, BY_HAND: tl.constexpr):
-    """Wide rows: one row per program. Simple on purpose: grouping rows by table row to keep sh and
-    sc in registers measured no faster (213 us against 191 us at R = 32768: kernels/NOTES.md)."""
+                    stride_sc, eps, HEAD: tl.constexpr, TAIL: tl.constexpr, SAVE_RSTD: tl.constexpr,
+                    BY_HAND: tl.constexpr):
+    """Wide rows: one row per program, held as a HEAD-wide block (the largest power of two <= H; its
+    mask folds away at compile time) and a TAIL-wide block for the rest, so H = 5376 computes on 4096 + 2048 lanes instead of 8192.
+    Sum of squares: the HEAD block's tl.sum, plus the TAIL block's tl.sum, in that order. Simple on
+    purpose: grouping rows by table row to keep sh and sc in registers measured no faster
+    (213 us against 191 us at R = 32768: kernels/NOTES.md)."""
     row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_H)
-    col_ok = cols < H
     seg = _segment(tl.load(IDX + row), row < n_rows, M)
     m = tl.minimum(seg, M - 1).to(tl.int64)
-    x = tl.load(X + row * stride_x + cols, mask=col_ok, other=0.0).to(tl.float32)
-    w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
-    sc = tl.load(SC + m * stride_sc + cols, mask=col_ok, other=0.0).to(tl.float32)
-    sh = tl.load(SH + m * stride_sh + cols, mask=col_ok, other=0.0).to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / H + eps)
-    y = (x * rstd) * (w * (1.0 + sc)) + sh
-    y = tl.where(seg < M, y, float("nan"))
-    tl.store(Y + row * stride_y + cols, _rounded(y, Y.dtype.element_ty, BY_HAND), mask=col_ok)
+    head = tl.arange(0, HEAD)
+    tail = HEAD + tl.arange(0, TAIL)
+    x_head = tl.load(X + row * stride_x + head, mask=head < H, other=0.0).to(tl.float32)  # mask folds away
+    x_tail = tl.load(X + row * stride_x + tail, mask=tail < H, other=0.0).to(tl.float32)
+    ss = tl.sum(x_head * x_head, axis=0) + tl.sum(x_tail * x_tail, axis=0)
+    rstd = 1.0 / tl.sqrt(ss / H + eps)
+    rstd = tl.where(seg < M, rstd, float("nan"))  # a bad index makes the whole row NaN
+    _modulate_store(Y, W, SH, SC, row, m, head, x_head, rstd, H, stride_y, stride_sh, stride_sc, BY_HAND)
+    _modulate_store(Y, W, SH, SC, row, m, tail, x_tail, rstd, H, stride_y, stride_sh, stride_sc, BY_HAND)
     if SAVE_RSTD:
         tl.store(RSTD + row, rstd)
 
@@ -344,14 +359,17 @@ def forward(x2d: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tens
             eps: float, save_rstd: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     rows, hidden = x2d.shape
     y = torch.empty((rows, hidden), dtype=x2d.dtype, device=x2d.device)
-    rstd = torch.empty((rows if save_rstd else 0,), dtype=torch.float32, device=x2d.device)
+    # Without a backward, rstd is never written (SAVE_RSTD is a constexpr): y stands in for its pointer.
+    rstd = torch.empty((rows,), dtype=torch.float32, device=x2d.device) if save_rstd else y
     if rows == 0:
         return y, rstd
     cfg = block_config(hidden)
     args = (x2d, w, sh, sc, idx, y, rstd, rows, hidden, sh.shape[0], x2d.stride(0), y.stride(0), sh.stride(0),
             sc.stride(0), eps)
     if cfg.wide:
-        _fwd_row_kernel[(rows,)](*args, BLOCK_H=cfg.block_h, SAVE_RSTD=save_rstd, BY_HAND=_by_hand(),
+        head = 1 << (hidden.bit_length() - 1)
+        tail = triton.next_power_of_2(max(1, hidden - head))
+        _fwd_row_kernel[(rows,)](*args, HEAD=head, TAIL=tail, SAVE_RSTD=save_rstd, BY_HAND=_by_hand(),
                                  num_warps=cfg.fwd_warps)
     else:
         _fwd_tile_kernel[(triton.cdiv(rows, cfg.rows),)](*args, BLOCK_H=cfg.block_h, ROWS=cfg.rows,

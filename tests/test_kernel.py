@@ -140,7 +140,7 @@ def test_bad_input_names_the_argument(device, change, error, match):
         norm_modulate(args["x"], args["w"], args["sh"], args["sc"], args["idx"])
 
 
-@pytest.mark.parametrize("hidden,rows", [(2048, 9), (3000, 20)])
+@pytest.mark.parametrize("hidden,rows", [(2048, 9), (3000, 20), (5376, 6)])
 def test_wide_rows_path(device, hidden, rows):
     """H with BLOCK_H >= WIDE_FROM takes the per-row forward and the row-at-a-time backward."""
     from kernels.norm_modulate import block_config
