@@ -6,20 +6,16 @@ gradients come from index_select's backward (an atomic scatter-add), as in the R
 """
 from __future__ import annotations
 
-from importlib import metadata
 
 import torch
 
-from harness.adapter import Adapter, Loaded
+from harness.adapter import Adapter, Loaded, installed_version
 
 MODULE = "liger_kernel.ops.modulated_rms_norm"
 
 
 def liger_version() -> str:
-    try:
-        return metadata.version("liger-kernel")
-    except metadata.PackageNotFoundError:
-        return "(version unknown)"
+    return installed_version("liger-kernel")
 
 
 def load_liger_function():

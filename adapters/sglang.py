@@ -6,23 +6,16 @@ Note its argument order: scale before shift.
 """
 from __future__ import annotations
 
-from importlib import metadata
 
 import torch
 
-from harness.adapter import Adapter, Loaded
+from harness.adapter import Adapter, Loaded, installed_version
 
 MODULE = "sglang.kernels.ops.diffusion.norm.scale_residual_norm_cutedsl"
 # fused_norm_scale_shift imports this on every call (a Blackwell-only LayerNorm fast path that
 # declines RMSNorm); importing it here keeps that import out of the timed calls.
 CALL_TIME_MODULE = "sglang.kernels.kda_kernels.norm_scale_shift_jit"
 
-
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "(version unknown)"
 
 
 def _load(device: torch.device) -> Loaded:
@@ -39,8 +32,8 @@ def _load(device: torch.device) -> Loaded:
         return fused_norm_scale_shift(x[None], w, None, scale[None], shift[None], "rms", eps)[0]
 
     return Loaded(fn=fn, source=(
-        f"SGLang {_version('sglang')} fused_norm_scale_shift (forward only; CuTe DSL, "
-        f"nvidia-cutlass-dsl {_version('nvidia-cutlass-dsl-libs-base')}; rows pre-gathered with "
+        f"SGLang {installed_version('sglang')} fused_norm_scale_shift (forward only; CuTe DSL, "
+        f"nvidia-cutlass-dsl {installed_version('nvidia-cutlass-dsl-libs-base')}; rows pre-gathered with "
         f"index_select)"))
 
 

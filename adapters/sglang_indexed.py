@@ -6,20 +6,13 @@ contiguous and the two tables must share a layout (the chunk views of one [M, 6H
 """
 from __future__ import annotations
 
-from importlib import metadata
 
 import torch
 
-from harness.adapter import Adapter, Loaded
+from harness.adapter import Adapter, Loaded, installed_version
 
 MODULE = "sglang.kernels.ops.diffusion.norm.rmsnorm_scale_shift_triton"
 
-
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "(version unknown)"
 
 
 def _load(device: torch.device) -> Loaded:
@@ -35,7 +28,7 @@ def _load(device: torch.device) -> Loaded:
         return rmsnorm_indexed_scale_shift(x.contiguous(), w, sh, sc, idx, eps)
 
     return Loaded(fn=fn, source=(
-        f"SGLang {_version('sglang')} rmsnorm_indexed_scale_shift (forward only; Triton, "
+        f"SGLang {installed_version('sglang')} rmsnorm_indexed_scale_shift (forward only; Triton, "
         f"gathers table rows by idx in the kernel)"))
 
 

@@ -10,6 +10,7 @@ import dataclasses
 import importlib
 import inspect
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Callable, Optional
 
 import torch
@@ -53,6 +54,14 @@ class Adapter:
             return self.load(device)
         except Exception as exc:  # every failure to load is a table cell, not a crash
             return describe_exception(exc)
+
+
+def installed_version(distribution: str) -> str:
+    """The installed version of a distribution, for source strings."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "(version unknown)"
 
 
 def describe_exception(exc: BaseException) -> str:

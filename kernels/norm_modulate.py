@@ -245,6 +245,24 @@ def _chunk_of(pid, SEG_START, CHUNK_START, M, CHUNK, K_P2: tl.constexpr):
     return k, lo, hi
 
 
+@triton.jit
+def _segment_scale(W, SC, k, M, cols, col_ok, stride_sc):
+    """a = w * (1 + sc[k]) for a program's segment k; NaN for the bad-index segment, so its dx is NaN."""
+    m = tl.minimum(k, M - 1).to(tl.int64)
+    a = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) * \
+        (1.0 + tl.load(SC + m * stride_sc + cols, mask=col_ok, other=0.0).to(tl.float32))
+    return tl.where(k < M, a, float("nan"))
+
+
+@triton.jit
+def _store_partials(PD, PS, pid, k, M, cols, H: tl.constexpr, acc_d, acc_s):
+    """This program's partial D and S row; bad-index rows and idle programs add nothing."""
+    out = pid.to(tl.int64) * H + cols
+    written = cols < tl.where(k < M, H, 0)
+    tl.store(PD + out, acc_d, mask=written)
+    tl.store(PS + out, acc_s, mask=written)
+
+
 @triton.jit(do_not_specialize=["n_rows"])
 def _bwd_tile_kernel(X, DY, DX, W, SC, RSTD, PERM, SEG_START, CHUNK_START, PD, PS, n_rows, H: tl.constexpr, M, stride_x,
                      stride_dy, stride_dx, stride_sc, CHUNK, BLOCK_H: tl.constexpr, ROWS: tl.constexpr,
@@ -254,10 +272,7 @@ def _bwd_tile_kernel(X, DY, DX, W, SC, RSTD, PERM, SEG_START, CHUNK_START, PD, P
     k, lo, hi = _chunk_of(pid, SEG_START, CHUNK_START, M, CHUNK, K_P2)
     cols = tl.arange(0, BLOCK_H)
     col_ok = cols < H
-    m = tl.minimum(k, M - 1).to(tl.int64)
-    a = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) * \
-        (1.0 + tl.load(SC + m * stride_sc + cols, mask=col_ok, other=0.0).to(tl.float32))
-    a = tl.where(k < M, a, float("nan"))
+    a = _segment_scale(W, SC, k, M, cols, col_ok, stride_sc)
     acc_d = tl.zeros((BLOCK_H,), dtype=tl.float32)
     acc_s = tl.zeros((BLOCK_H,), dtype=tl.float32)
     for start in range(lo, hi, ROWS):
@@ -275,10 +290,7 @@ def _bwd_tile_kernel(X, DY, DX, W, SC, RSTD, PERM, SEG_START, CHUNK_START, PD, P
         tl.store(DX + r[:, None] * stride_dx + cols[None, :], _rounded(dx, DX.dtype.element_ty, BY_HAND), mask=mask)
         acc_d += tl.sum(dy, axis=0)
         acc_s += tl.sum(dy * xhat, axis=0)
-    out = pid.to(tl.int64) * H + cols
-    written = cols < tl.where(k < M, H, 0)   # bad-index rows and idle programs add nothing
-    tl.store(PD + out, acc_d, mask=written)
-    tl.store(PS + out, acc_s, mask=written)
+    _store_partials(PD, PS, pid, k, M, cols, H, acc_d, acc_s)
 
 
 @triton.jit(do_not_specialize=["n_rows"])
@@ -291,10 +303,7 @@ def _bwd_row_kernel(X, DY, DX, W, SC, RSTD, PERM, SEG_START, CHUNK_START, PD, PS
     k, lo, hi = _chunk_of(pid, SEG_START, CHUNK_START, M, CHUNK, K_P2)
     cols = tl.arange(0, BLOCK_H)
     col_ok = cols < H
-    m = tl.minimum(k, M - 1).to(tl.int64)
-    a = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) * \
-        (1.0 + tl.load(SC + m * stride_sc + cols, mask=col_ok, other=0.0).to(tl.float32))
-    a = tl.where(k < M, a, float("nan"))
+    a = _segment_scale(W, SC, k, M, cols, col_ok, stride_sc)
     acc_d = tl.zeros((BLOCK_H,), dtype=tl.float32)
     acc_s = tl.zeros((BLOCK_H,), dtype=tl.float32)
     # Scalar masks are written as index clamps and column limits: the interpreter rejects them.
@@ -318,10 +327,7 @@ def _bwd_row_kernel(X, DY, DX, W, SC, RSTD, PERM, SEG_START, CHUNK_START, PD, PS
         tl.store(DX + r * stride_dx + cols, _rounded(dx, DX.dtype.element_ty, BY_HAND), mask=col_ok)
         acc_d += dy
         acc_s += dy * xhat
-    out = pid.to(tl.int64) * H + cols
-    written = cols < tl.where(k < M, H, 0)
-    tl.store(PD + out, acc_d, mask=written)
-    tl.store(PS + out, acc_s, mask=written)
+    _store_partials(PD, PS, pid, k, M, cols, H, acc_d, acc_s)
 
 
 @triton.jit

@@ -30,26 +30,24 @@ def size_key(size: str) -> tuple[int, Union[int, str]]:
     return (0, int(size)) if size.isdigit() else (1, size)
 
 
+def _measured_rows(evidence: Evidence, mode: Optional[str]):
+    for m, rows in evidence.results.items():
+        if mode is None or m == mode:
+            yield from (row for row in rows.values() if isinstance(row, RowResult))
+
+
 def sizes_of(evidence: Evidence, mode: Optional[str] = None) -> list[str]:
     found: set[str] = set()
-    for m, rows in evidence.results.items():
-        if mode is not None and m != mode:
-            continue
-        for row in rows.values():
-            if isinstance(row, RowResult):
-                found.update(row.accuracy_latency)
+    for row in _measured_rows(evidence, mode):
+        found.update(row.accuracy_latency)
     return sorted(found, key=size_key)
 
 
 def grads_of(evidence: Evidence, mode: Optional[str] = None) -> list[str]:
     found: set[str] = set()
-    for m, rows in evidence.results.items():
-        if mode is not None and m != mode:
-            continue
-        for row in rows.values():
-            if isinstance(row, RowResult):
-                for result in row.accuracy_latency.values():
-                    found.update(result.grad_rel_err or {})
+    for row in _measured_rows(evidence, mode):
+        for result in row.accuracy_latency.values():
+            found.update(result.grad_rel_err or {})
     known = [g for g in GRAD_ORDER if g in found]
     return known + sorted(found - set(GRAD_ORDER))
 
