@@ -22,10 +22,21 @@ class ConfigError(ValueError):
     pass
 
 
+def _require(condition: bool, message: str) -> None:
+    """Plan values are checked when the config is built: a bad value is the config's error, never a
+    failed row blamed on the implementation under test."""
+    if not condition:
+        raise ValueError(message)
+
+
 @dataclass(frozen=True)
 class AllRowsPlan:
     batch_sizes: tuple[int, ...] = (64, 257, 2048)
     seeds: tuple[int, ...] = (3, 4, 5)
+
+    def __post_init__(self):
+        _require(bool(self.batch_sizes) and min(self.batch_sizes) >= 1, "batch_sizes must be >= 1, at least one")
+        _require(bool(self.seeds), "seeds must not be empty")
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,14 @@ class SubBatchPlan:
     # sizes below `dense_from` start every max(size, full_batch // spread) rows, larger ones tile
     dense_from: int = 1024
     spread: int = 512
+
+    def __post_init__(self):
+        _require(self.full_batch >= 1, "full_batch must be >= 1")
+        _require(bool(self.sub_batch_sizes) and min(self.sub_batch_sizes) >= 1,
+                 "sub_batch_sizes must be >= 1, at least one")
+        _require(max(self.sub_batch_sizes, default=0) <= self.full_batch, "sub_batch_sizes must be <= full_batch")
+        _require(bool(self.seeds), "seeds must not be empty")
+        _require(self.spread >= 1, "spread must be >= 1")
 
     def step(self, size: int) -> int:
         return size if size >= self.dense_from else max(size, self.full_batch // self.spread)
@@ -53,8 +72,13 @@ class SweepPlan:
     probe_spread: int = 6      # probe rows n//8 + 3 + j*(n//8) for j < probe_spread, plus 0 and n-1
     max_failures: int = 8
 
+    def __post_init__(self):
+        _require(self.rows >= 1, "rows must be >= 1")
+        _require(bool(self.seeds), "seeds must not be empty")
+        _require(self.first_power >= 2, "first_power must be >= 2")
+
     def batch_sizes(self) -> list[int]:
-        sizes = set(range(1, self.small_sizes + 1))
+        sizes = set(range(1, min(self.small_sizes, self.rows) + 1))  # a batch holds at most `rows` rows
         k = self.first_power
         while k <= self.rows:
             sizes.update(s for s in (k - 1, k, k + 1) if 1 <= s <= self.rows)
@@ -78,12 +102,18 @@ class AccuracyPlan:
     input_seed: int = 11
     grad_seed: int = 9
 
+    def __post_init__(self):
+        _require(bool(self.rows) and min(self.rows) >= 1, "rows must be >= 1, at least one")
+
 
 @dataclass(frozen=True)
 class TimingPlan:
     warmup: int = 20
     reps: int = 100
     repeats: int = 2  # time everything twice: a difference smaller than the spread is noise
+
+    def __post_init__(self):
+        _require(self.reps >= 1 and self.repeats >= 1, "reps and repeats must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -174,6 +204,8 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool)
                                                   for v in value):
             raise ConfigError(f"{where}: expected a list of integers, got {value!r}")
+        if any(v < 0 for v in value):
+            raise ConfigError(f"{where}: must not hold negative numbers, got {value!r}")
         return tuple(value)
     if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
         raise ConfigError(f"{where}: expected an integer, got {value!r}")
@@ -183,8 +215,6 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         raise ConfigError(f"{where}: expected true or false, got {value!r}")
     if hint is int and value < 0:
         raise ConfigError(f"{where}: must not be negative, got {value!r}")
-    if origin is tuple and any(v < 0 for v in value):
-        raise ConfigError(f"{where}: must not hold negative numbers, got {value!r}")
     return value
 
 

@@ -272,6 +272,7 @@ def write_atomic(path: Union[str, Path], text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; evidence is for everyone to read
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
             handle.flush()

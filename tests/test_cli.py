@@ -1,0 +1,196 @@
+"""The command line: usage errors exit 2 with a message, validate exits 0/1, list shows every row,
+and a tiny CPU run writes a valid file with a built-in and an external row."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from rich.console import Console
+from typer.testing import CliRunner
+
+from harness import cli, schema
+from tests.helpers import composition, require_prior_art
+
+WIDE = {"COLUMNS": "1000"}  # rich wraps at 80 columns when not writing to a terminal
+
+
+def plain_composition(x, w, sh, sc, idx):
+    """An external implementation passed as --adapter tests.test_cli:plain_composition."""
+    return composition(x, w, sh, sc, idx)
+
+
+@pytest.fixture
+def invoke(monkeypatch):
+    # error messages go to a console made at import time: make it wide so messages stay on one line
+    monkeypatch.setattr(cli, "err", Console(stderr=True, width=1000))
+    runner = CliRunner()
+
+    def call(*args: str):
+        result = runner.invoke(cli.app, list(args), env=WIDE)
+        return result, " ".join(result.output.split())
+    return call
+
+
+def test_unknown_op(invoke, tmp_path):
+    result, text = invoke("run", "--op", "no_such_op", "--device", "cpu", "--out", str(tmp_path / "x.json"))
+    assert result.exit_code == 2, text
+    assert "no_such_op" in text and "error" in text
+
+
+def test_unknown_adapter(invoke, tmp_path):
+    result, text = invoke("run", "--device", "cpu", "--adapters", "torch_rms_norm,no_such_row",
+                          "--out", str(tmp_path / "x.json"))
+    assert result.exit_code == 2, text
+    assert "unknown adapter(s) no_such_row" in text and "torch_rms_norm" in text  # the known ones listed
+
+
+@pytest.mark.parametrize("setting,named", [
+    ("no_such_key=3", "no_such_key"),
+    ("hidden=abc", "hidden"),
+    ("sweep.rows=[1]", "sweep.rows"),
+    ("hidden", "hidden"),
+    ("sweep.no_such_key=3", "no_such_key"),
+    ("hidden=-8", "hidden"),
+    ("sweep.max_failures=-1", "sweep.max_failures"),
+    ("all_rows.batch_sizes=[5, -1]", "all_rows.batch_sizes"),
+    ("all_rows.seeds=[3, true]", "all_rows.seeds"),
+    # values of the right type that no probe can run: the config's error, not a failed row
+    ("all_rows.batch_sizes=[0]", "batch_sizes"),
+    ("full_vs_sub.spread=0", "spread"),
+    ("full_vs_sub.sub_batch_sizes=[]", "sub_batch_sizes"),
+    ("sweep.first_power=1", "first_power"),
+    ("accuracy.rows=[]", "rows"),
+])
+def test_bad_set(invoke, tmp_path, setting, named):
+    result, text = invoke("run", "--device", "cpu", "--adapters", "torch_rms_norm", "--set", setting,
+                          "--out", str(tmp_path / "x.json"))
+    assert result.exit_code == 2, text
+    assert named in text and "error" in text
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_missing_equals_sign_is_explained(invoke, tmp_path):
+    result, text = invoke("run", "--device", "cpu", "--adapters", "torch_rms_norm", "--set", "hidden",
+                          "--out", str(tmp_path / "x.json"))
+    assert result.exit_code == 2 and "key=value" in text
+
+
+def test_out_under_a_regular_file(invoke, tmp_path):
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("not a folder")
+    result, text = invoke("run", "--device", "cpu", "--quick", "--adapters", "torch_rms_norm",
+                          "--set", "hidden=16", "--no-render", "--quiet", "--out", str(blocker / "x.json"))
+    assert result.exit_code == 2, text
+    assert "--out" in text and "cannot write" in text
+    assert blocker.read_text() == "not a folder"
+
+
+def test_out_is_a_directory(invoke, tmp_path):
+    result, text = invoke("run", "--device", "cpu", "--quick", "--adapters", "torch_rms_norm",
+                          "--no-render", "--quiet", "--out", str(tmp_path))
+    assert result.exit_code == 2, text
+    assert "is a directory" in text
+
+
+def test_no_adapters_selected(invoke, tmp_path):
+    result, text = invoke("run", "--device", "cpu", "--adapters", "none", "--out", str(tmp_path / "x.json"))
+    assert result.exit_code == 2, text
+    assert "no adapters selected" in text
+
+
+@pytest.mark.parametrize("spec,says", [
+    ("tests.test_cli", "module:attr"),
+    ("tests.no_such_module:f", "cannot import"),
+    ("tests.test_cli:no_such_function", "no attribute"),
+    ("tests.test_cli:WIDE", "neither an Adapter nor a callable"),
+    ("tests.test_cli:two_arguments", "positional arguments"),
+])
+def test_bad_external_adapter(invoke, tmp_path, spec, says):
+    result, text = invoke("run", "--device", "cpu", "--adapters", "none", "--adapter", spec,
+                          "--out", str(tmp_path / "x.json"))
+    assert result.exit_code == 2, text
+    assert says in text
+
+
+def two_arguments(x, w):
+    return x
+
+
+def test_unknown_device_and_mode(invoke, tmp_path):
+    result, text = invoke("run", "--device", "tpu", "--out", str(tmp_path / "x.json"))
+    assert result.exit_code == 2 and "--device" in text
+    result, text = invoke("run", "--device", "cpu", "--adapters", "torch_rms_norm", "--mode", "fast",
+                          "--out", str(tmp_path / "x.json"))
+    assert result.exit_code == 2 and "unknown mode(s) fast" in text
+
+
+def test_validate_prior_art(invoke):
+    path = require_prior_art()
+    result, text = invoke("validate", str(path))
+    assert result.exit_code == 0, text
+    assert "valid" in text and "7 rows" in text
+
+
+def test_validate_broken_files(invoke, tmp_path):
+    data = json.loads(require_prior_art().read_text())
+    del data["results"]["plain"]["rl_kernel"]["batch_invariance"]["batch_invariant"]
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(data))
+    result, text = invoke("validate", str(broken))
+    assert result.exit_code == 1, text
+    assert "invalid" in text and "$.results.plain.rl_kernel.batch_invariance" in text
+    assert "batch_invariant" in text
+
+    not_json = tmp_path / "not.json"
+    not_json.write_text("{")
+    result, text = invoke("validate", str(not_json))
+    assert result.exit_code == 1 and "not JSON" in text
+
+    result, text = invoke("validate", str(tmp_path / "missing.json"))
+    assert result.exit_code == 1 and "no such file" in text
+
+
+def test_validate_one_bad_among_good_fails(invoke, tmp_path):
+    good = require_prior_art()
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]")
+    result, text = invoke("validate", str(good), str(bad))
+    assert result.exit_code == 1
+    assert "valid" in text and "invalid" in text
+
+
+def test_list_shows_every_builtin_adapter(invoke):
+    from adapters import builtin_adapters
+
+    result, _ = invoke("list", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    for adapter in builtin_adapters():
+        expected = "unavailable" if isinstance(adapter.try_load(torch.device("cpu")), str) else "available"
+        row = [line for line in lines if re.search(rf"[│|]\s*{re.escape(adapter.name)}\s*[│|]", line)]
+        assert len(row) == 1, (adapter.name, result.output)
+        status = re.findall(r"\b(available|unavailable)\b", row[0])
+        assert status == [expected], (adapter.name, row[0])
+    # on a CPU the plain torch rows are available and the GPU libraries are not
+    assert "available" in next(line for line in lines if " torch_rms_norm " in line)
+
+
+def test_tiny_run_writes_a_valid_file(invoke, tmp_path):
+    out = tmp_path / "tmp" / "x.json"
+    result, text = invoke("run", "--device", "cpu", "--quick", "--adapters", "torch_rms_norm",
+                          "--adapter", "tests.test_cli:plain_composition", "--set", "hidden=16",
+                          "--no-render", "--quiet", "--out", str(out))
+    assert result.exit_code == 0, text + repr(result.exception)
+    evidence = schema.load(out)
+    assert evidence.quick is True and evidence.config["inputs"]["hidden"] == 16
+    rows = evidence.results["plain"]
+    assert list(rows) == ["torch_rms_norm", "plain_composition"]
+    for name, row in rows.items():
+        assert isinstance(row, schema.RowResult), (name, row)
+        assert row.batch_invariance.batch_invariant is True, name
+    assert rows["plain_composition"].source == "tests.test_cli:plain_composition (external function, autograd)"
+    assert set(rows["plain_composition"].accuracy_latency["17"].grad_rel_err) == {"x", "w", "sh", "sc"}
+    assert set(rows["torch_rms_norm"].accuracy_latency["17"].grad_rel_err) == {"x", "w"}
+    assert sorted(p.name for p in out.parent.iterdir()) == ["x.json"]  # --no-render, no temp files

@@ -1,0 +1,290 @@
+"""The evidence file's contract: the prior art validates and round-trips, our files keep its keys,
+broken files are refused with the JSON path named, and writes are atomic."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+
+import pytest
+import torch
+
+from harness import schema
+from harness.config import TimingPlan, load_config
+from harness.runner import RunRequest, run
+from harness.schema import (AllRowsCase, RowResult, SchemaError, SizeResult, UnavailableRow,
+                            write_atomic)
+from tests.helpers import require_prior_art
+
+SIZE_KEYED = ("all_rows", "accuracy_latency")  # dict keys that are row counts: compared as "*"
+GRAD_KEYED = ("grad_rel_err",)                 # dict keys that are gradient names
+
+
+@pytest.fixture(scope="module")
+def prior_path():
+    return require_prior_art()
+
+
+@pytest.fixture(scope="module")
+def prior_data(prior_path) -> dict:
+    return json.loads(prior_path.read_text())
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """One quick CPU run of the diffusers and torch_rms_norm rows, written to disk: (path, JSON)."""
+    from adapters.diffusers_composition import ADAPTER as DIFFUSERS
+    from adapters.torch_rms_norm import ADAPTER as TORCH_RMS_NORM
+
+    config = load_config("norm_modulate", quick=True)
+    config = dataclasses.replace(config, timing=TimingPlan(warmup=0, reps=2, repeats=2))
+    out = tmp_path_factory.mktemp("quick") / "quick.json"
+    run(RunRequest(config=config, device=torch.device("cpu"), adapters=[DIFFUSERS, TORCH_RMS_NORM],
+                   modes=["plain"], out=out, command="pytest"))
+    return out, json.loads(out.read_text())
+
+
+def key_paths(data, wildcard_grads: bool = False, path: str = "") -> set[str]:
+    """Every key path in a JSON tree; row-count keys become '*' (and gradient names, if asked)."""
+    out = set()
+    if isinstance(data, dict):
+        parent = path.rsplit(".", 1)[-1]
+        for key, value in data.items():
+            shown = "*" if parent in SIZE_KEYED or (wildcard_grads and parent in GRAD_KEYED) else key
+            here = f"{path}.{shown}" if path else shown
+            out.add(here)
+            out |= key_paths(value, wildcard_grads, here)
+    return out
+
+
+def data_key_order(data) -> list[list[str]]:
+    out = [list(data["results"])]
+    for rows in data["results"].values():
+        out.append(list(rows))
+        for row in rows.values():
+            if "accuracy_latency" in row:
+                out.append(list(row["batch_invariance"]["all_rows"]))
+                out.append(list(row["accuracy_latency"]))
+                out += [list(size.get("grad_rel_err", {})) for size in row["accuracy_latency"].values()]
+    return out
+
+
+# --- the prior art ------------------------------------------------------------------------------------
+
+def test_prior_art_validates_and_round_trips(prior_path, prior_data):
+    evidence = schema.load(prior_path)
+    assert schema.to_dict(evidence) == prior_data
+    assert json.loads(schema.dumps(evidence)) == prior_data
+    # maps keyed by data (rows, sizes, gradient names) keep their order; field order is free
+    assert data_key_order(schema.to_dict(evidence)) == data_key_order(prior_data)
+    assert set(evidence.results["plain"]) == {"diffusers", "torch_rms_norm", "transformer_engine", "liger",
+                                              "liger_rlk_gather", "sglang", "rl_kernel"}
+
+
+def test_key_paths_helper():
+    assert key_paths({"a": {"all_rows": {"64": {"rows": 1}}, "b": [1]}}) == {
+        "a", "a.all_rows", "a.all_rows.*", "a.all_rows.*.rows", "a.b"}
+
+
+# --- a file of ours keeps the prior art's keys ------------------------------------------------------
+
+def test_quick_file_validates(quick_run):
+    path, data = quick_run
+    evidence = schema.load(path)
+    assert schema.to_dict(evidence) == data
+    assert evidence.quick is True and evidence.command == "pytest"
+    assert set(evidence.results["plain"]) == {"diffusers", "torch_rms_norm"}
+
+
+def test_quick_file_has_the_prior_art_top_level_and_environment(quick_run, prior_data):
+    _, ours = quick_run
+    assert set(prior_data) <= set(ours)
+    assert set(prior_data["environment"]) <= set(ours["environment"])
+    assert set(prior_data["environment"]["libraries"]) <= set(ours["environment"]["libraries"])
+    assert set(prior_data["results"]) <= set(ours["results"])
+    assert set(prior_data["environment"]["mode_environment"]) <= set(ours["environment"]["mode_environment"])
+
+
+@pytest.mark.parametrize("name", ["diffusers", "torch_rms_norm"])
+def test_quick_rows_have_the_prior_art_row_keys(quick_run, prior_data, name):
+    _, ours = quick_run
+    mine, theirs = ours["results"]["plain"][name], prior_data["results"]["plain"][name]
+    assert mine["has_backward"] is True
+    # same row: same gradient names, every key path of the prior art's row
+    missing = key_paths(theirs) - key_paths(mine)
+    assert not missing, f"{name} lacks {sorted(missing)}"
+    # any row with a backward: the prior-art diffusers row's key paths, gradient names aside
+    missing = key_paths(prior_data["results"]["plain"]["diffusers"], True) - key_paths(mine, True)
+    assert not missing, f"{name} lacks {sorted(missing)}"
+    # and per row count, every key the prior art has for every one of its sizes
+    prior_size_keys = set.union(*(set(v) for v in theirs["accuracy_latency"].values()))
+    for size, result in mine["accuracy_latency"].items():
+        assert prior_size_keys <= set(result), size
+
+
+def test_forward_only_row_has_no_backward_keys():
+    row = RowResult(source="s", has_backward=False, batch_invariance=None,  # type: ignore[arg-type]
+                    accuracy_latency={"17": SizeResult(fwd_rel_err=0.0, fwd_us=1.0)})
+    assert schema.to_dict(row)["accuracy_latency"] == {"17": {"fwd_rel_err": 0.0, "fwd_us": 1.0}}
+
+
+# --- refusals name the JSON path ----------------------------------------------------------------------
+
+def _delete(path):
+    def change(data):
+        *parents, last = path
+        for key in parents:
+            data = data[key]
+        del data[last]
+    return change
+
+
+def _set(path, value):
+    def change(data):
+        *parents, last = path
+        for key in parents:
+            data = data[key]
+        data[last] = value
+    return change
+
+
+ROW = ("results", "plain", "diffusers")
+BROKEN = {
+    "missing top-level key": (_delete(("quick",)), "$: missing key 'quick'"),
+    "missing environment key": (_delete(("environment", "torch")), "$.environment: missing key 'torch'"),
+    "missing deep key": (_delete((*ROW, "batch_invariance", "full_vs_sub_batches", "sub_batches")),
+                         "$.results.plain.diffusers.batch_invariance.full_vs_sub_batches: "
+                         "missing key 'sub_batches'"),
+    "string for an integer": (_set((*ROW, "batch_invariance", "all_rows", "64", "rows"), "192"),
+                              "$.results.plain.diffusers.batch_invariance.all_rows.64.rows: "
+                              "expected an integer"),
+    "bool for an integer": (_set((*ROW, "batch_invariance", "batch_size_sweep", "differ"), True),
+                            "$.results.plain.diffusers.batch_invariance.batch_size_sweep.differ: "
+                            "expected an integer"),
+    "string for a number": (_set((*ROW, "accuracy_latency", "4097", "fwd_us"), "fast"),
+                            "$.results.plain.diffusers.accuracy_latency.4097.fwd_us: expected a number"),
+    "number for a bool": (_set(("quick",), 0), "$.quick: expected bool"),
+    "list for an object": (_set(("environment",), []), "$.environment: expected an object"),
+    "wrong kind": (_set(("kind",), "h3_something_else"), "$.kind: expected 'h3_prior_art'"),
+    "mode missing from the environment": (_set(("environment", "mode_environment"), {}),
+                                          "$.results.plain: mode missing"),
+    "backward keys on a forward-only row": (
+        _set(("results", "plain", "sglang", "accuracy_latency", "4097", "fwd_bwd_us"), 1.0),
+        "$.results.plain.sglang.accuracy_latency.4097.fwd_bwd_us: present but has_backward is False"),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_broken_file_names_the_path(prior_data, case):
+    change, message = BROKEN[case]
+    data = copy.deepcopy(prior_data)
+    change(data)
+    with pytest.raises(SchemaError) as caught:
+        schema.from_json(data)
+    assert message in str(caught.value)
+
+
+def test_unavailable_row_round_trips(prior_data):
+    data = copy.deepcopy(prior_data)
+    data["results"]["plain"]["vllm"] = {"unavailable": "ImportError: No module named 'vllm'"}
+    evidence = schema.from_json(data)
+    assert evidence.results["plain"]["vllm"] == UnavailableRow(unavailable="ImportError: No module named 'vllm'")
+    assert schema.to_dict(evidence) == data
+
+
+def test_not_json_is_a_schema_error(tmp_path):
+    path = tmp_path / "half.json"
+    path.write_text('{"kind": "h3_prior_art", ')
+    with pytest.raises(SchemaError, match="not JSON"):
+        schema.load(path)
+
+
+# --- additive keys -----------------------------------------------------------------------------------
+
+def test_additive_keys_are_omitted_when_none_and_kept_otherwise():
+    assert schema.to_dict(UnavailableRow(unavailable="E: m")) == {"unavailable": "E: m"}
+    assert schema.to_dict(UnavailableRow(unavailable="E: m", failed_probe="all_rows", wall_s=0.0)) == {
+        "unavailable": "E: m", "failed_probe": "all_rows", "wall_s": 0.0}
+    size = SizeResult(fwd_rel_err=0.5, fwd_us=2.0, grad_rel_err={"x": 0.25})
+    assert schema.to_dict(size) == {"fwd_rel_err": 0.5, "fwd_us": 2.0, "grad_rel_err": {"x": 0.25}}
+
+
+def test_contract_keys_are_kept_when_none(prior_path):
+    evidence = schema.load(prior_path)
+    evidence.environment.gpu = None
+    row = evidence.results["plain"]["transformer_engine"]
+    assert row.batch_invariance.params_repeatable is None
+    data = schema.to_dict(evidence)
+    assert data["environment"]["gpu"] is None and "megatron_source_commit" in data["environment"]
+    assert data["results"]["plain"]["transformer_engine"]["batch_invariance"]["params_repeatable"] is None
+    assert "h3bench_commit" not in data and "device" not in data["environment"]
+
+
+def test_all_rows_case_is_a_plain_object():
+    assert schema.to_dict({"64": AllRowsCase(rows=192, fwd_differ=0, rowgrad_differ=1)}) == {
+        "64": {"rows": 192, "fwd_differ": 0, "rowgrad_differ": 1}}
+
+
+# --- atomic writes -----------------------------------------------------------------------------------
+
+def test_write_atomic_replaces_and_leaves_no_temp(tmp_path):
+    path = tmp_path / "e.json"
+    path.write_text("old\n")
+    assert write_atomic(path, "new\n") == path
+    assert path.read_text() == "new\n"
+    assert os.listdir(tmp_path) == ["e.json"]
+
+
+def test_write_atomic_creates_the_folder(tmp_path):
+    path = tmp_path / "a" / "b" / "e.json"
+    write_atomic(path, "x")
+    assert path.read_text() == "x"
+
+
+class Boom(OSError):
+    pass
+
+
+def _raise(*_args, **_kwargs):
+    raise Boom("disk full")
+
+
+@pytest.mark.parametrize("where", ["fsync", "write", "replace"])
+def test_write_atomic_failure_keeps_the_old_file(tmp_path, monkeypatch, where):
+    path = tmp_path / "e.json"
+    path.write_text("old\n")
+    if where == "fsync":
+        monkeypatch.setattr(schema.os, "fsync", _raise)
+    elif where == "replace":
+        monkeypatch.setattr(schema.os, "replace", _raise)
+    else:
+        real_fdopen = os.fdopen
+
+        def fdopen(fd, *args, **kwargs):
+            handle = real_fdopen(fd, *args, **kwargs)
+
+            def write(text):
+                handle.__class__.write(handle, text[: len(text) // 2])  # half a file, then fail
+                raise Boom("disk full")
+            handle.write = write
+            return handle
+        monkeypatch.setattr(schema.os, "fdopen", fdopen)
+    with pytest.raises(Boom):
+        write_atomic(path, "new and much longer\n")
+    monkeypatch.undo()
+    assert path.read_text() == "old\n"
+    assert os.listdir(tmp_path) == ["e.json"]
+
+
+def test_save_failure_keeps_the_old_evidence(tmp_path, monkeypatch, prior_path):
+    path = tmp_path / "e.json"
+    evidence = schema.load(prior_path)
+    schema.save(evidence, path)
+    before = path.read_bytes()
+    evidence.op = "changed"
+    monkeypatch.setattr(schema.os, "fsync", _raise)
+    with pytest.raises(Boom):
+        schema.save(evidence, path)
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["e.json"]
