@@ -194,3 +194,27 @@ def test_tiny_run_writes_a_valid_file(invoke, tmp_path):
     assert set(rows["plain_composition"].accuracy_latency["17"].grad_rel_err) == {"x", "w", "sh", "sc"}
     assert set(rows["torch_rms_norm"].accuracy_latency["17"].grad_rel_err) == {"x", "w"}
     assert sorted(p.name for p in out.parent.iterdir()) == ["x.json"]  # --no-render, no temp files
+
+
+def test_deterministic_mode_is_recorded_and_active(invoke, tmp_path, monkeypatch):
+    import torch
+
+    seen = []
+    original = torch.nn.functional.rms_norm
+
+    def spying(*args, **kwargs):
+        seen.append(torch.are_deterministic_algorithms_enabled())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "rms_norm", spying)
+    out = tmp_path / "modes.json"
+    result, text = invoke("run", "--device", "cpu", "--quick", "--adapters", "torch_rms_norm", "--mode", "plain",
+                          "--mode", "deterministic", "--set", "hidden=16", "--no-render", "--quiet", "--out", str(out))
+    assert result.exit_code == 0, text
+    from harness.schema import load
+    evidence = load(out)
+    assert set(evidence.results) == {"plain", "deterministic"}
+    assert evidence.environment.mode_environment["plain"] == {}
+    assert evidence.environment.mode_environment["deterministic"]["torch.use_deterministic_algorithms"] is True
+    assert True in seen and False in seen  # the rows really ran with the mode on, and off for plain
+    assert torch.are_deterministic_algorithms_enabled() is False  # switched back afterwards
