@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -52,25 +53,34 @@ def _fmt(value: Optional[float], spec: str) -> str:
 
 
 def summary_table(evidence: Evidence) -> Table:
+    """One line per row at the largest row count: the columns a reader decides on, narrow enough for
+    an 80-column terminal (mode and size go in the title, the full detail in the rendered report)."""
+    sizes = {int(size) for rows in evidence.results.values() for row in rows.values()
+             if isinstance(row, RowResult) for size in row.accuracy_latency}
+    size = str(max(sizes)) if sizes else "-"
     table = Table(title=f"{evidence.op} on {evidence.environment.gpu or evidence.environment.device}"
-                        f"{' (quick)' if evidence.quick else ''}")
-    for column in ("mode", "row", "batch-invariant", "params repeatable", "size", "fwd err", "max grad err",
-                   "fwd us", "fwd+bwd us", "net fwd+bwd us", "fwd floor", "net floor", "wall s"):
-        table.add_column(column, justify="left" if column in ("mode", "row") else "right")
+                        f"{' (quick)' if evidence.quick else ''}, R = {size}", box=box.SIMPLE_HEAD,
+                  padding=(0, 0), pad_edge=False, caption_justify="left")
+    for column in ("row", "invariant", "params", "fwd err", "grd err", "fwd us", "f+b us", "net us",
+                   "floor"):
+        table.add_column(column, justify="left" if column == "row" else "right", no_wrap=True)
+    unavailable = []
     for mode, rows in evidence.results.items():
         for name, row in rows.items():
+            label = name if len(evidence.results) == 1 else f"{mode}/{name}"
             if isinstance(row, UnavailableRow):
-                table.add_row(mode, name, f"[yellow]unavailable: {row.unavailable}[/]", *[""] * 10)
+                table.add_row(label, "[yellow]-[/]", *[""] * 7)
+                unavailable.append(f"{label}: {row.unavailable}")
                 continue
-            assert isinstance(row, RowResult)
             bi = row.batch_invariance
-            size, result = max(row.accuracy_latency.items(), key=lambda kv: int(kv[0]))
+            result = row.accuracy_latency.get(size) or next(iter(row.accuracy_latency.values()))
             grads = result.grad_rel_err or {}
             table.add_row(
-                mode, name, "[green]yes[/]" if bi.batch_invariant else "[red]no[/]",
-                {True: "yes", False: "[red]no[/]", None: "n/a"}[bi.params_repeatable], size,
-                _fmt(result.fwd_rel_err, ".2e"), _fmt(max(grads.values()) if grads else None, ".2e"),
-                _fmt(result.fwd_us, ".1f"), _fmt(result.fwd_bwd_us, ".1f"), _fmt(result.fwd_bwd_net_us, ".1f"),
-                _fmt(result.fwd_floor_fraction, ".0%"), _fmt(result.fwd_bwd_net_floor_fraction, ".0%"),
-                _fmt(row.wall_s, ".1f"))
+                label, "[green]yes[/]" if bi.batch_invariant else "[red]no[/]",
+                {True: "yes", False: "[red]no[/]", None: "n/a"}[bi.params_repeatable],
+                _fmt(result.fwd_rel_err, ".1e"), _fmt(max(grads.values()) if grads else None, ".1e"),
+                _fmt(result.fwd_us, ".0f"), _fmt(result.fwd_bwd_us, ".0f"), _fmt(result.fwd_bwd_net_us, ".0f"),
+                _fmt(result.fwd_floor_fraction, ".0%"))
+    if unavailable:
+        table.caption = "unavailable (-): " + "; ".join(unavailable)
     return table
