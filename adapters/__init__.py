@@ -15,6 +15,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "adapters.transformer_engine",
     "adapters.liger",
     "adapters.liger_rlk_gather",
+    "adapters.liger_det_gather",
     "adapters.sglang",
     "adapters.sglang_indexed",
     "adapters.rl_kernel",

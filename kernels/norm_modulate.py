@@ -331,6 +331,18 @@ def _bwd_row_kernel(X, DY, DX, W, SC, RSTD, PERM, SEG_START, CHUNK_START, PD, PS
 
 
 @triton.jit
+def sum_partials(P, c0, c1, cols, col_ok, H: tl.constexpr, P_TILE: tl.constexpr):
+    """Partial rows c0..c1-1 of P summed per column in fp32: tiles of P_TILE rows, each by a fixed
+    tl.sum tree, added left to right (shared with kernels/row_gather.py)."""
+    acc = tl.zeros(cols.shape, dtype=tl.float32)
+    for p0 in range(c0, c1, P_TILE):
+        p = p0 + tl.arange(0, P_TILE)
+        mask = (p < c1)[:, None] & col_ok[None, :]
+        acc += tl.sum(tl.load(P + p.to(tl.int64)[:, None] * H + cols[None, :], mask=mask, other=0.0), axis=0)
+    return acc
+
+
+@triton.jit
 def _bwd_params_kernel(PD, PS, CHUNK_START, W, SC, DW, DSH, DSC, H: tl.constexpr, M, stride_sc, stride_dsh, stride_dsc,
                        BLOCK_C: tl.constexpr, P_TILE: tl.constexpr, BY_HAND: tl.constexpr):
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -340,14 +352,8 @@ def _bwd_params_kernel(PD, PS, CHUNK_START, W, SC, DW, DSH, DSC, H: tl.constexpr
     for m in range(0, M):
         c0 = tl.load(CHUNK_START + m)
         c1 = tl.load(CHUNK_START + m + 1)
-        d = tl.zeros((BLOCK_C,), dtype=tl.float32)
-        s = tl.zeros((BLOCK_C,), dtype=tl.float32)
-        for p0 in range(c0, c1, P_TILE):
-            p = p0 + tl.arange(0, P_TILE)
-            mask = (p < c1)[:, None] & col_ok[None, :]
-            offs = p.to(tl.int64)[:, None] * H + cols[None, :]
-            d += tl.sum(tl.load(PD + offs, mask=mask, other=0.0), axis=0)
-            s += tl.sum(tl.load(PS + offs, mask=mask, other=0.0), axis=0)
+        d = sum_partials(PD, c0, c1, cols, col_ok, H, P_TILE)
+        s = sum_partials(PS, c0, c1, cols, col_ok, H, P_TILE)
         sc = tl.load(SC + m * stride_sc + cols, mask=col_ok, other=0.0).to(tl.float32)
         tl.store(DSH + m * stride_dsh + cols, _rounded(d, DSH.dtype.element_ty, BY_HAND), mask=col_ok)
         tl.store(DSC + m * stride_dsc + cols, _rounded(w * s, DSC.dtype.element_ty, BY_HAND), mask=col_ok)

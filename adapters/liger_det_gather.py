@@ -1,0 +1,26 @@
+"""Liger's fused modulated RMSNorm on rows gathered by h3bench's deterministic row gather
+(kernels/row_gather.py): the liger_rlk_gather row's result without rl-kernel."""
+from __future__ import annotations
+
+import torch
+
+from adapters.liger import liger_modulated, liger_version, load_liger_function
+from harness.adapter import Adapter, Loaded
+
+
+def _load(device: torch.device) -> Loaded:
+    if device.type != "cuda":
+        raise RuntimeError(f"needs CUDA (Liger's Triton kernel), got device {device}")
+    function = load_liger_function()
+    from kernels.row_gather import deterministic_row_gather
+
+    def fn(x, w, sh, sc, idx, eps: float = 1e-5):
+        return liger_modulated(function, x, w, deterministic_row_gather(sh, idx), deterministic_row_gather(sc, idx),
+                               eps)
+
+    return Loaded(fn=fn, source=f"Liger {liger_version()} modulated RMSNorm + h3bench deterministic row gather "
+                                f"(kernels/row_gather.py)")
+
+
+ADAPTER = Adapter(name="liger_det_gather", op="norm_modulate", grads=("x", "w", "sh", "sc"), load=_load,
+                  summary="Liger on rows from h3bench's deterministic (atomic-free, fixed-order) row gather")
