@@ -6,7 +6,6 @@ gradients come from index_select's backward (an atomic scatter-add), as in the R
 """
 from __future__ import annotations
 
-
 import torch
 
 from harness.adapter import Adapter, Loaded, installed_version

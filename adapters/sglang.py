@@ -6,7 +6,6 @@ Note its argument order: scale before shift.
 """
 from __future__ import annotations
 
-
 import torch
 
 from harness.adapter import Adapter, Loaded, installed_version
@@ -15,7 +14,6 @@ MODULE = "sglang.kernels.ops.diffusion.norm.scale_residual_norm_cutedsl"
 # fused_norm_scale_shift imports this on every call (a Blackwell-only LayerNorm fast path that
 # declines RMSNorm); importing it here keeps that import out of the timed calls.
 CALL_TIME_MODULE = "sglang.kernels.kda_kernels.norm_scale_shift_jit"
-
 
 
 def _load(device: torch.device) -> Loaded:

@@ -6,13 +6,11 @@ contiguous and the two tables must share a layout (the chunk views of one [M, 6H
 """
 from __future__ import annotations
 
-
 import torch
 
 from harness.adapter import Adapter, Loaded, installed_version
 
 MODULE = "sglang.kernels.ops.diffusion.norm.rmsnorm_scale_shift_triton"
-
 
 
 def _load(device: torch.device) -> Loaded:

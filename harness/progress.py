@@ -9,6 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from harness.schema import Evidence, RowResult, UnavailableRow
+from reports.table import sizes_of
 
 
 class RichObserver:
@@ -55,9 +56,8 @@ def _fmt(value: Optional[float], spec: str) -> str:
 def summary_table(evidence: Evidence) -> Table:
     """One line per row at the largest row count: the columns a reader decides on, narrow enough for
     an 80-column terminal (mode and size go in the title, the full detail in the rendered report)."""
-    sizes = {int(size) for rows in evidence.results.values() for row in rows.values()
-             if isinstance(row, RowResult) for size in row.accuracy_latency}
-    size = str(max(sizes)) if sizes else "-"
+    sizes = sizes_of(evidence)
+    size = sizes[-1] if sizes else "-"
     table = Table(title=f"{evidence.op} on {evidence.environment.gpu or evidence.environment.device}"
                         f"{' (quick)' if evidence.quick else ''}, R = {size}", box=box.SIMPLE_HEAD,
                   padding=(0, 0), pad_edge=False, caption_justify="left")

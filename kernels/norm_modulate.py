@@ -363,7 +363,8 @@ def _bwd_params_kernel(PD, PS, CHUNK_START, W, SC, DW, DSH, DSC, H: tl.constexpr
 
 # --- launchers ---------------------------------------------------------------------------------------
 
-def _by_hand() -> bool:
+def interpreter_active() -> bool:
+    """TRITON_INTERPRET is on: kernels run on the CPU, and bf16 stores are rounded by hand."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
@@ -381,11 +382,11 @@ def forward(x2d: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tens
     if cfg.wide:
         head = 1 << (hidden.bit_length() - 1)
         tail = triton.next_power_of_2(max(1, hidden - head))
-        _fwd_row_kernel[(rows,)](*args, HEAD=head, TAIL=tail, SAVE_RSTD=save_rstd, BY_HAND=_by_hand(),
+        _fwd_row_kernel[(rows,)](*args, HEAD=head, TAIL=tail, SAVE_RSTD=save_rstd, BY_HAND=interpreter_active(),
                                  num_warps=cfg.fwd_warps)
     else:
         _fwd_tile_kernel[(triton.cdiv(rows, cfg.rows),)](*args, BLOCK_H=cfg.block_h, ROWS=cfg.rows,
-                                                         SAVE_RSTD=save_rstd, BY_HAND=_by_hand(),
+                                                         SAVE_RSTD=save_rstd, BY_HAND=interpreter_active(),
                                                          num_warps=cfg.fwd_warps)
     return y, rstd
 
@@ -420,11 +421,11 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
             rows, hidden, table_rows, x2d.stride(0), dy.stride(0), dx.stride(0), sc.stride(0), plan.chunk)
     k_p2 = triton.next_power_of_2(table_rows + 2)
     if cfg.wide:
-        _bwd_row_kernel[(plan.programs,)](*args, BLOCK_H=cfg.block_h, K_P2=k_p2, BY_HAND=_by_hand(),
+        _bwd_row_kernel[(plan.programs,)](*args, BLOCK_H=cfg.block_h, K_P2=k_p2, BY_HAND=interpreter_active(),
                                           num_warps=cfg.bwd_warps)
     else:
         _bwd_tile_kernel[(plan.programs,)](*args, BLOCK_H=cfg.block_h, ROWS=cfg.rows, K_P2=k_p2,
-                                           BY_HAND=_by_hand(), num_warps=cfg.bwd_warps)
+                                           BY_HAND=interpreter_active(), num_warps=cfg.bwd_warps)
     if not need_params:
         return dx, None, None, None
     dw = torch.empty_like(w)
@@ -435,5 +436,5 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
         dsc = torch.empty((table_rows, hidden), dtype=sc.dtype, device=device)
     _bwd_params_kernel[(triton.cdiv(hidden, PARAM_COLS),)](
         partial_d, partial_s, plan.chunk_start, w, sc, dw, dsh, dsc, hidden, table_rows, sc.stride(0),
-        dsh.stride(0), dsc.stride(0), BLOCK_C=PARAM_COLS, P_TILE=PARAM_TILE, BY_HAND=_by_hand(), num_warps=4)
+        dsh.stride(0), dsc.stride(0), BLOCK_C=PARAM_COLS, P_TILE=PARAM_TILE, BY_HAND=interpreter_active(), num_warps=4)
     return dx, dw, dsh, dsc

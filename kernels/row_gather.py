@@ -58,7 +58,7 @@ def table_gradient(row_grads: torch.Tensor, idx: torch.Tensor, table_rows: int) 
         num_warps=cfg.bwd_warps)
     _gather_reduce_kernel[(triton.cdiv(hidden, K.PARAM_COLS),)](
         partials, plan.chunk_start, out, hidden, table_rows, out.stride(0), BLOCK_C=K.PARAM_COLS,
-        P_TILE=K.PARAM_TILE, BY_HAND=K._by_hand(), num_warps=4)
+        P_TILE=K.PARAM_TILE, BY_HAND=K.interpreter_active(), num_warps=4)
     return out
 
 
