@@ -72,30 +72,35 @@ def _as_rows(x, w, sh, sc, idx):
     """The launchers' layout: x as [R, H] rows, idx flat, unit inner strides. No call where the caller
     already passes rows (each tensor call is ~10 us of host time on the H200 VM)."""
     x2d = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
-    return (_unit_inner(x2d), w.contiguous(), _unit_inner(sh), _unit_inner(sc),
+    return (_unit_inner(x2d), w if w.stride(0) == 1 else w.contiguous(), _unit_inner(sh), _unit_inner(sc),
             idx if idx.dim() == 1 else idx.reshape(-1))
 
 
 class _NormModulate(torch.autograd.Function):
+    # The host path is kept short on purpose: on the H200 VM the backward is host-bound and each
+    # tensor call or saved tensor costs microseconds (kernels/NOTES.md, v12).
     @staticmethod
     def forward(ctx, x, w, sh, sc, idx, eps):
         x2d, w_, sh_, sc_, idx1d = _as_rows(x, w, sh, sc, idx)
         y, rstd = K.forward(x2d, w_, sh_, sc_, idx1d, eps)
-        ctx.save_for_backward(x2d, w_, sc_, idx1d, rstd)
+        ctx.save_for_backward(x2d, w_, sc_, idx1d)
+        ctx.rstd = rstd  # an intermediate, not an input or output: no version check needed
         ctx.table_rows, ctx.sh_dtype, ctx.x_shape = sh.shape[0], sh.dtype, x.shape
-        return y.view(x.shape)
+        return y if x.dim() == 2 else y.view(x.shape)
 
     @staticmethod
     def backward(ctx, dy):
-        x2d, w, sc, idx, rstd = ctx.saved_tensors
+        x2d, w, sc, idx = ctx.saved_tensors
         need_x, need_w, need_sh, need_sc = ctx.needs_input_grad[:4]
-        dy2d = dy.reshape(-1, x2d.shape[1])
+        dy2d = dy if dy.dim() == 2 else dy.reshape(-1, x2d.shape[1])
         if dy2d.stride(-1) != 1 or (dy2d.shape[0] > 1 and dy2d.stride(0) == 0):
             dy2d = dy2d.contiguous()
-        dx, dw, dsh, dsc = K.backward(dy2d, x2d, w, sc, idx, rstd, ctx.table_rows, ctx.sh_dtype,
+        dx, dw, dsh, dsc = K.backward(dy2d, x2d, w, sc, idx, ctx.rstd, ctx.table_rows, ctx.sh_dtype,
                                       need_params=need_w or need_sh or need_sc)
-        return (dx.view(ctx.x_shape) if need_x else None, dw if need_w else None,
-                dsh if need_sh else None, dsc if need_sc else None, None, None)
+        if need_x and len(ctx.x_shape) != 2:
+            dx = dx.view(ctx.x_shape)
+        return (dx if need_x else None, dw if need_w else None, dsh if need_sh else None,
+                dsc if need_sc else None, None, None)
 
 
 def norm_modulate(x: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tensor, idx: torch.Tensor,

@@ -200,8 +200,6 @@ def main() -> None:
         _forward_variants(res, x, w, sh, sc, idx, y, rstd, rows, args.hidden)
         res["production fwd"] = profile(lambda: K.forward(x, w, sh, sc, idx, 1e-5))
         _, rstd_p = K.forward(x, w, sh, sc, idx, 1e-5)
-        chunk = K.backward_chunk(rows, K.block_config(args.hidden), dev)
-        res["segment_plan"] = profile(lambda: K.segment_plan(idx, sh.shape[0], chunk))
         res["production bwd (params)"] = profile(
             lambda: K.backward(dy, x, w, sc, idx, rstd_p, sh.shape[0], sh.dtype, True))
         leaves = [v.detach().requires_grad_() for v in (x, w, sh, sc)]
@@ -216,7 +214,6 @@ def main() -> None:
         res["host us: K.forward"] = host_launch_us(lambda: K.forward(x, w, sh, sc, idx, 1e-5))
         res["host us: api forward no grad"] = host_launch_us(lambda: norm_modulate(x, w, sh, sc, idx, check_index=False))
         res["host us: torch.add tiny"] = host_launch_us(lambda: torch.add(rstd[:4], 1))
-        res["host us: segment_plan"] = host_launch_us(lambda: K.segment_plan(idx, sh.shape[0], chunk))
         report[str(rows)] = res
         for key, val in res.items():
             print(rows, key, json.dumps(val) if isinstance(val, (dict, str)) else round(val, 2), flush=True)

@@ -18,14 +18,16 @@ Reduction orders (the point of this kernel: change them only with the probes rer
   shared memory. The tile shape and warp count depend on H only, and every row of a tile has the same
   layout, so nothing in that tree depends on the batch, the grid or the row's position: a row's y and
   dx are bitwise the same alone or in any batch.
-* Parameter gradients are cross-row sums, made without atomics in a fixed order. A counting sort
-  (`segment_plan`: per-block counts, then each block's prefix summed in block order) lists the rows
-  of each table row m in ascending row order; that segment is cut into chunks of CHUNK rows, one
-  program each. A program walks its chunk in order and accumulates, per column in fp32, D and S, and
-  writes them as one partial row. `_bwd_params_kernel` then adds, per column and per m in ascending
-  order, the partials of m's chunks in tiles of P_TILE (a fixed tl.sum tree per tile, tiles left to
-  right), and dw adds (1 + sc[m]) * S[m] over m ascending. These orders depend on (idx, R, H, the
-  device's SM count) only, so the gradients repeat bitwise run to run.
+* Parameter gradients are cross-row sums, made without atomics in a fixed order. The backward's rows
+  are split into fixed chunks (`backward_split`: a function of R and the GPU's SM count), one per
+  program. A program first sorts its chunk by table row with a stable counting sort
+  (`_local_order`), then walks table rows m = 0 .. M - 1 in turn and, for each, its rows of m in
+  ascending row order, accumulating per column in fp32 D and S, and writes them as partial row
+  [program, m] (zeros when it has none); its dw partial adds (1 + sc[m]) * S[m] over m ascending.
+  `_bwd_params_kernel` then adds, per column, the partials of programs 0, 1, ... (for each m, and
+  for dw) in tiles of P_TILE (a fixed tl.sum tree per tile, tiles left to right). These orders depend on (idx, R, H, the
+  device's SM count) only, so the gradients repeat bitwise run to run. No separate sorting launch:
+  each launch costs the host more than the sort costs the GPU (kernels/NOTES.md, v12).
 
 Rows whose index is outside [0, M) are sorted into an extra segment M: their y and dx are NaN and
 they add nothing to the parameter gradients (the op checks indices before launch unless told not to).
@@ -42,13 +44,16 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.launch import launch
+
 MAX_HIDDEN = 32768
 WIDE_FROM = 2048          # BLOCK_H from which rows are processed one at a time
 TILE_ELEMENTS = 4096      # narrow rows: rows per tile = TILE_ELEMENTS // BLOCK_H
-PROGRAMS_PER_SM = 4       # backward: about this many row chunks per SM (measured: kernels/NOTES.md)
-PARAM_COLS = 16           # parameter stage: columns per program
-PARAM_TILE = 64           # parameter stage: partial rows per tl.sum
-PLAN_MAX_BLOCKS = 256     # counting sort: at most this many blocks (each sums the others' counts)
+BWD_PROGRAMS_PER_SM = 1   # backward, wide rows: one program holds an SM's registers (kernels/NOTES.md)
+NARROW_PROGRAMS_PER_SM = 4  # backward, narrow rows
+CHUNK_LIMIT = 1024        # backward: rows per program at most (its sort is a [CHUNK, M + 2] one-hot)
+PARAM_COLS = 32           # parameter stage: columns per program
+PARAM_TILE = 256          # parameter stage: partial rows per tl.sum, at most
 
 
 @dataclass(frozen=True)
@@ -63,13 +68,16 @@ class BlockConfig:
 WARPS_OVERRIDE: dict[str, int] = {}  # kernels/bench.py pins warps to compare variants
 
 
+@functools.lru_cache(maxsize=64)
 def block_config(hidden: int) -> BlockConfig:
     """Tile shape and warps for a row of `hidden` elements: a function of H only (see above)."""
     block_h = triton.next_power_of_2(hidden)
     wide = block_h >= WIDE_FROM
     rows = 1 if wide else max(1, min(64, TILE_ELEMENTS // block_h))
     warps = 8 if wide else max(1, min(8, rows * block_h // 512))
-    return BlockConfig(block_h=block_h, rows=rows, wide=wide, fwd_warps=WARPS_OVERRIDE.get("fwd", warps),
+    # Wide forward: 4 warps, 188 us against 193 us with 8 at H = 5376 (kernels/NOTES.md, v13).
+    fwd_warps = 4 if wide else warps
+    return BlockConfig(block_h=block_h, rows=rows, wide=wide, fwd_warps=WARPS_OVERRIDE.get("fwd", fwd_warps),
                        bwd_warps=WARPS_OVERRIDE.get("bwd", warps))
 
 
@@ -157,97 +165,36 @@ def _fwd_row_kernel(X, W, SH, SC, IDX, Y, RSTD, n_rows, H: tl.constexpr, M, stri
         tl.store(RSTD + row, rstd)
 
 
-# --- the counting sort behind the backward's fixed reduction order -----------------------------------
+# --- the backward: each program sorts its own rows by table row ---------------------------------------
 
 @triton.jit
-def _plan_count_kernel(IDX, COUNTS, n_rows, M, BLOCK: tl.constexpr, K_P2: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    ok = rows < n_rows
-    seg = _segment(tl.load(IDX + rows, mask=ok, other=0), ok, M)
+def _local_order(IDX, ORDER, pid, lo, n, M, CMAX: tl.constexpr, K_P2: tl.constexpr):
+    """A stable counting sort of this program's rows lo .. lo + n - 1 by segment (table row, M for a
+    bad index): writes their offsets from lo, grouped by segment and ascending within each, to
+    ORDER[pid * CMAX + 0 .. n - 1]; returns where each segment starts in that list and its length."""
+    i = tl.arange(0, CMAX)
+    ok = i < n
+    seg = _segment(tl.load(IDX + lo + i, mask=ok, other=0), ok, M)
     ks = tl.arange(0, K_P2)
-    counts = tl.sum((seg[:, None] == ks[None, :]).to(tl.int32), axis=0)
-    tl.store(COUNTS + tl.program_id(0) * K_P2 + ks, counts)
-
-
-@triton.jit
-def _plan_scatter_kernel(IDX, COUNTS, PERM, SEG_START, CHUNK_START, n_rows, M, n_blocks, CHUNK,
-                         BLOCK: tl.constexpr, K_P2: tl.constexpr, NB_P2: tl.constexpr):
-    """Stable counting sort: row r goes to seg_start[m] + (rows of m in earlier blocks) + (rows of m
-    before r in its block). Every block sums the earlier blocks' counts itself: no atomics, no order
-    between programs."""
-    b = tl.program_id(0)
-    blocks = tl.arange(0, NB_P2)
-    ks = tl.arange(0, K_P2)
-    counts = tl.load(COUNTS + blocks[:, None] * K_P2 + ks[None, :], mask=(blocks < n_blocks)[:, None], other=0)
-    real = ks <= M                                    # segments 0..M; M + 1 is padding
-    totals = tl.where(real, tl.sum(counts, axis=0), 0)
-    seg_start = tl.cumsum(totals, axis=0) - totals
-    earlier = tl.sum(tl.where((blocks < b)[:, None], counts, 0), axis=0)
-
-    rows = b * BLOCK + tl.arange(0, BLOCK)
-    ok = rows < n_rows
-    seg = _segment(tl.load(IDX + rows, mask=ok, other=0), ok, M)
     onehot = (seg[:, None] == ks[None, :]).to(tl.int32)
+    counts = tl.where(ks <= M, tl.sum(onehot, axis=0), 0)   # segment M + 1 is padding
+    starts = tl.cumsum(counts, axis=0) - counts
     rank = tl.sum((tl.cumsum(onehot, axis=0) - onehot) * onehot, axis=1)
-    start = tl.sum(onehot * (seg_start + earlier)[None, :], axis=1)
-    tl.store(PERM + start + rank, rows, mask=ok)
+    slot = tl.sum(onehot * starts[None, :], axis=1) + rank
+    tl.store(ORDER + pid * CMAX + slot, i, mask=ok)
+    tl.debug_barrier()  # the loop below reads the list back, each thread other threads' writes
+    return starts, counts
 
-    chunks = (totals + CHUNK - 1) // CHUNK
-    first = ks <= tl.where(b == 0, M + 1, -1)         # block 0 writes the M + 2 segment bounds
-    tl.store(SEG_START + ks, seg_start, mask=first)
-    tl.store(CHUNK_START + ks, tl.cumsum(chunks, axis=0) - chunks, mask=first)
-
-
-@dataclass(frozen=True)
-class SegmentPlan:
-    """`perm`: rows grouped by segment (0..M-1 table rows, M bad index), ascending within each;
-    `seg_start[k]` / `chunk_start[k]`: where segment k's rows / programs begin (k = 0..M+1)."""
-
-    perm: torch.Tensor
-    seg_start: torch.Tensor
-    chunk_start: torch.Tensor
-    chunk: int
-    programs: int
-
-
-def segment_plan(idx: torch.Tensor, table_rows: int, chunk: int) -> SegmentPlan:
-    rows, device = idx.numel(), idx.device
-    k_p2 = triton.next_power_of_2(table_rows + 2)
-    block = max(1024, triton.next_power_of_2(triton.cdiv(rows, PLAN_MAX_BLOCKS)))
-    n_blocks = triton.cdiv(rows, block)
-    # One allocation for counts, perm and the two bound vectors: each tensor op costs host time.
-    scratch = torch.empty((n_blocks * k_p2 + rows + 2 * k_p2,), dtype=torch.int32, device=device)
-    counts = scratch[:n_blocks * k_p2]
-    perm = scratch[n_blocks * k_p2:n_blocks * k_p2 + rows]
-    bounds = scratch[n_blocks * k_p2 + rows:].view(2, k_p2)
-    _plan_count_kernel[(n_blocks,)](idx, counts, rows, table_rows, BLOCK=block, K_P2=k_p2, num_warps=8)
-    _plan_scatter_kernel[(n_blocks,)](idx, counts, perm, bounds[0], bounds[1], rows, table_rows, n_blocks, chunk,
-                                      BLOCK=block, K_P2=k_p2, NB_P2=triton.next_power_of_2(n_blocks), num_warps=8)
-    if device.type == "cuda":
-        # Each of the M + 1 segments wastes at most one partly filled chunk: a bound without a sync.
-        programs = triton.cdiv(rows, chunk) + table_rows + 1
-    else:
-        programs = int(bounds[1, table_rows + 1])  # the interpreter: a sync is free, idle programs are not
-    return SegmentPlan(perm=perm, seg_start=bounds[0], chunk_start=bounds[1], chunk=chunk, programs=programs)
-
-
-# --- backward ----------------------------------------------------------------------------------------
 
 @triton.jit
-def _chunk_of(pid, SEG_START, CHUNK_START, M, CHUNK, K_P2: tl.constexpr):
-    """This program's segment k and its rows [lo, hi) in the plan's sorted order."""
-    ks = tl.arange(0, K_P2)
-    ends = tl.load(CHUNK_START + 1 + ks, mask=ks <= M, other=2147483647)
-    k = tl.sum((ends <= pid).to(tl.int32), axis=0)   # M + 1: past the last chunk
-    k_safe = tl.minimum(k, M)
-    lo = tl.load(SEG_START + k_safe) + (pid - tl.load(CHUNK_START + k_safe)) * CHUNK
-    hi = tl.where(k <= M, tl.minimum(lo + CHUNK, tl.load(SEG_START + k_safe + 1)), lo)
-    return k, lo, hi
+def _pick(vector, ks, k):
+    """vector[k] for a scalar k (a register vector cannot be indexed)."""
+    return tl.sum(tl.where(ks == k, vector, 0), axis=0)
 
 
 @triton.jit
 def _segment_scale(W, SC, k, M, cols, col_ok, stride_sc):
-    """a = w * (1 + sc[k]) for a program's segment k; NaN for the bad-index segment, so its dx is NaN."""
+    """a = w * (1 + sc[k]) for segment k; NaN for the bad-index segment, so its dx is NaN."""
     m = tl.minimum(k, M - 1).to(tl.int64)
     a = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) * \
         (1.0 + tl.load(SC + m * stride_sc + cols, mask=col_ok, other=0.0).to(tl.float32))
@@ -255,117 +202,146 @@ def _segment_scale(W, SC, k, M, cols, col_ok, stride_sc):
 
 
 @triton.jit
-def _store_partials(PD, PS, pid, k, M, cols, H: tl.constexpr, acc_d, acc_s):
-    """This program's partial D and S row; bad-index rows and idle programs add nothing."""
-    out = pid.to(tl.int64) * H + cols
+def _store_partials(PART, SC, pid, k, M, cols, col_ok, H: tl.constexpr, stride_sc, acc_d, acc_s, acc_w):
+    """End of this program's rows of table row k (none is fine: zeros). PART is [programs, 2M + 1, H]
+    fp32: rows 0..M-1 hold D[k], rows M..2M-1 S[k], row 2M the program's dw partial, the sum over
+    k ascending of (1 + sc[k]) * S[k], kept in registers (acc_w) until the program ends: adding it
+    to memory at each segment's end measured 24 us slower (kernels/NOTES.md, v13). The bad-index
+    segment k = M adds nothing."""
+    base = PART + pid.to(tl.int64) * ((2 * M + 1) * H)
     written = cols < tl.where(k < M, H, 0)
-    tl.store(PD + out, acc_d, mask=written)
-    tl.store(PS + out, acc_s, mask=written)
+    tl.store(base + k * H + cols, acc_d, mask=written)
+    tl.store(base + (M + k) * H + cols, acc_s, mask=written)
+    sc = tl.load(SC + tl.minimum(k, M - 1).to(tl.int64) * stride_sc + cols, mask=col_ok, other=0.0).to(tl.float32)
+    return acc_w + tl.where(k < M, (1.0 + sc) * acc_s, 0.0)
 
 
 @triton.jit(do_not_specialize=["n_rows"])
-def _bwd_tile_kernel(X, DY, DX, W, SC, RSTD, PERM, SEG_START, CHUNK_START, PD, PS, n_rows, H: tl.constexpr, M, stride_x,
+def _bwd_tile_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, PART, n_rows, H: tl.constexpr, M, stride_x,
                      stride_dy, stride_dx, stride_sc, CHUNK, BLOCK_H: tl.constexpr, ROWS: tl.constexpr,
-                     K_P2: tl.constexpr, BY_HAND: tl.constexpr):
-    """Narrow rows: one chunk of one segment, ROWS sorted rows per step."""
+                     CMAX: tl.constexpr, K_P2: tl.constexpr, BY_HAND: tl.constexpr):
+    """Narrow rows: this program's CHUNK rows, segment by segment, ROWS sorted rows per step."""
     pid = tl.program_id(0)
-    k, lo, hi = _chunk_of(pid, SEG_START, CHUNK_START, M, CHUNK, K_P2)
+    lo = pid * CHUNK
+    n = tl.minimum(CHUNK, n_rows - lo)
+    starts, counts = _local_order(IDX, ORDER, pid, lo, n, M, CMAX, K_P2)
+    ks = tl.arange(0, K_P2)
     cols = tl.arange(0, BLOCK_H)
     col_ok = cols < H
-    a = _segment_scale(W, SC, k, M, cols, col_ok, stride_sc)
-    acc_d = tl.zeros((BLOCK_H,), dtype=tl.float32)
-    acc_s = tl.zeros((BLOCK_H,), dtype=tl.float32)
-    for start in range(lo, hi, ROWS):
-        pos = start + tl.arange(0, ROWS)
-        row_ok = pos < hi
-        r = tl.load(PERM + pos, mask=row_ok, other=0).to(tl.int64)
-        mask = row_ok[:, None] & col_ok[None, :]
-        x = tl.load(X + r[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + r[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        rstd = tl.load(RSTD + r, mask=row_ok, other=0.0)
-        xhat = x * rstd[:, None]
-        g = dy * a[None, :]
-        c = tl.sum(g * xhat, axis=1) / H
-        dx = (g - xhat * c[:, None]) * rstd[:, None]
-        tl.store(DX + r[:, None] * stride_dx + cols[None, :], _rounded(dx, DX.dtype.element_ty, BY_HAND), mask=mask)
-        acc_d += tl.sum(dy, axis=0)
-        acc_s += tl.sum(dy * xhat, axis=0)
-    _store_partials(PD, PS, pid, k, M, cols, H, acc_d, acc_s)
+    acc_w = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    for k in range(0, M + 1):
+        s0 = _pick(starts, ks, k)
+        s1 = s0 + _pick(counts, ks, k)
+        a = _segment_scale(W, SC, k, M, cols, col_ok, stride_sc)
+        acc_d = tl.zeros((BLOCK_H,), dtype=tl.float32)
+        acc_s = tl.zeros((BLOCK_H,), dtype=tl.float32)
+        for start in range(s0, s1, ROWS):
+            pos = start + tl.arange(0, ROWS)
+            row_ok = pos < s1
+            r = lo + tl.load(ORDER + pid * CMAX + pos, mask=row_ok, other=0).to(tl.int64)
+            mask = row_ok[:, None] & col_ok[None, :]
+            x = tl.load(X + r[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(DY + r[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            rstd = tl.load(RSTD + r, mask=row_ok, other=0.0)
+            xhat = x * rstd[:, None]
+            g = dy * a[None, :]
+            c = tl.sum(g * xhat, axis=1) / H
+            dx = (g - xhat * c[:, None]) * rstd[:, None]
+            tl.store(DX + r[:, None] * stride_dx + cols[None, :], _rounded(dx, DX.dtype.element_ty, BY_HAND),
+                     mask=mask)
+            acc_d += tl.sum(dy, axis=0)
+            acc_s += tl.sum(dy * xhat, axis=0)
+        acc_w = _store_partials(PART, SC, pid, k, M, cols, col_ok, H, stride_sc, acc_d, acc_s, acc_w)
+    tl.store(PART + pid.to(tl.int64) * ((2 * M + 1) * H) + 2 * M * H + cols, acc_w, mask=col_ok)
 
 
 @triton.jit(do_not_specialize=["n_rows"])
-def _bwd_row_kernel(X, DY, DX, W, SC, RSTD, PERM, SEG_START, CHUNK_START, PD, PS, n_rows, H: tl.constexpr, M, stride_x,
-                    stride_dy, stride_dx, stride_sc, CHUNK, BLOCK_H: tl.constexpr, K_P2: tl.constexpr,
-                    BY_HAND: tl.constexpr):
-    """Wide rows: one chunk of one segment, a row per step, the next row's x and dy loaded before
-    this row's arithmetic (1.5x over loading them in turn: kernels/NOTES.md)."""
+def _bwd_row_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, PART, n_rows, H: tl.constexpr, M, stride_x,
+                    stride_dy, stride_dx, stride_sc, CHUNK, BLOCK_H: tl.constexpr, CMAX: tl.constexpr,
+                    K_P2: tl.constexpr, BY_HAND: tl.constexpr):
+    """Wide rows: this program's CHUNK rows, segment by segment, a row per step; the next row's x and
+    dy (in the sorted list, across segment ends) are loaded before this row's arithmetic (1.5x over
+    loading them in turn: kernels/NOTES.md)."""
     pid = tl.program_id(0)
-    k, lo, hi = _chunk_of(pid, SEG_START, CHUNK_START, M, CHUNK, K_P2)
+    lo = pid * CHUNK
+    n = tl.minimum(CHUNK, n_rows - lo)
+    starts, counts = _local_order(IDX, ORDER, pid, lo, n, M, CMAX, K_P2)
+    ks = tl.arange(0, K_P2)
     cols = tl.arange(0, BLOCK_H)
     col_ok = cols < H
-    a = _segment_scale(W, SC, k, M, cols, col_ok, stride_sc)
-    acc_d = tl.zeros((BLOCK_H,), dtype=tl.float32)
-    acc_s = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    order = ORDER + pid * CMAX
     # Scalar masks are written as index clamps and column limits: the interpreter rejects them.
-    limit = tl.where(lo < hi, H, 0)
-    r_next = tl.load(PERM + tl.minimum(lo, n_rows - 1)).to(tl.int64)
-    x_next = tl.load(X + r_next * stride_x + cols, mask=cols < limit, other=0.0)
-    dy_next = tl.load(DY + r_next * stride_dy + cols, mask=cols < limit, other=0.0)
-    for pos in range(lo, hi):
-        r = r_next
-        x = x_next.to(tl.float32)
-        dy = dy_next.to(tl.float32)
-        limit = tl.where(pos + 1 < hi, H, 0)
-        r_next = tl.load(PERM + tl.minimum(pos + 1, n_rows - 1)).to(tl.int64)
-        x_next = tl.load(X + r_next * stride_x + cols, mask=cols < limit, other=0.0)
-        dy_next = tl.load(DY + r_next * stride_dy + cols, mask=cols < limit, other=0.0)
-        rstd = tl.load(RSTD + r)
-        xhat = x * rstd
-        g = dy * a
-        c = tl.sum(g * xhat, axis=0) / H
-        dx = (g - xhat * c) * rstd
-        tl.store(DX + r * stride_dx + cols, _rounded(dx, DX.dtype.element_ty, BY_HAND), mask=col_ok)
-        acc_d += dy
-        acc_s += dy * xhat
-    _store_partials(PD, PS, pid, k, M, cols, H, acc_d, acc_s)
+    r_next = lo + tl.load(order).to(tl.int64)
+    x_next = tl.load(X + r_next * stride_x + cols, mask=col_ok, other=0.0)
+    dy_next = tl.load(DY + r_next * stride_dy + cols, mask=col_ok, other=0.0)
+    acc_w = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    for k in range(0, M + 1):
+        s0 = _pick(starts, ks, k)
+        s1 = s0 + _pick(counts, ks, k)
+        a = _segment_scale(W, SC, k, M, cols, col_ok, stride_sc)
+        acc_d = tl.zeros((BLOCK_H,), dtype=tl.float32)
+        acc_s = tl.zeros((BLOCK_H,), dtype=tl.float32)
+        for pos in range(s0, s1):
+            r = r_next
+            x = x_next.to(tl.float32)
+            dy = dy_next.to(tl.float32)
+            limit = tl.where(pos + 1 < n, H, 0)
+            r_next = lo + tl.load(order + tl.minimum(pos + 1, n - 1)).to(tl.int64)
+            x_next = tl.load(X + r_next * stride_x + cols, mask=cols < limit, other=0.0)
+            dy_next = tl.load(DY + r_next * stride_dy + cols, mask=cols < limit, other=0.0)
+            rstd = tl.load(RSTD + r)
+            xhat = x * rstd
+            g = dy * a
+            c = tl.sum(g * xhat, axis=0) / H
+            dx = (g - xhat * c) * rstd
+            tl.store(DX + r * stride_dx + cols, _rounded(dx, DX.dtype.element_ty, BY_HAND), mask=col_ok)
+            acc_d += dy
+            acc_s += dy * xhat
+        acc_w = _store_partials(PART, SC, pid, k, M, cols, col_ok, H, stride_sc, acc_d, acc_s, acc_w)
+    tl.store(PART + pid.to(tl.int64) * ((2 * M + 1) * H) + 2 * M * H + cols, acc_w, mask=col_ok)
 
 
 @triton.jit
-def sum_partials(P, c0, c1, cols, col_ok, H: tl.constexpr, P_TILE: tl.constexpr):
-    """Partial rows c0..c1-1 of P summed per column in fp32: tiles of P_TILE rows, each by a fixed
-    tl.sum tree, added left to right (shared with kernels/row_gather.py)."""
+def sum_partials(P, count, stride, cols, col_ok, P_TILE: tl.constexpr):
+    """Rows 0 .. count - 1 of P (row p at P + p * stride) summed per column in fp32: tiles of P_TILE
+    rows, each by a fixed tl.sum tree, added left to right (shared with kernels/row_gather.py)."""
     acc = tl.zeros(cols.shape, dtype=tl.float32)
-    for p0 in range(c0, c1, P_TILE):
+    for p0 in range(0, count, P_TILE):
         p = p0 + tl.arange(0, P_TILE)
-        mask = (p < c1)[:, None] & col_ok[None, :]
-        acc += tl.sum(tl.load(P + p.to(tl.int64)[:, None] * H + cols[None, :], mask=mask, other=0.0), axis=0)
+        mask = (p < count)[:, None] & col_ok[None, :]
+        acc += tl.sum(tl.load(P + p.to(tl.int64)[:, None] * stride + cols[None, :], mask=mask, other=0.0), axis=0)
     return acc
 
 
-@triton.jit
-def _bwd_params_kernel(PD, PS, CHUNK_START, W, SC, DW, DSH, DSC, H: tl.constexpr, M, stride_sc, stride_dsh, stride_dsc,
+@triton.jit(do_not_specialize=["n_programs"])
+def _bwd_params_kernel(PART, W, DW, DSH, DSC, n_programs, H: tl.constexpr, M, stride_dsh, stride_dsc,
                        BLOCK_C: tl.constexpr, P_TILE: tl.constexpr, BY_HAND: tl.constexpr):
+    """Program (c, m): dsh[m] and dsc[m] for column block c; program (c, M): dw. Each sums one
+    partial row of every backward program (`sum_partials`), so all run at once."""
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     col_ok = cols < H
-    w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
-    dw = tl.zeros((BLOCK_C,), dtype=tl.float32)
-    for m in range(0, M):
-        c0 = tl.load(CHUNK_START + m)
-        c1 = tl.load(CHUNK_START + m + 1)
-        d = sum_partials(PD, c0, c1, cols, col_ok, H, P_TILE)
-        s = sum_partials(PS, c0, c1, cols, col_ok, H, P_TILE)
-        sc = tl.load(SC + m * stride_sc + cols, mask=col_ok, other=0.0).to(tl.float32)
+    m = tl.program_id(1)
+    stride = (2 * M + 1) * H
+    if m < M:
+        d = sum_partials(PART + m * H, n_programs, stride, cols, col_ok, P_TILE)
+        s = sum_partials(PART + (M + m) * H, n_programs, stride, cols, col_ok, P_TILE)
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
         tl.store(DSH + m * stride_dsh + cols, _rounded(d, DSH.dtype.element_ty, BY_HAND), mask=col_ok)
         tl.store(DSC + m * stride_dsc + cols, _rounded(w * s, DSC.dtype.element_ty, BY_HAND), mask=col_ok)
-        dw += (1.0 + sc) * s
-    tl.store(DW + cols, _rounded(dw, DW.dtype.element_ty, BY_HAND), mask=col_ok)
+    else:
+        dw = sum_partials(PART + 2 * M * H, n_programs, stride, cols, col_ok, P_TILE)
+        tl.store(DW + cols, _rounded(dw, DW.dtype.element_ty, BY_HAND), mask=col_ok)
 
 
 # --- launchers ---------------------------------------------------------------------------------------
 
 def interpreter_active() -> bool:
     """TRITON_INTERPRET is on: kernels run on the CPU, and bf16 stores are rounded by hand."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return BY_HAND
+
+
+# Read once: triton itself decides interpreter or GPU when the kernels above are decorated.
+BY_HAND = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def forward(x2d: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tensor, idx: torch.Tensor,
@@ -382,12 +358,11 @@ def forward(x2d: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tens
     if cfg.wide:
         head = 1 << (hidden.bit_length() - 1)
         tail = triton.next_power_of_2(max(1, hidden - head))
-        _fwd_row_kernel[(rows,)](*args, HEAD=head, TAIL=tail, SAVE_RSTD=save_rstd, BY_HAND=interpreter_active(),
-                                 num_warps=cfg.fwd_warps)
+        launch(_fwd_row_kernel, (rows,), *args, HEAD=head, TAIL=tail, SAVE_RSTD=save_rstd, BY_HAND=BY_HAND,
+               num_warps=cfg.fwd_warps)
     else:
-        _fwd_tile_kernel[(triton.cdiv(rows, cfg.rows),)](*args, BLOCK_H=cfg.block_h, ROWS=cfg.rows,
-                                                         SAVE_RSTD=save_rstd, BY_HAND=interpreter_active(),
-                                                         num_warps=cfg.fwd_warps)
+        launch(_fwd_tile_kernel, (triton.cdiv(rows, cfg.rows),), *args, BLOCK_H=cfg.block_h, ROWS=cfg.rows,
+               SAVE_RSTD=save_rstd, BY_HAND=BY_HAND, num_warps=cfg.fwd_warps)
     return y, rstd
 
 
@@ -396,13 +371,23 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def backward_chunk(rows: int, cfg: BlockConfig, device: torch.device) -> int:
-    """Rows per backward program: about PROGRAMS_PER_SM programs per SM, a whole number of tiles."""
-    if device.type != "cuda":
-        return triton.cdiv(rows, cfg.rows) * cfg.rows  # interpreter: one program per segment
-    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    per_program = triton.cdiv(rows, PROGRAMS_PER_SM * sms)
-    return max(cfg.rows, triton.cdiv(per_program, cfg.rows) * cfg.rows)
+def backward_split(rows: int, cfg: BlockConfig, device: torch.device) -> tuple[int, int]:
+    """(programs, rows per program) of the backward: about BWD_PROGRAMS_PER_SM programs per SM (wide
+    rows: one program fills an SM's registers), each sorting at most CHUNK_LIMIT rows. Every program
+    gets at least one row. The interpreter runs programs one after another: as few as possible."""
+    if device.type == "cuda":
+        sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+        target = sms * (BWD_PROGRAMS_PER_SM if cfg.wide else NARROW_PROGRAMS_PER_SM)
+    else:
+        target = 1
+    chunk = triton.cdiv(rows, max(1, min(target, rows)))
+    chunk = min(chunk, CHUNK_LIMIT)
+    return triton.cdiv(rows, chunk), chunk
+
+
+def param_tile(programs: int) -> int:
+    """Partial rows per tl.sum in the parameter stage: all of them in one tile up to PARAM_TILE."""
+    return min(PARAM_TILE, triton.next_power_of_2(programs))
 
 
 def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Tensor, idx: torch.Tensor,
@@ -414,18 +399,22 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
     if rows == 0:
         return (dx, torch.zeros_like(w), torch.zeros((table_rows, hidden), dtype=sh_dtype, device=device),
                 torch.zeros((table_rows, hidden), dtype=sc.dtype, device=device))
+    if (2 * table_rows + 1) * hidden >= 2 ** 31:
+        raise ValueError(f"tables of {table_rows} rows of {hidden} are too large for this kernel's int32 offsets")
     cfg = block_config(hidden)
-    plan = segment_plan(idx, table_rows, backward_chunk(rows, cfg, device))
-    partial_d, partial_s = torch.empty((2, plan.programs, hidden), dtype=torch.float32, device=device)
-    args = (x2d, dy, dx, w, sc, rstd, plan.perm, plan.seg_start, plan.chunk_start, partial_d, partial_s,
-            rows, hidden, table_rows, x2d.stride(0), dy.stride(0), dx.stride(0), sc.stride(0), plan.chunk)
+    programs, chunk = backward_split(rows, cfg, device)
+    cmax = triton.next_power_of_2(chunk)
+    order = torch.empty((programs * cmax,), dtype=torch.int32, device=device)
+    partials = torch.empty((programs, 2 * table_rows + 1, hidden), dtype=torch.float32, device=device)
+    args = (x2d, dy, dx, w, sc, rstd, idx, order, partials, rows, hidden, table_rows, x2d.stride(0),
+            dy.stride(0), dx.stride(0), sc.stride(0), chunk)
     k_p2 = triton.next_power_of_2(table_rows + 2)
     if cfg.wide:
-        _bwd_row_kernel[(plan.programs,)](*args, BLOCK_H=cfg.block_h, K_P2=k_p2, BY_HAND=interpreter_active(),
-                                          num_warps=cfg.bwd_warps)
+        launch(_bwd_row_kernel, (programs,), *args, BLOCK_H=cfg.block_h, CMAX=cmax, K_P2=k_p2,
+               BY_HAND=BY_HAND, num_warps=cfg.bwd_warps)
     else:
-        _bwd_tile_kernel[(plan.programs,)](*args, BLOCK_H=cfg.block_h, ROWS=cfg.rows, K_P2=k_p2,
-                                           BY_HAND=interpreter_active(), num_warps=cfg.bwd_warps)
+        launch(_bwd_tile_kernel, (programs,), *args, BLOCK_H=cfg.block_h, ROWS=cfg.rows, CMAX=cmax, K_P2=k_p2,
+               BY_HAND=BY_HAND, num_warps=cfg.bwd_warps)
     if not need_params:
         return dx, None, None, None
     dw = torch.empty_like(w)
@@ -434,7 +423,7 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
     else:
         dsh = torch.empty((table_rows, hidden), dtype=sh_dtype, device=device)
         dsc = torch.empty((table_rows, hidden), dtype=sc.dtype, device=device)
-    _bwd_params_kernel[(triton.cdiv(hidden, PARAM_COLS),)](
-        partial_d, partial_s, plan.chunk_start, w, sc, dw, dsh, dsc, hidden, table_rows, sc.stride(0),
-        dsh.stride(0), dsc.stride(0), BLOCK_C=PARAM_COLS, P_TILE=PARAM_TILE, BY_HAND=interpreter_active(), num_warps=4)
+    launch(_bwd_params_kernel, (triton.cdiv(hidden, PARAM_COLS), table_rows + 1), partials, w, dw, dsh, dsc,
+           programs, hidden, table_rows, dsh.stride(0), dsc.stride(0), BLOCK_C=PARAM_COLS,
+           P_TILE=param_tile(programs), BY_HAND=BY_HAND, num_warps=4)
     return dx, dw, dsh, dsc

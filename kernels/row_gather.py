@@ -2,11 +2,11 @@
 
 index_select's backward scatter-adds the row gradients into the table with atomics, so the table
 gradient's fp32 summation order, and with it its bits, change run to run: that alone makes the RFC's
-diffusers and liger rows fail parameter repeatability. Here the backward is a fixed-order reduction
-with no atomics, using norm_modulate's counting sort (kernels/norm_modulate.py, `segment_plan`):
-the rows of each table row m, in ascending row order, are cut into chunks; each chunk is summed in
-row order into one fp32 partial row (`_gather_partials_kernel`); then, per column, m's partials are
-added in chunk order in tiles of PARAM_TILE (`sum_partials`), and the sum is rounded once.
+diffusers and liger rows fail parameter repeatability. Here the backward is norm_modulate's fixed-order
+reduction (kernels/norm_modulate.py): the rows are split into fixed chunks, one per program; a program
+sorts its chunk by table row (`_local_order`) and, for each table row m, sums its rows of m in
+ascending row order into one fp32 partial row; then, per column, m's partials are added in program
+order in tiles of PARAM_TILE (`sum_partials`), and the sum is rounded once. No atomics.
 Rows whose index is out of range add nothing (the forward, `index_select`, rejects them first).
 """
 from __future__ import annotations
@@ -16,49 +16,58 @@ import triton
 import triton.language as tl
 
 from kernels import norm_modulate as K
+from kernels.launch import launch
 
 
 @triton.jit(do_not_specialize=["n_rows"])
-def _gather_partials_kernel(DR, PERM, SEG_START, CHUNK_START, PD, n_rows, H: tl.constexpr, M, stride_dr, CHUNK,
-                            BLOCK_H: tl.constexpr, K_P2: tl.constexpr):
+def _gather_partials_kernel(DR, IDX, ORDER, PD, n_rows, H: tl.constexpr, M, stride_dr, CHUNK,
+                            BLOCK_H: tl.constexpr, CMAX: tl.constexpr, K_P2: tl.constexpr):
     pid = tl.program_id(0)
-    k, lo, hi = K._chunk_of(pid, SEG_START, CHUNK_START, M, CHUNK, K_P2)
+    lo = pid * CHUNK
+    n = tl.minimum(CHUNK, n_rows - lo)
+    starts, counts = K._local_order(IDX, ORDER, pid, lo, n, M, CMAX, K_P2)
+    ks = tl.arange(0, K_P2)
     cols = tl.arange(0, BLOCK_H)
-    col_ok = cols < H
-    acc = tl.zeros((BLOCK_H,), dtype=tl.float32)
-    for pos in range(lo, hi):
-        r = tl.load(PERM + pos).to(tl.int64)
-        acc += tl.load(DR + r * stride_dr + cols, mask=col_ok, other=0.0).to(tl.float32)
-    tl.store(PD + pid.to(tl.int64) * H + cols, acc, mask=cols < tl.where(k < M, H, 0))
+    for m in range(0, M):
+        s0 = K._pick(starts, ks, m)
+        s1 = s0 + K._pick(counts, ks, m)
+        acc = tl.zeros((BLOCK_H,), dtype=tl.float32)
+        for pos in range(s0, s1):
+            r = lo + tl.load(ORDER + pid * CMAX + pos).to(tl.int64)
+            acc += tl.load(DR + r * stride_dr + cols, mask=cols < H, other=0.0).to(tl.float32)
+        tl.store(PD + (pid.to(tl.int64) * M + m) * H + cols, acc, mask=cols < H)
 
 
-@triton.jit
-def _gather_reduce_kernel(PD, CHUNK_START, DT, H: tl.constexpr, M, stride_dt, BLOCK_C: tl.constexpr,
+@triton.jit(do_not_specialize=["n_programs"])
+def _gather_reduce_kernel(PD, DT, n_programs, H: tl.constexpr, M, stride_dt, BLOCK_C: tl.constexpr,
                           P_TILE: tl.constexpr, BY_HAND: tl.constexpr):
+    """Program (c, m): table row m's gradient for column block c."""
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     col_ok = cols < H
-    for m in range(0, M):
-        total = K.sum_partials(PD, tl.load(CHUNK_START + m), tl.load(CHUNK_START + m + 1), cols, col_ok, H, P_TILE)
-        tl.store(DT + m * stride_dt + cols, K._rounded(total, DT.dtype.element_ty, BY_HAND), mask=col_ok)
+    m = tl.program_id(1)
+    total = K.sum_partials(PD + m * H, n_programs, M * H, cols, col_ok, P_TILE)
+    tl.store(DT + m * stride_dt + cols, K._rounded(total, DT.dtype.element_ty, BY_HAND), mask=col_ok)
 
 
 def table_gradient(row_grads: torch.Tensor, idx: torch.Tensor, table_rows: int) -> torch.Tensor:
     """sum of row_grads[r] over the rows r with idx[r] = m, for every m, in a fixed order."""
     rows, hidden = row_grads.shape
     device = row_grads.device
-    out = torch.zeros((table_rows, hidden), dtype=row_grads.dtype, device=device)
+    if table_rows * hidden >= 2 ** 31:
+        raise ValueError(f"a table of {table_rows} rows of {hidden} is too large for int32 offsets")
     if rows == 0:
-        return out
+        return torch.zeros((table_rows, hidden), dtype=row_grads.dtype, device=device)
+    out = torch.empty((table_rows, hidden), dtype=row_grads.dtype, device=device)
     cfg = K.block_config(hidden)
-    plan = K.segment_plan(idx, table_rows, K.backward_chunk(rows, cfg, device))
-    partials = torch.empty((plan.programs, hidden), dtype=torch.float32, device=device)
-    _gather_partials_kernel[(plan.programs,)](
-        row_grads, plan.perm, plan.seg_start, plan.chunk_start, partials, rows, hidden, table_rows,
-        row_grads.stride(0), plan.chunk, BLOCK_H=cfg.block_h, K_P2=triton.next_power_of_2(table_rows + 2),
-        num_warps=cfg.bwd_warps)
-    _gather_reduce_kernel[(triton.cdiv(hidden, K.PARAM_COLS),)](
-        partials, plan.chunk_start, out, hidden, table_rows, out.stride(0), BLOCK_C=K.PARAM_COLS,
-        P_TILE=K.PARAM_TILE, BY_HAND=K.interpreter_active(), num_warps=4)
+    programs, chunk = K.backward_split(rows, cfg, device)
+    cmax = triton.next_power_of_2(chunk)
+    order = torch.empty((programs * cmax,), dtype=torch.int32, device=device)
+    partials = torch.empty((programs, table_rows, hidden), dtype=torch.float32, device=device)
+    launch(_gather_partials_kernel, (programs,), row_grads, idx, order, partials, rows, hidden, table_rows,
+           row_grads.stride(0), chunk, BLOCK_H=cfg.block_h, CMAX=cmax,
+           K_P2=triton.next_power_of_2(table_rows + 2), num_warps=cfg.bwd_warps)
+    launch(_gather_reduce_kernel, (triton.cdiv(hidden, K.PARAM_COLS), table_rows), partials, out, programs, hidden,
+           table_rows, out.stride(0), BLOCK_C=K.PARAM_COLS, P_TILE=K.param_tile(programs), BY_HAND=K.interpreter_active(), num_warps=4)
     return out
 
 

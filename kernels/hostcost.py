@@ -1,0 +1,254 @@
+"""Where the host time of a norm_modulate forward+backward goes (GPU only; not used by the op).
+
+    python -m kernels.hostcost --out DIR
+
+On the lent H200 VM a launch costs tens of microseconds of host time, so a forward+backward of a few
+launches can be host-bound: the GPU idles between kernels and CUDA-event timings measure the host.
+This prints the host cost of each primitive (tiny tensors, so the GPU never holds the host back),
+then, at the real size, the host time per iteration next to the GPU time per iteration, and a
+kernel timeline of one iteration (torch.profiler), so the gaps between kernels are visible.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+import triton
+import triton.language as tl
+
+from harness.ops.norm_modulate import OP, NormModulateParams
+from harness.timing import sample
+from kernels import norm_modulate as K
+from kernels.api import norm_modulate
+
+
+@triton.jit
+def _noop(P):
+    tl.store(P, 1.0)
+
+
+def host_us(fn, reps: int = 300) -> float:
+    """Host wall time per call, the GPU idle-free (tiny work): the cost of Python, torch and launches."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return round((t1 - t0) / reps * 1e6, 2)
+
+
+def _leaves(t):
+    return [t[n].detach().requires_grad_() for n in ("x", "w", "sh", "sc")]
+
+
+def primitives(dev) -> dict[str, float]:
+    params = NormModulateParams()
+    t = OP.make_inputs(params, 8, 11, dev).tensors
+    x, w, sh, sc, idx = (t[n] for n in ("x", "w", "sh", "sc", "idx"))
+    small = torch.empty(8, device=dev)
+    res = {}
+    res["torch.empty [8, H] bf16"] = host_us(lambda: torch.empty((8, 5376), dtype=torch.bfloat16, device=dev))
+    res["torch.empty_like(x)"] = host_us(lambda: torch.empty_like(x))
+    res["x.view(8, H)"] = host_us(lambda: x.view(8, 5376))
+    res["x[0] (select)"] = host_us(lambda: x[0])
+    res["small[2:4] (slice)"] = host_us(lambda: small[2:4])
+    res["x.stride(0)"] = host_us(lambda: x.stride(0))
+    res["10 attribute reads (dtype, device, shape)"] = host_us(
+        lambda: (x.dtype, x.device, x.shape, w.dtype, w.device, w.shape, sh.dtype, sh.shape, idx.dtype, idx.shape))
+    res["torch.add tiny (one launch)"] = host_us(lambda: torch.add(small, 1))
+    res["triton _noop launch"] = host_us(lambda: _noop[(1,)](small))
+    compiled = _noop[(1,)](small)
+    stream = torch.cuda.current_stream().cuda_stream
+    res["triton _noop compiled.run direct"] = host_us(
+        lambda: compiled.run(1, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None, small))
+    binder = _noop.device_caches[torch.cuda.current_device()][4]
+    res["triton _noop binder only"] = host_us(lambda: binder(small))
+    res["torch.cuda.current_device + stream"] = host_us(
+        lambda: torch.cuda.current_stream(torch.cuda.current_device()))
+    y, rstd = K.forward(x, w, sh, sc, idx, 1e-5)
+    res["K.forward (1 launch, 2 empty)"] = host_us(lambda: K.forward(x, w, sh, sc, idx, 1e-5))
+    res["api norm_modulate no grad"] = host_us(lambda: norm_modulate(x, w, sh, sc, idx, check_index=False))
+    res["api _check only"] = host_us(lambda: __import__("kernels.api", fromlist=["_check"])._check(x, w, sh, sc, idx))
+    dy = torch.ones_like(x)
+    res["K.backward (2 launches)"] = host_us(lambda: K.backward(dy, x, w, sc, idx, rstd, sh.shape[0], sh.dtype, True))
+    leaves = _leaves(t)
+
+    def fwd_bwd():
+        for leaf in leaves:
+            leaf.grad = None
+        norm_modulate(*leaves, idx, check_index=False).backward(dy)
+    res["ours fwd+bwd (autograd)"] = host_us(fwd_bwd)
+
+    def rms():
+        for leaf in leaves:
+            leaf.grad = None
+        torch.nn.functional.rms_norm(leaves[0], (5376,), leaves[1], 1e-5).backward(dy)
+    res["torch F.rms_norm fwd+bwd (autograd)"] = host_us(rms)
+
+    class Ident(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a.view(a.shape)
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+    leaf = x.detach().requires_grad_()
+
+    def ident():
+        leaf.grad = None
+        Ident.apply(leaf).backward(dy)
+    res["autograd.Function identity fwd+bwd"] = host_us(ident)
+    return res
+
+
+def iteration(dev, rows: int) -> dict[str, float]:
+    """At the real size: host time per fwd+bwd iteration (no sync) against CUDA-event time."""
+    params = NormModulateParams()
+    t = OP.make_inputs(params, rows, 11, dev).tensors
+    idx = t["idx"]
+    leaves = _leaves(t)
+    ones = torch.ones_like(t["x"])
+
+    def ours():
+        norm_modulate(*leaves, idx, check_index=False).backward(ones)
+
+    def rms():
+        torch.nn.functional.rms_norm(leaves[0], (5376,), leaves[1], 1e-5).backward(ones)
+
+    def clear():
+        for leaf in leaves:
+            leaf.grad = None
+    res = {}
+    for name, fn in (("ours", ours), ("torch_rms_norm", rms)):
+        def step():
+            clear()
+            fn()
+        res[f"{name} host us/iter"] = host_us(step, reps=100)
+        res[f"{name} event us"] = [round(sample(fn, dev, 5, 50, setup=clear).median_us, 1) for _ in range(2)]
+    return res
+
+
+def timeline(dev, rows: int) -> list[str]:
+    params = NormModulateParams()
+    t = OP.make_inputs(params, rows, 11, dev).tensors
+    idx = t["idx"]
+    leaves = _leaves(t)
+    ones = torch.ones_like(t["x"])
+
+    def step():
+        for leaf in leaves:
+            leaf.grad = None
+        norm_modulate(*leaves, idx, check_index=False).backward(ones)
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    events.sort(key=lambda e: e.time_range.start)
+    t0 = events[0].time_range.start if events else 0
+    lines = [f"{e.time_range.start - t0:9.1f} +{e.time_range.end - e.time_range.start:7.1f} us  {e.name[:70]}"
+             for e in events]
+    lines.append(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=32768)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--breakdown-only", action="store_true")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    report = {"breakdown": breakdown(dev)}
+    if not args.breakdown_only:
+        report.update(primitives=primitives(dev), iteration=iteration(dev, args.rows))
+    for section in report:
+        for key, val in report[section].items():
+            print(f"{section:10s} {key:45s} {val}", flush=True)
+    lines = [] if args.breakdown_only else timeline(dev, args.rows)
+    print("\n".join(lines))
+    if args.out:
+        with open(f"{args.out}/hostcost.json", "w") as handle:
+            json.dump(report, handle, indent=1)
+        with open(f"{args.out}/timeline.txt", "w") as handle:
+            handle.write("\n".join(lines))
+
+
+
+def breakdown(dev, rows: int = 8, reps: int = 200) -> dict[str, float]:
+    """Host us per autograd fwd+bwd spent inside each piece, timed in place by wrapping it."""
+    import threading
+    from collections import defaultdict
+
+    from kernels import api
+    spent: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
+
+    def timed(owner, name, label):
+        original = getattr(owner, name)
+
+        def wrapper(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return original(*a, **k)
+            finally:
+                spent[label] += time.perf_counter() - t0
+                calls[label] += 1
+        setattr(owner, name, wrapper)
+        return owner, name, original
+
+    from kernels import launch as launch_mod
+    patches = [timed(K, "forward", "K.forward"), timed(K, "backward", "K.backward"),
+               timed(api, "_check", "api._check"), timed(api, "_as_rows", "api._as_rows"),
+               timed(K, "launch", "kernels.launch (all launches)"),
+               timed(K, "block_config", "block_config"), timed(K, "backward_split", "backward_split"),
+               timed(torch, "empty", "torch.empty (all)"),
+               timed(api._NormModulate, "forward", "_NormModulate.forward (body)"),
+               timed(api._NormModulate, "backward", "_NormModulate.backward (body)"),
+               timed(api, "norm_modulate", "api.norm_modulate (whole forward call)"),
+               timed(triton.runtime.jit.JITFunction, "run", "JITFunction.run (slow launches)")]
+    params = NormModulateParams()
+    t = OP.make_inputs(params, rows, 11, dev).tensors
+    idx = t["idx"]
+    leaves = _leaves(t)
+    ones = torch.ones_like(t["x"])
+    threads = defaultdict(int)
+
+    def step():
+        for leaf in leaves:
+            leaf.grad = None
+        y = api.norm_modulate(*leaves, idx, check_index=False)
+        t0 = time.perf_counter()
+        y.backward(ones)
+        spent["y.backward (engine, incl. K.backward)"] += time.perf_counter() - t0
+    try:
+        for _ in range(20):
+            step()
+        torch.cuda.synchronize()
+        spent.clear()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            step()
+        total = time.perf_counter() - t0
+        torch.cuda.synchronize()
+    finally:
+        for owner, name, original in patches:
+            setattr(owner, name, original)
+    out = {"total": round(total / reps * 1e6, 2), "threads alive": threading.active_count()}
+    out.update({k: round(v / reps * 1e6, 2) for k, v in spent.items()})
+    out.update({f"calls/iter {k}": calls[k] / (reps + 20) for k in calls})
+    return out
+
+
+if __name__ == "__main__":
+    main()
