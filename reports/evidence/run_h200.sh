@@ -42,4 +42,5 @@ mkdir -p "$OUT"
     H3BENCH_TEST_DEVICE=cuda timeout 180 python3 -m pytest -q tests/test_kernel.py 2>&1 | tail -3
   fi
   timeout 120 python3 -m kernels.bench
+  timeout 60 python3 -m kernels.hostcost --breakdown-only
 } 2>&1 | tee "$OUT/norm_modulate_h200.log"
