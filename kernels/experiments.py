@@ -19,6 +19,7 @@ from harness.environment import measure_copy_bandwidth
 from harness.ops.norm_modulate import OP, NormModulateParams
 from kernels import norm_modulate as K
 from kernels.api import norm_modulate
+from kernels.hostcost import host_us
 from kernels.norm_modulate import _rounded
 
 
@@ -133,20 +134,6 @@ def profile(fn, reps=30, warmup=5) -> dict[str, float]:
     return out
 
 
-def host_launch_us(fn, reps=200) -> float:
-    """Host wall time per call with the GPU kept idle-free: how long Python + launch take."""
-    import time
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / reps * 1e6
-
-
 def _forward_variants(res, x, w, sh, sc, idx, y, rstd, rows, hidden) -> None:
     """Versions 2, 3 and 8 of kernels/NOTES.md: table loads on/off, cache hints, max-L1 carve-out."""
     block = triton.next_power_of_2(hidden)
@@ -210,10 +197,10 @@ def main() -> None:
                 leaf.grad = None
             norm_modulate(*leaves, idx, check_index=False).backward(ones)
         res["autograd fwd+bwd"] = profile(fwd_bwd)
-        res["host us: autograd fwd+bwd"] = host_launch_us(fwd_bwd)
-        res["host us: K.forward"] = host_launch_us(lambda: K.forward(x, w, sh, sc, idx, 1e-5))
-        res["host us: api forward no grad"] = host_launch_us(lambda: norm_modulate(x, w, sh, sc, idx, check_index=False))
-        res["host us: torch.add tiny"] = host_launch_us(lambda: torch.add(rstd[:4], 1))
+        res["host us: autograd fwd+bwd"] = host_us(fwd_bwd)
+        res["host us: K.forward"] = host_us(lambda: K.forward(x, w, sh, sc, idx, 1e-5))
+        res["host us: api forward no grad"] = host_us(lambda: norm_modulate(x, w, sh, sc, idx, check_index=False))
+        res["host us: torch.add tiny"] = host_us(lambda: torch.add(rstd[:4], 1))
         report[str(rows)] = res
         for key, val in res.items():
             print(rows, key, json.dumps(val) if isinstance(val, (dict, str)) else round(val, 2), flush=True)

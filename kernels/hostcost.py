@@ -76,18 +76,12 @@ def primitives(dev) -> dict[str, float]:
     res["api _check only"] = host_us(lambda: __import__("kernels.api", fromlist=["_check"])._check(x, w, sh, sc, idx))
     dy = torch.ones_like(x)
     res["K.backward (2 launches)"] = host_us(lambda: K.backward(dy, x, w, sc, idx, rstd, sh.shape[0], sh.dtype, True))
-    leaves = _leaves(t)
-
-    def fwd_bwd():
-        for leaf in leaves:
-            leaf.grad = None
-        norm_modulate(*leaves, idx, check_index=False).backward(dy)
-    res["ours fwd+bwd (autograd)"] = host_us(fwd_bwd)
+    case = _FwdBwdCase(dev, 8)
+    res["ours fwd+bwd (autograd)"] = host_us(case.step)
 
     def rms():
-        for leaf in leaves:
-            leaf.grad = None
-        torch.nn.functional.rms_norm(leaves[0], (5376,), leaves[1], 1e-5).backward(dy)
+        case.clear()
+        case.torch_rms_norm()
     res["torch F.rms_norm fwd+bwd (autograd)"] = host_us(rms)
 
     class Ident(torch.autograd.Function):
@@ -107,51 +101,52 @@ def primitives(dev) -> dict[str, float]:
     return res
 
 
+class _FwdBwdCase:
+    """The harness's fwd_bwd_net step on prior-art inputs: fresh leaves, a fixed upstream gradient."""
+
+    def __init__(self, dev, rows: int):
+        t = OP.make_inputs(NormModulateParams(), rows, 11, dev).tensors
+        self.idx = t["idx"]
+        self.leaves = _leaves(t)
+        self.ones = torch.ones_like(t["x"])
+
+    def clear(self) -> None:
+        for leaf in self.leaves:
+            leaf.grad = None
+
+    def ours(self):
+        norm_modulate(*self.leaves, self.idx, check_index=False).backward(self.ones)
+
+    def torch_rms_norm(self):
+        torch.nn.functional.rms_norm(self.leaves[0], (5376,), self.leaves[1], 1e-5).backward(self.ones)
+
+    def step(self):
+        self.clear()
+        self.ours()
+
+
 def iteration(dev, rows: int) -> dict[str, float]:
     """At the real size: host time per fwd+bwd iteration (no sync) against CUDA-event time."""
-    params = NormModulateParams()
-    t = OP.make_inputs(params, rows, 11, dev).tensors
-    idx = t["idx"]
-    leaves = _leaves(t)
-    ones = torch.ones_like(t["x"])
-
-    def ours():
-        norm_modulate(*leaves, idx, check_index=False).backward(ones)
-
-    def rms():
-        torch.nn.functional.rms_norm(leaves[0], (5376,), leaves[1], 1e-5).backward(ones)
-
-    def clear():
-        for leaf in leaves:
-            leaf.grad = None
+    case = _FwdBwdCase(dev, rows)
     res = {}
-    for name, fn in (("ours", ours), ("torch_rms_norm", rms)):
+    for name, fn in (("ours", case.ours), ("torch_rms_norm", case.torch_rms_norm)):
         def step():
-            clear()
+            case.clear()
             fn()
         res[f"{name} host us/iter"] = host_us(step, reps=100)
-        res[f"{name} event us"] = [round(sample(fn, dev, 5, 50, setup=clear).median_us, 1) for _ in range(2)]
+        res[f"{name} event us"] = [round(sample(fn, dev, 5, 50, setup=case.clear).median_us, 1) for _ in range(2)]
     return res
 
 
 def timeline(dev, rows: int) -> list[str]:
-    params = NormModulateParams()
-    t = OP.make_inputs(params, rows, 11, dev).tensors
-    idx = t["idx"]
-    leaves = _leaves(t)
-    ones = torch.ones_like(t["x"])
-
-    def step():
-        for leaf in leaves:
-            leaf.grad = None
-        norm_modulate(*leaves, idx, check_index=False).backward(ones)
+    case = _FwdBwdCase(dev, rows)
     for _ in range(5):
-        step()
+        case.step()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                             torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(3):
-            step()
+            case.step()
         torch.cuda.synchronize()
     events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     events.sort(key=lambda e: e.time_range.start)
@@ -217,19 +212,13 @@ def breakdown(dev, rows: int = 8, reps: int = 200) -> dict[str, float]:
                timed(api._NormModulate, "backward", "_NormModulate.backward (body)"),
                timed(api, "norm_modulate", "api.norm_modulate (whole forward call)"),
                timed(triton.runtime.jit.JITFunction, "run", "JITFunction.run (slow launches)")]
-    params = NormModulateParams()
-    t = OP.make_inputs(params, rows, 11, dev).tensors
-    idx = t["idx"]
-    leaves = _leaves(t)
-    ones = torch.ones_like(t["x"])
-    threads = defaultdict(int)
+    case = _FwdBwdCase(dev, rows)
 
     def step():
-        for leaf in leaves:
-            leaf.grad = None
-        y = api.norm_modulate(*leaves, idx, check_index=False)
+        case.clear()
+        y = api.norm_modulate(*case.leaves, case.idx, check_index=False)
         t0 = time.perf_counter()
-        y.backward(ones)
+        y.backward(case.ones)
         spent["y.backward (engine, incl. K.backward)"] += time.perf_counter() - t0
     try:
         for _ in range(20):

@@ -202,6 +202,24 @@ def _segment_scale(W, SC, k, M, cols, col_ok, stride_sc):
 
 
 @triton.jit
+def _program_rows(IDX, ORDER, n_rows, M, CHUNK, CMAX: tl.constexpr, K_P2: tl.constexpr):
+    """This program's rows lo .. lo + n - 1, sorted by segment (`_local_order`)."""
+    pid = tl.program_id(0)
+    lo = pid * CHUNK
+    n = tl.minimum(CHUNK, n_rows - lo)
+    starts, counts = _local_order(IDX, ORDER, pid, lo, n, M, CMAX, K_P2)
+    return pid, lo, n, starts, counts
+
+
+@triton.jit
+def _segment_begin(starts, counts, k, W, SC, M, cols, col_ok, stride_sc, K_P2: tl.constexpr):
+    """Segment k's slice [s0, s1) of the sorted list, and its scale a = w * (1 + sc[k])."""
+    ks = tl.arange(0, K_P2)
+    s0 = _pick(starts, ks, k)
+    return s0, s0 + _pick(counts, ks, k), _segment_scale(W, SC, k, M, cols, col_ok, stride_sc)
+
+
+@triton.jit
 def _store_partials(PART, SC, pid, k, M, cols, col_ok, H: tl.constexpr, stride_sc, acc_d, acc_s, acc_w):
     """End of this program's rows of table row k (none is fine: zeros). PART is [programs, 2M + 1, H]
     fp32: rows 0..M-1 hold D[k], rows M..2M-1 S[k], row 2M the program's dw partial, the sum over
@@ -221,18 +239,12 @@ def _bwd_tile_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, PART, n_rows, H: tl.con
                      stride_dy, stride_dx, stride_sc, CHUNK, BLOCK_H: tl.constexpr, ROWS: tl.constexpr,
                      CMAX: tl.constexpr, K_P2: tl.constexpr, BY_HAND: tl.constexpr):
     """Narrow rows: this program's CHUNK rows, segment by segment, ROWS sorted rows per step."""
-    pid = tl.program_id(0)
-    lo = pid * CHUNK
-    n = tl.minimum(CHUNK, n_rows - lo)
-    starts, counts = _local_order(IDX, ORDER, pid, lo, n, M, CMAX, K_P2)
-    ks = tl.arange(0, K_P2)
+    pid, lo, n, starts, counts = _program_rows(IDX, ORDER, n_rows, M, CHUNK, CMAX, K_P2)
     cols = tl.arange(0, BLOCK_H)
     col_ok = cols < H
     acc_w = tl.zeros((BLOCK_H,), dtype=tl.float32)
     for k in range(0, M + 1):
-        s0 = _pick(starts, ks, k)
-        s1 = s0 + _pick(counts, ks, k)
-        a = _segment_scale(W, SC, k, M, cols, col_ok, stride_sc)
+        s0, s1, a = _segment_begin(starts, counts, k, W, SC, M, cols, col_ok, stride_sc, K_P2)
         acc_d = tl.zeros((BLOCK_H,), dtype=tl.float32)
         acc_s = tl.zeros((BLOCK_H,), dtype=tl.float32)
         for start in range(s0, s1, ROWS):
@@ -262,11 +274,7 @@ def _bwd_row_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, PART, n_rows, H: tl.cons
     """Wide rows: this program's CHUNK rows, segment by segment, a row per step; the next row's x and
     dy (in the sorted list, across segment ends) are loaded before this row's arithmetic (1.5x over
     loading them in turn: kernels/NOTES.md)."""
-    pid = tl.program_id(0)
-    lo = pid * CHUNK
-    n = tl.minimum(CHUNK, n_rows - lo)
-    starts, counts = _local_order(IDX, ORDER, pid, lo, n, M, CMAX, K_P2)
-    ks = tl.arange(0, K_P2)
+    pid, lo, n, starts, counts = _program_rows(IDX, ORDER, n_rows, M, CHUNK, CMAX, K_P2)
     cols = tl.arange(0, BLOCK_H)
     col_ok = cols < H
     order = ORDER + pid * CMAX
@@ -276,9 +284,7 @@ def _bwd_row_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, PART, n_rows, H: tl.cons
     dy_next = tl.load(DY + r_next * stride_dy + cols, mask=col_ok, other=0.0)
     acc_w = tl.zeros((BLOCK_H,), dtype=tl.float32)
     for k in range(0, M + 1):
-        s0 = _pick(starts, ks, k)
-        s1 = s0 + _pick(counts, ks, k)
-        a = _segment_scale(W, SC, k, M, cols, col_ok, stride_sc)
+        s0, s1, a = _segment_begin(starts, counts, k, W, SC, M, cols, col_ok, stride_sc, K_P2)
         acc_d = tl.zeros((BLOCK_H,), dtype=tl.float32)
         acc_s = tl.zeros((BLOCK_H,), dtype=tl.float32)
         for pos in range(s0, s1):

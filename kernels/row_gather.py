@@ -22,10 +22,7 @@ from kernels.launch import launch
 @triton.jit(do_not_specialize=["n_rows"])
 def _gather_partials_kernel(DR, IDX, ORDER, PD, n_rows, H: tl.constexpr, M, stride_dr, CHUNK,
                             BLOCK_H: tl.constexpr, CMAX: tl.constexpr, K_P2: tl.constexpr):
-    pid = tl.program_id(0)
-    lo = pid * CHUNK
-    n = tl.minimum(CHUNK, n_rows - lo)
-    starts, counts = K._local_order(IDX, ORDER, pid, lo, n, M, CMAX, K_P2)
+    pid, lo, n, starts, counts = K._program_rows(IDX, ORDER, n_rows, M, CHUNK, CMAX, K_P2)
     ks = tl.arange(0, K_P2)
     cols = tl.arange(0, BLOCK_H)
     for m in range(0, M):

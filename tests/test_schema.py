@@ -288,3 +288,14 @@ def test_save_failure_keeps_the_old_evidence(tmp_path, monkeypatch, prior_path):
         schema.save(evidence, path)
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["e.json"]
+
+
+def test_tree_state_is_unknown_when_the_commit_is_named_for_another_checkout(monkeypatch):
+    """The lent GPU gets a copy of the tree whose own git state says nothing about ours."""
+    from harness import environment
+    if environment.git(["rev-parse", "HEAD"], environment.REPO_ROOT) is None:
+        pytest.skip("not a git checkout: the tree state is unknown anyway")
+    monkeypatch.setenv("H3BENCH_COMMIT", "0" * 40)
+    assert environment.tracked_tree_dirty() is None
+    monkeypatch.delenv("H3BENCH_COMMIT")
+    assert environment.tracked_tree_dirty() in (True, False)
