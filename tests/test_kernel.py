@@ -203,3 +203,19 @@ def test_many_backward_programs_agree_with_float64(device, monkeypatch):
     for name in ("w", "sh", "sc"):
         assert torch.equal(as_bits(grads[name]), as_bits(again[name])), name
 
+
+
+def test_fast_launch_matches_triton_launch(device, monkeypatch):
+    """kernels/launch.py skips triton's per-call Python; outputs and gradients must not change a bit."""
+    if device.type != "cuda":
+        pytest.skip("on the CPU the interpreter always takes triton's own launch: compared on a GPU only")
+    from kernels import launch
+    params, inputs, grad_out = case(device, 5376, 300)
+    results = []
+    for enabled in (False, True, True):  # the second fast call takes the cached compiled kernel
+        monkeypatch.setattr(launch, "ENABLED", enabled)
+        results.append(run(inputs, grad_out))
+    for y, grads in results[1:]:
+        assert torch.equal(as_bits(y), as_bits(results[0][0]))
+        for name in NAMES:
+            assert torch.equal(as_bits(grads[name]), as_bits(results[0][1][name])), name
