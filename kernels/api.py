@@ -113,6 +113,9 @@ def norm_modulate(x: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.
     comes out as NaN instead of raising.
     """
     _check(x, w, sh, sc, idx)
+    if x.device.type == "cuda" and x.device.index != torch.cuda.current_device():
+        with torch.cuda.device(x.device):  # triton launches on the current device
+            return norm_modulate(x, w, sh, sc, idx, eps, check_index)
     if check_index:
         _check_index_range(idx, sh.shape[0])
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x, w, sh, sc)):
