@@ -299,3 +299,11 @@ def test_tree_state_is_unknown_when_the_commit_is_named_for_another_checkout(mon
     assert environment.tracked_tree_dirty() is None
     monkeypatch.delenv("H3BENCH_COMMIT")
     assert environment.tracked_tree_dirty() in (True, False)
+
+
+def test_vendored_prior_art_is_the_shared_file():
+    from tests.helpers import PRIOR_ART_CANDIDATES
+    shared = [p for p in PRIOR_ART_CANDIDATES[:2] if p.is_file()]
+    if not shared:
+        pytest.skip("no shared/prior-art beside or inside the clone to compare the tests/data copy with")
+    assert shared[0].read_bytes() == PRIOR_ART_CANDIDATES[2].read_bytes()
