@@ -69,8 +69,8 @@ def _unit_inner(t: torch.Tensor) -> torch.Tensor:
 
 
 def _as_rows(x, w, sh, sc, idx):
-    """The launchers' layout: x as [R, H] rows, idx flat, unit inner strides. No call where the caller
-    already passes rows (each tensor call is ~10 us of host time on the H200 VM)."""
+    """The launchers' layout: x as [R, H] rows, idx flat, unit inner strides. No tensor call where the
+    caller already passes rows (each costs a few us of host time on the H200 VM: kernels/NOTES.md)."""
     x2d = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
     return (_unit_inner(x2d), w if w.stride(0) == 1 else w.contiguous(), _unit_inner(sh), _unit_inner(sc),
             idx if idx.dim() == 1 else idx.reshape(-1))

@@ -36,7 +36,6 @@ All arithmetic is fp32; every output is rounded once, to nearest even, at its st
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -44,7 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.launch import launch
+from kernels.launch import INTERPRETED, launch
 
 MAX_HIDDEN = 32768
 WIDE_FROM = 2048          # BLOCK_H from which rows are processed one at a time
@@ -346,8 +345,8 @@ def interpreter_active() -> bool:
     return BY_HAND
 
 
-# Read once: triton itself decides interpreter or GPU when the kernels above are decorated.
-BY_HAND = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+# The interpreter's fp32 -> bf16 cast truncates: round by hand there (`_rounded`).
+BY_HAND = INTERPRETED
 
 
 def forward(x2d: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tensor, idx: torch.Tensor,
