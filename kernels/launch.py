@@ -18,6 +18,11 @@ import os
 
 import torch
 
+try:
+    from triton import knobs as _knobs
+except ImportError:  # a triton without knobs: `_hooks_installed` then always sends launches the plain way
+    _knobs = None
+
 ENABLED = os.environ.get("H3BENCH_FAST_LAUNCH", "1") != "0"
 # Read once, as triton does when it decorates a kernel: the interpreter cannot be switched on later.
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -30,8 +35,9 @@ def _hook_set(hook) -> bool:
 
 def _hooks_installed() -> bool:
     """A launch hook is set. Triton 3.6 keeps them as HookChain objects, empty unless one was added."""
-    from triton import knobs
-    return _hook_set(knobs.runtime.launch_enter_hook) or _hook_set(knobs.runtime.launch_exit_hook)
+    if _knobs is None:
+        return True
+    return _hook_set(_knobs.runtime.launch_enter_hook) or _hook_set(_knobs.runtime.launch_exit_hook)
 
 
 def launch(kernel, grid: tuple[int, ...], *args, **meta) -> None:
