@@ -16,7 +16,7 @@ from harness import schema
 from reports import fmt
 from reports.compare import (ERROR_GROWTH_FACTOR, LATENCY_NOISE, Comparison, Quantity, Thresholds, compare,
                              render_comparison)
-from reports.merge import merge
+from harness.merge import merge
 from reports.render import render_all
 from reports.table import mode_summary
 

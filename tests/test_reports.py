@@ -13,7 +13,8 @@ from rich.console import Console
 
 from harness import schema
 from harness.schema import Evidence, RowResult, SweepFailure, UnavailableRow
-from reports import commands, compare as cmp, merge as mrg, plots, render, table
+from harness import merge as mrg
+from reports import commands, compare as cmp, plots, render, table
 
 PRIOR_ART = Path("/work/shared/prior-art/norm_modulate_b200.json")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
