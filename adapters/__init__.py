@@ -1,7 +1,8 @@
-"""Built-in adapters: one module per implementation, each defining `ADAPTER`.
+"""Built-in adapters: `adapters/<op>/<name>.py`, each defining `ADAPTER`; rows are keyed by (op, name).
 
-Adding an implementation = one new module here plus one line in BUILTIN_MODULES.
-Modules import their library only inside `load`, so listing them here costs nothing.
+Adding an implementation = one new module plus one line in BUILTIN below. Modules import their library
+only inside `load`, so listing them here costs nothing. Helpers shared by several ops' rows (importing
+SGLang's kernels, rl-kernel's ops) live in `adapters/_*.py`.
 """
 from __future__ import annotations
 
@@ -9,19 +10,20 @@ import importlib
 
 from harness.adapter import Adapter
 
-BUILTIN_MODULES: tuple[str, ...] = (
-    "adapters.diffusers_composition",
-    "adapters.torch_rms_norm",
-    "adapters.transformer_engine",
-    "adapters.liger",
-    "adapters.liger_rlk_gather",
-    "adapters.liger_det_gather",
-    "adapters.sglang",
-    "adapters.sglang_indexed",
-    "adapters.rl_kernel",
-    "adapters.h3bench_triton",
-)
+BUILTIN: dict[str, tuple[str, ...]] = {
+    "norm_modulate": ("diffusers", "torch_rms_norm", "transformer_engine", "liger", "liger_rlk_gather",
+                      "liger_det_gather", "sglang", "sglang_indexed", "rl_kernel", "h3bench_triton"),
+}
 
 
-def builtin_adapters() -> list[Adapter]:
-    return [importlib.import_module(name).ADAPTER for name in BUILTIN_MODULES]
+def builtin_adapters(op: str | None = None) -> list[Adapter]:
+    """The built-in rows of `op` (all ops when None), in registry order."""
+    ops = [op] if op is not None else list(BUILTIN)
+    found = []
+    for name in ops:
+        for row in BUILTIN.get(name, ()):
+            adapter = importlib.import_module(f"adapters.{name}.{row}").ADAPTER
+            if adapter.key != (name, row):
+                raise RuntimeError(f"adapters/{name}/{row}.py defines row {adapter.key}, not {(name, row)}")
+            found.append(adapter)
+    return found

@@ -1,8 +1,10 @@
 """The one interface every implementation is wrapped in.
 
-An adapter names a row of the evidence file, says which gradients it produces, and knows how to load
-its implementation. Loading is lazy: importing an adapter module must never import the library it
-wraps, so a missing or broken library becomes an "unavailable" row instead of a crash.
+An adapter names a row of the evidence file (rows are keyed by op and name), says which gradients it
+produces, and knows how to load its implementation for a device and the op's parameters (its constants:
+eps, table layout, widths), so nothing about an op is hard-coded in an adapter. Loading is lazy:
+importing an adapter module must never import the library it wraps, so a missing or broken library
+becomes an "unavailable" row instead of a crash.
 """
 from __future__ import annotations
 
@@ -11,11 +13,13 @@ import importlib
 import inspect
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
-OpCallable = Callable[..., torch.Tensor]
+from harness.execute import describe_exception
+
+OpCallable = Callable[..., Any]  # the op's inputs in call order -> a tensor, or a tuple of the op's outputs
 
 
 @dataclass(frozen=True)
@@ -31,14 +35,15 @@ class Adapter:
     """One row of the evidence file.
 
     `grads` lists the op inputs whose gradients this implementation produces (a subset of the op's
-    differentiable inputs); an empty tuple means forward only. `load(device)` imports the library and
-    returns the callable, raising (ImportError, RuntimeError, ...) when it cannot run on `device`.
+    differentiable inputs); an empty tuple means forward only. `load(device, params)` imports the library
+    and returns the callable, raising (ImportError, RuntimeError, ...) when it cannot run on `device`;
+    `params` is the op's parameter record (e.g. NormModulateParams).
     """
 
     name: str
     op: str
     grads: tuple[str, ...]
-    load: Callable[[torch.device], Loaded]
+    load: Callable[[torch.device, Any], Loaded]
     summary: str = ""
     # the op's reference variant this row computes; None = the op itself. Rows that implement only
     # part of the op (the norm without modulation) are judged against that part.
@@ -48,10 +53,14 @@ class Adapter:
     def has_backward(self) -> bool:
         return bool(self.grads)
 
-    def try_load(self, device: torch.device) -> "Loaded | str":
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.op, self.name)
+
+    def try_load(self, device: torch.device, params: Any) -> "Loaded | str":
         """The loaded implementation, or the reason it is unavailable as "Type: message"."""
         try:
-            return self.load(device)
+            return self.load(device, params)
         except Exception as exc:  # every failure to load is a table cell, not a crash
             return describe_exception(exc)
 
@@ -64,24 +73,20 @@ def installed_version(distribution: str) -> str:
         return "(version unknown)"
 
 
-def describe_exception(exc: BaseException) -> str:
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-
-
 def from_function(fn: OpCallable, *, name: str, op: str, differentiable: tuple[str, ...],
                   source: Optional[str] = None) -> Adapter:
     """Wrap a plain function with the op's signature: its gradients come from autograd."""
     label = source or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', name)} (autograd)"
 
-    def load(_device: torch.device) -> Loaded:
+    def load(_device: torch.device, _params: Any) -> Loaded:
         return Loaded(fn=fn, source=label)
 
     return Adapter(name=name, op=op, grads=differentiable, load=load, summary="external function")
 
 
-def load_external(spec: str, *, op: str, differentiable: tuple[str, ...]) -> Adapter:
-    """Resolve `module:attr` to an adapter. `attr` may be an Adapter or a plain function."""
+def load_external(spec: str, *, op: str, differentiable: tuple[str, ...], n_inputs: int) -> Adapter:
+    """Resolve `module:attr` to an adapter. `attr` may be an Adapter or a plain function taking the op's
+    inputs in call order (`n_inputs` of them)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"--adapter expects module:attr, got {spec!r}")
@@ -99,13 +104,13 @@ def load_external(spec: str, *, op: str, differentiable: tuple[str, ...]) -> Ada
             raise ValueError(f"--adapter {spec}: adapter is for op {obj.op!r}, not {op!r}")
         return obj
     if callable(obj):
-        _check_signature(obj, spec, differentiable)
+        _check_signature(obj, spec, n_inputs)
         return from_function(obj, name=attr, op=op, differentiable=differentiable,
                              source=f"{spec} (external function, autograd)")
     raise ValueError(f"--adapter {spec}: {attr!r} is neither an Adapter nor a callable")
 
 
-def _check_signature(fn: Callable, spec: str, differentiable: tuple[str, ...]) -> None:
+def _check_signature(fn: Callable, spec: str, expected: int) -> None:
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
@@ -114,7 +119,6 @@ def _check_signature(fn: Callable, spec: str, differentiable: tuple[str, ...]) -
     if any(p.kind == p.VAR_POSITIONAL for p in params):
         return
     required = [p for p in positional if p.default is p.empty]
-    expected = len(differentiable) + 1  # the differentiable inputs plus the index
     if len(positional) < expected or len(required) > expected:
         raise ValueError(f"--adapter {spec}: function takes {len(positional)} positional arguments, "
                          f"the op passes {expected}")

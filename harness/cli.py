@@ -1,4 +1,9 @@
-"""The h3bench command line: parse, build the request, call the runner, print the summary."""
+"""h3bench's measuring commands (run, list, env, validate): parse, build the request, call the runner.
+
+harness/ never imports reports/: the `h3bench` program is `reports.cli`, which adds the commands that
+read evidence (report, compare, merge) and registers the renderers that `run` calls after writing its
+JSON (`RENDER_HOOKS`). `python -m harness.cli` is this module alone: it measures and writes JSON.
+"""
 from __future__ import annotations
 
 import json
@@ -9,7 +14,7 @@ import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import typer
 from rich.console import Console
@@ -18,6 +23,12 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Batch-invariance, accuracy and latency evidence for GPU kernels.")
 err = Console(stderr=True)
 ENTRY_POINT_GROUP = "h3bench.adapters"
+ALL_OPS = "all"
+
+# Called after a run with the written evidence paths and the console; each returns the files it wrote.
+# reports.cli registers the Markdown/HTML/plot renderers (per file) and the index page (for --op all).
+RenderHook = Callable[[list[Path], Console], list[Path]]
+RENDER_HOOKS: list[RenderHook] = []
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -38,17 +49,33 @@ def _device(name: str):
     return device
 
 
-def _named_adapters(op: str) -> dict:
-    from adapters import builtin_adapters
-    from harness.adapter import load_external
+def _entry_point_adapters(op: str) -> dict:
+    """Adapters registered by installed packages in the `h3bench.adapters` entry-point group: an Adapter
+    object (it names its op), or a plain function whose entry-point name is `<op>.<row>`."""
+    from harness.adapter import Adapter, load_external
     from harness.ops import get_op
 
-    named = {a.name: a for a in builtin_adapters() if a.op == op}
-    differentiable = get_op(op).differentiable
+    found = {}
+    spec = get_op(op)
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        adapter = load_external(ep.value, op=op, differentiable=differentiable)
-        if adapter.op == op:
-            named.setdefault(ep.name, adapter)
+        target_op, _, row = ep.name.partition(".")
+        obj = ep.load()
+        if isinstance(obj, Adapter):
+            if obj.op == op:
+                found.setdefault(obj.name, obj)
+        elif target_op == op and row:
+            adapter = load_external(ep.value, op=op, differentiable=spec.differentiable,
+                                    n_inputs=len(spec.inputs))
+            found.setdefault(row, adapter)
+    return found
+
+
+def named_adapters(op: str) -> dict:
+    from adapters import builtin_adapters
+
+    named = {a.name: a for a in builtin_adapters(op)}
+    for name, adapter in _entry_point_adapters(op).items():
+        named.setdefault(name, adapter)
     return named
 
 
@@ -56,7 +83,7 @@ def _select_adapters(op: str, selection: Optional[str], externals: List[str]) ->
     from harness.adapter import load_external, replace
     from harness.ops import get_op
 
-    named = _named_adapters(op)
+    named = named_adapters(op)
     if selection is None:
         chosen = list(named.values())
     elif selection.strip() == "none":
@@ -67,10 +94,10 @@ def _select_adapters(op: str, selection: Optional[str], externals: List[str]) ->
         if unknown:
             fail(f"unknown adapter(s) {', '.join(unknown)} for op {op}; known: {', '.join(named)}")
         chosen = [named[w] for w in wanted]
-    differentiable = get_op(op).differentiable
-    for spec in externals:
+    spec = get_op(op)
+    for text in externals:
         try:
-            adapter = load_external(spec, op=op, differentiable=differentiable)
+            adapter = load_external(text, op=op, differentiable=spec.differentiable, n_inputs=len(spec.inputs))
         except ValueError as exc:
             fail(str(exc))
         if adapter.name in {a.name for a in chosen}:
@@ -82,19 +109,44 @@ def _select_adapters(op: str, selection: Optional[str], externals: List[str]) ->
 
 
 def _check_writable(path: Path) -> None:
+    if path.exists() and path.is_dir():
+        fail(f"--out {path}: is a directory")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".h3bench-probe-"):
             pass
     except OSError as exc:
         fail(f"--out {path}: cannot write there ({exc.strerror or exc})")
-    if path.exists() and path.is_dir():
-        fail(f"--out {path}: is a directory")
+
+
+def _ops(op: str) -> list[str]:
+    from harness.ops import OP_MODULES
+
+    if op == ALL_OPS:
+        return list(OP_MODULES)
+    if op not in OP_MODULES:
+        fail(f"unknown op {op!r}; known ops: {', '.join(OP_MODULES)}, or {ALL_OPS}")
+    return [op]
+
+
+def _child_args(op: str, device, config: Optional[Path], sets: List[str], quick: bool,
+                selection: Optional[str], externals: List[str]) -> tuple[str, ...]:
+    """The arguments that make a mode's child process run the same op, plan and rows."""
+    args = ["--op", op, "--device", device.type, "--quick" if quick else "--full"]
+    if selection is not None:
+        args += ["--adapters", selection]
+    if config is not None:
+        args += ["--config", str(config)]
+    for item in sets:
+        args += ["--set", item]
+    for text in externals:
+        args += ["--adapter", text]
+    return tuple(args)
 
 
 @app.command()
 def run(
-    op: str = typer.Option("norm_modulate", "--op", help="Operator to run."),
+    op: str = typer.Option("norm_modulate", "--op", help=f"Operator to run, or {ALL_OPS} (one file per op)."),
     config: Optional[Path] = typer.Option(None, "--config", help="TOML config (default: the op's built-in)."),
     set_: List[str] = typer.Option([], "--set", help="Override a config key: KEY=VALUE or TABLE.KEY=VALUE."),
     quick: Optional[bool] = typer.Option(None, "--quick/--full",
@@ -102,78 +154,106 @@ def run(
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
     adapters: Optional[str] = typer.Option(None, "--adapters", help="Built-in rows to run (a,b), or none."),
     adapter: List[str] = typer.Option([], "--adapter", help="Extra implementation module:attr (repeatable)."),
-    mode: List[str] = typer.Option(["plain"], "--mode", help="Global mode(s): plain, deterministic."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Evidence JSON path (default runs/...)."),
+    mode: List[str] = typer.Option(["plain"], "--mode", help="Global mode(s): NAME[,NAME], or all."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Evidence JSON path (a folder with --op all)."),
     render: bool = typer.Option(True, "--render/--no-render", help="Write tables and plots beside the JSON."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars (CI logs)."),
+    mode_timeout: Optional[float] = typer.Option(None, "--mode-timeout", help="Seconds a mode's child may run."),
+    in_process: bool = typer.Option(False, "--in-process", hidden=True,
+                                    help="Run the one mode in this process (how a mode's child is called)."),
 ):
     """Run every selected implementation through the probes and write the evidence JSON."""
     from harness.config import ConfigError, load_config
-    from harness.modes import MODES
+    from harness.modes import parse_modes
     from harness.runner import RunRequest, default_out_path
     from harness.runner import run as run_evidence
 
     dev = _device(device)
-    plan_quick = quick if quick is not None else (config is None and dev.type == "cpu")
+    ops = _ops(op)
+    if len(ops) > 1 and (config is not None or adapters is not None or adapter):
+        fail(f"--config, --adapters and --adapter name one op's file and rows; with --op {ALL_OPS} each op "
+             "runs its built-in config and rows")
     try:
-        cfg = load_config(op, config, plan_quick, tuple(set_))
-    except (ConfigError, ValueError) as exc:
+        modes = parse_modes(mode)
+    except ValueError as exc:
         fail(str(exc))
-    unknown_modes = [m for m in mode if m not in MODES]
-    if unknown_modes:
-        fail(f"unknown mode(s) {', '.join(unknown_modes)}; known: {', '.join(MODES)}")
-    chosen = _select_adapters(op, adapters, adapter)
-    out_path = out or default_out_path(op, dev, cfg.quick)
-    _check_writable(out_path)
-    console = Console(stderr=True, quiet=quiet)
-    console.print(f"h3bench: op {op}, device {dev}, plan {'quick' if cfg.quick else 'full'}"
-                  f"{' (CPU default; --full for the full plan)' if quick is None and cfg.quick else ''}, "
-                  f"hidden {getattr(cfg.inputs, 'hidden', '?')}, rows {', '.join(a.name for a in chosen)}"
-                  f"{'; Triton under the interpreter' if os.environ.get('TRITON_INTERPRET') == '1' else ''}")
-    request = RunRequest(config=cfg, device=dev, adapters=chosen, modes=list(dict.fromkeys(mode)),
-                         out=out_path, command=shlex.join(["h3bench", *sys.argv[1:]]))
-    started = time.perf_counter()
-    if quiet:
-        evidence = run_evidence(request)
+    if in_process and len(modes) != 1:
+        fail("--in-process runs exactly one mode")
+    plan_quick = quick if quick is not None else (config is None and dev.type == "cpu")
+    requests = []
+    for name in ops:
+        try:
+            cfg = load_config(name, config, plan_quick, tuple(set_))
+        except (ConfigError, ValueError) as exc:
+            fail(f"{name}: {exc}" if len(ops) > 1 else str(exc))
+        chosen = _select_adapters(name, adapters, adapter)
+        requests.append(RunRequest(
+            config=cfg, device=dev, adapters=chosen, modes=modes, out=None,
+            command=shlex.join(["h3bench", *sys.argv[1:]]), mode_timeout_s=mode_timeout, in_process=in_process,
+            child_args=_child_args(name, dev, config, set_, cfg.quick, adapters, adapter)))
+    folder = None
+    if len(ops) > 1:
+        folder = out or default_out_path(ALL_OPS, dev, requests[0].config.quick).with_suffix("")
+        for request in requests:
+            request.out = folder / f"{request.config.op}.json"
     else:
-        from harness.progress import RichObserver
-        with RichObserver(console) as observer:
-            evidence = run_evidence(request, observer)
-    written = [out_path]
+        requests[0].out = out or default_out_path(ops[0], dev, requests[0].config.quick)
+    for request in requests:
+        _check_writable(request.out)
+    console = Console(stderr=True, quiet=quiet)
+    written = _run_requests(requests, console, quiet, run_evidence, plan_note=quick is None)
     if render:
-        written += _render(out_path, console)
-    from harness.progress import summary_table
-    Console(quiet=quiet).print(summary_table(evidence))
-    console.print(f"wrote {', '.join(str(p) for p in written)} in {time.perf_counter() - started:.1f}s")
+        for hook in RENDER_HOOKS:
+            written += hook([r.out for r in requests], console)
+    console.print(f"wrote {', '.join(str(p) for p in written)}")
 
 
-def _render(path: Path, console: Console) -> list[Path]:
-    try:
-        from reports.render import render_all
-    except ImportError as exc:
-        console.print(f"[yellow]reports not rendered: {exc}[/]")
-        return []
-    return list(render_all(path))
+def _run_requests(requests, console: Console, quiet: bool, run_evidence, plan_note: bool) -> list[Path]:
+    from harness.progress import RichObserver, summary_table
+
+    written = []
+    for request in requests:
+        cfg = request.config
+        console.print(f"h3bench: op {cfg.op}, device {request.device}, plan {'quick' if cfg.quick else 'full'}"
+                      f"{' (CPU default; --full for the full plan)' if plan_note and cfg.quick else ''}, "
+                      f"modes {', '.join(request.modes)}, rows {', '.join(a.name for a in request.adapters)}"
+                      f"{'; Triton under the interpreter' if os.environ.get('TRITON_INTERPRET') == '1' else ''}")
+        started = time.perf_counter()
+        if quiet:
+            evidence = run_evidence(request)
+        else:
+            with RichObserver(console) as observer:
+                evidence = run_evidence(request, observer)
+        Console(quiet=quiet).print(summary_table(evidence))
+        console.print(f"{cfg.op}: {time.perf_counter() - started:.1f} s")
+        written.append(request.out)
+    return written
 
 
 @app.command("list")
 def list_(device: str = typer.Option("auto", "--device", help="Where availability is judged.")):
-    """Ops and adapters, each available or not, with the reason."""
+    """Ops with their rows, each available or not, with the reason."""
     from rich.table import Table
 
-    from harness.ops import OP_MODULES
+    from harness.config import load_config
+    from harness.ops import OP_MODULES, get_op
 
     dev = _device(device)
     table = Table(title=f"h3bench on {dev}")
     for column in ("op", "adapter", "grads", "status", "source or reason"):
         table.add_column(column)
     for op in OP_MODULES:
-        for name, adapter in _named_adapters(op).items():
-            loaded = adapter.try_load(dev)
+        spec = get_op(op)
+        params = load_config(op).inputs
+        table.add_section()
+        for name, adapter in named_adapters(op).items():
+            loaded = adapter.try_load(dev, params)
             ok = not isinstance(loaded, str)
             table.add_row(op, name, ",".join(adapter.grads) or "forward only",
                           "[green]available[/]" if ok else "[yellow]unavailable[/]",
                           loaded.source if ok else loaded)
+        if not named_adapters(op):
+            table.add_row(op, "-", ",".join(spec.differentiable), "", "no rows registered")
     Console().print(table)
 
 
@@ -206,49 +286,9 @@ def validate(files: List[Path] = typer.Argument(..., help="Evidence JSON file(s)
             err.print(f"[red]{file}: invalid: {exc}[/]")
             bad += 1
             continue
-        rows = sum(len(r) for r in evidence.results.values())
+        rows = sum(len(r) for r in evidence.measured_modes().values())
         print(f"{file}: valid ({evidence.op}, {rows} rows, gpu {evidence.environment.gpu})")
     raise typer.Exit(1 if bad else 0)
-
-
-@app.command()
-def report(file: Path = typer.Argument(..., help="Evidence JSON."),
-           out: Optional[Path] = typer.Option(None, "--out", help="Folder for the rendered files."),
-           quiet: bool = typer.Option(False, "--quiet")):
-    """Render Markdown, HTML and plots from an evidence file."""
-    from reports.commands import report as render_report
-
-    try:
-        paths = render_report(file, out, quiet)
-    except Exception as exc:
-        fail(f"{file}: {exc}", 1)
-    if not quiet:
-        print("\n".join(str(p) for p in paths))
-
-
-@app.command()
-def compare(old: Path = typer.Argument(...), new: Path = typer.Argument(...)):
-    """What changed between two evidence files; non-zero exit on a regression."""
-    from reports.commands import compare_files
-
-    try:
-        code = compare_files(old, new)
-    except Exception as exc:
-        fail(str(exc), 2)
-    raise typer.Exit(code)
-
-
-@app.command()
-def merge(files: List[Path] = typer.Argument(..., help="Evidence files of the same op."),
-          out: Path = typer.Option(..., "-o", "--out", help="Merged evidence JSON.")):
-    """Combine rows measured in separate runs; refuses differing GPU, torch or mode."""
-    from reports.commands import merge_files
-
-    try:
-        path = merge_files(files, out)
-    except Exception as exc:
-        fail(str(exc), 2)
-    print(path)
 
 
 def main() -> None:

@@ -1,9 +1,18 @@
 """Run configuration: TOML files under configs/ (shipped as package data), plus `--set key=value`.
 
-A config has one table per probe plan and one `[inputs]` table whose keys are the op's parameters.
-`--set hidden=8` finds the key in whichever table holds it (it must be unique); `--set sweep.rows=64`
-names the table. Values are TOML literals (`[3, 4]`, `true`, `"float16"`; a bare word is a string) and
-must have the type of the key they replace.
+A config has one table per probe plan and one `[inputs]` table whose keys are the op's parameters
+(its constants: widths, table rows, dtype, eps). Files are layered, later winning key by key:
+
+1. `configs/plans/<plans>.toml`: the probe plans shared by every op of a size set (`token`,
+   `timestep`, `sinusoid`, `quick`); `<plans>` is the file's `plans = "..."` or the op's `plan_set`;
+2. `configs/<op>/default.toml`: the op's `[inputs]` (and its `plans`);
+3. the config file itself (`configs/<op>/quick.toml`, or a user's `--config FILE`);
+4. `--set` overrides: `--set hidden=8` finds the key in whichever table holds it (it must be unique);
+   `--set sweep.rows=64` names the table. Values are TOML literals (`[3, 4]`, `true`, `"float16"`; a
+   bare word is a string) and must have the type of the key they replace.
+
+The plan records have no defaults of their own: every number comes from a file, so no op's numbers
+hide in the code.
 """
 from __future__ import annotations
 
@@ -31,8 +40,8 @@ def _require(condition: bool, message: str) -> None:
 
 @dataclass(frozen=True)
 class AllRowsPlan:
-    batch_sizes: tuple[int, ...] = (64, 257, 2048)
-    seeds: tuple[int, ...] = (3, 4, 5)
+    batch_sizes: tuple[int, ...]
+    seeds: tuple[int, ...]
 
     def __post_init__(self):
         _require(bool(self.batch_sizes) and min(self.batch_sizes) >= 1, "batch_sizes must be >= 1, at least one")
@@ -41,12 +50,12 @@ class AllRowsPlan:
 
 @dataclass(frozen=True)
 class SubBatchPlan:
-    full_batch: int = 131072
-    seeds: tuple[int, ...] = (3, 4)
-    sub_batch_sizes: tuple[int, ...] = (1, 7, 4097, 32768, 65536)
+    full_batch: int
+    seeds: tuple[int, ...]
+    sub_batch_sizes: tuple[int, ...]
     # sizes below `dense_from` start every max(size, full_batch // spread) rows, larger ones tile
-    dense_from: int = 1024
-    spread: int = 512
+    dense_from: int
+    spread: int
 
     def __post_init__(self):
         _require(self.full_batch >= 1, "full_batch must be >= 1")
@@ -65,12 +74,12 @@ class SubBatchPlan:
 
 @dataclass(frozen=True)
 class SweepPlan:
-    rows: int = 2048
-    seeds: tuple[int, ...] = (3, 4, 5)
-    small_sizes: int = 9       # batch sizes 1..small_sizes
-    first_power: int = 16      # then k-1, k, k+1 for k = first_power, 2*first_power, ... <= rows
-    probe_spread: int = 6      # probe rows n//8 + 3 + j*(n//8) for j < probe_spread, plus 0 and n-1
-    max_failures: int = 8
+    rows: int
+    seeds: tuple[int, ...]
+    small_sizes: int       # batch sizes 1..small_sizes
+    first_power: int       # then k-1, k, k+1 for k = first_power, 2*first_power, ... <= rows
+    probe_spread: int      # probe rows n//8 + 3 + j*(n//8) for j < probe_spread, plus 0 and n-1
+    max_failures: int
 
     def __post_init__(self):
         _require(self.rows >= 1, "rows must be >= 1")
@@ -98,9 +107,9 @@ class SweepPlan:
 
 @dataclass(frozen=True)
 class AccuracyPlan:
-    rows: tuple[int, ...] = (4097, 32768)
-    input_seed: int = 11
-    grad_seed: int = 9
+    rows: tuple[int, ...]
+    input_seed: int
+    grad_seed: int
 
     def __post_init__(self):
         _require(bool(self.rows) and min(self.rows) >= 1, "rows must be >= 1, at least one")
@@ -108,29 +117,31 @@ class AccuracyPlan:
 
 @dataclass(frozen=True)
 class TimingPlan:
-    warmup: int = 20
-    reps: int = 100
-    repeats: int = 2  # time everything twice: a difference smaller than the spread is noise
+    warmup: int
+    reps: int       # samples per figure and repeat
+    repeats: int    # time everything twice: a difference smaller than the spread is noise
+    block: int      # samples a row takes per turn when rows are interleaved (harness/timing.py)
 
     def __post_init__(self):
-        _require(self.reps >= 1 and self.repeats >= 1, "reps and repeats must be >= 1")
+        _require(self.reps >= 1 and self.repeats >= 1 and self.block >= 1, "reps, repeats and block must be >= 1")
 
 
 @dataclass(frozen=True)
 class RunConfig:
     op: str
     inputs: Any
-    all_rows: AllRowsPlan = field(default_factory=AllRowsPlan)
-    full_vs_sub: SubBatchPlan = field(default_factory=SubBatchPlan)
-    sweep: SweepPlan = field(default_factory=SweepPlan)
-    accuracy: AccuracyPlan = field(default_factory=AccuracyPlan)
-    timing: TimingPlan = field(default_factory=TimingPlan)
+    all_rows: AllRowsPlan
+    full_vs_sub: SubBatchPlan
+    sweep: SweepPlan
+    accuracy: AccuracyPlan
+    timing: TimingPlan
     quick: bool = False
+    plans: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "quick": self.quick,
+        return {"op": self.op, "quick": self.quick, "plans": self.plans,
                 **{f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)
-                   if f.name not in ("op", "quick")}}
+                   if f.name not in ("op", "quick", "plans")}}
 
 
 def _plain(obj: Any) -> Any:
@@ -140,33 +151,70 @@ def _plain(obj: Any) -> Any:
 PLAN_TABLES = ("all_rows", "full_vs_sub", "sweep", "accuracy", "timing")
 
 
+CONFIG_PACKAGE = "configs"
+
+
+def _config_file(*parts: str) -> Path:
+    return Path(str(resources.files(CONFIG_PACKAGE).joinpath(*parts)))
+
+
 def builtin_config_path(op: str, quick: bool) -> Path:
-    name = f"{op}_quick.toml" if quick else f"{op}.toml"
-    path = resources.files("configs") / name
+    path = _config_file(op, "quick.toml" if quick else "default.toml")
     if not path.is_file():
-        raise ConfigError(f"no built-in {'quick ' if quick else ''}config for op {op!r} ({name})")
-    return Path(str(path))
+        raise ConfigError(f"no built-in {'quick ' if quick else ''}config for op {op!r} ({path})")
+    return path
+
+
+def plans_path(name: str) -> Path:
+    path = _config_file("plans", f"{name}.toml")
+    if not path.is_file():
+        known = sorted(p.stem for p in _config_file("plans").glob("*.toml"))
+        raise ConfigError(f"unknown plan set {name!r}; known: {', '.join(known)}")
+    return path
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+
+
+def _layer(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """`top` over `base`, table by table and key by key."""
+    out = {name: dict(values) if isinstance(values, dict) else values for name, values in base.items()}
+    for name, values in top.items():
+        if isinstance(values, dict) and isinstance(out.get(name), dict):
+            out[name].update(values)
+        else:
+            out[name] = values
+    return out
 
 
 def load_config(op: str, path: Optional[Path] = None, quick: bool = False,
                 overrides: tuple[str, ...] = ()) -> RunConfig:
+    get_op(op)  # an unknown op is named as such before any file is looked for
     source = path or builtin_config_path(op, quick)
-    try:
-        data = tomllib.loads(Path(source).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {source}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{source}: not valid TOML ({exc})") from None
+    data = _read_toml(source)
     file_op = data.pop("op", op)
     if file_op != op:
         raise ConfigError(f"{source} is a config for op {file_op!r}, not {op!r}")
+    default = _read_toml(builtin_config_path(op, quick=False))
+    default.pop("op", None)
+    plans = data.pop("plans", None) or default.pop("plans", None) or get_op(op).plan_set
+    default.pop("plans", None)
+    if not isinstance(plans, str):
+        raise ConfigError(f"{source}: plans must be the name of a plan set, got {plans!r}")
     quick = bool(data.pop("quick", quick))
+    merged = _layer(_layer(_read_toml(plans_path(plans)), default), data)
     for item in overrides:
-        apply_override(data, item, op)
-    return build_config(op, data, quick, str(source))
+        apply_override(merged, item, op)
+    return build_config(op, merged, quick, str(source), plans)
 
 
-def build_config(op_name: str, data: dict[str, Any], quick: bool, source: str) -> RunConfig:
+def build_config(op_name: str, data: dict[str, Any], quick: bool, source: str, plans: str = "") -> RunConfig:
     op = get_op(op_name)
     tables = {"inputs": op.params_type, **{name: _plan_type(name) for name in PLAN_TABLES}}
     unknown = set(data) - set(tables)
@@ -178,7 +226,7 @@ def build_config(op_name: str, data: dict[str, Any], quick: bool, source: str) -
         if not isinstance(values, dict):
             raise ConfigError(f"{source}: [{name}] must be a table")
         built[name] = _build(cls, values, f"{name}")
-    return RunConfig(op=op_name, quick=quick, **built)
+    return RunConfig(op=op_name, quick=quick, plans=plans, **built)
 
 
 def _plan_type(name: str) -> type:
@@ -191,6 +239,11 @@ def _build(cls: type, values: dict[str, Any], where: str) -> Any:
     unknown = set(values) - known
     if unknown:
         raise ConfigError(f"[{where}]: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
+    missing = [f.name for f in dataclasses.fields(cls)
+               if f.name not in values and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"[{where}]: missing key(s) {missing}")
     kwargs = {key: _coerce(hints[key], value, f"{where}.{key}") for key, value in values.items()}
     try:
         return cls(**kwargs)
@@ -209,6 +262,10 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         return tuple(value)
     if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
         raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
     if hint is str and not isinstance(value, str):
         raise ConfigError(f"{where}: expected a string, got {value!r}")
     if hint is bool and not isinstance(value, bool):

@@ -12,8 +12,8 @@ from typing import Optional
 
 import torch
 
-from harness.schema import Environment
-from harness.timing import median, sample
+from harness.schema import Environment, TimingRecord
+from harness.timing import STREAM, median, take
 
 # The libraries the prior art records, by distribution name.
 LIBRARIES = ("torch", "triton", "diffusers", "vllm", "flashinfer-python", "sglang", "liger-kernel",
@@ -59,15 +59,24 @@ def tracked_tree_dirty() -> Optional[bool]:
     return None if status is None else bool(status)
 
 
+RL_KERNEL_MARKER = "H3BENCH_SOURCE"  # written beside `rl_engine` by tools/build_rl_kernel.sh
+
+
 def rl_kernel_commit() -> Optional[str]:
-    """The commit of an importable rl_engine source checkout, else None."""
+    """What the importable `rl_engine` was built from, without importing it: the marker line a build of
+    the reassembly in shared/third_party writes (it names the upstream commits), or a git checkout's
+    HEAD; None when rl_engine is not importable."""
     try:
         spec = importlib.util.find_spec("rl_engine")
     except (ImportError, ValueError):
         return None
-    if spec is None or not spec.origin:
+    if spec is None or not spec.submodule_search_locations:
         return None
-    return git(["rev-parse", "HEAD"], Path(spec.origin).resolve().parent)
+    root = Path(list(spec.submodule_search_locations)[0]).resolve().parent
+    marker = root / RL_KERNEL_MARKER
+    if marker.is_file():
+        return marker.read_text().strip() or None
+    return git(["rev-parse", "HEAD"], root)
 
 
 def measure_copy_bandwidth(device: torch.device, nbytes: Optional[int] = None,
@@ -76,12 +85,15 @@ def measure_copy_bandwidth(device: torch.device, nbytes: Optional[int] = None,
     nbytes = nbytes or (COPY_BYTES_CUDA if device.type == "cuda" else COPY_BYTES_CPU)
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
     dst = torch.empty_like(src)
-    samples = sample(lambda: dst.copy_(src), device, warmup, reps)
+    for _ in range(warmup):
+        dst.copy_(src)
+    samples = take(lambda: dst.copy_(src), device, STREAM, reps)
     moved = 2 * src.numel() * src.element_size()
-    return moved / (median(samples.us) * 1e3), moved
+    return moved / (median(samples) * 1e3), moved
 
 
-def capture(device: torch.device, modes: dict[str, dict], measure_bandwidth: bool = True) -> Environment:
+def capture(device: torch.device, modes: dict[str, dict], measure_bandwidth: bool = True,
+            timing: Optional[TimingRecord] = None) -> Environment:
     cuda = device.type == "cuda"
     props = torch.cuda.get_device_properties(device) if cuda else None
     bandwidth, moved = measure_copy_bandwidth(device) if measure_bandwidth else (None, None)
@@ -101,6 +113,7 @@ def capture(device: torch.device, modes: dict[str, dict], measure_bandwidth: boo
         copy_bandwidth_bytes=moved,
         driver=_driver_version() if cuda else None,
         host=socket.gethostname(),
+        timing=timing,
     )
 
 

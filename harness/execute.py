@@ -1,50 +1,120 @@
-"""One "run" of an implementation, as every probe performs it, and bitwise row comparison."""
+"""One "run" of an implementation, as every probe performs it, bitwise row comparison, and blame.
+
+Blame: only an exception raised inside the implementation's own code (its call, its backward) or a
+result that breaks the op's contract (wrong type, count, shape or dtype of outputs; a declared gradient
+not produced) is the implementation's fault. `implementation_code()` turns such exceptions into
+`ImplementationError`, which the runner records as the row's reason. Every other exception is a harness
+bug and stops the run.
+"""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional, Sequence
 
 import torch
 
-from harness.adapter import OpCallable
 from harness.ops.base import OpInputs
+
+
+class ImplementationError(Exception):
+    """The implementation under test failed or broke the op's contract; `__cause__` is the original."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+
+
+@contextlib.contextmanager
+def implementation_code() -> Iterator[None]:
+    """Exceptions raised inside this block are the implementation's: keep the block to its own calls."""
+    try:
+        yield
+    except ImplementationError:
+        raise
+    except Exception as exc:
+        raise ImplementationError(describe_exception(exc)) from exc
+
+
+def blamed(fn):
+    """`fn` with its exceptions turned into ImplementationError: for the timed steps, where the
+    context manager's cost would show in host-bound figures."""
+    def wrapper(*args):
+        try:
+            return fn(*args)
+        except Exception as exc:
+            raise ImplementationError(describe_exception(exc)) from exc
+    return wrapper
+
+
+def describe_exception(exc: BaseException) -> str:
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
 @dataclass
 class Outcome:
-    output: torch.Tensor
+    outputs: tuple[torch.Tensor, ...]
     grads: dict[str, torch.Tensor]
 
 
 def make_leaves(inputs: OpInputs, grads: tuple[str, ...]) -> list[torch.Tensor]:
     """Fresh leaves in call order; only the inputs in `grads` require grad. Strides are kept, so a
     table view stays a strided view, as in the model."""
-    return [t.detach().requires_grad_() if name in grads else t
-            for name, t in inputs.tensors.items()]
+    return [t.detach().requires_grad_() if name in grads else t for name, t in inputs.tensors.items()]
 
 
-def execute(fn: OpCallable, inputs: OpInputs, grad_out: Optional[torch.Tensor],
-            grads: tuple[str, ...]) -> Outcome:
-    """Forward, then (when the row has gradients and `grad_out` is given) backward with `grad_out`."""
-    backward = bool(grads) and grad_out is not None
+def as_outputs(result, expected: int) -> tuple[torch.Tensor, ...]:
+    """The implementation's return value as a tuple of `expected` tensors, or ImplementationError."""
+    found = (result,) if isinstance(result, torch.Tensor) else result
+    if not isinstance(found, (tuple, list)) or not all(isinstance(t, torch.Tensor) for t in found):
+        raise ImplementationError(f"implementation returned {type(result).__name__}, expected "
+                                  f"{'a tensor' if expected == 1 else f'{expected} tensors'}")
+    if len(found) != expected:
+        raise ImplementationError(f"implementation returned {len(found)} tensors, the op has {expected} outputs")
+    return tuple(found)
+
+
+def check_like(outputs: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]) -> None:
+    for i, (out, ref) in enumerate(zip(outputs, expected)):
+        if out.shape != ref.shape:
+            raise ImplementationError(f"implementation returned shape {tuple(out.shape)} for output {i}, "
+                                      f"expected {tuple(ref.shape)}")
+
+
+def call(fn, args: Sequence[torch.Tensor], n_outputs: int) -> tuple[torch.Tensor, ...]:
+    with implementation_code():
+        result = fn(*args)
+    return as_outputs(result, n_outputs)
+
+
+def backward(outputs: Sequence[torch.Tensor], grad_outs: Sequence[torch.Tensor]) -> None:
+    """Backward through the implementation's graph (its own backward code runs here)."""
+    pairs = [(o, g) for o, g in zip(outputs, grad_outs) if o.requires_grad]
+    if not pairs:
+        raise ImplementationError("implementation declares gradients but its outputs do not require grad")
+    with implementation_code():
+        torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+
+
+def execute(fn, inputs: OpInputs, grad_outs: Optional[Sequence[torch.Tensor]], grads: tuple[str, ...],
+            n_outputs: int) -> Outcome:
+    """Forward, then (when the row has gradients and `grad_outs` is given) backward with `grad_outs`."""
+    run_backward = bool(grads) and grad_outs is not None
     names = list(inputs.tensors)
-    with torch.set_grad_enabled(backward):
-        leaves = make_leaves(inputs, grads if backward else ())
-        y = fn(*leaves)
-        if not isinstance(y, torch.Tensor):
-            raise TypeError(f"implementation returned {type(y).__name__}, expected a tensor")
-        if grad_out is not None and y.shape != grad_out.shape:
-            raise ValueError(f"implementation returned shape {tuple(y.shape)}, expected "
-                             f"{tuple(grad_out.shape)}")
+    with torch.set_grad_enabled(run_backward):
+        leaves = make_leaves(inputs, grads if run_backward else ())
+        outputs = call(fn, leaves, n_outputs)
+        if grad_outs is not None:
+            check_like(outputs, grad_outs)
         found: dict[str, torch.Tensor] = {}
-        if backward:
-            y.backward(grad_out)
+        if run_backward:
+            backward(outputs, grad_outs)
             for name, leaf in zip(names, leaves):
                 if name in grads:
                     if leaf.grad is None:
-                        raise RuntimeError(f"implementation declares gradient {name!r} but produced none")
+                        raise ImplementationError(f"implementation declares gradient {name!r} but produced none")
                     found[name] = leaf.grad
-    return Outcome(output=y.detach(), grads=found)
+    return Outcome(outputs=tuple(o.detach() for o in outputs), grads=found)
 
 
 _SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -60,6 +130,15 @@ def rows_differ(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.shape != b.shape or a.dtype != b.dtype:
         return torch.ones(a.shape[0] if a.dim() else 1, dtype=torch.bool, device=a.device)
     return (as_bits(a) != as_bits(b)).reshape(a.shape[0], -1).any(dim=1)
+
+
+def any_rows_differ(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """Per row, whether any of the (a, b) pairs differs there: one row's outputs taken together."""
+    flags = [rows_differ(a, b) for a, b in pairs]
+    out = flags[0]
+    for f in flags[1:]:
+        out = out | f
+    return out
 
 
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:

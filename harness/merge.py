@@ -10,7 +10,7 @@ import copy
 import dataclasses
 from typing import Any, Optional
 
-from harness.schema import Environment, Evidence, to_dict
+from harness.schema import Environment, Evidence, UnavailableMode, to_dict
 
 
 class MergeError(ValueError):
@@ -69,6 +69,8 @@ def _environment(a: Environment, b: Environment) -> Environment:
         copy_bandwidth_gbps=_first(a.copy_bandwidth_gbps, b.copy_bandwidth_gbps),
         copy_bandwidth_bytes=_first(a.copy_bandwidth_bytes, b.copy_bandwidth_bytes),
         host=_join(a.host, b.host),
+        # Latencies taken by different methods are not one table's numbers.
+        timing=_same_unless_missing("environment.timing", a.timing, b.timing),
     )
 
 
@@ -96,6 +98,11 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str:
 def _results(a: Evidence, b: Evidence) -> dict:
     out = copy.deepcopy(a.results)
     for mode, rows in b.results.items():
+        if isinstance(rows, UnavailableMode) or isinstance(out.get(mode), UnavailableMode):
+            if mode in out and to_dict(out[mode]) != to_dict(rows):
+                raise MergeError(f"cannot merge: mode {mode} is unavailable in one file and differs in the other")
+            out[mode] = copy.deepcopy(rows)
+            continue
         target = out.setdefault(mode, {})
         for name, row in rows.items():
             if name in target:

@@ -8,18 +8,19 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.schema import Evidence, RowResult, UnavailableRow
-from reports.table import sizes_of
+from harness.schema import Evidence, UnavailableMode, UnavailableRow, sizes_of
 
 
 class RichObserver:
-    """One progress line per row: adapter, current probe, units done (rows, sub-batches, comparisons)."""
+    """One progress line per row (adapter, current probe, units done) and one per shared phase (the
+    rows' interleaved latency rounds, modes in child processes)."""
 
     def __init__(self, console: Console):
         self.console = console
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=console, transient=False)
-        self.task: Optional[int] = None
+        self.tasks: dict[str, int] = {}
+        self.current: Optional[int] = None
         self.label = ""
 
     def __enter__(self) -> "RichObserver":
@@ -29,24 +30,38 @@ class RichObserver:
     def __exit__(self, *exc) -> None:
         self.progress.__exit__(*exc)
 
+    def _start(self, label: str, total: int) -> None:
+        self.label = label
+        self.current = self.tasks[label] = self.progress.add_task(label, total=total)
+
     def row_started(self, mode: str, name: str, totals: dict[str, int]) -> None:
-        self.label = f"{mode}/{name}"
-        self.task = self.progress.add_task(self.label, total=sum(totals.values()))
+        self._start(f"{mode}/{name}", sum(totals.values()))
 
     def probe_started(self, probe: str) -> None:
-        self.progress.update(self.task, description=f"{self.label}: {probe}")
+        self.progress.update(self.current, description=f"{self.label}: {probe}")
 
     def advance(self, n: int) -> None:
-        self.progress.advance(self.task, n)
+        if self.current is not None:
+            self.progress.advance(self.current, n)
+
+    def phase_started(self, mode: str, label: str, total: int) -> None:
+        self._start(f"{mode}: {label}", total)
+
+    def phase_finished(self) -> None:
+        self.progress.stop_task(self.current)
 
     def row_finished(self, mode: str, name: str, row) -> None:
-        self.progress.stop_task(self.task)  # an unavailable row's clock must not run on
+        label = f"{mode}/{name}"
+        task = self.tasks.get(label)
+        if task is None:
+            return
+        self.progress.stop_task(task)  # an unavailable row's clock must not run on
         if isinstance(row, UnavailableRow):
             where = f" in {row.failed_probe}" if row.failed_probe else ""
-            self.progress.update(self.task, description=f"{self.label}: unavailable{where}")
+            self.progress.update(task, description=f"{label}: unavailable{where}")
         else:
             verdict = "invariant" if row.batch_invariance.batch_invariant else "NOT invariant"
-            self.progress.update(self.task, description=f"{self.label}: {verdict} ({row.wall_s:.1f}s)")
+            self.progress.update(task, description=f"{label}: {verdict} ({row.wall_s:.1f}s)")
 
 
 def _fmt(value: Optional[float], spec: str) -> str:
@@ -66,6 +81,10 @@ def summary_table(evidence: Evidence) -> Table:
         table.add_column(column, justify="left" if column == "row" else "right", no_wrap=True)
     unavailable = []
     for mode, rows in evidence.results.items():
+        if isinstance(rows, UnavailableMode):
+            table.add_row(f"{mode}/-", "[yellow]-[/]", *[""] * 7)
+            unavailable.append(f"mode {mode}: {rows.unavailable}")
+            continue
         for name, row in rows.items():
             label = name if len(evidence.results) == 1 else f"{mode}/{name}"
             if isinstance(row, UnavailableRow):

@@ -1,31 +1,43 @@
-"""Wires config, adapters and probes together and writes the evidence file.
+"""Wires config, adapters, modes and probes together and writes the evidence file.
 
-The runner knows no adapter and no probe detail: it loads each adapter, hands it to the probes,
-turns any failure into that row's "unavailable" reason, and writes the file atomically.
+The runner knows no adapter, no tensor and no probe detail. Per mode it loads each adapter, hands it to
+the probes, and then times every measured row together (rows interleaved: harness/timing.py).
+
+Blame: an adapter that fails to load, or whose own code raises inside a probe (`ImplementationError`,
+harness/execute.py), becomes that row's `{"unavailable": ...}`. Any other exception is a harness bug: it
+propagates, the run stops with its traceback, and no file is written.
+
+Modes: `plain` runs in this process; every other mode runs in a child process of its own
+(harness/children.py), since a mode patches aten for the whole process and its environment must be set
+before CUDA starts. A child that crashes or hangs makes that mode `{"unavailable": ...}`; the others stay.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import gc
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Protocol
 
 import torch
 
 from harness import environment
-from harness.adapter import Adapter, Loaded, describe_exception
+from harness.adapter import Adapter, Loaded
 from harness.config import RunConfig
-from harness.modes import get_mode
+from harness.execute import ImplementationError, describe_exception
+from harness.modes import ActiveMode, ModeSpec, get_mode
 from harness.ops import get_op
+from harness.ops.base import Op
 from harness.probes import accuracy_latency as acc
 from harness.probes import batch_invariance as bi
 from harness.probes.context import ProbeContext
-from harness.schema import Evidence, RowResult, UnavailableRow, save
+from harness.schema import Environment, Evidence, RowResult, SizeResult, TimingRecord, UnavailableMode, UnavailableRow, save
 from harness.timing import timer_for
 
 PROBES = ("all_rows", "full_vs_sub_batches", "batch_size_sweep", "accuracy_latency")
+INTERLEAVED = "rows round-robin: each row takes a block of samples per turn, the order rotating each round"
 
 
 class Observer(Protocol):
@@ -35,6 +47,8 @@ class Observer(Protocol):
     def probe_started(self, probe: str) -> None: ...
     def advance(self, n: int) -> None: ...
     def row_finished(self, mode: str, name: str, row: RowResult | UnavailableRow) -> None: ...
+    def phase_started(self, mode: str, label: str, total: int) -> None: ...
+    def phase_finished(self) -> None: ...
 
 
 class SilentObserver:
@@ -42,6 +56,8 @@ class SilentObserver:
     def probe_started(self, probe): pass
     def advance(self, n): pass
     def row_finished(self, mode, name, row): pass
+    def phase_started(self, mode, label, total): pass
+    def phase_finished(self): pass
 
 
 @dataclass
@@ -53,6 +69,12 @@ class RunRequest:
     out: Optional[Path]
     command: str = ""
     measure_bandwidth: bool = True
+    # The CLI arguments that make a child process run the same rows and plan (everything but the mode
+    # and the output), and how long a mode's child may take.
+    child_args: tuple[str, ...] = ()
+    mode_timeout_s: Optional[float] = None
+    in_process: bool = False  # this process is a mode's child: run its one mode here
+    work_dir: Optional[Path] = None  # where children's part files go (default: beside `out`)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -72,32 +94,78 @@ def probe_totals(config: RunConfig) -> dict[str, int]:
             "accuracy_latency": len(config.accuracy.rows)}
 
 
+def timing_record(config: RunConfig, device: torch.device) -> TimingRecord:
+    t = config.timing
+    return TimingRecord(sample="synchronized", stream="back-to-back", timer=timer_for(device), warmup=t.warmup,
+                        reps=t.reps, repeats=t.repeats, block=t.block, interleaved=INTERLEAVED)
+
+
 def run(request: RunRequest, observer: Optional[Observer] = None) -> Evidence:
+    """Every mode of the request, merged into one evidence file (written to `request.out` if set)."""
+    from harness import children  # the child machinery imports the fan-out scheduler only when needed
+
     observer = observer or SilentObserver()
     started = time.perf_counter()
     op = get_op(request.config.op)
     for adapter in request.adapters:
         if adapter.op != op.name:
             raise ValueError(f"adapter {adapter.name!r} is for op {adapter.op!r}, not {op.name!r}")
+    specs = [get_mode(name) for name in request.modes]
+    here = [s for s in specs if s.in_process or request.in_process]
+    parts = {spec.name: measure_mode(request, op, spec, observer) for spec in here}
+    away = [s for s in specs if s not in here]
+    if away:
+        parts.update(children.run_modes(request, away, observer))
+    evidence = children.combine(op, request, [parts[s.name] for s in specs])
+    evidence.wall_s = round(time.perf_counter() - started, 3)
+    if request.out is not None:
+        save(evidence, request.out)
+    return evidence
+
+
+# --- one mode, in this process -------------------------------------------------------------------------
+
+def measure_mode(request: RunRequest, op: Op, spec: ModeSpec, observer: Observer) -> Evidence:
+    """One mode's evidence, measured here: the mode switched on and checked, then every row."""
     _disable_tf32()
-    results: dict[str, dict] = {}
-    mode_environment: dict[str, dict] = {}
-    bandwidth: Optional[float] = None
-    env = None
-    for mode in request.modes:
-        with get_mode(mode)() as mode_env:
-            mode_environment[mode] = mode_env
-            if env is None:
-                env = environment.capture(request.device, mode_environment, request.measure_bandwidth)
-                bandwidth = env.copy_bandwidth_gbps
-            rows = results.setdefault(mode, {})
-            for adapter in request.adapters:
-                row = _run_adapter(request, op, adapter, bandwidth, mode, observer)
-                rows[adapter.name] = row
-                observer.row_finished(mode, adapter.name, row)
-                _release(request.device)
-    env.mode_environment = mode_environment
-    evidence = Evidence(
+    mode_env = mode_variables(spec)
+    active: Optional[ActiveMode] = None
+    failure: Optional[str] = None
+    try:
+        active = spec.switch()
+        found = active.check()
+        mode_env.update(active.record)
+        if found:
+            mode_env["active"] = found
+    except Exception as exc:  # the mode's library did not import or did not switch on: that mode's verdict
+        failure = describe_exception(exc)
+    env = environment.capture(request.device, {spec.name: mode_env}, request.measure_bandwidth,
+                              timing_record(request.config, request.device))
+    if failure is not None:
+        mode_env["libraries"] = library_versions(spec)
+        return evidence_of(op, request, env, {spec.name: UnavailableMode(unavailable=failure)})
+    rows = measure_rows(request, op, spec, active, env.copy_bandwidth_gbps, observer)
+    mode_env["libraries"] = library_versions(spec)
+    return evidence_of(op, request, env, {spec.name: rows})
+
+
+def mode_variables(spec: ModeSpec) -> dict:
+    """environment.mode_environment.<mode>: the variables the mode sets (the RFC's record), then what
+    h3bench adds (libraries, the switch, the active check)."""
+    return dict(spec.environment)
+
+
+def library_versions(spec: ModeSpec) -> Optional[dict]:
+    if not spec.needs:
+        return None
+    return {name: environment.library_version(name) for name in spec.needs}
+
+
+def evidence_of(op: Op, request: RunRequest, env: Environment, results: dict) -> Evidence:
+    for mode_env in env.mode_environment.values():
+        if mode_env.get("libraries") is None:
+            mode_env.pop("libraries", None)
+    return Evidence(
         kind="h3_prior_art", rfc=op.rfc, op=op.name,
         rl_kernel_commit=environment.rl_kernel_commit(),
         tracked_tree_dirty=environment.tracked_tree_dirty(),
@@ -105,51 +173,104 @@ def run(request: RunRequest, observer: Optional[Observer] = None) -> Evidence:
         h3bench_commit=environment.h3bench_commit(),
         created_utc=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         config=request.config.to_dict(), command=request.command or None,
-        wall_s=round(time.perf_counter() - started, 3),
     )
-    if request.out is not None:
-        save(evidence, request.out)
-    return evidence
 
 
-def _run_adapter(request: RunRequest, op, adapter: Adapter, bandwidth: Optional[float], mode: str,
-                 observer: Observer) -> RowResult | UnavailableRow:
+@dataclass
+class _Measured:
+    adapter: Adapter
+    loaded: Loaded
+    load_s: float
+    probes: dict = field(default_factory=dict)
+    probe_wall: dict[str, float] = field(default_factory=dict)
+    sizes: dict[str, SizeResult] = field(default_factory=dict)
+
+
+def measure_rows(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, bandwidth: Optional[float],
+                 observer: Observer) -> dict:
+    """Each row's probes in turn, then every measured row timed together."""
+    rows: dict[str, RowResult | UnavailableRow] = {}
+    measured: list[_Measured] = []
+    for adapter in request.adapters:
+        row_or_measured = _probe_row(request, op, spec, active, adapter, observer)
+        if isinstance(row_or_measured, UnavailableRow):
+            rows[adapter.name] = row_or_measured
+            observer.row_finished(spec.name, adapter.name, row_or_measured)
+        else:
+            measured.append(row_or_measured)
+            rows[adapter.name] = None  # placeholder keeps the adapters' order
+        _release(request.device)
+    _time_rows(request, op, spec, measured, bandwidth, observer)
+    for m in measured:
+        rows[m.adapter.name] = _row_result(m, request.device)
+        observer.row_finished(spec.name, m.adapter.name, rows[m.adapter.name])
+    return rows
+
+
+def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, adapter: Adapter,
+               observer: Observer) -> _Measured | UnavailableRow:
     started = time.perf_counter()
-    observer.row_started(mode, adapter.name, probe_totals(request.config))
-    loaded = adapter.try_load(request.device)
+    cfg = request.config
+    observer.row_started(spec.name, adapter.name, probe_totals(cfg))
+    loaded = adapter.try_load(request.device, cfg.inputs)
     if not isinstance(loaded, Loaded):
         return UnavailableRow(unavailable=loaded, wall_s=round(time.perf_counter() - started, 3))
-    ctx = ProbeContext(op=op, params=request.config.inputs, fn=loaded.fn, grads=adapter.grads,
-                       device=request.device, reference_variant=adapter.reference or op.references[0],
-                       progress=observer.advance)
-    cfg = request.config
-    probe_wall: dict[str, float] = {}
-    current = "load"
+    ctx = ProbeContext(op=op, params=cfg.inputs, fn=loaded.fn, grads=adapter.grads, device=request.device,
+                       reference_variant=adapter.reference or op.name, progress=observer.advance,
+                       reference_guard=active.reference_off if spec.reference_with_mode_off else contextlib.nullcontext)
+    steps = {
+        "all_rows": lambda: bi.all_rows(ctx, cfg.all_rows),
+        "full_vs_sub_batches": lambda: bi.full_vs_sub_batches(ctx, cfg.full_vs_sub),
+        "batch_size_sweep": lambda: bi.batch_size_sweep(ctx, cfg.sweep),
+        "accuracy_latency": lambda: acc.accuracy(ctx, cfg.accuracy),
+    }
+    measured = _Measured(adapter=adapter, loaded=loaded, load_s=time.perf_counter() - started)
+    current = PROBES[0]
     try:
-        steps = {
-            "all_rows": lambda: bi.all_rows(ctx, cfg.all_rows),
-            "full_vs_sub_batches": lambda: bi.full_vs_sub_batches(ctx, cfg.full_vs_sub),
-            "batch_size_sweep": lambda: bi.batch_size_sweep(ctx, cfg.sweep),
-            "accuracy_latency": lambda: acc.accuracy_latency(ctx, cfg.accuracy, cfg.timing, bandwidth),
-        }
-        found = {}
         for current in PROBES:
             observer.probe_started(current)
             t0 = time.perf_counter()
-            found[current] = steps[current]()
+            measured.probes[current] = steps[current]()
             _sync(request.device)
-            probe_wall[current] = round(time.perf_counter() - t0, 3)
-    except Exception as exc:  # a broken implementation is a table cell, not a crashed run
-        return UnavailableRow(unavailable=describe_exception(exc), source=loaded.source,
-                              failed_probe=current, wall_s=round(time.perf_counter() - started, 3))
-    cases, repeatable = found["all_rows"]
+            measured.probe_wall[current] = round(time.perf_counter() - t0, 3)
+    except ImplementationError as exc:  # the implementation's own failure is its row's verdict
+        return UnavailableRow(unavailable=str(exc), source=loaded.source, failed_probe=current,
+                              wall_s=round(time.perf_counter() - started, 3))
+    measured.sizes = measured.probes["accuracy_latency"]
+    return measured
+
+
+def _time_rows(request: RunRequest, op: Op, spec: ModeSpec, measured: list[_Measured], bandwidth: Optional[float],
+               observer: Observer) -> None:
+    if not measured:
+        return
+    cfg = request.config
+    timed = [acc.TimedRow(name=m.adapter.name, fn=m.loaded.fn, grads=m.adapter.grads, sizes=m.sizes)
+             for m in measured]
+    observer.phase_started(spec.name, "latency, rows interleaved", acc.latency_units(cfg.accuracy, cfg.timing))
+    t0 = time.perf_counter()
+    acc.time_rows(op, cfg.inputs, timed, cfg.accuracy, cfg.timing, request.device, bandwidth,
+                  progress=observer.advance)
+    observer.phase_finished()
+    share = round((time.perf_counter() - t0) / len(measured), 3)
+    for m, t in zip(measured, timed):
+        m.probe_wall["accuracy_latency"] = round(m.probe_wall["accuracy_latency"] + share, 3)
+        if t.error is not None:
+            m.probes["error"] = t.error
+
+
+def _row_result(m: _Measured, device: torch.device) -> RowResult | UnavailableRow:
+    # The row's own time: its load, its probes and its share of the interleaved latency rounds.
+    wall = round(m.load_s + sum(m.probe_wall.values()), 3)
+    if "error" in m.probes:
+        return UnavailableRow(unavailable=str(m.probes["error"]), source=m.loaded.source,
+                              failed_probe="accuracy_latency", wall_s=wall)
+    cases, repeatable = m.probes["all_rows"]
     return RowResult(
-        source=loaded.source, has_backward=adapter.has_backward,
-        batch_invariance=bi.verdict(cases, repeatable, found["full_vs_sub_batches"],
-                                    found["batch_size_sweep"]),
-        accuracy_latency=found["accuracy_latency"],
-        wall_s=round(time.perf_counter() - started, 3), probe_wall_s=probe_wall,
-        timer=timer_for(request.device),
+        source=m.loaded.source, has_backward=m.adapter.has_backward,
+        batch_invariance=bi.verdict(cases, repeatable, m.probes["full_vs_sub_batches"],
+                                    m.probes["batch_size_sweep"]),
+        accuracy_latency=m.sizes, wall_s=wall, probe_wall_s=m.probe_wall, timer=timer_for(device),
     )
 
 

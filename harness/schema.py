@@ -73,6 +73,27 @@ class BatchInvariance:
 # --- accuracy and latency ---------------------------------------------------------------------------
 
 @dataclass
+class Spread:
+    """Percentiles of one latency figure's samples (microseconds) and how many there were."""
+
+    p10: float
+    p50: float
+    p90: float
+    n: int
+
+
+# The latency figures, each timed two ways (harness/timing.py): `<figure>_us` per-sample synchronized
+# as the prior art, `<figure>_stream_us` back to back. fwd_bwd is the prior art's forward+backward
+# (fresh leaves made inside the timed step); fwd_bwd_net leaves them out.
+FIGURES = ("fwd", "fwd_bwd", "fwd_bwd_net")
+STREAM_SUFFIX = "_stream"
+
+
+def latency_key(figure: str, stream: bool) -> str:
+    return f"{figure}{STREAM_SUFFIX if stream else ''}_us"
+
+
+@dataclass
 class SizeResult:
     """One row count of `accuracy_latency`. Backward keys exist only for rows with a backward."""
 
@@ -90,6 +111,18 @@ class SizeResult:
     fwd_floor_fraction: Optional[float] = additive()
     fwd_bwd_floor_fraction: Optional[float] = additive()
     fwd_bwd_net_floor_fraction: Optional[float] = additive()
+    # back-to-back timings (the GPU time when the host keeps ahead) and their floor fractions
+    fwd_stream_us: Optional[float] = additive()
+    fwd_bwd_stream_us: Optional[float] = additive()
+    fwd_bwd_net_stream_us: Optional[float] = additive()
+    fwd_stream_us_repeat: Optional[float] = additive()
+    fwd_bwd_stream_us_repeat: Optional[float] = additive()
+    fwd_bwd_net_stream_us_repeat: Optional[float] = additive()
+    fwd_stream_floor_fraction: Optional[float] = additive()
+    fwd_bwd_stream_floor_fraction: Optional[float] = additive()
+    fwd_bwd_net_stream_floor_fraction: Optional[float] = additive()
+    # per latency key (e.g. "fwd_us", "fwd_us_repeat", "fwd_stream_us"): the spread of its samples
+    spread: Optional[dict[str, Spread]] = additive()
 
 
 @dataclass
@@ -114,7 +147,33 @@ class UnavailableRow:
 Row = Union[RowResult, UnavailableRow]
 
 
+@dataclass
+class UnavailableMode:
+    """A global mode that could not run at all (its switch does not import, its child process crashed
+    or hung): `results.<mode>` is then this record instead of rows (OPERATORS.md)."""
+
+    unavailable: str
+
+
+ModeResults = Union[UnavailableMode, dict[str, Row]]
+
+
 # --- environment ------------------------------------------------------------------------------------
+
+@dataclass
+class TimingRecord:
+    """How the latencies of a file were taken (harness/timing.py); compare refuses to judge latencies
+    taken by different methods."""
+
+    sample: str          # the method behind the prior-art keys (fwd_us, ...): "synchronized"
+    stream: str          # the method behind the *_stream_us keys: "back-to-back"
+    timer: str           # "cuda_events" | "wall_clock"
+    warmup: int
+    reps: int
+    repeats: int
+    block: int
+    interleaved: str     # how rows share the timing rounds
+
 
 @dataclass
 class Environment:
@@ -132,6 +191,7 @@ class Environment:
     copy_bandwidth_bytes: Optional[int] = additive()
     driver: Optional[str] = additive()
     host: Optional[str] = additive()
+    timing: Optional[TimingRecord] = additive()
 
 
 @dataclass
@@ -143,7 +203,7 @@ class Evidence:
     tracked_tree_dirty: Optional[bool]
     environment: Environment
     quick: bool
-    results: dict[str, dict[str, Row]]
+    results: dict[str, ModeResults]
     h3bench_commit: Optional[str] = additive()
     created_utc: Optional[str] = additive()
     config: Optional[dict[str, Any]] = additive()
@@ -151,7 +211,30 @@ class Evidence:
     wall_s: Optional[float] = additive()
 
     def rows(self, mode: str) -> dict[str, Row]:
-        return self.results.get(mode, {})
+        """The rows of `mode`; none when the mode is absent or was unavailable as a whole."""
+        found = self.results.get(mode, {})
+        return {} if isinstance(found, UnavailableMode) else found
+
+    def measured_modes(self) -> dict[str, dict[str, Row]]:
+        return {mode: rows for mode, rows in self.results.items() if not isinstance(rows, UnavailableMode)}
+
+
+# --- reading helpers ------------------------------------------------------------------------------------
+
+def size_key(size: str) -> tuple[int, Union[int, str]]:
+    """Sizes are row counts kept as JSON strings; order them numerically, odd keys last."""
+    return (0, int(size)) if size.isdigit() else (1, size)
+
+
+def sizes_of(evidence: Evidence, mode: Optional[str] = None) -> list[str]:
+    """Every row count any measured row of `mode` (all modes when None) has, ascending."""
+    found: set[str] = set()
+    for m, rows in evidence.measured_modes().items():
+        if mode is None or m == mode:
+            for row in rows.values():
+                if isinstance(row, RowResult):
+                    found.update(row.accuracy_latency)
+    return sorted(found, key=size_key)
 
 
 # --- codec ------------------------------------------------------------------------------------------
@@ -236,6 +319,8 @@ def from_json(data: Any) -> Evidence:
     for mode, rows in evidence.results.items():
         if mode not in evidence.environment.mode_environment:
             raise SchemaError(f"$.results.{mode}: mode missing from environment.mode_environment")
+        if isinstance(rows, UnavailableMode):
+            continue
         for name, row in rows.items():
             if isinstance(row, RowResult):
                 _check_row(row, f"$.results.{mode}.{name}")

@@ -1,75 +1,226 @@
-"""Latency sampling: CUDA events on a GPU, the wall clock on a CPU; medians, never means.
+"""Latency sampling: CUDA events on a GPU, the wall clock on a CPU; medians and percentiles.
 
-`setup` runs before each sample, outside the timed region (for CUDA events: before the start event
-is recorded), so work that must not count, such as fresh leaves, can be prepared per sample.
+Two ways to take a sample (both recorded in every evidence file, `environment.timing` says which key
+holds which):
+
+- synchronized (the prior art's method, the `*_us` keys): setup; record start; run the step; record end;
+  synchronize; next sample. Each sample starts from an idle GPU, so a call's host cost (argument checks,
+  launches, autograd) is in the figure whenever it exceeds the GPU work.
+- stream (the `*_stream_us` keys): samples back to back, one synchronize per block. When the host keeps
+  ahead of the GPU this is the GPU time a training step sees; when it cannot, the host cost shows anyway.
+
+Rows are timed interleaved (`interleave`): every row is warmed up, then in each round every row takes a
+block of samples, the rows' order rotating from round to round. A slow drift of the machine (clocks,
+other tenants, a VM's host) then lands on every row alike instead of on whichever row happened to be
+timed during it. Each figure is timed `repeats` times (rounds of repeat 0 first, then repeat 1, ...), so
+the two medians of one figure show how far the machine drifted between them.
+
+`setup` runs before each sample, outside the timed region, so work that must not count (fresh leaves,
+cleared gradients) can be prepared per sample.
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
-from dataclasses import dataclass
-from typing import Callable, Optional
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Protocol, Sequence
 
 import torch
 
 CUDA_EVENTS = "cuda_events"
 WALL_CLOCK = "wall_clock"
+SYNCHRONIZED = "synchronized"
+STREAM = "stream"
+METHODS = (SYNCHRONIZED, STREAM)
+
+Step = Callable[[], object]
 
 
-@dataclass(frozen=True)
-class Samples:
-    timer: str
-    us: list[float]
-
-    @property
-    def median_us(self) -> float:
-        return median(self.us)
-
-
-def median(values: list[float]) -> float:
+def median(values: Sequence[float]) -> float:
     if not values:
         raise ValueError("median of no samples")
     return float(statistics.median(values))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0 <= q <= 100) with linear interpolation between order statistics, as
+    numpy's default: rank q/100 * (n - 1) of the sorted values."""
+    if not values:
+        raise ValueError("percentile of no samples")
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be in [0, 100], got {q}")
+    ordered = sorted(values)
+    rank = q / 100 * (len(ordered) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def timer_for(device: torch.device) -> str:
     return CUDA_EVENTS if device.type == "cuda" else WALL_CLOCK
 
 
-def sample(step: Callable[[], object], device: torch.device, warmup: int, reps: int,
-           setup: Optional[Callable[[], object]] = None) -> Samples:
-    if reps < 1:
-        raise ValueError(f"reps must be >= 1, got {reps}")
-    for _ in range(warmup):
+class EventClock(Protocol):
+    """Device-side timestamps: `event()` makes an event whose `record()` marks the point in the device's
+    queue and `elapsed_ms(other)` gives the device time between two recorded events; `synchronize()`
+    waits until the device is idle. CUDA events here; a simulated device in the tests."""
+
+    def event(self): ...
+    def synchronize(self) -> None: ...
+
+
+class CudaClock:
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def event(self):
+        return _CudaEvent()
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+
+class _CudaEvent:
+    __slots__ = ("event",)
+
+    def __init__(self):
+        self.event = torch.cuda.Event(enable_timing=True)
+
+    def record(self) -> None:
+        self.event.record()
+
+    def elapsed_ms(self, end: "_CudaEvent") -> float:
+        return self.event.elapsed_time(end.event)
+
+
+def take(step: Step, device: torch.device, method: str, count: int,
+         setup: Optional[Callable[[], object]] = None, clock: Optional[EventClock] = None) -> list[float]:
+    """`count` samples of `step` in microseconds, by `method` (see the module docstring). On a CPU both
+    methods are the wall clock around the step; `clock` replaces CUDA events (tests)."""
+    if count < 1:
+        raise ValueError(f"count must be >= 1, got {count}")
+    if method not in METHODS:
+        raise ValueError(f"unknown sampling method {method!r}; known: {METHODS}")
+    if clock is None and device.type != "cuda":
+        return _take_wall(step, count, setup)
+    clock = clock or CudaClock(device)
+    if method == SYNCHRONIZED:
+        return _take_synchronized(step, clock, count, setup)
+    return _take_stream(step, clock, count, setup)
+
+
+def _take_synchronized(step, clock: EventClock, count, setup) -> list[float]:
+    out = []
+    for _ in range(count):
         if setup is not None:
             setup()
+        start, end = clock.event(), clock.event()
+        clock.synchronize()  # each sample starts from an idle device
+        start.record()
         step()
-    if device.type == "cuda":
-        return _sample_cuda(step, device, reps, setup)
-    return _sample_wall(step, reps, setup)
+        end.record()
+        clock.synchronize()
+        out.append(start.elapsed_ms(end) * 1e3)
+    return out
 
 
-def _sample_cuda(step, device, reps, setup) -> Samples:
-    torch.cuda.synchronize(device)
+def _take_stream(step, clock: EventClock, count, setup) -> list[float]:
+    clock.synchronize()
     pairs = []
-    for _ in range(reps):
+    for _ in range(count):
         if setup is not None:
             setup()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start, end = clock.event(), clock.event()
         start.record()
         step()
         end.record()
         pairs.append((start, end))
-    torch.cuda.synchronize(device)
-    return Samples(timer=CUDA_EVENTS, us=[s.elapsed_time(e) * 1e3 for s, e in pairs])
+    clock.synchronize()
+    return [s.elapsed_ms(e) * 1e3 for s, e in pairs]
 
 
-def _sample_wall(step, reps, setup) -> Samples:
-    us = []
-    for _ in range(reps):
+def _take_wall(step, count, setup) -> list[float]:
+    # On a CPU there is no queue to run ahead: both methods are the wall clock around the step.
+    out = []
+    for _ in range(count):
         if setup is not None:
             setup()
         start = time.perf_counter()
         step()
-        us.append((time.perf_counter() - start) * 1e6)
-    return Samples(timer=WALL_CLOCK, us=us)
+        out.append((time.perf_counter() - start) * 1e6)
+    return out
+
+
+@dataclass
+class Subject:
+    """One row's figure to time: `step` is the timed call, `setup` prepares each sample."""
+
+    key: str
+    step: Step
+    setup: Optional[Callable[[], object]] = None
+
+
+@dataclass
+class Timed:
+    """A subject's samples per repeat, or the exception that stopped it."""
+
+    samples: list[list[float]] = field(default_factory=list)
+    error: Optional[BaseException] = None
+
+
+def rounds_for(reps: int, block: int) -> int:
+    return max(1, math.ceil(reps / max(1, block)))
+
+
+def interleave(subjects: Sequence[Subject], device: torch.device, method: str, warmup: int, reps: int,
+               repeats: int, block: int, on_error: type[BaseException] = Exception,
+               progress: Callable[[int], None] = lambda n: None,
+               clock: Optional[EventClock] = None) -> dict[str, Timed]:
+    """Time every subject `repeats` times, `reps` samples each (rounded up to whole blocks), interleaved.
+
+    A subject whose step raises `on_error` is dropped with the error kept; the others go on.
+    """
+    if len({s.key for s in subjects}) != len(subjects):
+        raise ValueError("subject keys must be unique")
+    found = {s.key: Timed(samples=[[] for _ in range(repeats)]) for s in subjects}
+    live = list(subjects)
+
+    def attempt(subject: Subject, action: Callable[[], object]) -> None:
+        try:
+            action()
+        except on_error as exc:
+            found[subject.key].error = exc
+            live.remove(subject)
+
+    def warm(subject: Subject) -> None:
+        for _ in range(warmup):
+            if subject.setup is not None:
+                subject.setup()
+            subject.step()
+
+    for subject in list(live):
+        attempt(subject, lambda s=subject: warm(s))
+    rounds = rounds_for(reps, block)
+    for repeat in range(repeats):
+        for round_no in range(rounds):
+            count = min(block, reps - round_no * block)
+            order = live[round_no % len(live):] + live[:round_no % len(live)] if live else []
+            for subject in order:
+                attempt(subject, lambda s=subject: found[s.key].samples[repeat].extend(
+                    take(s.step, device, method, count, s.setup, clock)))
+            progress(1)
+    return found
+
+
+@dataclass(frozen=True)
+class SpreadStats:
+    p10: float
+    p50: float
+    p90: float
+    n: int
+
+
+def spread_of(values: Sequence[float]) -> SpreadStats:
+    return SpreadStats(p10=percentile(values, 10), p50=percentile(values, 50), p90=percentile(values, 90),
+                       n=len(values))

@@ -5,7 +5,7 @@
     dsh[m] = D[m],  dsc[m] = w * S[m],  dw = sum over m of (1 + sc[m]) * S[m]
     where D[m] = sum of dy and S[m] = sum of dy * xhat over the rows r with idx[r] = m.
 
-Two shapes of kernel, picked by H alone (`block_config`): narrow rows (BLOCK_H < WIDE_FROM) are
+Two shapes of kernel, picked by H alone (`launch_config`): narrow rows (BLOCK_H < WIDE_FROM) are
 processed as [ROWS, BLOCK_H] tiles; wide rows (the model's H = 5376) one row at a time, because a
 wide row already fills a program and the work that matters there is keeping memory busy.
 
@@ -21,7 +21,7 @@ Reduction orders (the point of this kernel: change them only with the probes rer
 * Parameter gradients are cross-row sums, made without atomics in a fixed order. The backward's rows
   are split into fixed chunks (`backward_split`: a function of R and the GPU's SM count), one per
   program. A program first sorts its chunk by table row with a stable counting sort
-  (`_local_order`), then walks table rows m = 0 .. M - 1 in turn and, for each, its rows of m in
+  (`local_order`), then walks table rows m = 0 .. M - 1 in turn and, for each, its rows of m in
   ascending row order, accumulating per column in fp32 D and S, and writes them as partial row
   [program, m] (zeros when it has none); its dw partial adds (1 + sc[m]) * S[m] over m ascending.
   `_bwd_params_kernel` then adds, per column, the partials of programs 0, 1, ... (for each m, and
@@ -43,61 +43,41 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.launch import INTERPRETED, launch
+from kernels.common import (BY_HAND, launch, local_order, param_tile, pick, program_rows, rounded, segment,
+                            split_rows, sum_partials)
 
 MAX_HIDDEN = 32768
 WIDE_FROM = 2048          # BLOCK_H from which rows are processed one at a time
 TILE_ELEMENTS = 4096      # narrow rows: rows per tile = TILE_ELEMENTS // BLOCK_H
-BWD_PROGRAMS_PER_SM = 1   # backward, wide rows: one program holds an SM's registers (kernels/NOTES.md)
-NARROW_PROGRAMS_PER_SM = 4  # backward, narrow rows
-CHUNK_LIMIT = 1024        # backward: rows per program at most (its sort is a [CHUNK, M + 2] one-hot)
-PARAM_COLS = 32           # parameter stage: columns per program
-PARAM_TILE = 256          # parameter stage: partial rows per tl.sum, at most
 
 
 @dataclass(frozen=True)
-class BlockConfig:
+class LaunchConfig:
+    """How the kernels are launched for one H. Part of the reduction order (tile shape, warps, the
+    backward's split), so a function of H and the device only; tools/bench_norm_modulate.py passes
+    variants of it to compare them."""
+
     block_h: int
-    rows: int          # rows per tile (narrow) or 1 (wide)
+    rows: int                 # rows per tile (narrow) or 1 (wide)
     wide: bool
     fwd_warps: int
     bwd_warps: int
-
-
-WARPS_OVERRIDE: dict[str, int] = {}  # kernels/bench.py pins warps to compare variants
+    bwd_programs_per_sm: int  # wide rows: one program holds an SM's registers (kernels/NOTES.md)
+    chunk_limit: int = 1024   # backward: rows per program at most (its sort is a [CHUNK, M + 2] one-hot)
+    param_cols: int = 32      # parameter stage: columns per program
+    param_tile: int = 256     # parameter stage: partial rows per tl.sum, at most
 
 
 @functools.lru_cache(maxsize=64)
-def block_config(hidden: int) -> BlockConfig:
-    """Tile shape and warps for a row of `hidden` elements: a function of H only (see above)."""
+def launch_config(hidden: int) -> LaunchConfig:
+    """The tuned launch configuration for rows of `hidden` elements (see the module docstring)."""
     block_h = triton.next_power_of_2(hidden)
     wide = block_h >= WIDE_FROM
     rows = 1 if wide else max(1, min(64, TILE_ELEMENTS // block_h))
     warps = 8 if wide else max(1, min(8, rows * block_h // 512))
     # Wide forward: 4 warps, 188 us against 193 us with 8 at H = 5376 (kernels/NOTES.md, v13).
-    fwd_warps = 4 if wide else warps
-    return BlockConfig(block_h=block_h, rows=rows, wide=wide, fwd_warps=WARPS_OVERRIDE.get("fwd", fwd_warps),
-                       bwd_warps=WARPS_OVERRIDE.get("bwd", warps))
-
-
-@triton.jit
-def _rounded(v, dtype: tl.constexpr, BY_HAND: tl.constexpr):
-    """fp32 -> `dtype`, rounding to nearest even. The GPU's cast does that; the Triton interpreter's
-    fp32 -> bf16 cast truncates, so there (BY_HAND) the rounding is done on the bits first and the
-    cast is exact. The hand version costs 17 us per forward on the H200 (kernels/NOTES.md)."""
-    if BY_HAND:
-        if dtype == tl.bfloat16:
-            bits = v.to(tl.uint32, bitcast=True)
-            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-            v = tl.where(v != v, v, bits.to(tl.float32, bitcast=True))  # NaN stays NaN
-    return v.to(dtype)
-
-
-@triton.jit
-def _segment(idx, ok, M):
-    """Segment of each row: its table row, M for an index out of range, M + 1 for padding."""
-    seg = tl.where((idx < 0) | (idx >= M), M, idx).to(tl.int32)  # compared as loaded: no wrap
-    return tl.where(ok, seg, M + 1)
+    return LaunchConfig(block_h=block_h, rows=rows, wide=wide, fwd_warps=4 if wide else warps, bwd_warps=warps,
+                        bwd_programs_per_sm=1 if wide else 4)
 
 
 # --- forward -----------------------------------------------------------------------------------------
@@ -113,7 +93,7 @@ def _fwd_tile_kernel(X, W, SH, SC, IDX, Y, RSTD, n_rows, H: tl.constexpr, M, str
     col_ok = cols < H
     mask = row_ok[:, None] & col_ok[None, :]
     rows64 = rows.to(tl.int64)
-    seg = _segment(tl.load(IDX + rows, mask=row_ok, other=0), row_ok, M)
+    seg = segment(tl.load(IDX + rows, mask=row_ok, other=0), row_ok, M)
     good = seg < M
     m = tl.minimum(seg, M - 1).to(tl.int64)
     x = tl.load(X + rows64[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -123,7 +103,7 @@ def _fwd_tile_kernel(X, W, SH, SC, IDX, Y, RSTD, n_rows, H: tl.constexpr, M, str
     rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / H + eps)
     y = (x * rstd[:, None]) * (w[None, :] * (1.0 + sc)) + sh
     y = tl.where(good[:, None], y, float("nan"))
-    tl.store(Y + rows64[:, None] * stride_y + cols[None, :], _rounded(y, Y.dtype.element_ty, BY_HAND), mask=mask)
+    tl.store(Y + rows64[:, None] * stride_y + cols[None, :], rounded(y, Y.dtype.element_ty, BY_HAND), mask=mask)
     if SAVE_RSTD:
         tl.store(RSTD + rows, rstd, mask=row_ok)
 
@@ -136,7 +116,7 @@ def _modulate_store(Y, W, SH, SC, row, m, cols, x, rstd, H: tl.constexpr, stride
     sc = tl.load(SC + m * stride_sc + cols, mask=ok, other=0.0).to(tl.float32)
     sh = tl.load(SH + m * stride_sh + cols, mask=ok, other=0.0).to(tl.float32)
     y = (x * rstd) * (w * (1.0 + sc)) + sh
-    tl.store(Y + row * stride_y + cols, _rounded(y, Y.dtype.element_ty, BY_HAND), mask=ok)
+    tl.store(Y + row * stride_y + cols, rounded(y, Y.dtype.element_ty, BY_HAND), mask=ok)
 
 
 @triton.jit(do_not_specialize=["n_rows"])
@@ -149,7 +129,7 @@ def _fwd_row_kernel(X, W, SH, SC, IDX, Y, RSTD, n_rows, H: tl.constexpr, M, stri
     purpose: grouping rows by table row to keep sh and sc in registers measured no faster
     (213 us against 191 us at R = 32768: kernels/NOTES.md)."""
     row = tl.program_id(0).to(tl.int64)
-    seg = _segment(tl.load(IDX + row), row < n_rows, M)
+    seg = segment(tl.load(IDX + row), row < n_rows, M)
     m = tl.minimum(seg, M - 1).to(tl.int64)
     head = tl.arange(0, HEAD)
     tail = HEAD + tl.arange(0, TAIL)
@@ -167,31 +147,6 @@ def _fwd_row_kernel(X, W, SH, SC, IDX, Y, RSTD, n_rows, H: tl.constexpr, M, stri
 # --- the backward: each program sorts its own rows by table row ---------------------------------------
 
 @triton.jit
-def _local_order(IDX, ORDER, pid, lo, n, M, CMAX: tl.constexpr, K_P2: tl.constexpr):
-    """A stable counting sort of this program's rows lo .. lo + n - 1 by segment (table row, M for a
-    bad index): writes their offsets from lo, grouped by segment and ascending within each, to
-    ORDER[pid * CMAX + 0 .. n - 1]; returns where each segment starts in that list and its length."""
-    i = tl.arange(0, CMAX)
-    ok = i < n
-    seg = _segment(tl.load(IDX + lo + i, mask=ok, other=0), ok, M)
-    ks = tl.arange(0, K_P2)
-    onehot = (seg[:, None] == ks[None, :]).to(tl.int32)
-    counts = tl.where(ks <= M, tl.sum(onehot, axis=0), 0)   # segment M + 1 is padding
-    starts = tl.cumsum(counts, axis=0) - counts
-    rank = tl.sum((tl.cumsum(onehot, axis=0) - onehot) * onehot, axis=1)
-    slot = tl.sum(onehot * starts[None, :], axis=1) + rank
-    tl.store(ORDER + pid * CMAX + slot, i, mask=ok)
-    tl.debug_barrier()  # the loop below reads the list back, each thread other threads' writes
-    return starts, counts
-
-
-@triton.jit
-def _pick(vector, ks, k):
-    """vector[k] for a scalar k (a register vector cannot be indexed)."""
-    return tl.sum(tl.where(ks == k, vector, 0), axis=0)
-
-
-@triton.jit
 def _segment_scale(W, SC, k, M, cols, col_ok, stride_sc):
     """a = w * (1 + sc[k]) for segment k; NaN for the bad-index segment, so its dx is NaN."""
     m = tl.minimum(k, M - 1).to(tl.int64)
@@ -201,21 +156,11 @@ def _segment_scale(W, SC, k, M, cols, col_ok, stride_sc):
 
 
 @triton.jit
-def _program_rows(IDX, ORDER, n_rows, M, CHUNK, CMAX: tl.constexpr, K_P2: tl.constexpr):
-    """This program's rows lo .. lo + n - 1, sorted by segment (`_local_order`)."""
-    pid = tl.program_id(0)
-    lo = pid * CHUNK
-    n = tl.minimum(CHUNK, n_rows - lo)
-    starts, counts = _local_order(IDX, ORDER, pid, lo, n, M, CMAX, K_P2)
-    return pid, lo, n, starts, counts
-
-
-@triton.jit
 def _segment_begin(starts, counts, k, W, SC, M, cols, col_ok, stride_sc, K_P2: tl.constexpr):
     """Segment k's slice [s0, s1) of the sorted list, and its scale a = w * (1 + sc[k])."""
     ks = tl.arange(0, K_P2)
-    s0 = _pick(starts, ks, k)
-    return s0, s0 + _pick(counts, ks, k), _segment_scale(W, SC, k, M, cols, col_ok, stride_sc)
+    s0 = pick(starts, ks, k)
+    return s0, s0 + pick(counts, ks, k), _segment_scale(W, SC, k, M, cols, col_ok, stride_sc)
 
 
 @triton.jit
@@ -238,7 +183,7 @@ def _bwd_tile_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, PART, n_rows, H: tl.con
                      stride_dy, stride_dx, stride_sc, CHUNK, BLOCK_H: tl.constexpr, ROWS: tl.constexpr,
                      CMAX: tl.constexpr, K_P2: tl.constexpr, BY_HAND: tl.constexpr):
     """Narrow rows: this program's CHUNK rows, segment by segment, ROWS sorted rows per step."""
-    pid, lo, n, starts, counts = _program_rows(IDX, ORDER, n_rows, M, CHUNK, CMAX, K_P2)
+    pid, lo, n, starts, counts = program_rows(IDX, ORDER, n_rows, M, CHUNK, CMAX, K_P2)
     cols = tl.arange(0, BLOCK_H)
     col_ok = cols < H
     acc_w = tl.zeros((BLOCK_H,), dtype=tl.float32)
@@ -258,7 +203,7 @@ def _bwd_tile_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, PART, n_rows, H: tl.con
             g = dy * a[None, :]
             c = tl.sum(g * xhat, axis=1) / H
             dx = (g - xhat * c[:, None]) * rstd[:, None]
-            tl.store(DX + r[:, None] * stride_dx + cols[None, :], _rounded(dx, DX.dtype.element_ty, BY_HAND),
+            tl.store(DX + r[:, None] * stride_dx + cols[None, :], rounded(dx, DX.dtype.element_ty, BY_HAND),
                      mask=mask)
             acc_d += tl.sum(dy, axis=0)
             acc_s += tl.sum(dy * xhat, axis=0)
@@ -273,7 +218,7 @@ def _bwd_row_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, PART, n_rows, H: tl.cons
     """Wide rows: this program's CHUNK rows, segment by segment, a row per step; the next row's x and
     dy (in the sorted list, across segment ends) are loaded before this row's arithmetic (1.5x over
     loading them in turn: kernels/NOTES.md)."""
-    pid, lo, n, starts, counts = _program_rows(IDX, ORDER, n_rows, M, CHUNK, CMAX, K_P2)
+    pid, lo, n, starts, counts = program_rows(IDX, ORDER, n_rows, M, CHUNK, CMAX, K_P2)
     cols = tl.arange(0, BLOCK_H)
     col_ok = cols < H
     order = ORDER + pid * CMAX
@@ -299,23 +244,11 @@ def _bwd_row_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, PART, n_rows, H: tl.cons
             g = dy * a
             c = tl.sum(g * xhat, axis=0) / H
             dx = (g - xhat * c) * rstd
-            tl.store(DX + r * stride_dx + cols, _rounded(dx, DX.dtype.element_ty, BY_HAND), mask=col_ok)
+            tl.store(DX + r * stride_dx + cols, rounded(dx, DX.dtype.element_ty, BY_HAND), mask=col_ok)
             acc_d += dy
             acc_s += dy * xhat
         acc_w = _store_partials(PART, SC, pid, k, M, cols, col_ok, H, stride_sc, acc_d, acc_s, acc_w)
     tl.store(PART + pid.to(tl.int64) * ((2 * M + 1) * H) + 2 * M * H + cols, acc_w, mask=col_ok)
-
-
-@triton.jit
-def sum_partials(P, count, stride, cols, col_ok, P_TILE: tl.constexpr):
-    """Rows 0 .. count - 1 of P (row p at P + p * stride) summed per column in fp32: tiles of P_TILE
-    rows, each by a fixed tl.sum tree, added left to right (shared with kernels/row_gather.py)."""
-    acc = tl.zeros(cols.shape, dtype=tl.float32)
-    for p0 in range(0, count, P_TILE):
-        p = p0 + tl.arange(0, P_TILE)
-        mask = (p < count)[:, None] & col_ok[None, :]
-        acc += tl.sum(tl.load(P + p.to(tl.int64)[:, None] * stride + cols[None, :], mask=mask, other=0.0), axis=0)
-    return acc
 
 
 @triton.jit(do_not_specialize=["n_programs"])
@@ -331,33 +264,25 @@ def _bwd_params_kernel(PART, W, DW, DSH, DSC, n_programs, H: tl.constexpr, M, st
         d = sum_partials(PART + m * H, n_programs, stride, cols, col_ok, P_TILE)
         s = sum_partials(PART + (M + m) * H, n_programs, stride, cols, col_ok, P_TILE)
         w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
-        tl.store(DSH + m * stride_dsh + cols, _rounded(d, DSH.dtype.element_ty, BY_HAND), mask=col_ok)
-        tl.store(DSC + m * stride_dsc + cols, _rounded(w * s, DSC.dtype.element_ty, BY_HAND), mask=col_ok)
+        tl.store(DSH + m * stride_dsh + cols, rounded(d, DSH.dtype.element_ty, BY_HAND), mask=col_ok)
+        tl.store(DSC + m * stride_dsc + cols, rounded(w * s, DSC.dtype.element_ty, BY_HAND), mask=col_ok)
     else:
         dw = sum_partials(PART + 2 * M * H, n_programs, stride, cols, col_ok, P_TILE)
-        tl.store(DW + cols, _rounded(dw, DW.dtype.element_ty, BY_HAND), mask=col_ok)
+        tl.store(DW + cols, rounded(dw, DW.dtype.element_ty, BY_HAND), mask=col_ok)
 
 
 # --- launchers ---------------------------------------------------------------------------------------
 
-def interpreter_active() -> bool:
-    """TRITON_INTERPRET is on: kernels run on the CPU, and bf16 stores are rounded by hand."""
-    return BY_HAND
-
-
-# The interpreter's fp32 -> bf16 cast truncates: round by hand there (`_rounded`).
-BY_HAND = INTERPRETED
-
-
 def forward(x2d: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tensor, idx: torch.Tensor,
-            eps: float, save_rstd: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+            eps: float, save_rstd: bool = True, config: Optional[LaunchConfig] = None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
     rows, hidden = x2d.shape
     y = torch.empty((rows, hidden), dtype=x2d.dtype, device=x2d.device)
     # Without a backward, rstd is never written (SAVE_RSTD is a constexpr): y stands in for its pointer.
     rstd = torch.empty((rows,), dtype=torch.float32, device=x2d.device) if save_rstd else y
     if rows == 0:
         return y, rstd
-    cfg = block_config(hidden)
+    cfg = config or launch_config(hidden)
     args = (x2d, w, sh, sc, idx, y, rstd, rows, hidden, sh.shape[0], x2d.stride(0), y.stride(0), sh.stride(0),
             sc.stride(0), eps)
     if cfg.wide:
@@ -371,32 +296,14 @@ def forward(x2d: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tens
     return y, rstd
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def backward_split(rows: int, cfg: BlockConfig, device: torch.device) -> tuple[int, int]:
-    """(programs, rows per program) of the backward: about BWD_PROGRAMS_PER_SM programs per SM (wide
-    rows: one program fills an SM's registers), each sorting at most CHUNK_LIMIT rows. Every program
-    gets at least one row. The interpreter runs programs one after another: as few as possible."""
-    if device.type == "cuda":
-        sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-        target = sms * (BWD_PROGRAMS_PER_SM if cfg.wide else NARROW_PROGRAMS_PER_SM)
-    else:
-        target = 1
-    chunk = triton.cdiv(rows, max(1, min(target, rows)))
-    chunk = min(chunk, CHUNK_LIMIT)
-    return triton.cdiv(rows, chunk), chunk
-
-
-def param_tile(programs: int) -> int:
-    """Partial rows per tl.sum in the parameter stage: all of them in one tile up to PARAM_TILE."""
-    return min(PARAM_TILE, triton.next_power_of_2(programs))
+def backward_split(rows: int, cfg: LaunchConfig, device: torch.device) -> tuple[int, int]:
+    """(programs, rows per program) of the backward (`split_rows`)."""
+    return split_rows(rows, device, cfg.bwd_programs_per_sm, cfg.chunk_limit)
 
 
 def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Tensor, idx: torch.Tensor,
-             rstd: torch.Tensor, table_rows: int, sh_dtype: torch.dtype, need_params: bool
+             rstd: torch.Tensor, table_rows: int, sh_dtype: torch.dtype, need_params: bool,
+             config: Optional[LaunchConfig] = None
              ) -> tuple[torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]]:
     rows, hidden = x2d.shape
     device = x2d.device
@@ -406,7 +313,7 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
                 torch.zeros((table_rows, hidden), dtype=sc.dtype, device=device))
     if (2 * table_rows + 1) * hidden >= 2 ** 31:
         raise ValueError(f"tables of {table_rows} rows of {hidden} are too large for this kernel's int32 offsets")
-    cfg = block_config(hidden)
+    cfg = config or launch_config(hidden)
     programs, chunk = backward_split(rows, cfg, device)
     cmax = triton.next_power_of_2(chunk)
     order = torch.empty((programs * cmax,), dtype=torch.int32, device=device)
@@ -428,7 +335,7 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
     else:
         dsh = torch.empty((table_rows, hidden), dtype=sh_dtype, device=device)
         dsc = torch.empty((table_rows, hidden), dtype=sc.dtype, device=device)
-    launch(_bwd_params_kernel, (triton.cdiv(hidden, PARAM_COLS), table_rows + 1), partials, w, dw, dsh, dsc,
-           programs, hidden, table_rows, dsh.stride(0), dsc.stride(0), BLOCK_C=PARAM_COLS,
-           P_TILE=param_tile(programs), BY_HAND=BY_HAND, num_warps=4)
+    launch(_bwd_params_kernel, (triton.cdiv(hidden, cfg.param_cols), table_rows + 1), partials, w, dw, dsh, dsc,
+           programs, hidden, table_rows, dsh.stride(0), dsc.stride(0), BLOCK_C=cfg.param_cols,
+           P_TILE=param_tile(programs, cfg.param_tile), BY_HAND=BY_HAND, num_warps=4)
     return dx, dw, dsh, dsc

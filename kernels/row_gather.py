@@ -4,7 +4,7 @@ index_select's backward scatter-adds the row gradients into the table with atomi
 gradient's fp32 summation order, and with it its bits, change run to run: that alone makes the RFC's
 diffusers and liger rows fail parameter repeatability. Here the backward is norm_modulate's fixed-order
 reduction (kernels/norm_modulate.py): the rows are split into fixed chunks, one per program; a program
-sorts its chunk by table row (`_local_order`) and, for each table row m, sums its rows of m in
+sorts its chunk by table row (`local_order`) and, for each table row m, sums its rows of m in
 ascending row order into one fp32 partial row; then, per column, m's partials are added in program
 order in tiles of PARAM_TILE (`sum_partials`), and the sum is rounded once. No atomics.
 Rows whose index is out of range add nothing (the forward, `index_select`, rejects them first).
@@ -16,18 +16,18 @@ import triton
 import triton.language as tl
 
 from kernels import norm_modulate as K
-from kernels.launch import launch
+from kernels.common import BY_HAND, launch, param_tile, pick, program_rows, rounded, sum_partials
 
 
 @triton.jit(do_not_specialize=["n_rows"])
 def _gather_partials_kernel(DR, IDX, ORDER, PD, n_rows, H: tl.constexpr, M, stride_dr, CHUNK,
                             BLOCK_H: tl.constexpr, CMAX: tl.constexpr, K_P2: tl.constexpr):
-    pid, lo, n, starts, counts = K._program_rows(IDX, ORDER, n_rows, M, CHUNK, CMAX, K_P2)
+    pid, lo, n, starts, counts = program_rows(IDX, ORDER, n_rows, M, CHUNK, CMAX, K_P2)
     ks = tl.arange(0, K_P2)
     cols = tl.arange(0, BLOCK_H)
     for m in range(0, M):
-        s0 = K._pick(starts, ks, m)
-        s1 = s0 + K._pick(counts, ks, m)
+        s0 = pick(starts, ks, m)
+        s1 = s0 + pick(counts, ks, m)
         acc = tl.zeros((BLOCK_H,), dtype=tl.float32)
         for pos in range(s0, s1):
             r = lo + tl.load(ORDER + pid * CMAX + pos).to(tl.int64)
@@ -42,8 +42,8 @@ def _gather_reduce_kernel(PD, DT, n_programs, H: tl.constexpr, M, stride_dt, BLO
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     col_ok = cols < H
     m = tl.program_id(1)
-    total = K.sum_partials(PD + m * H, n_programs, M * H, cols, col_ok, P_TILE)
-    tl.store(DT + m * stride_dt + cols, K._rounded(total, DT.dtype.element_ty, BY_HAND), mask=col_ok)
+    total = sum_partials(PD + m * H, n_programs, M * H, cols, col_ok, P_TILE)
+    tl.store(DT + m * stride_dt + cols, rounded(total, DT.dtype.element_ty, BY_HAND), mask=col_ok)
 
 
 def table_gradient(row_grads: torch.Tensor, idx: torch.Tensor, table_rows: int) -> torch.Tensor:
@@ -55,7 +55,7 @@ def table_gradient(row_grads: torch.Tensor, idx: torch.Tensor, table_rows: int) 
     if rows == 0:
         return torch.zeros((table_rows, hidden), dtype=row_grads.dtype, device=device)
     out = torch.empty((table_rows, hidden), dtype=row_grads.dtype, device=device)
-    cfg = K.block_config(hidden)
+    cfg = K.launch_config(hidden)
     programs, chunk = K.backward_split(rows, cfg, device)
     cmax = triton.next_power_of_2(chunk)
     order = torch.empty((programs * cmax,), dtype=torch.int32, device=device)
@@ -63,8 +63,9 @@ def table_gradient(row_grads: torch.Tensor, idx: torch.Tensor, table_rows: int) 
     launch(_gather_partials_kernel, (programs,), row_grads, idx, order, partials, rows, hidden, table_rows,
            row_grads.stride(0), chunk, BLOCK_H=cfg.block_h, CMAX=cmax,
            K_P2=triton.next_power_of_2(table_rows + 2), num_warps=cfg.bwd_warps)
-    launch(_gather_reduce_kernel, (triton.cdiv(hidden, K.PARAM_COLS), table_rows), partials, out, programs, hidden,
-           table_rows, out.stride(0), BLOCK_C=K.PARAM_COLS, P_TILE=K.param_tile(programs), BY_HAND=K.interpreter_active(), num_warps=4)
+    launch(_gather_reduce_kernel, (triton.cdiv(hidden, cfg.param_cols), table_rows), partials, out, programs, hidden,
+           table_rows, out.stride(0), BLOCK_C=cfg.param_cols, P_TILE=param_tile(programs, cfg.param_tile),
+           BY_HAND=BY_HAND, num_warps=4)
     return out
 
 

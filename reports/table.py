@@ -13,7 +13,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import pandas as pd
 
-from harness.schema import Evidence, RowResult, SizeResult, UnavailableRow
+from harness.schema import Evidence, RowResult, SizeResult, UnavailableRow, size_key, sizes_of
 from reports import fmt, verdicts
 
 GRAD_ORDER = ("x", "w", "sh", "sc")
@@ -25,22 +25,10 @@ BASE_COLUMNS = ("mode", "implementation", "status", "source", "reason", "failed_
                 "batch_invariant", "failed_checks", "params_repeatable", "wall_s")
 
 
-def size_key(size: str) -> tuple[int, Union[int, str]]:
-    # Sizes are row counts kept as JSON strings; order them numerically, odd keys last.
-    return (0, int(size)) if size.isdigit() else (1, size)
-
-
 def _measured_rows(evidence: Evidence, mode: Optional[str]):
-    for m, rows in evidence.results.items():
+    for m, rows in evidence.measured_modes().items():
         if mode is None or m == mode:
             yield from (row for row in rows.values() if isinstance(row, RowResult))
-
-
-def sizes_of(evidence: Evidence, mode: Optional[str] = None) -> list[str]:
-    found: set[str] = set()
-    for row in _measured_rows(evidence, mode):
-        found.update(row.accuracy_latency)
-    return sorted(found, key=size_key)
 
 
 def grads_of(evidence: Evidence, mode: Optional[str] = None) -> list[str]:

@@ -29,6 +29,16 @@ def require_prior_art() -> Path:
     return path
 
 
+def nm_params(hidden: int = 64, dtype: str = "bfloat16", **changes):
+    """norm_modulate's parameters at the default config's constants, with `hidden` and `dtype` set."""
+    import dataclasses
+
+    from harness.config import load_config
+
+    base = load_config("norm_modulate").inputs
+    return dataclasses.replace(base, hidden=hidden, dtype=dtype, **changes)
+
+
 def composition(x, w, sh, sc, idx):
     """The op as diffusers composes it: F.rms_norm, then index_select modulation."""
     y = F.rms_norm(x, (x.shape[-1],), w, 1e-5)

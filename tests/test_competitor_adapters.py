@@ -16,20 +16,22 @@ import pytest
 import torch
 
 from harness.adapter import Loaded
+from tests.helpers import nm_params
 
 CUDA = torch.device("cuda")
 CPU = torch.device("cpu")
 R, H, M, EPS = 6, 32, 9, 1e-5
+PARAMS = nm_params(H, eps=EPS)
 IDX = torch.tensor([0, 4, 8, 4, 1, 7])
 
 ADAPTERS = {  # module -> top-level packages it needs (first one missing is named in the reason)
-    "adapters.liger": ("liger_kernel",),
-    "adapters.liger_rlk_gather": ("liger_kernel", "rl_engine"),
-    "adapters.liger_det_gather": ("liger_kernel",),
-    "adapters.transformer_engine": ("transformer_engine",),
-    "adapters.sglang": ("sglang",),
-    "adapters.sglang_indexed": ("sglang",),
-    "adapters.rl_kernel": ("rl_engine",),
+    "adapters.norm_modulate.liger": ("liger_kernel",),
+    "adapters.norm_modulate.liger_rlk_gather": ("liger_kernel", "rl_engine"),
+    "adapters.norm_modulate.liger_det_gather": ("liger_kernel",),
+    "adapters.norm_modulate.transformer_engine": ("transformer_engine",),
+    "adapters.norm_modulate.sglang": ("sglang",),
+    "adapters.norm_modulate.sglang_indexed": ("sglang",),
+    "adapters.norm_modulate.rl_kernel": ("rl_engine",),
 }
 LIBRARIES = ("liger_kernel", "rl_engine", "transformer_engine", "sglang", "nvidia_cutlass_dsl",
              "cutlass")
@@ -92,7 +94,7 @@ def write_tree(root, files):
 
 
 def load(module_name, device=CUDA):
-    loaded = importlib.import_module(module_name).ADAPTER.try_load(device)
+    loaded = importlib.import_module(module_name).ADAPTER.try_load(device, PARAMS)
     assert isinstance(loaded, Loaded), loaded
     return loaded
 
@@ -135,7 +137,7 @@ def test_import_does_not_import_libraries(fresh):
 
 @pytest.mark.parametrize("module_name", ADAPTERS)
 def test_unavailable_on_cpu(module_name):
-    reason = importlib.import_module(module_name).ADAPTER.try_load(CPU)
+    reason = importlib.import_module(module_name).ADAPTER.try_load(CPU, PARAMS)
     assert isinstance(reason, str)
     assert reason.startswith("RuntimeError: needs CUDA") and "\n" not in reason
 
@@ -145,7 +147,7 @@ def test_unavailable_without_library(module_name, fresh, monkeypatch):
     first = ADAPTERS[module_name][0]
     fresh(first)
     monkeypatch.setitem(sys.modules, first, None)  # as if not installed, whatever this machine has
-    reason = importlib.import_module(module_name).ADAPTER.try_load(CUDA)
+    reason = importlib.import_module(module_name).ADAPTER.try_load(CUDA, PARAMS)
     assert isinstance(reason, str) and "\n" not in reason
     assert reason.startswith("ModuleNotFoundError: ") and first in reason
 
@@ -180,7 +182,7 @@ def check_liger_call(call, x, sh, sc):
 def test_liger_plumbing(fresh, monkeypatch, versions):
     fresh("liger_kernel")
     calls = fake_liger(monkeypatch)
-    loaded = load("adapters.liger")
+    loaded = load("adapters.norm_modulate.liger")
     assert loaded.source == "Liger 0.8.5 modulated RMSNorm + index_select"
     check(loaded.fn, ("x", "w", "sh", "sc"))
     x, w, table = make_inputs()
@@ -195,7 +197,7 @@ def test_liger_det_gather_plumbing(fresh, monkeypatch, versions):
     tables through its fixed-order backward (compared with index_select's, in float64)."""
     fresh("liger_kernel")
     calls = fake_liger(monkeypatch)
-    loaded = load("adapters.liger_det_gather")
+    loaded = load("adapters.norm_modulate.liger_det_gather")
     assert loaded.source == ("Liger 0.8.5 modulated RMSNorm + h3bench deterministic row gather "
                              "(kernels/row_gather.py)")
     # The gather's backward accumulates in fp32 by design (one rounding of a fixed-order sum), so its
@@ -235,7 +237,7 @@ def test_rl_kernel_plumbing(leaf, fresh, monkeypatch):
     fresh("rl_engine")
     calls = []
     fake_rl_engine(monkeypatch, leaf, rmsnorm=("H3RMSNormCudaOp", fake_rmsnorm_op(calls)))
-    loaded = load("adapters.rl_kernel")
+    loaded = load("adapters.norm_modulate.rl_kernel")
     assert loaded.source == (f"rl-kernel H3RMSNormCudaOp.forward_modulated (rl_engine.{leaf}.rmsnorm, "
                              "rl_engine 0.0.test)")
     check(loaded.fn, ("x", "w", "sh", "sc"))
@@ -251,14 +253,14 @@ def test_rl_kernel_without_extension(fresh, monkeypatch):
     fresh("rl_engine")
     fake_rl_engine(monkeypatch, "kernels.ops.cuda.h3",
                    rmsnorm=("H3RMSNormCudaOp", fake_rmsnorm_op([], available=False)))
-    reason = importlib.import_module("adapters.rl_kernel").ADAPTER.try_load(CUDA)
+    reason = importlib.import_module("adapters.norm_modulate.rl_kernel").ADAPTER.try_load(CUDA, PARAMS)
     assert reason == "RuntimeError: rl_engine._C lacks h3_rmsnorm_*; rebuild"
 
 
 def test_rl_kernel_without_op(fresh, monkeypatch):
     fresh("rl_engine")
     install(monkeypatch, "rl_engine")
-    reason = importlib.import_module("adapters.rl_kernel").ADAPTER.try_load(CUDA)
+    reason = importlib.import_module("adapters.norm_modulate.rl_kernel").ADAPTER.try_load(CUDA, PARAMS)
     assert reason.startswith("ImportError: rl_engine has no H3RMSNormCudaOp: tried rl_engine.kernels")
 
 
@@ -273,7 +275,7 @@ def test_liger_rlk_gather_plumbing(fresh, monkeypatch, versions):
 
     fake_rl_engine(monkeypatch, "kernels.ops.cuda.h3",
                    adaln_row_gather=("H3AdaLNRowGatherCudaOp", H3AdaLNRowGatherCudaOp))
-    loaded = load("adapters.liger_rlk_gather")
+    loaded = load("adapters.norm_modulate.liger_rlk_gather")
     assert loaded.source == ("Liger 0.8.5 modulated RMSNorm + rl-kernel row gather "
                              "(H3AdaLNRowGatherCudaOp from rl_engine.kernels.ops.cuda.h3.adaln_row_gather, "
                              "rl_engine 0.0.test)")
@@ -294,7 +296,7 @@ def test_liger_rlk_gather_without_rl_engine(fresh, monkeypatch):
     fresh("liger_kernel", "rl_engine")
     fake_liger(monkeypatch)
     monkeypatch.setitem(sys.modules, "rl_engine", None)
-    reason = importlib.import_module("adapters.liger_rlk_gather").ADAPTER.try_load(CUDA)
+    reason = importlib.import_module("adapters.norm_modulate.liger_rlk_gather").ADAPTER.try_load(CUDA, PARAMS)
     assert reason.startswith("ModuleNotFoundError: ") and "rl_engine" in reason
 
 
@@ -335,7 +337,7 @@ def test_transformer_engine_plumbing(fresh, monkeypatch, tmp_path, versions):
     fresh("transformer_engine")
     write_tree(tmp_path, FAKE_TE)
     monkeypatch.syspath_prepend(str(tmp_path))
-    loaded = load("adapters.transformer_engine")
+    loaded = load("adapters.norm_modulate.transformer_engine")
     assert "transformer_engine.jax" not in sys.modules  # blocked while importing, then unblocked
     assert loaded.source == "TE 2.20.2 RMSNorm (no modulation)"
     check(loaded.fn, ("x",), ref=norm_only, seed=0)
@@ -408,7 +410,7 @@ def fake_sglang(fresh, monkeypatch, tmp_path, versions):
 
 
 def test_sglang_plumbing(fake_sglang):
-    loaded = load("adapters.sglang")
+    loaded = load("adapters.norm_modulate.sglang")
     assert loaded.source == ("SGLang 0.5.23 fused_norm_scale_shift (forward only; CuTe DSL, "
                              "nvidia-cutlass-dsl 4.8.0; rows pre-gathered with index_select)")
     assert "sglang.kernels.kda_kernels.norm_scale_shift_jit" in sys.modules  # imported before timing
@@ -424,7 +426,7 @@ def test_sglang_plumbing(fake_sglang):
 
 
 def test_sglang_indexed_plumbing(fake_sglang):
-    loaded = load("adapters.sglang_indexed")
+    loaded = load("adapters.norm_modulate.sglang_indexed")
     assert loaded.source == ("SGLang 0.5.23 rmsnorm_indexed_scale_shift (forward only; Triton, gathers "
                              "table rows by idx in the kernel)")
     check(loaded.fn, ())

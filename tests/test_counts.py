@@ -44,11 +44,11 @@ def test_default_plan_is_the_prior_art_plan():
 
 
 def test_full_default_plan_runs_with_the_prior_art_counts():
-    from adapters.torch_rms_norm import ADAPTER
+    from adapters.norm_modulate.torch_rms_norm import ADAPTER
 
     op, cpu = get_op("norm_modulate"), torch.device("cpu")
     progress: list[int] = []
-    ctx = ProbeContext(op=op, params=CONFIG.inputs, fn=ADAPTER.load(cpu).fn, grads=ADAPTER.grads,
+    ctx = ProbeContext(op=op, params=CONFIG.inputs, fn=ADAPTER.load(cpu, CONFIG.inputs).fn, grads=ADAPTER.grads,
                        device=cpu, reference_variant=ADAPTER.reference, progress=progress.append)
     started = time.perf_counter()
     cases, repeatable = bi.all_rows(ctx, CONFIG.all_rows)

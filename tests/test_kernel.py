@@ -7,8 +7,9 @@ import triton.language as tl
 from harness.execute import as_bits
 from harness.ops.norm_modulate import OP, NormModulateParams
 from harness.probes.accuracy_latency import rel_err
-from kernels.api import norm_modulate
-from kernels.norm_modulate import _local_order
+from kernels.norm_modulate_api import norm_modulate
+from kernels.common import local_order
+from tests.helpers import nm_params
 
 # max|err|/max|ref| bounds: one rounding of a value near max|ref| costs at most 2^-8 (bf16),
 # 2^-11 (fp16); fp32 only accumulates rounding.
@@ -17,9 +18,13 @@ NAMES = ("x", "w", "sh", "sc")
 
 
 def case(device, hidden, rows, dtype="bfloat16", seed=3):
-    params = NormModulateParams(hidden=hidden, dtype=dtype)
+    params = nm_params(hidden, dtype)
     inputs = OP.make_inputs(params, rows, seed, device)
-    return params, inputs, OP.make_grad_out(params, rows, seed + 100, device)
+    return params, inputs, OP.make_grad_outs(params, rows, seed + 100, device)[0]
+
+
+def reference(params, inputs, grad_out):
+    return OP.reference(params, inputs, (grad_out,), NAMES, OP.name)
 
 
 def run(inputs, grad_out, idx=None, x=None):
@@ -39,9 +44,9 @@ def test_matches_float64(device, hidden, rows, dtype, index_dtype):
     params, inputs, grad_out = case(device, hidden, rows, dtype)
     assert inputs.tensors["sh"].stride() == (6 * hidden, 1), "tables must be strided views"
     y, grads = run(inputs, grad_out, idx=inputs.tensors["idx"].to(index_dtype))
-    ref = OP.reference(params, inputs, grad_out, NAMES)
+    ref = reference(params, inputs, grad_out)
     assert y.dtype == params.torch_dtype and y.shape == (rows, hidden)
-    assert rel_err(y, ref.output) <= TOL[dtype]
+    assert rel_err(y, ref.outputs[0]) <= TOL[dtype]
     for name in NAMES:
         assert grads[name].shape == inputs.tensors[name].shape
         assert rel_err(grads[name], ref.grads[name]) <= TOL[dtype] * 1.2, name
@@ -52,8 +57,8 @@ def test_hidden_one(device):
     # it is checked against an absolute bound instead.
     params, inputs, grad_out = case(device, 1, 9, "float32")
     y, grads = run(inputs, grad_out)
-    ref = OP.reference(params, inputs, grad_out, NAMES)
-    assert rel_err(y, ref.output) <= 1e-6
+    ref = reference(params, inputs, grad_out)
+    assert rel_err(y, ref.outputs[0]) <= 1e-6
     assert (grads["x"].double() - ref.grads["x"]).abs().max() <= 1e-4
     for name in ("w", "sh", "sc"):
         assert rel_err(grads[name], ref.grads[name]) <= 1e-5
@@ -146,12 +151,12 @@ def test_bad_input_names_the_argument(device, change, error, match):
 @pytest.mark.parametrize("hidden,rows", [(2048, 9), (3000, 20), (5376, 6)])
 def test_wide_rows_path(device, hidden, rows):
     """H with BLOCK_H >= WIDE_FROM takes the per-row forward and the row-at-a-time backward."""
-    from kernels.norm_modulate import block_config
-    assert block_config(hidden).wide
+    from kernels.norm_modulate import launch_config
+    assert launch_config(hidden).wide
     params, inputs, grad_out = case(device, hidden, rows)
     y, grads = run(inputs, grad_out)
-    ref = OP.reference(params, inputs, grad_out, NAMES)
-    assert rel_err(y, ref.output) <= TOL["bfloat16"]
+    ref = reference(params, inputs, grad_out)
+    assert rel_err(y, ref.outputs[0]) <= TOL["bfloat16"]
     for name in NAMES:
         assert rel_err(grads[name], ref.grads[name]) <= TOL["bfloat16"] * 1.2, name
     for r in (0, rows - 1):
@@ -165,7 +170,7 @@ def test_wide_rows_path(device, hidden, rows):
 def _local_order_probe(IDX, ORDER, STARTS, COUNTS, n_rows, M, CHUNK, CMAX: tl.constexpr, K_P2: tl.constexpr):
     pid = tl.program_id(0)
     lo = pid * CHUNK
-    starts, counts = _local_order(IDX, ORDER, pid, lo, tl.minimum(CHUNK, n_rows - lo), M, CMAX, K_P2)
+    starts, counts = local_order(IDX, ORDER, pid, lo, tl.minimum(CHUNK, n_rows - lo), M, CMAX, K_P2)
     ks = tl.arange(0, K_P2)
     tl.store(STARTS + pid * K_P2 + ks, starts)
     tl.store(COUNTS + pid * K_P2 + ks, counts)
@@ -192,11 +197,15 @@ def test_local_order_is_a_stable_counting_sort_per_chunk(device):
 def test_many_backward_programs_agree_with_float64(device, monkeypatch):
     """Small chunks: programs that hold no row of some table row, or only bad-index rows, still
     write their (zero) partials, and the cross-program sum stays fp32-accurate."""
+    import dataclasses
+
     from kernels import norm_modulate as K
     params, inputs, grad_out = case(device, 24, 40)
-    monkeypatch.setattr(K, "CHUNK_LIMIT", 3)
+    small_chunks = dataclasses.replace(K.launch_config(24), chunk_limit=3)
+    assert K.backward_split(40, small_chunks, device)[0] >= 14
+    monkeypatch.setattr(K, "launch_config", lambda hidden: small_chunks)
     y, grads = run(inputs, grad_out)
-    ref = OP.reference(params, inputs, grad_out, NAMES)
+    ref = reference(params, inputs, grad_out)
     for name in NAMES:
         assert rel_err(grads[name], ref.grads[name]) <= TOL["bfloat16"] * 1.2, name
     _, again = run(inputs, grad_out)
@@ -206,10 +215,10 @@ def test_many_backward_programs_agree_with_float64(device, monkeypatch):
 
 
 def test_fast_launch_matches_triton_launch(device, monkeypatch):
-    """kernels/launch.py skips triton's per-call Python; outputs and gradients must not change a bit."""
+    """kernels/common.py's launch skips triton's per-call Python; outputs and gradients must not change a bit."""
     if device.type != "cuda":
         pytest.skip("on the CPU the interpreter always takes triton's own launch: compared on a GPU only")
-    from kernels import launch
+    from kernels import common as launch
     params, inputs, grad_out = case(device, 5376, 300)
     results = []
     for enabled in (False, True, True):  # the second fast call takes the cached compiled kernel

@@ -35,7 +35,7 @@ ALL_ROWS = dataclasses.replace(QUICK.all_rows, batch_sizes=(4, 5), seeds=(3, 4))
 SUBS = SubBatchPlan(full_batch=96, seeds=(3, 4), sub_batch_sizes=(1, 7, 33), dense_from=16, spread=8)
 SWEEP = SweepPlan(rows=32, seeds=(3, 4), small_sizes=3, first_power=16, probe_spread=2, max_failures=8)
 # The probe plans are the quick ones; only the latency sampling is cut to one sample.
-FAST_TIMING = TimingPlan(warmup=0, reps=1, repeats=1)
+FAST_TIMING = TimingPlan(warmup=0, reps=1, repeats=1, block=1)
 BUMP = 1 + 2 ** -5  # larger than a bf16 ulp (<= 2^-7 relative): changes the bits of every non-zero
 
 
@@ -105,8 +105,8 @@ def context(name: str, progress=None) -> ProbeContext:
     adapter = from_function(fn, name=name, op="norm_modulate", differentiable=grads)
     assert adapter.grads == grads
     extra = {"progress": progress} if progress else {}
-    return ProbeContext(op=OP, params=QUICK.inputs, fn=adapter.load(CPU).fn, grads=adapter.grads,
-                        device=CPU, reference_variant=OP.references[0], **extra)
+    return ProbeContext(op=OP, params=QUICK.inputs, fn=adapter.load(CPU, QUICK.inputs).fn, grads=adapter.grads,
+                        device=CPU, reference_variant=OP.name, **extra)
 
 
 @functools.cache
@@ -302,8 +302,8 @@ def test_sweep_batches_follow_the_documented_seeded_fill():
         return composition(x, w, sh, sc, idx)
 
     adapter = from_function(recording, name="recording", op="norm_modulate", differentiable=GRADS)
-    ctx = ProbeContext(op=OP, params=QUICK.inputs, fn=adapter.load(CPU).fn, grads=GRADS, device=CPU,
-                       reference_variant=OP.references[0])
+    ctx = ProbeContext(op=OP, params=QUICK.inputs, fn=adapter.load(CPU, QUICK.inputs).fn, grads=GRADS, device=CPU,
+                       reference_variant=OP.name)
     bi.batch_size_sweep(ctx, plan)
     n, probes, expected = plan.rows, plan.probe_rows(), []
     for seed in plan.seeds:
@@ -339,8 +339,8 @@ def test_progress_adds_up_to_the_declared_totals():
 # --- through the runner -------------------------------------------------------------------------------
 
 def test_h3bench_triton_passes_the_quick_plan(tmp_path):
-    from adapters.h3bench_triton import ADAPTER
-    from kernels.api import interpreter_active
+    from adapters.norm_modulate.h3bench_triton import ADAPTER
+    from kernels.norm_modulate_api import interpreter_active
 
     if not interpreter_active():
         pytest.skip("the Triton interpreter is off (TRITON_INTERPRET=1 is set by conftest on CPU runs)")
@@ -379,7 +379,8 @@ def test_adapter_raising_in_a_probe_is_an_unavailable_row(rows, probe):
                             source="planted source")
     honest = from_function(composition, name="honest", op="norm_modulate", differentiable=GRADS)
     config = dataclasses.replace(QUICK, all_rows=AllRowsPlan(batch_sizes=(5, 17), seeds=(3,)), full_vs_sub=SUBS,
-                                 sweep=SWEEP, accuracy=AccuracyPlan(rows=(17, 130)), timing=FAST_TIMING)
+                                 sweep=SWEEP, accuracy=dataclasses.replace(QUICK.accuracy, rows=(17, 130)),
+                                 timing=FAST_TIMING)
     evidence = run(RunRequest(config=config, device=CPU, adapters=[planted, honest], modes=["plain"],
                               out=None, measure_bandwidth=False))
     rows_found = evidence.results["plain"]
@@ -395,7 +396,7 @@ def test_adapter_raising_in_a_probe_is_an_unavailable_row(rows, probe):
 
 
 def test_adapter_failing_to_load_is_an_unavailable_row():
-    def load(_device):
+    def load(_device, _params):
         raise ImportError("No module named 'not_installed'")
 
     missing = Adapter(name="missing", op="norm_modulate", grads=GRADS, load=load)

@@ -34,11 +34,11 @@ def prior_data(prior_path) -> dict:
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     """One quick CPU run of the diffusers and torch_rms_norm rows, written to disk: (path, JSON)."""
-    from adapters.diffusers_composition import ADAPTER as DIFFUSERS
-    from adapters.torch_rms_norm import ADAPTER as TORCH_RMS_NORM
+    from adapters.norm_modulate.diffusers import ADAPTER as DIFFUSERS
+    from adapters.norm_modulate.torch_rms_norm import ADAPTER as TORCH_RMS_NORM
 
     config = load_config("norm_modulate", quick=True)
-    config = dataclasses.replace(config, timing=TimingPlan(warmup=0, reps=2, repeats=2))
+    config = dataclasses.replace(config, timing=TimingPlan(warmup=0, reps=2, repeats=2, block=1))
     out = tmp_path_factory.mktemp("quick") / "quick.json"
     run(RunRequest(config=config, device=torch.device("cpu"), adapters=[DIFFUSERS, TORCH_RMS_NORM],
                    modes=["plain"], out=out, command="pytest"))

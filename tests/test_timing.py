@@ -1,4 +1,5 @@
-"""Statistics and comparison primitives: medians, the wall-clock sampler, rel_err, bitwise rows."""
+"""Statistics and comparison primitives: medians, percentiles, the samplers (wall clock; synchronized and
+stream on a simulated asynchronous device), interleaving rows, rel_err, bitwise rows."""
 from __future__ import annotations
 
 import math
@@ -12,6 +13,7 @@ from harness.execute import bitwise_equal, rows_differ
 from harness.probes.accuracy_latency import rel_err
 
 CPU = torch.device("cpu")
+CUDA = torch.device("cuda")  # only named: the simulated device's clock replaces CUDA events
 
 
 # --- median -------------------------------------------------------------------------------------------
@@ -41,7 +43,7 @@ def test_median_of_nothing_raises():
         timing.median([])
 
 
-# --- sample, with a fake clock ------------------------------------------------------------------------
+# --- take, with a fake wall clock ---------------------------------------------------------------------
 
 class FakeClock:
     """Time moves only when setup (1000 s) or step (0.25 s) runs; every event is logged."""
@@ -72,39 +74,176 @@ def clock(monkeypatch) -> FakeClock:
     return fake
 
 
-@pytest.mark.parametrize("warmup,reps", [(0, 1), (3, 5), (2, 100)])
-def test_sample_with_setup(clock, warmup, reps):
-    samples = timing.sample(clock.step, CPU, warmup=warmup, reps=reps, setup=clock.setup)
-    assert samples.timer == timing.WALL_CLOCK
-    assert len(samples.us) == reps
-    assert samples.us == [clock.STEP_S * 1e6] * reps  # setup time never inside the timed region
-    assert samples.median_us == clock.STEP_S * 1e6
-    # setup before every step, warm-ups included; the clock read only around timed steps
-    assert clock.log == ["setup", "step"] * warmup + ["setup", "clock", "step", "clock"] * reps
+@pytest.mark.parametrize("method", timing.METHODS)
+@pytest.mark.parametrize("count", [1, 5, 100])
+def test_wall_clock_take_with_setup(clock, method, count):
+    samples = timing.take(clock.step, CPU, method, count, setup=clock.setup)
+    assert samples == [clock.STEP_S * 1e6] * count  # setup time never inside the timed region
+    # setup before every step; the clock read only around the timed step
+    assert clock.log == ["setup", "clock", "step", "clock"] * count
 
 
-def test_sample_without_setup(clock):
-    samples = timing.sample(clock.step, CPU, warmup=2, reps=3)
-    assert samples.us == [250000.0] * 3
-    assert clock.log == ["step"] * 2 + ["clock", "step", "clock"] * 3
+def test_wall_clock_take_without_setup(clock):
+    assert timing.take(clock.step, CPU, timing.SYNCHRONIZED, 3) == [250000.0] * 3
+    assert clock.log == ["clock", "step", "clock"] * 3
 
 
-def test_sample_median_of_varying_steps(clock):
-    durations = iter([99.0, 1.0, 3.0, 2.0])  # the first is the warm-up
-
-    def step():
-        clock.now += next(durations)
-
-    samples = timing.sample(step, CPU, warmup=1, reps=3)
-    assert samples.us == [1e6, 3e6, 2e6]
-    assert samples.median_us == 2e6
+@pytest.mark.parametrize("count", [0, -1])
+def test_take_needs_a_sample(clock, count):
+    with pytest.raises(ValueError, match="count"):
+        timing.take(clock.step, CPU, timing.STREAM, count)
+    assert clock.log == []  # refused before anything ran
 
 
-@pytest.mark.parametrize("reps", [0, -1])
-def test_sample_needs_a_rep(clock, reps):
-    with pytest.raises(ValueError, match="reps"):
-        timing.sample(clock.step, CPU, warmup=1, reps=reps)
-    assert clock.log == []  # refused before any warm-up
+def test_take_unknown_method(clock):
+    with pytest.raises(ValueError, match="unknown sampling method"):
+        timing.take(clock.step, CPU, "averaged", 3)
+
+
+# --- synchronized against stream sampling, on a simulated asynchronous device -------------------------
+
+class SimulatedDevice:
+    """A host that spends `host_us` per step before queueing `device_us` of device work. Events are
+    timestamped when the device reaches them in its queue; synchronize() makes the host wait for it."""
+
+    def __init__(self, host_us: float, device_us: float):
+        self.host_us, self.device_us = host_us, device_us
+        self.now = 0.0          # host time
+        self.busy_until = 0.0   # when the device finishes what is queued
+        self.syncs = 0
+
+    def step(self) -> None:
+        self.now += self.host_us
+        self.busy_until = max(self.now, self.busy_until) + self.device_us
+
+    def event(self):
+        device = self
+
+        class Event:
+            def record(self) -> None:
+                self.t = max(device.now, device.busy_until)
+
+            def elapsed_ms(self, end) -> float:
+                return (end.t - self.t) / 1e3
+        return Event()
+
+    def synchronize(self) -> None:
+        self.syncs += 1
+        self.now = max(self.now, self.busy_until)
+
+
+@pytest.mark.parametrize("host_us,device_us", [(20.0, 100.0), (100.0, 20.0), (50.0, 50.0)])
+def test_synchronized_sample_includes_host_cost_stream_hides_it_when_the_host_keeps_ahead(host_us, device_us):
+    sync = SimulatedDevice(host_us, device_us)
+    samples = timing.take(sync.step, CUDA, timing.SYNCHRONIZED, 50, clock=sync)
+    assert samples == [pytest.approx(host_us + device_us)] * 50  # from an idle device: host + device
+    assert sync.syncs == 100  # before and after every sample
+
+    stream = SimulatedDevice(host_us, device_us)
+    samples = timing.take(stream.step, CUDA, timing.STREAM, 50, clock=stream)
+    assert stream.syncs == 2
+    # back to back: the first sample starts from an idle device; then the slower side sets the pace
+    assert samples[0] == pytest.approx(host_us + device_us)
+    assert timing.median(samples) == pytest.approx(max(host_us, device_us))
+
+
+def test_setup_runs_outside_both_timed_regions():
+    device = SimulatedDevice(10.0, 40.0)
+
+    def setup() -> None:
+        device.now += 1000.0  # expensive host work before each sample
+
+    for method in timing.METHODS:
+        samples = timing.take(device.step, CUDA, method, 20, setup=setup, clock=device)
+        assert max(samples) <= 50.0 + 1e-9, method
+
+
+# --- percentiles and spreads --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("values,q,expected", [
+    ([5.0], 10, 5.0),
+    ([1.0, 2.0, 3.0, 4.0, 5.0], 50, 3.0),
+    ([1.0, 2.0, 3.0, 4.0, 5.0], 10, 1.4),        # rank 0.4: 1 + 0.4 * (2 - 1)
+    ([1.0, 2.0, 3.0, 4.0, 5.0], 90, 4.6),
+    ([5.0, 1.0, 4.0, 2.0, 3.0], 90, 4.6),        # unsorted input
+    ([10.0, 20.0], 10, 11.0),
+    ([10.0, 20.0], 0, 10.0),
+    ([10.0, 20.0], 100, 20.0),
+    (list(range(101)), 10, 10.0),
+    (list(range(101)), 90, 90.0),
+])
+def test_percentile_interpolates_linearly_as_numpy(values, q, expected):
+    import numpy as np
+
+    assert timing.percentile(values, q) == pytest.approx(expected)
+    assert timing.percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+
+
+def test_percentile_errors():
+    with pytest.raises(ValueError, match="no samples"):
+        timing.percentile([], 50)
+    with pytest.raises(ValueError, match="q must be"):
+        timing.percentile([1.0], 101)
+
+
+def test_spread_of_holds_the_percentiles_and_count():
+    spread = timing.spread_of([float(v) for v in range(1, 11)])
+    assert (spread.p10, spread.p50, spread.p90, spread.n) == (pytest.approx(1.9), 5.5, pytest.approx(9.1), 10)
+    assert spread.p50 == timing.median([float(v) for v in range(1, 11)])
+
+
+# --- interleaving rows --------------------------------------------------------------------------------
+
+def test_interleave_warms_every_row_then_rotates_blocks_and_keeps_repeats_apart(clock):
+    log = []
+
+    def subject(key: str) -> timing.Subject:
+        def step() -> None:
+            log.append(key)
+            clock.now += {"a": 1.0, "b": 2.0, "c": 3.0}[key]
+        return timing.Subject(key, step)
+
+    found = timing.interleave([subject("a"), subject("b"), subject("c")], CPU, timing.SYNCHRONIZED, warmup=1,
+                              reps=5, repeats=2, block=2)
+    warm, timed = log[:3], log[3:]
+    assert warm == ["a", "b", "c"]
+    # 5 samples in blocks of 2: rounds of 2, 2, 1 samples; the first row of each round rotates
+    one_repeat = (["a"] * 2 + ["b"] * 2 + ["c"] * 2 + ["b"] * 2 + ["c"] * 2 + ["a"] * 2
+                  + ["c"] + ["a"] + ["b"])
+    assert timed == one_repeat * 2
+    for key, seconds in (("a", 1.0), ("b", 2.0), ("c", 3.0)):
+        assert found[key].error is None
+        assert found[key].samples == [[seconds * 1e6] * 5] * 2
+
+
+def test_interleave_drops_a_failing_row_and_keeps_the_others(clock):
+    calls = {"bad": 0}
+
+    class Broken(Exception):
+        pass
+
+    def bad() -> None:
+        calls["bad"] += 1
+        if calls["bad"] == 3:  # fails in the timed rounds, after its warm-up
+            raise Broken("third call")
+
+    def good() -> None:
+        clock.now += 1.0
+
+    found = timing.interleave([timing.Subject("bad", bad), timing.Subject("good", good)], CPU, timing.STREAM,
+                              warmup=1, reps=4, repeats=2, block=1, on_error=Broken)
+    assert isinstance(found["bad"].error, Broken)
+    assert found["good"].error is None and found["good"].samples == [[1e6] * 4] * 2
+    assert calls["bad"] == 3  # never called again once it failed
+
+
+def test_interleave_refuses_duplicate_keys():
+    with pytest.raises(ValueError, match="unique"):
+        timing.interleave([timing.Subject("a", lambda: None)] * 2, CPU, timing.STREAM, 0, 1, 1, 1)
+
+
+def test_rounds_for():
+    assert [timing.rounds_for(reps, 20) for reps in (1, 20, 21, 100)] == [1, 1, 2, 5]
 
 
 def test_timer_names():

@@ -1,15 +1,32 @@
 """What the probes need to know about an operator, and nothing about any implementation.
 
-An op names its inputs, says which are per-row (sliced by the probes: a "row" is one row of each of
-them) and which are parameters (their gradients are cross-row sums: only repeatability is checked),
-makes seeded inputs, computes the float64 reference and knows its memory floor.
+An op declares its inputs in call order (each per-row or not, differentiable or not), its outputs, its
+constants (the fields of its `params_type`, which is also the config's `[inputs]` table) and its plan
+set (which built-in probe plans it uses: `configs/plans/<plan_set>.toml`). From those declarations:
+
+- a "row" is one entry along the first dimension of every per-row input, sliced together;
+- the per-row gradients (`row_grads`: per-row and differentiable) are compared bitwise row by row;
+- the parameter gradients (`param_grads`: differentiable, not per-row) are checked for bitwise
+  repeatability only, since they are sums over rows;
+- every output is per-row (its first dimension is the row dimension) and gets an upstream gradient when
+  the row has a backward.
+
+The op also makes seeded inputs and upstream gradients, computes the float64 reference and knows its
+memory floor. Nothing in harness/ or reports/ names a tensor: they read these declarations.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Protocol
+from typing import Any, Mapping, Optional
 
 import torch
+
+
+@dataclass(frozen=True)
+class Input:
+    name: str
+    per_row: bool = False
+    differentiable: bool = False
 
 
 @dataclass(frozen=True)
@@ -32,28 +49,129 @@ class OpInputs:
 
 @dataclass
 class Reference:
-    """float64 output and the float64 gradients asked for."""
+    """float64 outputs (in the op's output order) and the float64 gradients asked for."""
 
-    output: torch.Tensor
+    outputs: tuple[torch.Tensor, ...]
     grads: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-class Op(Protocol):
-    """The contract an operator module fulfils (see harness/ops/norm_modulate.py)."""
+class Op:
+    """Base of every operator module's `OP`. Subclasses set the class attributes and implement
+    `make_inputs`, `make_grad_outs`, `reference` and `floor_bytes`."""
 
     name: str
-    rfc: str
-    differentiable: tuple[str, ...]   # inputs that can have gradients, in call order
-    row_grad: str                     # the per-row gradient the probes compare bitwise
-    param_grads: tuple[str, ...]      # cross-row gradients: repeatability only
-    references: tuple[str, ...]       # reference variants; the first is the op itself
-    params_type: type                 # dataclass of the op's config keys
+    rfc: str = "RL-Align/RL-Kernel#420"
+    inputs: tuple[Input, ...]
+    outputs: tuple[str, ...]
+    params_type: type
+    plan_set: str                     # configs/plans/<plan_set>.toml holds the default probe plans
+    references: tuple[str, ...] = ()  # extra reference variants (rows implementing part of the op)
 
-    def make_inputs(self, params: Any, rows: int, seed: int, device: torch.device) -> OpInputs: ...
+    # --- derived from the declarations --------------------------------------------------------------
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.inputs)
 
-    def make_grad_out(self, params: Any, rows: int, seed: int, device: torch.device) -> torch.Tensor: ...
+    @property
+    def differentiable(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.inputs if i.differentiable)
 
-    def reference(self, params: Any, inputs: OpInputs, grad_out: Optional[torch.Tensor],
-                  grads: tuple[str, ...], variant: str) -> Reference: ...
+    @property
+    def row_inputs(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.inputs if i.per_row)
 
-    def floor_bytes(self, params: Any, rows: int, backward: bool) -> int: ...
+    @property
+    def row_grads(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.inputs if i.per_row and i.differentiable)
+
+    @property
+    def param_grads(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.inputs if i.differentiable and not i.per_row)
+
+    @property
+    def reference_variants(self) -> tuple[str, ...]:
+        """The op itself first, then the partial variants some rows are judged against."""
+        return (self.name, *self.references)
+
+    def bundle(self, tensors: dict[str, torch.Tensor]) -> OpInputs:
+        """OpInputs in the declared call order, checked against the declaration."""
+        if set(tensors) != set(self.input_names):
+            raise ValueError(f"{self.name}: inputs {sorted(tensors)} differ from the declared "
+                             f"{list(self.input_names)}")
+        return OpInputs(tensors={name: tensors[name] for name in self.input_names}, row_names=self.row_inputs)
+
+    # --- what each op implements ------------------------------------------------------------------
+    def make_inputs(self, params: Any, rows: int, seed: int, device: torch.device) -> OpInputs:
+        raise NotImplementedError
+
+    def make_grad_outs(self, params: Any, rows: int, seed: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """One upstream gradient per output, in output order, drawn from `seed`."""
+        raise NotImplementedError
+
+    def reference(self, params: Any, inputs: OpInputs, grad_outs: Optional[tuple[torch.Tensor, ...]],
+                  grads: tuple[str, ...], variant: str) -> Reference:
+        raise NotImplementedError
+
+    def floor_bytes(self, params: Any, rows: int, backward: bool) -> int:
+        """Fewest bytes that must cross device memory for `rows` rows (forward, or forward+backward)."""
+        raise NotImplementedError
+
+
+# --- helpers the op modules share -------------------------------------------------------------------
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {name!r}") from None
+
+
+def generator(device: torch.device, seed: int) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def modality_layout(rows: int, seed: int, timesteps: int, modalities: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The RFC's per-row layout: (timestep index, modality tag) per row, drawn i.i.d. from a CPU generator
+    seeded with the case seed, tags first; the first rows get tags 0, 1, 2, ... (OPERATORS.md)."""
+    gen = torch.Generator().manual_seed(seed)
+    tags = torch.randint(0, modalities, (rows,), generator=gen)
+    steps = torch.randint(0, timesteps, (rows,), generator=gen)
+    first = min(rows, modalities)
+    tags[:first] = torch.arange(first)
+    return steps, tags
+
+
+def float64_leaves(inputs: OpInputs, differentiable: tuple[str, ...], grads: tuple[str, ...],
+                   want_grads: bool) -> dict[str, torch.Tensor]:
+    """float64 copies of the floating inputs (integer inputs as they are); those in `grads` require grad."""
+    out = {}
+    for name, t in inputs.tensors.items():
+        if t.is_floating_point():
+            out[name] = t.detach().double().requires_grad_(want_grads and name in grads and name in differentiable)
+        else:
+            out[name] = t
+    return out
+
+
+def reference_grads(outputs: tuple[torch.Tensor, ...], leaves: dict[str, torch.Tensor],
+                    grad_outs: Optional[tuple[torch.Tensor, ...]], grads: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """d(outputs)/d(leaves in grads) against the upstream gradients, in float64."""
+    wanted = [name for name in grads if leaves[name].requires_grad]
+    if not wanted or grad_outs is None:
+        return {}
+    pairs = [(o, g.double()) for o, g in zip(outputs, grad_outs) if o.requires_grad]
+    found = torch.autograd.grad([o for o, _ in pairs], [leaves[n] for n in wanted], [g for _, g in pairs],
+                                allow_unused=True)
+    return {name: (g if g is not None else torch.zeros_like(leaves[name])) for name, g in zip(wanted, found)}
+
+
+def element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def positive(name: str, value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")

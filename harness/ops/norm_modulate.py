@@ -16,27 +16,26 @@ from typing import Optional
 
 import torch
 
-from harness.ops.base import OpInputs, Reference
+from harness.ops.base import (Input, Op, OpInputs, Reference, element_size, float64_leaves, generator,
+                              modality_layout, positive, reference_grads, torch_dtype)
 
-EPS = 1e-5
 TABLE_CHUNKS = 6  # the AdaLN table holds six [M, H] chunks; sh and sc are two of them
-_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 @dataclass(frozen=True)
 class NormModulateParams:
-    hidden: int = 5376
-    timesteps: int = 3
-    modalities: int = 3
-    dtype: str = "bfloat16"
+    hidden: int
+    timesteps: int
+    modalities: int
+    dtype: str
+    eps: float
 
     def __post_init__(self):
-        if self.hidden < 1:
-            raise ValueError(f"hidden must be >= 1, got {self.hidden}")
-        if self.timesteps < 1 or self.modalities < 1:
-            raise ValueError("timesteps and modalities must be >= 1")
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        for name in ("hidden", "timesteps", "modalities"):
+            positive(name, getattr(self, name))
+        torch_dtype(self.dtype)
+        if not self.eps > 0:
+            raise ValueError(f"eps must be > 0, got {self.eps}")
 
     @property
     def table_rows(self) -> int:
@@ -44,71 +43,59 @@ class NormModulateParams:
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return _DTYPES[self.dtype]
+        return torch_dtype(self.dtype)
 
 
-class NormModulate:
+def rms_norm64(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * w
+
+
+class NormModulate(Op):
     name = "norm_modulate"
-    rfc = "RL-Align/RL-Kernel#420"
-    differentiable = ("x", "w", "sh", "sc")
-    row_grad = "x"
-    param_grads = ("w", "sh", "sc")
-    references = ("norm_modulate", "rms_norm")  # rms_norm: rows that implement the norm alone
+    inputs = (Input("x", per_row=True, differentiable=True), Input("w", differentiable=True),
+              Input("sh", differentiable=True), Input("sc", differentiable=True), Input("idx", per_row=True))
+    outputs = ("y",)
+    references = ("rms_norm",)  # rows that implement the norm alone (torch_rms_norm, transformer_engine)
     params_type = NormModulateParams
+    plan_set = "token"
 
     def layout(self, params: NormModulateParams, rows: int, seed: int) -> torch.Tensor:
-        gen = torch.Generator().manual_seed(seed)
-        tags = torch.randint(0, params.modalities, (rows,), generator=gen)
-        steps = torch.randint(0, params.timesteps, (rows,), generator=gen)
-        first = min(rows, params.modalities)
-        tags[:first] = torch.arange(first)
+        steps, tags = modality_layout(rows, seed, params.timesteps, params.modalities)
         return steps * params.modalities + tags
 
-    def make_inputs(self, params: NormModulateParams, rows: int, seed: int,
-                    device: torch.device) -> OpInputs:
+    def make_inputs(self, params: NormModulateParams, rows: int, seed: int, device: torch.device) -> OpInputs:
         h, dtype = params.hidden, params.torch_dtype
-        gen = torch.Generator(device=device).manual_seed(seed)
+        gen = generator(device, seed)
         x = (torch.randn(rows, h, generator=gen, device=device) * 2.0).to(dtype)
         w = (0.5 + torch.rand(h, generator=gen, device=device)).to(dtype)
         table = (torch.randn(params.table_rows, TABLE_CHUNKS * h, generator=gen, device=device) * 0.1).to(dtype)
         sh, sc = table.chunk(TABLE_CHUNKS, dim=-1)[:2]  # strided views, as in the model
         idx = self.layout(params, rows, seed).to(device)
-        return OpInputs(tensors={"x": x, "w": w, "sh": sh, "sc": sc, "idx": idx}, row_names=("x", "idx"))
+        return self.bundle({"x": x, "w": w, "sh": sh, "sc": sc, "idx": idx})
 
-    def make_grad_out(self, params: NormModulateParams, rows: int, seed: int,
-                      device: torch.device) -> torch.Tensor:
-        gen = torch.Generator(device=device).manual_seed(seed)
-        return torch.randn(rows, params.hidden, generator=gen, device=device).to(params.torch_dtype)
+    def make_grad_outs(self, params: NormModulateParams, rows: int, seed: int,
+                       device: torch.device) -> tuple[torch.Tensor, ...]:
+        gen = generator(device, seed)
+        return (torch.randn(rows, params.hidden, generator=gen, device=device).to(params.torch_dtype),)
 
-    def reference(self, params: NormModulateParams, inputs: OpInputs, grad_out: Optional[torch.Tensor],
-                  grads: tuple[str, ...], variant: str = "norm_modulate") -> Reference:
-        if variant not in self.references:
-            raise ValueError(f"unknown reference variant {variant!r}; known: {self.references}")
-        t = inputs.tensors
-        leaves = {name: t[name].detach().double().requires_grad_(name in grads and grad_out is not None)
-                  for name in self.differentiable}
+    def reference(self, params: NormModulateParams, inputs: OpInputs, grad_outs: Optional[tuple[torch.Tensor, ...]],
+                  grads: tuple[str, ...], variant: str) -> Reference:
+        if variant not in self.reference_variants:
+            raise ValueError(f"unknown reference variant {variant!r}; known: {self.reference_variants}")
+        leaves = float64_leaves(inputs, self.differentiable, grads, grad_outs is not None)
         with torch.enable_grad():
-            x, w = leaves["x"], leaves["w"]
-            n = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + EPS) * w
-            if variant == "norm_modulate":
-                idx = t["idx"]
-                y = n * (1 + leaves["sc"].index_select(0, idx)) + leaves["sh"].index_select(0, idx)
-            else:
-                y = n
-            out = Reference(output=y.detach())
-            wanted = [name for name in grads if leaves[name].requires_grad]
-            if wanted:
-                found = torch.autograd.grad(y, [leaves[n] for n in wanted], grad_out.double(),
-                                            allow_unused=True)
-                out.grads = {name: g for name, g in zip(wanted, found) if g is not None}
-        return out
+            y = rms_norm64(leaves["x"], leaves["w"], params.eps)
+            if variant == self.name:
+                idx = leaves["idx"]
+                y = y * (1 + leaves["sc"].index_select(0, idx)) + leaves["sh"].index_select(0, idx)
+            found = reference_grads((y,), leaves, grad_outs, grads)
+        return Reference(outputs=(y.detach(),), grads=found)
 
     def floor_bytes(self, params: NormModulateParams, rows: int, backward: bool) -> int:
-        """Fewest bytes through device memory: forward reads x and writes y; backward reads x and dy
-        and writes dx. Tables, w and their gradients are O(M*H) and left out: 4RH / 10RH in bf16."""
-        elem = torch.empty((), dtype=params.torch_dtype).element_size()
+        """Forward reads x and writes y; backward reads x and dy and writes dx. Tables, w and their
+        gradients are O(M*H) and left out: 4RH / 10RH in bf16."""
         passes = 5 if backward else 2
-        return passes * elem * rows * params.hidden
+        return passes * element_size(params.torch_dtype) * rows * params.hidden
 
 
 OP = NormModulate()

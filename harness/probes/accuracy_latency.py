@@ -1,38 +1,50 @@
-"""Accuracy against float64 and latency, per row count.
+"""Accuracy against float64 per row count, and latency, every row timed in the same rounds.
 
-Accuracy: max|out - ref| / max|ref|, the reference computed in float64 on the same rounded inputs. On
+Accuracy: max|out - ref| / max|ref|, the reference computed in float64 on the same rounded inputs; an op
+with several outputs is judged on all of them together (OPERATORS.md: "for accuracy, concatenated"). On
 a GPU the caching allocator is filled with NaN first, so an output element the implementation never
 writes shows up as NaN (an infinite error) instead of passing on stale memory.
 
-Latency, three ways (medians; each timed `repeats` times, the extra medians kept as *_repeat):
-- fwd_us: forward alone, no autograd graph.
-- fwd_bwd_us: as the prior art timed it: fresh cloned leaves and an all-ones upstream gradient made
+Latency (`time_rows`), three figures, each timed per-sample synchronized (`<figure>_us`, the prior art's
+method) and back to back (`<figure>_stream_us`), interleaved across rows (harness/timing.py):
+- fwd: forward alone, no autograd graph.
+- fwd_bwd: as the prior art timed it: fresh cloned leaves and an all-ones upstream gradient made
   inside the timed step.
-- fwd_bwd_net_us: forward + backward only; leaves and the upstream gradient made before the sample.
+- fwd_bwd_net: forward + backward only; leaves and the upstream gradient made before the sample.
 """
 from __future__ import annotations
 
 import math
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 import torch
 
 from harness.config import AccuracyPlan, TimingPlan
-from harness.execute import execute, make_leaves
+from harness.execute import ImplementationError, blamed, call, execute, make_leaves
+from harness.ops.base import Op, OpInputs
 from harness.probes.context import ProbeContext
-from harness.schema import SizeResult
-from harness.timing import sample
+from harness.schema import FIGURES, SizeResult, Spread, latency_key
+from harness.timing import METHODS, STREAM, Subject, interleave, median, rounds_for, spread_of
 
-POISON_FACTOR = 8  # poison this many times the output's bytes of free cached memory
+POISON_FACTOR = 8  # poison this many times the outputs' bytes of free cached memory
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """max|out - ref| / max|ref|; NaN or inf anywhere in `out` makes it infinite."""
-    out64 = out.double()
-    if not bool(torch.isfinite(out64).all()):
-        return math.inf
-    scale = ref.abs().max().item() if ref.numel() else 0.0
-    err = (out64 - ref).abs().max().item() if ref.numel() else 0.0
+    return combined_rel_err((out,), (ref,))
+
+
+def combined_rel_err(outs: tuple[torch.Tensor, ...], refs: tuple[torch.Tensor, ...]) -> float:
+    """max|out - ref| / max|ref| over all the tensors together (an op's outputs, concatenated)."""
+    err = scale = 0.0
+    for out, ref in zip(outs, refs):
+        out64 = out.double()
+        if not bool(torch.isfinite(out64).all()):
+            return math.inf
+        if ref.numel():
+            scale = max(scale, ref.abs().max().item())
+            err = max(err, (out64 - ref).abs().max().item())
     return err / scale if scale > 0 else err
 
 
@@ -45,82 +57,154 @@ def poison_cached_memory(device: torch.device, nbytes: int) -> None:
     del block
 
 
-def accuracy_latency(ctx: ProbeContext, accuracy: AccuracyPlan, timing: TimingPlan,
-                     bandwidth_gbps: Optional[float]) -> dict[str, SizeResult]:
+def accuracy(ctx: ProbeContext, plan: AccuracyPlan) -> dict[str, SizeResult]:
+    """Errors per row count; latencies are filled in later by `time_rows`, with every row together."""
     results = {}
-    for rows in accuracy.rows:
-        results[str(rows)] = _one_size(ctx, rows, accuracy, timing, bandwidth_gbps)
+    for rows in plan.rows:
+        results[str(rows)] = _errors(ctx, rows, plan)
         ctx.progress(1)
     return results
 
 
-def _one_size(ctx: ProbeContext, rows: int, accuracy: AccuracyPlan, timing: TimingPlan,
-              bandwidth_gbps: Optional[float]) -> SizeResult:
-    inputs = ctx.inputs(rows, accuracy.input_seed)
-    grad_out = ctx.grad_out(rows, accuracy.grad_seed)
-    backward = bool(ctx.grads)
-    poison_cached_memory(ctx.device, POISON_FACTOR * grad_out.numel() * grad_out.element_size())
-    out = execute(ctx.fn, inputs, grad_out if backward else None, ctx.grads)
-    ref = ctx.op.reference(ctx.params, inputs, grad_out if backward else None, ctx.grads,
-                           ctx.reference_variant)
-    result = SizeResult(fwd_rel_err=rel_err(out.output, ref.output), fwd_us=0.0)
-    if backward:
+def _errors(ctx: ProbeContext, rows: int, plan: AccuracyPlan) -> SizeResult:
+    inputs = ctx.inputs(rows, plan.input_seed)
+    grad_outs = ctx.grad_outs(rows, plan.grad_seed)
+    has_backward = bool(ctx.grads)
+    poison_cached_memory(ctx.device, POISON_FACTOR * sum(g.numel() * g.element_size() for g in grad_outs))
+    out = execute(ctx.fn, inputs, grad_outs if has_backward else None, ctx.grads, ctx.n_outputs)
+    ref = ctx.reference(inputs, grad_outs if has_backward else None)
+    _check_shapes(out.outputs, ref.outputs)
+    result = SizeResult(fwd_rel_err=combined_rel_err(out.outputs, ref.outputs), fwd_us=math.nan)
+    if has_backward:
         result.grad_rel_err = {name: rel_err(out.grads[name], ref.grads[name]) for name in ctx.grads}
-    del out, ref
-
-    fwd = _medians(timing, lambda: _forward(ctx, inputs), ctx.device)
-    result.fwd_us, result.fwd_us_repeat = fwd[0], _second(fwd)
-    if backward:
-        seed_style = _medians(timing, lambda: _fwd_bwd_fresh(ctx, inputs), ctx.device)
-        result.fwd_bwd_us, result.fwd_bwd_us_repeat = seed_style[0], _second(seed_style)
-        net = _net_fwd_bwd(ctx, inputs, timing)
-        result.fwd_bwd_net_us, result.fwd_bwd_net_us_repeat = net[0], _second(net)
-    _add_floor(ctx, rows, result, bandwidth_gbps)
     return result
 
 
-def _second(medians: list[float]) -> Optional[float]:
-    return medians[1] if len(medians) > 1 else None
+def _check_shapes(outs, refs) -> None:
+    for i, (out, ref) in enumerate(zip(outs, refs)):
+        if out.shape != ref.shape:
+            raise ImplementationError(f"implementation returned shape {tuple(out.shape)} for output {i}, "
+                                      f"the reference has {tuple(ref.shape)}")
 
 
-def _medians(timing: TimingPlan, step, device, setup=None) -> list[float]:
-    return [sample(step, device, timing.warmup, timing.reps, setup).median_us
-            for _ in range(max(1, timing.repeats))]
+# --- latency ----------------------------------------------------------------------------------------
+
+@dataclass
+class TimedRow:
+    """One row to time: its callable, the gradients it produces, and where its numbers go."""
+
+    name: str
+    fn: Callable
+    grads: tuple[str, ...]
+    sizes: dict[str, SizeResult]
+    error: Optional[ImplementationError] = None
 
 
-def _forward(ctx: ProbeContext, inputs) -> None:
+def latency_units(plan: AccuracyPlan, timing: TimingPlan) -> int:
+    """Progress units of `time_rows`: one per round of each figure and method."""
+    return len(plan.rows) * len(FIGURES) * len(METHODS) * timing.repeats * rounds_for(timing.reps, timing.block)
+
+
+def time_rows(op: Op, params: Any, rows: list[TimedRow], plan: AccuracyPlan, timing: TimingPlan,
+              device: torch.device, bandwidth_gbps: Optional[float],
+              progress: Callable[[int], None] = lambda n: None) -> None:
+    """Time every row's figures at every size, rows interleaved. A row whose call fails here gets
+    `error` set and its remaining figures skipped; the other rows go on."""
+    for size in plan.rows:
+        inputs = op.make_inputs(params, size, plan.input_seed, device)
+        for figure in FIGURES:
+            for method in METHODS:
+                subjects = []
+                for row in rows:
+                    if row.error is None and (figure == "fwd" or row.grads):
+                        try:
+                            subjects.append(_subject(row, figure, inputs, len(op.outputs)))
+                        except ImplementationError as exc:
+                            row.error = exc
+                found = interleave(subjects, device, method, timing.warmup, timing.reps, timing.repeats,
+                                   timing.block, on_error=ImplementationError, progress=progress)
+                for row in rows:
+                    timed = found.get(row.name)
+                    if timed is None:
+                        continue
+                    if timed.error is not None:
+                        row.error = timed.error
+                        continue
+                    _record(row.sizes[str(size)], latency_key(figure, method == STREAM), timed.samples)
+        del inputs
+        for row in rows:
+            if row.error is None:
+                _add_floors(op, params, size, row.sizes[str(size)], bandwidth_gbps)
+
+
+def _subject(row: TimedRow, figure: str, inputs: OpInputs, n_outputs: int) -> Subject:
+    """The timed step of one figure. Only the implementation's own calls are inside `blamed`, and the
+    steps carry no checks: at small sizes their host cost would be part of the figure."""
+    fn = blamed(row.fn)
+    run_backward = blamed(torch.autograd.backward)
+    values = list(inputs.tensors.values())
+    if figure == "fwd":
+        def forward() -> None:
+            with torch.no_grad():
+                fn(*values)
+        return Subject(row.name, forward)
+
+    leaves = make_leaves(inputs, row.grads)
     with torch.no_grad():
-        ctx.fn(*inputs.tensors.values())
+        ones = [torch.ones_like(o) for o in call(row.fn, leaves, n_outputs)]
 
+    def as_list(result) -> list[torch.Tensor]:
+        return [result] if isinstance(result, torch.Tensor) else list(result)
 
-def _fwd_bwd_fresh(ctx: ProbeContext, inputs) -> None:
-    leaves = [t.detach().clone().requires_grad_() if name in ctx.grads else t
-              for name, t in inputs.tensors.items()]
-    y = ctx.fn(*leaves)
-    y.backward(torch.ones_like(y))
+    if figure == "fwd_bwd":
+        grads, items = row.grads, list(inputs.tensors.items())
 
-
-def _net_fwd_bwd(ctx: ProbeContext, inputs, timing: TimingPlan) -> list[float]:
-    leaves = make_leaves(inputs, ctx.grads)
-    with torch.no_grad():
-        ones = torch.ones_like(ctx.fn(*leaves))
+        def fresh_fwd_bwd() -> None:
+            fresh = [t.detach().clone().requires_grad_() if name in grads else t for name, t in items]
+            outs = as_list(fn(*fresh))
+            run_backward(outs, [torch.ones_like(o) for o in outs])
+        return Subject(row.name, fresh_fwd_bwd)
 
     def clear() -> None:
         for leaf in leaves:
             leaf.grad = None
 
-    def step() -> None:
-        ctx.fn(*leaves).backward(ones)
+    def net_fwd_bwd() -> None:
+        run_backward(as_list(fn(*leaves)), ones)
 
-    return _medians(timing, step, ctx.device, setup=clear)
+    return Subject(row.name, net_fwd_bwd, setup=clear)
 
 
-def _add_floor(ctx: ProbeContext, rows: int, result: SizeResult, bandwidth_gbps: Optional[float]) -> None:
+def _record(result: SizeResult, key: str, samples: list[list[float]]) -> None:
+    setattr(result, key, median(samples[0]))
+    spreads = result.spread if result.spread is not None else {}
+    spreads[key] = _spread(samples[0])
+    if len(samples) > 1:
+        setattr(result, f"{key}_repeat", median(samples[1]))
+        spreads[f"{key}_repeat"] = _spread(samples[1])
+    result.spread = spreads
+
+
+def _spread(values: list[float]) -> Spread:
+    stats = spread_of(values)
+    return Spread(p10=stats.p10, p50=stats.p50, p90=stats.p90, n=stats.n)
+
+
+def _add_floors(op: Op, params: Any, rows: int, result: SizeResult, bandwidth_gbps: Optional[float]) -> None:
     if not bandwidth_gbps:
         return
-    result.fwd_floor_us = ctx.op.floor_bytes(ctx.params, rows, backward=False) / (bandwidth_gbps * 1e3)
-    result.fwd_floor_fraction = result.fwd_floor_us / result.fwd_us
+    fwd_floor = op.floor_bytes(params, rows, backward=False) / (bandwidth_gbps * 1e3)
+    result.fwd_floor_us = fwd_floor
+    result.fwd_floor_fraction = fwd_floor / result.fwd_us
+    result.fwd_stream_floor_fraction = _fraction(fwd_floor, result.fwd_stream_us)
     if result.fwd_bwd_us is not None:
-        result.fwd_bwd_floor_us = ctx.op.floor_bytes(ctx.params, rows, backward=True) / (bandwidth_gbps * 1e3)
-        result.fwd_bwd_floor_fraction = result.fwd_bwd_floor_us / result.fwd_bwd_us
-        result.fwd_bwd_net_floor_fraction = result.fwd_bwd_floor_us / result.fwd_bwd_net_us
+        floor = op.floor_bytes(params, rows, backward=True) / (bandwidth_gbps * 1e3)
+        result.fwd_bwd_floor_us = floor
+        result.fwd_bwd_floor_fraction = _fraction(floor, result.fwd_bwd_us)
+        result.fwd_bwd_net_floor_fraction = _fraction(floor, result.fwd_bwd_net_us)
+        result.fwd_bwd_stream_floor_fraction = _fraction(floor, result.fwd_bwd_stream_us)
+        result.fwd_bwd_net_stream_floor_fraction = _fraction(floor, result.fwd_bwd_net_stream_us)
+
+
+def _fraction(floor: float, measured: Optional[float]) -> Optional[float]:
+    return floor / measured if measured else None

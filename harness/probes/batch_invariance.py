@@ -1,5 +1,10 @@
-"""Batch invariance, bitwise: a row's output and row gradient must not depend on the batch it rides in,
+"""Batch invariance, bitwise: a row's outputs and row gradients must not depend on the batch it rides in,
 and parameter gradients must repeat run to run. Method and counts: shared/prior-art/README.md.
+
+Ops with several outputs or per-row gradients (OPERATORS.md): a row's forward differs when any of its
+outputs differs (so `fwd_differ` counts rows, or sub-batches, as in the prior art); the per-row
+gradients are compared one by one and their counts summed into `rowgrad_differ`; a sweep comparison
+differs when any output or per-row gradient of the probe row differs.
 
 Comparisons stay on the device as bool tensors and are read back once per case, so a probe costs
 the implementation's runs, not a host sync per row.
@@ -11,8 +16,8 @@ from typing import Optional
 import torch
 
 from harness.config import AllRowsPlan, SubBatchPlan, SweepPlan
-from harness.execute import Outcome, bitwise_equal, rows_differ
-from harness.probes.context import ProbeContext
+from harness.execute import Outcome, any_rows_differ, bitwise_equal, rows_differ
+from harness.probes.context import ProbeContext, select_grad_outs
 from harness.schema import (AllRowsCase, BatchInvariance, BatchSizeSweep, FullVsSubBatches,
                             SweepFailure)
 
@@ -30,8 +35,17 @@ def sweep_total(plan: SweepPlan) -> int:
     return len(plan.seeds) * (per_seed + len(plan.probe_rows()))
 
 
-def _row_grad(ctx: ProbeContext, outcome: Outcome) -> Optional[torch.Tensor]:
-    return outcome.grads[ctx.row_grad] if ctx.row_grad else None
+def _outputs_differ(a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    return any_rows_differ(list(zip(a, b)))
+
+
+def _cat_outputs(outcomes: list[Outcome]) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.cat([o.outputs[i] for o in outcomes]) for i in range(len(outcomes[0].outputs)))
+
+
+def _rowgrads_differ(ctx: ProbeContext, a: Outcome, b_grads: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """One per-row flag tensor per per-row gradient."""
+    return [rows_differ(a.grads[g], b_grads[g]) for g in ctx.row_grads]
 
 
 def all_rows(ctx: ProbeContext, plan: AllRowsPlan) -> tuple[dict[str, AllRowsCase], Optional[bool]]:
@@ -41,17 +55,19 @@ def all_rows(ctx: ProbeContext, plan: AllRowsPlan) -> tuple[dict[str, AllRowsCas
     for n in plan.batch_sizes:
         fwd = rowgrad = 0
         for seed in plan.seeds:
-            inputs, grad_out = ctx.inputs(n, seed), ctx.grad_out(n, seed)
-            full = ctx.run(inputs, grad_out)
-            again = ctx.run(inputs, grad_out)
+            inputs, grad_outs = ctx.inputs(n, seed), ctx.grad_outs(n, seed)
+            full = ctx.run(inputs, grad_outs)
+            again = ctx.run(inputs, grad_outs)
             if any(not bitwise_equal(full.grads[g], again.grads[g]) for g in ctx.param_grads):
                 repeatable = False
-            alone = [ctx.run(inputs.select_rows(ctx.rows_index([r])), grad_out[r:r + 1]) for r in range(n)]
+            alone = []
+            for r in range(n):
+                index = ctx.rows_index([r])
+                alone.append(ctx.run(inputs.select_rows(index), select_grad_outs(grad_outs, index)))
             ctx.progress(n)
-            fwd += int(rows_differ(full.output, torch.cat([a.output for a in alone])).sum())
-            if ctx.row_grad:
-                stacked = torch.cat([_row_grad(ctx, a) for a in alone])
-                rowgrad += int(rows_differ(_row_grad(ctx, full), stacked).sum())
+            fwd += int(_outputs_differ(full.outputs, _cat_outputs(alone)).sum())
+            stacked = {g: torch.cat([a.grads[g] for a in alone]) for g in ctx.row_grads}
+            rowgrad += sum(int(f.sum()) for f in _rowgrads_differ(ctx, full, stacked))
         cases[str(n)] = AllRowsCase(rows=n * len(plan.seeds), fwd_differ=fwd, rowgrad_differ=rowgrad)
     return cases, repeatable
 
@@ -60,20 +76,20 @@ def full_vs_sub_batches(ctx: ProbeContext, plan: SubBatchPlan) -> FullVsSubBatch
     """Contiguous sub-batches of one large batch against the large batch; counts sub-batches that differ."""
     count = fwd = rowgrad = 0
     for seed in plan.seeds:
-        inputs, grad_out = ctx.inputs(plan.full_batch, seed), ctx.grad_out(plan.full_batch, seed)
-        full = ctx.run(inputs, grad_out)
-        full_grad = _row_grad(ctx, full)
+        inputs, grad_outs = ctx.inputs(plan.full_batch, seed), ctx.grad_outs(plan.full_batch, seed)
+        full = ctx.run(inputs, grad_outs)
         fwd_flags, grad_flags = [], []
         for size in plan.sub_batch_sizes:
             for start in plan.starts(size):
                 index = ctx.rows_index(range(start, min(start + size, plan.full_batch)))
-                sub = ctx.run(inputs.select_rows(index), grad_out.index_select(0, index))
-                fwd_flags.append(rows_differ(full.output.index_select(0, index), sub.output).any())
-                if full_grad is not None:
-                    grad_flags.append(rows_differ(full_grad.index_select(0, index), _row_grad(ctx, sub)).any())
+                sub = ctx.run(inputs.select_rows(index), select_grad_outs(grad_outs, index))
+                picked = tuple(o.index_select(0, index) for o in full.outputs)
+                fwd_flags.append(_outputs_differ(picked, sub.outputs).any())
+                for g in ctx.row_grads:
+                    grad_flags.append(rows_differ(full.grads[g].index_select(0, index), sub.grads[g]).any())
                 count += 1
                 ctx.progress(1)
-        del full, full_grad
+        del full
         fwd += int(torch.stack(fwd_flags).sum())
         rowgrad += int(torch.stack(grad_flags).sum()) if grad_flags else 0
     return FullVsSubBatches(full_batch=plan.full_batch, sub_batch_sizes=list(plan.sub_batch_sizes),
@@ -88,18 +104,21 @@ def batch_size_sweep(ctx: ProbeContext, plan: SweepPlan) -> BatchSizeSweep:
     labels: list[tuple[int, int, int, int]] = []  # (seed, batch, position, row) per comparison
     flags: list[torch.Tensor] = []
     for seed in plan.seeds:
-        inputs, grad_out = ctx.inputs(n, seed), ctx.grad_out(n, seed)
+        inputs, grad_outs = ctx.inputs(n, seed), ctx.grad_outs(n, seed)
         gen = torch.Generator().manual_seed(seed)
-        alone = {r: ctx.run(inputs.select_rows(ctx.rows_index([r])), grad_out[r:r + 1]) for r in probes}
+
+        def run_rows(order: list[int]) -> Outcome:
+            index = ctx.rows_index(order)
+            return ctx.run(inputs.select_rows(index), select_grad_outs(grad_outs, index))
+
+        alone = {r: run_rows([r]) for r in probes}
 
         def compare(order: list[int], position: int, row: int) -> None:
-            index = ctx.rows_index(order)
-            out = ctx.run(inputs.select_rows(index), grad_out.index_select(0, index))
-            differ = rows_differ(out.output[position:position + 1], alone[row].output)
-            if ctx.row_grad:
-                differ = differ | rows_differ(_row_grad(ctx, out)[position:position + 1],
-                                              _row_grad(ctx, alone[row]))
-            flags.append(differ.any())
+            out = run_rows(order)
+            at = slice(position, position + 1)
+            pairs = [(o[at], a) for o, a in zip(out.outputs, alone[row].outputs)]
+            pairs += [(out.grads[g][at], alone[row].grads[g]) for g in ctx.row_grads]
+            flags.append(any_rows_differ(pairs).any())
             labels.append((seed, len(order), position, row))
 
         for m in sizes:

@@ -1,14 +1,14 @@
 """What every probe receives: the op, its parameters, one loaded implementation, the device."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ContextManager, Optional
 
 import torch
 
-from harness.adapter import OpCallable
 from harness.execute import Outcome, execute
-from harness.ops.base import Op, OpInputs
+from harness.ops.base import Op, OpInputs, Reference
 
 Progress = Callable[[int], None]  # advance by n units of the probe's declared total
 
@@ -21,28 +21,42 @@ def _no_progress(_n: int) -> None:
 class ProbeContext:
     op: Op
     params: Any
-    fn: OpCallable
+    fn: Callable
     grads: tuple[str, ...]
     device: torch.device
     reference_variant: str
     progress: Progress = field(default=_no_progress)
+    # A global mode with no float64 path is switched off around the reference (harness/modes).
+    reference_guard: Callable[[], ContextManager] = field(default=contextlib.nullcontext)
 
     @property
-    def row_grad(self) -> Optional[str]:
-        return self.op.row_grad if self.op.row_grad in self.grads else None
+    def row_grads(self) -> tuple[str, ...]:
+        return tuple(g for g in self.op.row_grads if g in self.grads)
 
     @property
     def param_grads(self) -> tuple[str, ...]:
         return tuple(g for g in self.op.param_grads if g in self.grads)
 
+    @property
+    def n_outputs(self) -> int:
+        return len(self.op.outputs)
+
     def inputs(self, rows: int, seed: int) -> OpInputs:
         return self.op.make_inputs(self.params, rows, seed, self.device)
 
-    def grad_out(self, rows: int, seed: int) -> torch.Tensor:
-        return self.op.make_grad_out(self.params, rows, seed, self.device)
+    def grad_outs(self, rows: int, seed: int) -> tuple[torch.Tensor, ...]:
+        return self.op.make_grad_outs(self.params, rows, seed, self.device)
 
-    def run(self, inputs: OpInputs, grad_out: torch.Tensor) -> Outcome:
-        return execute(self.fn, inputs, grad_out, self.grads)
+    def run(self, inputs: OpInputs, grad_outs: tuple[torch.Tensor, ...]) -> Outcome:
+        return execute(self.fn, inputs, grad_outs, self.grads, self.n_outputs)
+
+    def reference(self, inputs: OpInputs, grad_outs: Optional[tuple[torch.Tensor, ...]]) -> Reference:
+        with self.reference_guard():
+            return self.op.reference(self.params, inputs, grad_outs, self.grads, self.reference_variant)
 
     def rows_index(self, rows: list[int] | range) -> torch.Tensor:
         return torch.as_tensor(list(rows), dtype=torch.long, device=self.device)
+
+
+def select_grad_outs(grad_outs: tuple[torch.Tensor, ...], index: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return tuple(g.index_select(0, index) for g in grad_outs)

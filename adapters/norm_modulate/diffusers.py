@@ -6,12 +6,14 @@ from importlib import metadata
 import torch
 
 from harness.adapter import Adapter, Loaded
+from harness.ops.norm_modulate import NormModulateParams
 
 
-def _load(device: torch.device) -> Loaded:
+def _load(device: torch.device, params: NormModulateParams) -> Loaded:
+    eps = params.eps
     import torch.nn.functional as F
 
-    def composition(x, w, sh, sc, idx, eps: float = 1e-5):
+    def composition(x, w, sh, sc, idx):
         n = F.rms_norm(x, (x.shape[-1],), w, eps)
         return n * (1 + sc.index_select(0, idx)) + sh.index_select(0, idx)
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 import torch
 
 from harness.adapter import Adapter, Loaded
+from harness.ops.norm_modulate import NormModulateParams
 
 
-def _load(device: torch.device) -> Loaded:
+def _load(device: torch.device, params: NormModulateParams) -> Loaded:
+    eps = params.eps
     import torch.nn.functional as F
 
-    def norm_only(x, w, sh, sc, idx, eps: float = 1e-5):
+    def norm_only(x, w, sh, sc, idx):
         return F.rms_norm(x, (x.shape[-1],), w, eps)
 
     return Loaded(fn=norm_only, source="torch F.rms_norm (no modulation)")

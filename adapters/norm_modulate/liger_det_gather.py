@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import torch
 
-from adapters.liger import liger_modulated, liger_version, load_liger_function
+from adapters.norm_modulate.liger import liger_modulated, liger_version, load_liger_function
 from harness.adapter import Adapter, Loaded
+from harness.ops.norm_modulate import NormModulateParams
 
 
-def _load(device: torch.device) -> Loaded:
+def _load(device: torch.device, params: NormModulateParams) -> Loaded:
+    eps = params.eps
     if device.type != "cuda":
         raise RuntimeError(f"needs CUDA (Liger's Triton kernel), got device {device}")
     function = load_liger_function()
     from kernels.row_gather import deterministic_row_gather
 
-    def fn(x, w, sh, sc, idx, eps: float = 1e-5):
+    def fn(x, w, sh, sc, idx):
         return liger_modulated(function, x, w, deterministic_row_gather(sh, idx), deterministic_row_gather(sc, idx),
                                eps)
 

@@ -12,6 +12,7 @@ from importlib import metadata
 import torch
 
 from harness.adapter import Adapter, Loaded
+from harness.ops.norm_modulate import NormModulateParams
 
 
 def _import_te_pytorch():
@@ -28,13 +29,14 @@ def _import_te_pytorch():
     return te
 
 
-def _load(device: torch.device) -> Loaded:
+def _load(device: torch.device, params: NormModulateParams) -> Loaded:
+    eps = params.eps
     if device.type != "cuda":
         raise RuntimeError(f"needs CUDA, got device {device}")
     te = _import_te_pytorch()
     modules: dict = {}
 
-    def fn(x, w, sh, sc, idx, eps: float = 1e-5):
+    def fn(x, w, sh, sc, idx):
         key = (w.shape[0], x.device, eps)
         module = modules.get(key)
         if module is None:

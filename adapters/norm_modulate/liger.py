@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from harness.adapter import Adapter, Loaded, installed_version
+from harness.ops.norm_modulate import NormModulateParams
 
 MODULE = "liger_kernel.ops.modulated_rms_norm"
 
@@ -29,12 +30,13 @@ def liger_modulated(function, x, w, shift_rows, scale_rows, eps: float):
     return function.apply(x, w, scale_rows, shift_rows, eps, 0.0, "llama", False)
 
 
-def _load(device: torch.device) -> Loaded:
+def _load(device: torch.device, params: NormModulateParams) -> Loaded:
+    eps = params.eps
     if device.type != "cuda":
         raise RuntimeError(f"needs CUDA (Triton kernel), got device {device}")
     function = load_liger_function()
 
-    def fn(x, w, sh, sc, idx, eps: float = 1e-5):
+    def fn(x, w, sh, sc, idx):
         return liger_modulated(function, x, w, sh.index_select(0, idx), sc.index_select(0, idx), eps)
 
     return Loaded(fn=fn, source=f"Liger {liger_version()} modulated RMSNorm + index_select")

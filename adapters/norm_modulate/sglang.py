@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from harness.adapter import Adapter, Loaded, installed_version
+from harness.ops.norm_modulate import NormModulateParams
 
 MODULE = "sglang.kernels.ops.diffusion.norm.scale_residual_norm_cutedsl"
 # fused_norm_scale_shift imports this on every call (a Blackwell-only LayerNorm fast path that
@@ -16,7 +17,8 @@ MODULE = "sglang.kernels.ops.diffusion.norm.scale_residual_norm_cutedsl"
 CALL_TIME_MODULE = "sglang.kernels.kda_kernels.norm_scale_shift_jit"
 
 
-def _load(device: torch.device) -> Loaded:
+def _load(device: torch.device, params: NormModulateParams) -> Loaded:
+    eps = params.eps
     if device.type != "cuda":
         raise RuntimeError(f"needs CUDA (CuTe DSL kernel), got device {device}")
     from adapters._sglang_import import ensure_cutlass_dsl_on_path, import_sglang_module
@@ -25,7 +27,7 @@ def _load(device: torch.device) -> Loaded:
     fused_norm_scale_shift = import_sglang_module(MODULE).fused_norm_scale_shift
     import_sglang_module(CALL_TIME_MODULE)
 
-    def fn(x, w, sh, sc, idx, eps: float = 1e-5):
+    def fn(x, w, sh, sc, idx):
         scale, shift = sc.index_select(0, idx), sh.index_select(0, idx)
         return fused_norm_scale_shift(x[None], w, None, scale[None], shift[None], "rms", eps)[0]
 

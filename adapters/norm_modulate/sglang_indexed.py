@@ -9,18 +9,20 @@ from __future__ import annotations
 import torch
 
 from harness.adapter import Adapter, Loaded, installed_version
+from harness.ops.norm_modulate import NormModulateParams
 
 MODULE = "sglang.kernels.ops.diffusion.norm.rmsnorm_scale_shift_triton"
 
 
-def _load(device: torch.device) -> Loaded:
+def _load(device: torch.device, params: NormModulateParams) -> Loaded:
+    eps = params.eps
     if device.type != "cuda":
         raise RuntimeError(f"needs CUDA (Triton kernel), got device {device}")
     from adapters._sglang_import import import_sglang_module
 
     rmsnorm_indexed_scale_shift = import_sglang_module(MODULE).rmsnorm_indexed_scale_shift
 
-    def fn(x, w, sh, sc, idx, eps: float = 1e-5):
+    def fn(x, w, sh, sc, idx):
         if sh.stride() != sc.stride():
             sh, sc = sh.contiguous(), sc.contiguous()
         return rmsnorm_indexed_scale_shift(x.contiguous(), w, sh, sc, idx, eps)

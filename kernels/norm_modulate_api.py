@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from kernels import norm_modulate as K
-from kernels.norm_modulate import interpreter_active
+from kernels.common import interpreter_active
 
 _FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 _INDEX = (torch.int32, torch.int64)

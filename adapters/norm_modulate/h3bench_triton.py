@@ -6,10 +6,13 @@ from importlib import metadata
 import torch
 
 from harness.adapter import Adapter, Loaded
+from harness.ops.norm_modulate import NormModulateParams
 
 
-def _load(device: torch.device) -> Loaded:
-    from kernels.api import interpreter_active, norm_modulate
+def _load(device: torch.device, params: NormModulateParams) -> Loaded:
+    from kernels.norm_modulate_api import interpreter_active, norm_modulate
+
+    eps = params.eps
 
     if device.type != "cuda" and not interpreter_active():
         raise RuntimeError(f"Triton needs a CUDA device here ({device}); set TRITON_INTERPRET=1 "
@@ -17,7 +20,7 @@ def _load(device: torch.device) -> Loaded:
 
     def fused(x, w, sh, sc, idx):
         # The range check is a host sync; rows with a bad index come out NaN instead (never silent).
-        return norm_modulate(x, w, sh, sc, idx, check_index=False)
+        return norm_modulate(x, w, sh, sc, idx, eps, check_index=False)
 
     where = "Triton interpreter" if interpreter_active() else "CUDA"
     return Loaded(fn=fused, source=f"h3bench Triton norm_modulate (triton {metadata.version('triton')}, "

@@ -1,0 +1,115 @@
+"""Modes in child processes, and one evidence file out of the parts.
+
+A global mode patches aten for the whole process and reads its environment when CUDA and triton start,
+so every mode but `plain` runs as `h3bench run ... --mode NAME --in-process --out PART` in a child process
+with the mode's variables set from the start. The children are jobs of the fan-out scheduler
+(harness/fanout.py) on the run's one device, one after another. A child that exits non-zero, writes
+no part file or outlives its timeout makes its mode `{"unavailable": "<what happened>"}`; the other modes
+are unaffected. The parts are merged with harness.merge, which refuses parts measured on different GPUs,
+torch builds or plans.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+
+from harness import environment, fanout
+from harness.merge import merge
+from harness.modes import ModeSpec
+from harness.ops.base import Op
+from harness.schema import Evidence, SchemaError, UnavailableMode, load
+
+if TYPE_CHECKING:
+    from harness.runner import Observer, RunRequest
+
+CHILD_MODULE = "harness.cli"
+# How long a mode's child may run when the request names no limit: a full plan of the heaviest op takes
+# minutes on an H200; an hour means it hangs.
+DEFAULT_TIMEOUT_S = 3600.0
+
+
+def child_argv(request: "RunRequest", mode: str, part: Path) -> tuple[str, ...]:
+    if not request.child_args:
+        raise ValueError(f"mode {mode} runs in a child process: the request must carry child_args "
+                         "(the CLI arguments that select the same op, plan and rows)")
+    return (sys.executable, "-m", CHILD_MODULE, "run", *request.child_args, "--mode", mode, "--in-process",
+            "--out", str(part), "--no-render", "--quiet")
+
+
+def device_slot(device: torch.device) -> str:
+    """The scheduler's name for the run's device: its CUDA index, or "cpu"."""
+    if device.type != "cuda":
+        return fanout.CPU
+    return str(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def run_modes(request: "RunRequest", specs: Sequence[ModeSpec],
+              observer: "Observer") -> dict[str, Evidence | UnavailableMode]:
+    """Each mode's part, measured by a child process; a failed child's mode is an UnavailableMode part."""
+    if request.device.type == "cuda":
+        torch.cuda.empty_cache()  # the children need the memory this process's cache holds
+    with tempfile.TemporaryDirectory(prefix="h3bench-modes-", dir=request.work_dir) as tmp:
+        jobs = [fanout.Job(key=spec.name, argv=child_argv(request, spec.name, Path(tmp) / f"{spec.name}.json"),
+                           out=Path(tmp) / f"{spec.name}.json", cost_s=1.0,
+                           timeout_s=request.mode_timeout_s or DEFAULT_TIMEOUT_S,
+                           env=_child_environment(spec))
+                for spec in specs]
+        observer.phase_started("modes", f"{len(jobs)} mode(s) in child processes", len(jobs))
+        outcomes = fanout.run_jobs(jobs, [device_slot(request.device)], retries=0,
+                                   on_event=lambda e: observer.advance(1) if e.kind in ("finished", "failed") else None)
+        observer.phase_finished()
+        return {spec.name: _part(spec, outcome) for spec, outcome in zip(specs, outcomes)}
+
+
+def _child_environment(spec: ModeSpec) -> dict[str, str]:
+    env = dict(spec.environment)
+    # The child must import this checkout's harness, installed or not.
+    root = str(environment.REPO_ROOT)
+    path = os.environ.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = root if not path else f"{root}{os.pathsep}{path}"
+    return env
+
+
+def _part(spec: ModeSpec, outcome: fanout.Outcome) -> Evidence | UnavailableMode:
+    if not outcome.ok:
+        return UnavailableMode(unavailable=f"child process: {outcome.error}")
+    try:
+        part = load(outcome.job.out)
+    except (OSError, SchemaError) as exc:
+        return UnavailableMode(unavailable=f"child process wrote no valid part file: {exc}")
+    if list(part.results) != [spec.name]:
+        raise RuntimeError(f"the child for mode {spec.name} wrote results for {list(part.results)}")
+    return part
+
+
+def combine(op: Op, request: "RunRequest", parts: Sequence[Evidence | UnavailableMode]) -> Evidence:
+    """One evidence file from the modes' parts, in the requested mode order."""
+    from harness.runner import evidence_of, mode_variables, timing_record
+    from harness.modes import get_mode
+
+    measured = [p for p in parts if isinstance(p, Evidence)]
+    if measured:
+        combined = measured[0]
+        for part in measured[1:]:
+            combined = merge(combined, part)
+    else:  # every mode failed in its child: the environment is this process's
+        env = environment.capture(request.device, {}, request.measure_bandwidth,
+                                  timing_record(request.config, request.device))
+        combined = evidence_of(op, request, env, {})
+    ordered: dict = {}
+    for name, part in zip(request.modes, parts):
+        if isinstance(part, UnavailableMode):
+            ordered[name] = part
+            combined.environment.mode_environment.setdefault(name, mode_variables(get_mode(name)))
+        else:
+            ordered[name] = combined.results[name]
+    combined.results = ordered
+    combined.environment.mode_environment = {name: combined.environment.mode_environment[name]
+                                             for name in request.modes}
+    combined.command = request.command or None
+    return combined

@@ -1,0 +1,186 @@
+"""Pieces every h3bench Triton kernel uses: launching, rounding, and the fixed-order segmented reduction.
+
+Launching (`launch`): `kernel[grid](*args, **meta)` minus triton's per-call Python.
+
+On the lent H200 VM `kernel[grid](...)` costs 16 us of host time in a tight loop and ~58 us inside a
+forward+backward, where the norm_modulate backward is host-bound (kernels/NOTES.md, v12); calling the
+compiled kernel's own launcher costs 7 us. What is skipped: triton's option parsing, its cache-key
+string, the check of global values, grid canonicalization and launch metadata.
+
+What is kept, so nothing can launch a kernel compiled for other arguments: triton's own binder runs on
+every call, and the compiled kernel is looked up by the specialization it returns (dtypes, 16-byte
+alignment of pointers, divisibility of integers, constexpr values) plus the launch options. A miss
+goes through `kernel[grid]`, which compiles if needed, and remembers the result. The plain path is
+taken whenever the fast one could differ: under the interpreter, with a launch hook installed (a
+profiler's), on a triton whose internals do not look as expected, or with H3BENCH_FAST_LAUNCH=0.
+
+The fixed-order segmented reduction (parameter gradients of gathered tables): the rows are split into
+fixed chunks, one per program (`split_rows`: a function of the row count and the GPU's SM count only);
+a program sorts its chunk by segment (`local_order`, a stable counting sort in registers) and walks the
+segments in turn, each in ascending row order, accumulating in fp32 and writing one partial row per
+(program, segment); `sum_partials` then adds, per column, the partials of programs 0, 1, ... in tiles
+of P_TILE (a fixed tl.sum tree per tile, tiles left to right). No atomics: the order depends on the
+inputs' indices and sizes only, so the sums repeat bitwise run to run.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+try:
+    from triton import knobs as _knobs
+except ImportError:  # a triton without knobs: `_hooks_installed` then always sends launches the plain way
+    _knobs = None
+
+ENABLED = os.environ.get("H3BENCH_FAST_LAUNCH", "1") != "0"
+# Read once, as triton does when it decorates a kernel: the interpreter cannot be switched on later.
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+_COMPILED: dict = {}
+
+
+def _hook_set(hook) -> bool:
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def _hooks_installed() -> bool:
+    """A launch hook is set. Triton 3.6 keeps them as HookChain objects, empty unless one was added."""
+    if _knobs is None:
+        return True
+    return _hook_set(_knobs.runtime.launch_enter_hook) or _hook_set(_knobs.runtime.launch_exit_hook)
+
+
+def launch(kernel, grid: tuple[int, ...], *args, **meta) -> None:
+    if not ENABLED or INTERPRETED:
+        kernel[grid](*args, **meta)
+        return
+    device = torch.cuda.current_device()
+    try:
+        binder = kernel.device_caches[device][4]
+        bound, specialization, _ = binder(*args, **meta)
+        key = (kernel, device, tuple(specialization), tuple(meta.items()))
+        compiled = _COMPILED.get(key)
+    except Exception:  # a triton whose internals differ: its own path is always right
+        kernel[grid](*args, **meta)
+        return
+    if compiled is None or _hooks_installed():
+        compiled = kernel[grid](*args, **meta)
+        if compiled is not None and not hasattr(compiled, "result"):  # not an async-compile future
+            _COMPILED[key] = compiled
+        return
+    g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
+    compiled.run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(device), compiled.function,
+                 compiled.packed_metadata, None, None, None, *bound.values())
+
+
+def interpreter_active() -> bool:
+    """TRITON_INTERPRET is on: kernels run on the CPU, and bf16 stores are rounded by hand."""
+    return INTERPRETED
+
+
+def require_triton_device(device: torch.device) -> None:
+    """Triton runs on CUDA, or on the CPU under its interpreter: say so before anything is launched."""
+    if device.type != "cuda" and not INTERPRETED:
+        raise RuntimeError(f"Triton needs a CUDA device here ({device}); set TRITON_INTERPRET=1 before triton "
+                           "is imported to run it under the interpreter")
+
+
+# The interpreter's fp32 -> bf16 cast truncates: round by hand there (`rounded`).
+BY_HAND = INTERPRETED
+
+
+@functools.lru_cache(maxsize=None)
+def sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def split_rows(rows: int, device: torch.device, programs_per_sm: int, chunk_limit: int) -> tuple[int, int]:
+    """(programs, rows per program) of a fixed-order reduction over `rows` rows: about `programs_per_sm`
+    programs per SM, each with at most `chunk_limit` rows, every program at least one row. The split is
+    part of the summation order, so it depends on the row count and the device only. The interpreter
+    runs programs one after another: as few as possible there."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        target = sm_count(index) * programs_per_sm
+    else:
+        target = 1
+    chunk = triton.cdiv(rows, max(1, min(target, rows)))
+    chunk = min(chunk, chunk_limit)
+    return triton.cdiv(rows, chunk), chunk
+
+
+def param_tile(programs: int, limit: int) -> int:
+    """Partial rows per tl.sum when summing partials: all of them in one tile up to `limit`."""
+    return min(limit, triton.next_power_of_2(programs))
+
+
+# --- Triton pieces ------------------------------------------------------------------------------------
+
+@triton.jit
+def rounded(v, dtype: tl.constexpr, BY_HAND: tl.constexpr):
+    """fp32 -> `dtype`, rounding to nearest even. The GPU's cast does that; the Triton interpreter's
+    fp32 -> bf16 cast truncates, so there (BY_HAND) the rounding is done on the bits first and the
+    cast is exact. The hand version costs 17 us per forward on the H200 (kernels/NOTES.md)."""
+    if BY_HAND:
+        if dtype == tl.bfloat16:
+            bits = v.to(tl.uint32, bitcast=True)
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+            v = tl.where(v != v, v, bits.to(tl.float32, bitcast=True))  # NaN stays NaN
+    return v.to(dtype)
+
+
+@triton.jit
+def segment(idx, ok, M):
+    """Segment of each row: its table row, M for an index out of range, M + 1 for padding."""
+    seg = tl.where((idx < 0) | (idx >= M), M, idx).to(tl.int32)  # compared as loaded: no wrap
+    return tl.where(ok, seg, M + 1)
+
+
+@triton.jit
+def local_order(IDX, ORDER, pid, lo, n, M, CMAX: tl.constexpr, K_P2: tl.constexpr):
+    """A stable counting sort of this program's rows lo .. lo + n - 1 by segment (table row, M for a
+    bad index): writes their offsets from lo, grouped by segment and ascending within each, to
+    ORDER[pid * CMAX + 0 .. n - 1]; returns where each segment starts in that list and its length."""
+    i = tl.arange(0, CMAX)
+    ok = i < n
+    seg = segment(tl.load(IDX + lo + i, mask=ok, other=0), ok, M)
+    ks = tl.arange(0, K_P2)
+    onehot = (seg[:, None] == ks[None, :]).to(tl.int32)
+    counts = tl.where(ks <= M, tl.sum(onehot, axis=0), 0)   # segment M + 1 is padding
+    starts = tl.cumsum(counts, axis=0) - counts
+    rank = tl.sum((tl.cumsum(onehot, axis=0) - onehot) * onehot, axis=1)
+    slot = tl.sum(onehot * starts[None, :], axis=1) + rank
+    tl.store(ORDER + pid * CMAX + slot, i, mask=ok)
+    tl.debug_barrier()  # the loop below reads the list back, each thread other threads' writes
+    return starts, counts
+
+
+@triton.jit
+def pick(vector, ks, k):
+    """vector[k] for a scalar k (a register vector cannot be indexed)."""
+    return tl.sum(tl.where(ks == k, vector, 0), axis=0)
+
+
+@triton.jit
+def program_rows(IDX, ORDER, n_rows, M, CHUNK, CMAX: tl.constexpr, K_P2: tl.constexpr):
+    """This program's rows lo .. lo + n - 1, sorted by segment (`local_order`)."""
+    pid = tl.program_id(0)
+    lo = pid * CHUNK
+    n = tl.minimum(CHUNK, n_rows - lo)
+    starts, counts = local_order(IDX, ORDER, pid, lo, n, M, CMAX, K_P2)
+    return pid, lo, n, starts, counts
+
+
+@triton.jit
+def sum_partials(P, count, stride, cols, col_ok, P_TILE: tl.constexpr):
+    """Rows 0 .. count - 1 of P (row p at P + p * stride) summed per column in fp32: tiles of P_TILE
+    rows, each by a fixed tl.sum tree, added left to right."""
+    acc = tl.zeros(cols.shape, dtype=tl.float32)
+    for p0 in range(0, count, P_TILE):
+        p = p0 + tl.arange(0, P_TILE)
+        mask = (p < count)[:, None] & col_ok[None, :]
+        acc += tl.sum(tl.load(P + p.to(tl.int64)[:, None] * stride + cols[None, :], mask=mask, other=0.0), axis=0)
+    return acc

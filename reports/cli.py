@@ -1,0 +1,95 @@
+"""The `h3bench` program: harness's measuring commands (run, list, env, validate) plus the ones that read
+evidence (report, compare, merge), and the renderers `run` calls after writing its JSON.
+
+harness/ never imports reports/ (data flows one way: measurements -> JSON -> renderings), so the two
+halves meet here.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from harness import cli as harness_cli
+from harness.cli import app, fail
+
+__all__ = ["app", "main"]
+
+
+def render_after_run(paths: list[Path], console: Console) -> list[Path]:
+    """Markdown, HTML and plots beside each evidence file; an index page when a run wrote several."""
+    from reports.index import write_index
+    from reports.render import render_all
+
+    written: list[Path] = []
+    for path in paths:
+        written += render_all(path)
+    if len(paths) > 1:
+        written += write_index(paths, Path(paths[0]).parent)
+    return written
+
+
+harness_cli.RENDER_HOOKS.append(render_after_run)
+
+
+@app.command()
+def report(file: Path = typer.Argument(..., help="Evidence JSON."),
+           out: Optional[Path] = typer.Option(None, "--out", help="Folder for the rendered files."),
+           quiet: bool = typer.Option(False, "--quiet")):
+    """Render Markdown, HTML and plots from an evidence file."""
+    from reports.commands import report as render_report
+
+    try:
+        paths = render_report(file, out, quiet)
+    except Exception as exc:
+        fail(f"{file}: {exc}", 1)
+    if not quiet:
+        print("\n".join(str(p) for p in paths))
+
+
+@app.command()
+def compare(old: Path = typer.Argument(...), new: Path = typer.Argument(...)):
+    """What changed between two evidence files; non-zero exit on a regression."""
+    from reports.commands import compare_files
+
+    try:
+        code = compare_files(old, new)
+    except Exception as exc:
+        fail(str(exc), 2)
+    raise typer.Exit(code)
+
+
+@app.command()
+def merge(files: List[Path] = typer.Argument(..., help="Evidence files of the same op."),
+          out: Path = typer.Option(..., "-o", "--out", help="Merged evidence JSON.")):
+    """Combine rows measured in separate runs; refuses differing GPU, torch or mode."""
+    from reports.commands import merge_files
+
+    try:
+        path = merge_files(files, out)
+    except Exception as exc:
+        fail(str(exc), 2)
+    print(path)
+
+
+@app.command()
+def index(files: List[Path] = typer.Argument(..., help="Evidence files, one per op."),
+          out: Path = typer.Option(Path("."), "--out", help="Folder for index.md and index.html.")):
+    """One Markdown/HTML page linking several ops' evidence files, with each row's verdict."""
+    from reports.index import write_index
+
+    try:
+        paths = write_index(files, out)
+    except Exception as exc:
+        fail(str(exc), 2)
+    print("\n".join(str(p) for p in paths))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
