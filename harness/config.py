@@ -159,7 +159,11 @@ def _config_file(*parts: str) -> Path:
 
 
 def builtin_config_path(op: str, quick: bool) -> Path:
-    path = _config_file(op, "quick.toml" if quick else "default.toml")
+    """configs/<op>/default.toml or quick.toml; an op registered from elsewhere may name its own folder
+    (`config_dir`)."""
+    name = "quick.toml" if quick else "default.toml"
+    folder = getattr(get_op(op), "config_dir", None)
+    path = Path(folder) / name if folder else _config_file(op, name)
     if not path.is_file():
         raise ConfigError(f"no built-in {'quick ' if quick else ''}config for op {op!r} ({path})")
     return path

@@ -70,13 +70,15 @@ def _fmt(value: Optional[float], spec: str) -> str:
 
 def summary_table(evidence: Evidence) -> Table:
     """One line per row at the largest row count: the columns a reader decides on, narrow enough for
-    an 80-column terminal (mode and size go in the title, the full detail in the rendered report)."""
+    an 80-column terminal (mode and size go in the title, the full detail in the rendered report).
+    Latencies in us: fwd and net fwd+bwd per-sample synchronized, and back to back ("st"); floor: the
+    back-to-back forward's fraction of its memory floor."""
     sizes = sizes_of(evidence)
     size = sizes[-1] if sizes else "-"
     table = Table(title=f"{evidence.op} on {evidence.environment.gpu or evidence.environment.device}"
                         f"{' (quick)' if evidence.quick else ''}, R = {size}", box=box.SIMPLE_HEAD,
                   padding=(0, 0), pad_edge=False, caption_justify="left")
-    for column in ("row", "invariant", "params", "fwd err", "grd err", "fwd us", "f+b us", "net us",
+    for column in ("row", "invariant", "params", "fwd err", "grd err", "fwd", "fwd st", "net", "net st",
                    "floor"):
         table.add_column(column, justify="left" if column == "row" else "right", no_wrap=True)
     unavailable = []
@@ -98,8 +100,8 @@ def summary_table(evidence: Evidence) -> Table:
                 label, "[green]yes[/]" if bi.batch_invariant else "[red]no[/]",
                 {True: "yes", False: "[red]no[/]", None: "n/a"}[bi.params_repeatable],
                 _fmt(result.fwd_rel_err, ".1e"), _fmt(max(grads.values()) if grads else None, ".1e"),
-                _fmt(result.fwd_us, ".0f"), _fmt(result.fwd_bwd_us, ".0f"), _fmt(result.fwd_bwd_net_us, ".0f"),
-                _fmt(result.fwd_floor_fraction, ".0%"))
+                _fmt(result.fwd_us, ".0f"), _fmt(result.fwd_stream_us, ".0f"), _fmt(result.fwd_bwd_net_us, ".0f"),
+                _fmt(result.fwd_bwd_net_stream_us, ".0f"), _fmt(result.fwd_stream_floor_fraction, ".0%"))
     if unavailable:
         table.caption = "unavailable (-): " + "; ".join(unavailable)
     return table

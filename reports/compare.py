@@ -4,8 +4,9 @@ A regression is one of:
 - a verdict lost: `batch_invariant` or `params_repeatable` went from true to false;
 - a measured row that became unavailable, or (unless allowed) a row of the old file missing from the new;
 - a relative error that grew by more than `Thresholds.error_factor`, or a gradient no longer produced;
-- a latency slower by more than `Thresholds.latency_noise` (relative), on the same GPU model only,
-  at the largest row count both files measured (smaller ones are shown, not judged: see LATENCY_NOISE).
+- a latency slower than its measured noise allows (`allowed_slowdown`), on the same GPU model and by
+  the same timing method only, at the largest row count both files measured (smaller ones are shown,
+  not judged: see LATENCY_NOISE).
 """
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from harness.schema import Evidence, Row, RowResult, SizeResult, UnavailableRow
+from harness.schema import Evidence, Row, RowResult, SizeResult, UnavailableMode, UnavailableRow
 from reports import fmt
-from reports.table import size_key
+from harness.schema import size_key
 
 # Why 1.5: the probes feed identical inputs (fixed seeds) to a deterministic kernel, so a bf16 error is
 # reproduced bit for bit on the same software and hardware: any change at all there is a code change.
@@ -35,7 +36,18 @@ ERROR_GROWTH_FACTOR = 1.5
 # so only the largest common size is judged, and each file contributes the better of its two timings.
 LATENCY_NOISE = 0.10
 
-LATENCY_KEYS = ("fwd_us", "fwd_bwd_us", "fwd_bwd_net_us")
+# When both files carry their samples' spread (h3bench records p10/p90 per figure), the allowed slow-down
+# is the measured noise instead: the larger of the two files' relative p10-p90 width and of the distance
+# between a figure's two timings, and never under MIN_LATENCY_NOISE. Example from the H200 (issue 9): the
+# same net fwd+bwd took 626.6 us and then 550.2 us in one run (12%); its samples' p10-p90 showed it.
+MIN_LATENCY_NOISE = 0.03
+
+LATENCY_KEYS = ("fwd_us", "fwd_bwd_us", "fwd_bwd_net_us", "fwd_stream_us", "fwd_bwd_stream_us",
+                "fwd_bwd_net_stream_us")
+# What the latencies of files without a timing record mean (shared/prior-art/README.md: the RFC's script
+# synchronizes after each sample; h3bench before issue 9 recorded back-to-back samples under fwd_us).
+RFC_SCRIPT_METHOD = "synchronized (the RFC script, shared/prior-art/README.md)"
+OLD_H3BENCH_METHOD = "back-to-back (h3bench before its timing record)"
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,7 @@ class Quantity:
     old: float
     new: float
     regression: bool
+    allowed: Optional[float] = None  # latency only: the relative slow-down the measured noise allows
 
     @property
     def ratio(self) -> float:
@@ -135,6 +148,27 @@ def _best_timing(result: SizeResult, key: str) -> Optional[float]:
     return min(values) if values else None
 
 
+def measured_noise(result: SizeResult, key: str) -> Optional[float]:
+    """How far this file's own samples say the figure moves: the relative p10-p90 width of its timings
+    and the distance between its two timings; None without recorded spreads."""
+    spreads = result.spread or {}
+    found = [spreads[k] for k in (key, f"{key}_repeat") if k in spreads]
+    if not found:
+        return None
+    widths = [(s.p90 - s.p10) / s.p50 for s in found if s.p50 > 0]
+    first, second = getattr(result, key), getattr(result, f"{key}_repeat", None)
+    if first and second:
+        widths.append(abs(first - second) / min(first, second))
+    return max(widths) if widths else None
+
+
+def allowed_slowdown(old: SizeResult, new: SizeResult, key: str, fallback: float) -> float:
+    noises = [measured_noise(old, key), measured_noise(new, key)]
+    if any(n is None for n in noises):
+        return fallback
+    return max(MIN_LATENCY_NOISE, *noises)
+
+
 def _latency_quantities(size: str, old: SizeResult, new: SizeResult, noise: float,
                         judged: bool) -> list[Quantity]:
     out = []
@@ -142,7 +176,8 @@ def _latency_quantities(size: str, old: SizeResult, new: SizeResult, noise: floa
         o, n = _best_timing(old, key), _best_timing(new, key)
         if o is None or n is None:
             continue
-        out.append(Quantity(f"{size} {key}", o, n, judged and o > 0 and n / o > 1 + noise))
+        allowed = allowed_slowdown(old, new, key, noise)
+        out.append(Quantity(f"{size} {key}", o, n, judged and o > 0 and n / o > 1 + allowed, allowed))
     return out
 
 
@@ -193,7 +228,7 @@ def _regressions(change: RowChange, thresholds: Thresholds) -> list[Regression]:
         if q.regression:
             out.append(Regression(*where, "latency", f"{change.row} {q.name} {fmt.us(q.old)} -> "
                                                      f"{fmt.us(q.new)} µs ({fmt.ratio(q.ratio)}, limit "
-                                                     f"{1 + thresholds.latency_noise:.2f}x)"))
+                                                     f"{1 + q.allowed:.2f}x from the measured noise)"))
     return out
 
 
@@ -213,15 +248,28 @@ def _row_change(mode: str, name: str, old: Optional[Row], new: Optional[Row], th
     return RowChange(mode, name, "unavailable", notes=[new.unavailable])
 
 
+def timing_method(evidence: Evidence) -> str:
+    """How the file's `*_us` latencies were sampled: its timing record, or what its provenance says."""
+    record = evidence.environment.timing
+    if record is not None:
+        return f"{record.sample} ({record.timer})"
+    return RFC_SCRIPT_METHOD if evidence.h3bench_commit is None else OLD_H3BENCH_METHOD
+
+
 def compare(old: Evidence, new: Evidence, thresholds: Thresholds = Thresholds()) -> Comparison:
     old_gpu, new_gpu = old.environment.gpu, new.environment.gpu
-    # Latency is a property of the GPU model: a B200 baseline says nothing about an H200's speed.
+    # Latency is a property of the GPU model: a B200 baseline says nothing about an H200's speed; and
+    # latencies sampled by different methods are different quantities.
     same_gpu = old_gpu == new_gpu
-    result = Comparison(old_gpu, new_gpu, thresholds, latency_compared=same_gpu)
+    same_method = timing_method(old) == timing_method(new)
+    result = Comparison(old_gpu, new_gpu, thresholds, latency_compared=same_gpu and same_method)
     if old.op != new.op:
         result.notes.append(f"different ops: {old.op} vs {new.op}")
     if not same_gpu:
         result.notes.append(f"different GPUs ({old_gpu} vs {new_gpu}): latency ratios shown, not judged")
+    if not same_method:
+        result.notes.append(f"latencies sampled by different methods ({timing_method(old)} vs "
+                            f"{timing_method(new)}): ratios shown, not judged")
     if old.quick != new.quick:
         result.notes.append(f"quick differs (old {old.quick}, new {new.quick}): counts and timings "
                             "come from different plans")
@@ -230,9 +278,14 @@ def compare(old: Evidence, new: Evidence, thresholds: Thresholds = Thresholds())
         if a != b:
             result.notes.append(f"{label} {a} -> {b}")
     for mode in list(old.results) + [m for m in new.results if m not in old.results]:
+        for label, evidence in (("old", old), ("new", new)):
+            found = evidence.results.get(mode)
+            if isinstance(found, UnavailableMode):
+                result.notes.append(f"mode {mode} unavailable in the {label} file: {found.unavailable}")
         old_rows, new_rows = old.rows(mode), new.rows(mode)
         for name in list(old_rows) + [n for n in new_rows if n not in old_rows]:
-            change = _row_change(mode, name, old_rows.get(name), new_rows.get(name), thresholds, same_gpu)
+            change = _row_change(mode, name, old_rows.get(name), new_rows.get(name), thresholds,
+                                 result.latency_compared)
             result.rows.append(change)
             result.regressions += _regressions(change, thresholds)
     return result
@@ -243,8 +296,9 @@ def render_comparison(comparison: Comparison) -> str:
     t = comparison.thresholds
     out = ["# h3bench comparison", "",
            f"- GPUs: {comparison.old_gpu} (old) vs {comparison.new_gpu} (new)",
-           f"- thresholds: error growth > {t.error_factor:g}x, latency > {1 + t.latency_noise:.2f}x"
-           + ("" if comparison.latency_compared else " (latency not judged: different GPUs)")]
+           f"- thresholds: error growth > {t.error_factor:g}x; latency slower than its measured noise allows "
+           f"(at least {MIN_LATENCY_NOISE:.0%}; {t.latency_noise:.0%} where a file has no recorded spreads)"
+           + ("" if comparison.latency_compared else " (latency not judged: see the notes)")]
     out += [f"- note: {n}" for n in comparison.notes]
     out += ["", f"## Regressions ({len(comparison.regressions)})", ""]
     out += [f"- **{r.kind}** [{r.mode}] {r.message}" for r in comparison.regressions] or ["none"]

@@ -35,7 +35,7 @@ def _rows(evidence: Evidence) -> list[Labeled]:
     # One mode is the common case: then the implementation name alone is the label.
     several = len(evidence.results) > 1
     return [Labeled(f"{mode}/{name}" if several else name, row)
-            for mode, rows in evidence.results.items() for name, row in rows.items()]
+            for mode, rows in evidence.measured_modes().items() for name, row in rows.items()]
 
 
 def _measured(evidence: Evidence) -> list[Labeled]:

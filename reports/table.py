@@ -13,14 +13,19 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import pandas as pd
 
-from harness.schema import Evidence, RowResult, SizeResult, UnavailableRow, size_key, sizes_of
+from harness.schema import (Evidence, RowResult, SizeResult, UnavailableMode, UnavailableRow, size_key,
+                            sizes_of)
 from reports import fmt, verdicts
 
 GRAD_ORDER = ("x", "w", "sh", "sc")
 # SizeResult fields copied into the frame as `<size>/<field>`; gradients become `<size>/grad_<g>_err`.
 SIZE_FIELDS = ("fwd_rel_err", "fwd_us", "fwd_bwd_us", "fwd_bwd_net_us", "fwd_us_repeat",
                "fwd_bwd_us_repeat", "fwd_bwd_net_us_repeat", "fwd_floor_us", "fwd_bwd_floor_us",
-               "fwd_floor_fraction", "fwd_bwd_floor_fraction", "fwd_bwd_net_floor_fraction")
+               "fwd_floor_fraction", "fwd_bwd_floor_fraction", "fwd_bwd_net_floor_fraction",
+               "fwd_stream_us", "fwd_bwd_stream_us", "fwd_bwd_net_stream_us", "fwd_stream_us_repeat",
+               "fwd_bwd_stream_us_repeat", "fwd_bwd_net_stream_us_repeat", "fwd_stream_floor_fraction",
+               "fwd_bwd_stream_floor_fraction", "fwd_bwd_net_stream_floor_fraction")
+FIGURE_LABELS = {"fwd": "fwd", "fwd_bwd": "fwd+bwd", "fwd_bwd_net": "fwd+bwd net"}
 BASE_COLUMNS = ("mode", "implementation", "status", "source", "reason", "failed_probe", "has_backward",
                 "batch_invariant", "failed_checks", "params_repeatable", "wall_s")
 
@@ -44,6 +49,9 @@ def _size_values(size: str, result: SizeResult) -> dict[str, Any]:
     values: dict[str, Any] = {f"{size}/{name}": getattr(result, name) for name in SIZE_FIELDS}
     for grad, value in (result.grad_rel_err or {}).items():
         values[f"{size}/grad_{grad}_err"] = value
+    for key, spread in (result.spread or {}).items():
+        values[f"{size}/{key}_p10"] = spread.p10
+        values[f"{size}/{key}_p90"] = spread.p90
     return values
 
 
@@ -52,6 +60,8 @@ def _column_order(column: str) -> tuple:
     if name.startswith("grad_"):
         grad = name[len("grad_"):-len("_err")]
         rank = (1, GRAD_ORDER.index(grad) if grad in GRAD_ORDER else len(GRAD_ORDER), grad)
+    elif name.endswith(("_p10", "_p90")):
+        rank = (3, 0, name)
     else:
         rank = (0 if name == "fwd_rel_err" else 2, SIZE_FIELDS.index(name), "")
     return size_key(size), rank
@@ -60,7 +70,7 @@ def _column_order(column: str) -> tuple:
 def build_table(evidence: Evidence) -> pd.DataFrame:
     """One row per (mode, implementation), raw values; absent measurements are None/NaN."""
     records = []
-    for mode, rows in evidence.results.items():
+    for mode, rows in evidence.measured_modes().items():
         for name, row in rows.items():
             record: dict[str, Any] = {"mode": mode, "implementation": name, "source": row.source,
                                       "wall_s": row.wall_s}
@@ -156,25 +166,37 @@ def _accuracy_table(evidence: Evidence, mode: str, part: pd.DataFrame, measured:
                           "implementation.")
 
 
+def _spread_text(record: Mapping[str, Any], key: str) -> str:
+    low, high = _get(record, f"{key}_p10"), _get(record, f"{key}_p90")
+    return fmt.MISSING if low is None or high is None else f"{fmt.us(low)}–{fmt.us(high)}"
+
+
 def _latency_table(size: str, part: pd.DataFrame, measured: list[dict]) -> TableSpec:
-    # Each measured time sits next to its floor and fraction; net times share the fwd+bwd floor.
-    cols: list[tuple[str, str, Any]] = []
-    for stem, label in (("fwd", "fwd"), ("fwd_bwd", "fwd+bwd"), ("fwd_bwd_net", "fwd+bwd net")):
-        if stem == "fwd" or _has(part, f"{size}/{stem}_us"):
-            cols.append((f"{size}/{stem}_us", f"{label} µs", fmt.us))
-        if stem != "fwd_bwd_net" and _has(part, f"{size}/{stem}_floor_us"):
-            cols.append((f"{size}/{stem}_floor_us", f"{label} floor µs", fmt.us))
-        if _has(part, f"{size}/{stem}_floor_fraction"):
-            cols.append((f"{size}/{stem}_floor_fraction", f"{label} % of floor", fmt.floor_pct))
-    rows = [[Cell(r["implementation"])] + [Cell(f(_get(r, k)), "num") for k, _, f in cols] for r in measured]
-    note = "Median of CUDA-event samples, in microseconds."
-    if any("floor" in k for k, _, _ in cols):
-        note += (" % of floor = memory floor time / measured time (100% = moving the op's bytes at the "
-                 "measured copy bandwidth).")
-    if any("net" in k for k, _, _ in cols):
-        note += " net = forward+backward without per-step input setup."
-    return TableSpec(f"Latency at R = {size} rows", ["implementation"] + [h for _, h, _ in cols], rows,
-                     note=note, beside=True)
+    """One line per implementation and figure: the prior art's per-sample synchronized time and the
+    back-to-back (stream) time, each a median with its p10–p90 and its second timing, and the fraction
+    of the memory floor each reaches."""
+    headers = ["implementation", "figure", "synchronized µs", "p10–p90", "repeat µs", "stream µs", "p10–p90",
+               "repeat µs", "floor µs", "% of floor (sync)", "% of floor (stream)"]
+    rows = []
+    for r in measured:
+        for figure, label in FIGURE_LABELS.items():
+            sync, stream = f"{size}/{figure}_us", f"{size}/{figure}_stream_us"
+            if _get(r, sync) is None and _get(r, stream) is None:
+                continue
+            floor = f"{size}/{'fwd' if figure == 'fwd' else 'fwd_bwd'}_floor_us"
+            rows.append([Cell(r["implementation"]), Cell(label), Cell(fmt.us(_get(r, sync)), "num"),
+                         Cell(_spread_text(r, sync), "num"), Cell(fmt.us(_get(r, f"{sync}_repeat")), "num"),
+                         Cell(fmt.us(_get(r, stream)), "num"), Cell(_spread_text(r, stream), "num"),
+                         Cell(fmt.us(_get(r, f"{stream}_repeat")), "num"), Cell(fmt.us(_get(r, floor)), "num"),
+                         Cell(fmt.floor_pct(_get(r, f"{size}/{figure}_floor_fraction")), "num"),
+                         Cell(fmt.floor_pct(_get(r, f"{size}/{figure}_stream_floor_fraction")), "num")])
+    note = ("Medians in microseconds. synchronized: each sample from an idle device (the prior art's method; "
+            "host cost included); stream: samples back to back (the device time when the host keeps ahead). "
+            "repeat: the same figure timed again later in the run; rows are timed interleaved. "
+            "% of floor = memory floor time / measured time (100% = moving the op's bytes at the measured "
+            "copy bandwidth). fwd+bwd: fresh leaves made inside the timed step (the prior art's figure); "
+            "net: without that setup.")
+    return TableSpec(f"Latency at R = {size} rows", headers, rows, note=note)
 
 
 def header_fields(evidence: Evidence) -> list[tuple[str, str]]:
@@ -190,6 +212,10 @@ def header_fields(evidence: Evidence) -> list[tuple[str, str]]:
               ("copy bandwidth", fmt.bandwidth(env.copy_bandwidth_gbps)),
               ("quick", "yes (reduced plan)" if evidence.quick else "no (full plan)"),
               ("rl_kernel commit", commit), ("h3bench commit", evidence.h3bench_commit or "not recorded")]
+    if env.timing is not None:
+        t = env.timing
+        fields.append(("timing", f"{t.timer}; *_us {t.sample} per sample, *_stream_us {t.stream}; {t.reps} "
+                                 f"samples x {t.repeats} timings after {t.warmup} warm-ups; {t.interleaved}"))
     optional = [("driver", env.driver), ("host", env.host), ("created (UTC)", evidence.created_utc),
                 ("command", evidence.command),
                 ("wall time", None if evidence.wall_s is None else f"{evidence.wall_s:.0f} s")]
@@ -197,6 +223,9 @@ def header_fields(evidence: Evidence) -> list[tuple[str, str]]:
 
 
 def mode_summary(evidence: Evidence, mode: str) -> str:
+    found = evidence.results.get(mode)
+    if isinstance(found, UnavailableMode):
+        return f"Mode unavailable: {found.unavailable}"
     rows = evidence.rows(mode)
     measured = [n for n, r in rows.items() if isinstance(r, RowResult)]
     invariant = [n for n in measured if rows[n].batch_invariance.batch_invariant]

@@ -12,7 +12,7 @@ from matplotlib import image as mpimg
 from rich.console import Console
 
 from harness import schema
-from harness.schema import Evidence, RowResult, SweepFailure, UnavailableRow
+from harness.schema import Evidence, RowResult, Spread, SweepFailure, TimingRecord, UnavailableRow
 from harness import merge as mrg
 from reports import commands, compare as cmp, plots, render, table
 
@@ -38,11 +38,16 @@ def full_additive() -> Evidence:
     env = ev.environment
     env.device, env.copy_bandwidth_gbps, env.copy_bandwidth_bytes = "cuda:0", 3850.0, 1 << 30
     env.driver, env.host = "580.65", "gpu-node-1"
+    env.timing = TimingRecord(sample="synchronized", stream="back-to-back", timer="cuda_events", warmup=20,
+                              reps=100, repeats=2, block=20, interleaved="rows round-robin")
     for row in ev.results["plain"].values():
         assert isinstance(row, RowResult)
         row.wall_s, row.probe_wall_s, row.timer = 12.0, {"all_rows": 3.0}, "cuda_event"
         for size, r in row.accuracy_latency.items():
             r.fwd_us_repeat = r.fwd_us * 1.01
+            r.fwd_stream_us, r.fwd_stream_us_repeat = r.fwd_us * 0.9, r.fwd_us * 0.91
+            r.spread = {"fwd_us": Spread(p10=r.fwd_us * 0.97, p50=r.fwd_us, p90=r.fwd_us * 1.05, n=100),
+                        "fwd_stream_us": Spread(p10=r.fwd_us * 0.89, p50=r.fwd_us * 0.9, p90=r.fwd_us * 0.93, n=100)}
             r.fwd_floor_us = int(size) * 5376 * 2 * 2 / 3850e3
             r.fwd_floor_fraction = r.fwd_floor_us / r.fwd_us
             if row.has_backward:
@@ -52,6 +57,8 @@ def full_additive() -> Evidence:
                 r.fwd_bwd_floor_us = r.fwd_floor_us * 3
                 r.fwd_bwd_floor_fraction = r.fwd_bwd_floor_us / r.fwd_bwd_us
                 r.fwd_bwd_net_floor_fraction = r.fwd_bwd_floor_us / r.fwd_bwd_net_us
+                r.fwd_bwd_net_stream_us = r.fwd_bwd_net_us * 0.7
+                r.fwd_bwd_net_stream_floor_fraction = r.fwd_bwd_floor_us / r.fwd_bwd_net_stream_us
     ev.results["plain"]["vllm"] = UnavailableRow(unavailable=REASON, source="vLLM 0.30.0",
                                                  failed_probe="load", wall_s=0.5)
     env.mode_environment["compiled"] = {"torch_compile": True}
@@ -73,9 +80,12 @@ def numbers(ev: Evidence) -> list[str]:
             for r in row.accuracy_latency.values():
                 out.append(f"{r.fwd_rel_err:.2e}")
                 out += [f"{v:.2e}" for v in (r.grad_rel_err or {}).values()]
-                out += [f"{v:.1f}" for v in (r.fwd_us, r.fwd_bwd_us, r.fwd_bwd_net_us) if v is not None]
+                out += [f"{v:.1f}" for v in (r.fwd_us, r.fwd_bwd_us, r.fwd_bwd_net_us, r.fwd_stream_us,
+                                             r.fwd_bwd_net_stream_us, r.fwd_us_repeat) if v is not None]
                 out += [f"{v * 100:.0f}%" for v in (r.fwd_floor_fraction, r.fwd_bwd_floor_fraction,
-                                                    r.fwd_bwd_net_floor_fraction) if v is not None]
+                                                    r.fwd_bwd_net_floor_fraction,
+                                                    r.fwd_bwd_net_stream_floor_fraction) if v is not None]
+                out += [f"{s.p10:.1f}–{s.p90:.1f}" for s in (r.spread or {}).values()]
     return out
 
 
@@ -176,13 +186,15 @@ def test_html_prior_art_cells_hold_every_row_and_number():
             expected += [f"{r.fwd_rel_err:.2e}"] + [f"{grads[g]:.2e}" if g in grads else "—"
                                                      for g in ("x", "w", "sh", "sc")]
         assert accuracy[name] == expected, name
-    latency = [r for r in parsed.rows if r and r[0] in ev.results["plain"] and len(r) == 3]
+    # the latency tables: one line per implementation and figure, the prior art's figure third
+    latency = [r[:3] for r in parsed.rows if r and r[0] in ev.results["plain"] and len(r) == 11]
     for name, row in ev.results["plain"].items():
         if isinstance(row, RowResult):
             for size in ("4097", "32768"):
                 r = row.accuracy_latency[size]
-                want = [name, f"{r.fwd_us:.1f}", "—" if r.fwd_bwd_us is None else f"{r.fwd_bwd_us:.1f}"]
-                assert want in latency, want
+                assert [name, "fwd", f"{r.fwd_us:.1f}"] in latency, name
+                if r.fwd_bwd_us is not None:
+                    assert [name, "fwd+bwd", f"{r.fwd_bwd_us:.1f}"] in latency, name
     meta = {r[0]: r[1] for r in parsed.rows if len(r) == 2}
     assert meta["GPU"] == "NVIDIA B200 (sm 10.0)" and meta["torch"] == "2.13.0+cu130"
     assert meta["copy bandwidth"] == "not measured" and meta["quick"].startswith("no")
@@ -195,7 +207,9 @@ def test_html_full_additive_shows_floors_net_and_modes():
     cells = {c for row in parsed.rows for c in row}
     for number in numbers(ev):
         assert number in cells, number
-    assert {"fwd+bwd net µs", "fwd % of floor", "fwd+bwd % of floor", "fwd+bwd net % of floor"} <= cells
+    assert {"synchronized µs", "stream µs", "p10–p90", "repeat µs", "floor µs", "% of floor (sync)",
+            "% of floor (stream)", "fwd", "fwd+bwd", "fwd+bwd net"} <= cells
+    assert any(c.startswith("timing") for c in cells) or "timing" in {r[0] for r in parsed.rows if r}
     meta = {r[0]: r[1] for r in parsed.rows if len(r) == 2}
     assert meta["copy bandwidth"] == "3850 GB/s" and meta["h3bench commit"] == "abc1234"
     assert "load" in cells and "vLLM 0.30.0" in cells
@@ -503,3 +517,59 @@ def test_report_command(tmp_path, capsys):
     assert "plain: 5 of 7 measured implementations batch-invariant" in log and "compiled: 0 of 1" in log
     with pytest.raises(FileNotFoundError):
         commands.report(tmp_path / "absent.json", None, quiet=True)
+
+
+# --- compare: timing methods and the measured noise ------------------------------------------------------
+
+def timed(ev: Evidence, width: float) -> Evidence:
+    """Every latency of `ev` given samples whose p10-p90 spans `width` of the median, and a timing record."""
+    ev = copy.deepcopy(ev)
+    ev.h3bench_commit = "abc1234"
+    ev.environment.timing = TimingRecord(sample="synchronized", stream="back-to-back", timer="cuda_events",
+                                         warmup=20, reps=100, repeats=2, block=20, interleaved="rows round-robin")
+    for row in ev.results["plain"].values():
+        if isinstance(row, RowResult):
+            for r in row.accuracy_latency.values():
+                r.spread = {k: Spread(p10=v * (1 - width / 2), p50=v, p90=v * (1 + width / 2), n=100)
+                            for k in cmp.LATENCY_KEYS if (v := getattr(r, k)) is not None}
+    return ev
+
+
+@pytest.mark.parametrize("width,slowdown,regressed", [
+    (0.02, 0.05, True),    # noise 2% -> the 3% minimum: 5% slower is a regression
+    (0.02, 0.025, False),
+    (0.08, 0.05, False),   # noise 8%: 5% is within it
+    (0.08, 0.09, True),
+])
+def test_compare_latency_threshold_comes_from_the_measured_spread(width, slowdown, regressed):
+    old = timed(prior(), width)
+    new = copy.deepcopy(old)
+    new.results["plain"]["torch_rms_norm"].accuracy_latency["32768"].fwd_us *= 1 + slowdown
+    comparison = cmp.compare(old, new)
+    assert comparison.latency_compared
+    assert kinds(comparison) == ([("torch_rms_norm", "latency")] if regressed else [])
+    quantity = next(q for c in comparison.rows if c.row == "torch_rms_norm" for q in c.latency
+                    if q.name == "32768 fwd_us")
+    assert quantity.allowed == pytest.approx(max(cmp.MIN_LATENCY_NOISE, width))
+
+
+def test_compare_noise_includes_the_distance_between_two_timings():
+    old = timed(prior(), 0.01)
+    result = old.results["plain"]["torch_rms_norm"].accuracy_latency["32768"]
+    result.fwd_us_repeat = result.fwd_us * 1.12  # the machine drifted 12% between the two timings
+    assert cmp.measured_noise(result, "fwd_us") == pytest.approx(0.12)
+    assert cmp.measured_noise(prior().results["plain"]["torch_rms_norm"].accuracy_latency["32768"], "fwd_us") is None
+
+
+def test_compare_refuses_to_judge_latencies_of_different_methods():
+    new = timed(prior(), 0.01)
+    new.results["plain"]["rl_kernel"].accuracy_latency["32768"].fwd_us *= 3
+    comparison = cmp.compare(prior(), new)  # the RFC script's file against h3bench's synchronized record
+    assert not comparison.latency_compared and kinds(comparison) == []
+    assert any("different methods" in n for n in comparison.notes)
+    # an h3bench file from before the timing record held back-to-back samples: not the RFC's method either
+    old_h3bench = copy.deepcopy(prior())
+    old_h3bench.h3bench_commit = "2e2d53c"
+    assert cmp.timing_method(old_h3bench) != cmp.timing_method(prior())
+    assert not cmp.compare(old_h3bench, prior()).latency_compared
+    assert cmp.compare(prior(), prior()).latency_compared  # two files of the RFC's script: one method

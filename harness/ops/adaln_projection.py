@@ -1,0 +1,108 @@
+"""adaln_projection, a MiniMax-H3 block's AdaLN projection (RL-Align/RL-Kernel RFC #420).
+
+    table = W bf16(silu(temb)) + b     temb: [T, temb_dim] fp32, W: [out, temb_dim] bf16, b: [out] bf16
+                                       -> table: [T, out] bf16,  out = chunks * modalities * hidden
+
+diffusers' `MiniMaxH3AdaLayerNormModulation`: `nn.Linear(time_embed_dim, 6 * hidden_size *
+MINIMAX_H3_MODALITY_NUM)` applied to `silu(temb).to(bf16)`; the model then views each timestep's row as
+`modalities` rows of `chunks * hidden` (the [9, 6H] AdaLN table that splits into six chunks). At the
+model's size out = 6 * 3 * 5376 = 18H = 96768. One per-row input (temb), two parameters; gradients for
+all three. The GEMM op: every global mode applies (OPERATORS.md).
+
+The bf16 cast of silu(temb) is the implementations' business: the reference is the op's math in float64
+with no intermediate rounding (no cast), as the RFC's reference.
+
+Draws (OPERATORS.md "Common to all"): W and b are the same for every case, drawn once from a generator
+seeded with PARAM_SEED (W first): W = randn * temb_dim^-0.5, b = 0.02 randn, rounded to bf16. temb = randn
+(fp32) from the case seed. Everything is drawn on the target device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from harness.ops.base import (Input, Op, OpInputs, Reference, element_size, float64_leaves, generator,
+                              positive, reference_grads)
+
+TEMB_DTYPE = torch.float32   # temb (the timestep MLP's fp32 output)
+DTYPE = torch.bfloat16       # W, b and the table (the checkpoint's AdaLN projections are bf16)
+PARAM_SEED = 0               # the parameters' generator seed: the same W, b in every case
+BIAS_SCALE = 0.02
+
+
+@dataclass(frozen=True)
+class AdaLNProjectionParams:
+    hidden: int       # the model width H (5376)
+    temb_dim: int     # temb's width D (2688)
+    chunks: int       # modulation chunks per (timestep, modality) row: shift/scale/gate x 2 (6)
+    modalities: int   # table rows per timestep (3: video, text, audio)
+
+    def __post_init__(self):
+        for name in ("hidden", "temb_dim", "chunks", "modalities"):
+            positive(name, getattr(self, name))
+
+    @property
+    def out_features(self) -> int:
+        """W's rows and the table's width: chunks * modalities * hidden (18H = 96768)."""
+        return self.chunks * self.modalities * self.hidden
+
+
+class AdaLNProjection(Op):
+    name = "adaln_projection"
+    inputs = (Input("temb", per_row=True, differentiable=True), Input("w", differentiable=True),
+              Input("b", differentiable=True))
+    outputs = ("table",)
+    params_type = AdaLNProjectionParams
+    plan_set = "timestep"
+
+    def parameters(self, params: AdaLNProjectionParams, device: torch.device) -> dict[str, torch.Tensor]:
+        """W, b: the same in every case (PARAM_SEED)."""
+        gen = generator(device, PARAM_SEED)
+        w = torch.randn(params.out_features, params.temb_dim, generator=gen, device=device) * params.temb_dim ** -0.5
+        b = torch.randn(params.out_features, generator=gen, device=device) * BIAS_SCALE
+        return {"w": w.to(DTYPE), "b": b.to(DTYPE)}
+
+    def make_inputs(self, params: AdaLNProjectionParams, rows: int, seed: int, device: torch.device) -> OpInputs:
+        temb = torch.randn(rows, params.temb_dim, generator=generator(device, seed), device=device).to(TEMB_DTYPE)
+        return self.bundle({"temb": temb, **self.parameters(params, device)})
+
+    def make_grad_outs(self, params: AdaLNProjectionParams, rows: int, seed: int,
+                       device: torch.device) -> tuple[torch.Tensor, ...]:
+        gen = generator(device, seed)
+        return (torch.randn(rows, params.out_features, generator=gen, device=device).to(DTYPE),)
+
+    def reference(self, params: AdaLNProjectionParams, inputs: OpInputs,
+                  grad_outs: Optional[tuple[torch.Tensor, ...]], grads: tuple[str, ...], variant: str) -> Reference:
+        if variant not in self.reference_variants:
+            raise ValueError(f"unknown reference variant {variant!r}; known: {self.reference_variants}")
+        leaves = float64_leaves(inputs, self.differentiable, grads, grad_outs is not None)
+        with torch.enable_grad():
+            temb, w, b = (leaves[n] for n in self.input_names)
+            table = (temb * torch.sigmoid(temb)) @ w.T + b  # no bf16 cast: float64 throughout
+            found = reference_grads((table,), leaves, grad_outs, grads)
+        return Reference(outputs=(table.detach(),), grads=found)
+
+    def floor_bytes(self, params: AdaLNProjectionParams, rows: int, backward: bool) -> int:
+        """temb fp32 (4 B), W, b and the table bf16 (2 B). With D = temb_dim, N = out_features:
+
+        forward: per row read temb and write the table, 4 D + 2 N = 10752 + 193536 = 204288 B at the
+        model's size; fixed, read W and b once: 2 (N D + N) = 520,418,304 B (520 MB).
+
+        backward, added: per row read dy (2 N), read temb again (4 D, for dW = dy^T bf16(silu(temb)) and
+        silu') and write dtemb (4 D): 193536 + 21504 = 215040 B; fixed, read W again (dtemb needs dy W;
+        b is not needed) and write dW and db once: 2 N D + 2 (N D + N) = 520,224,768 + 520,418,304 B.
+        So forward+backward: 419,328 B per row + 1,561,061,376 B fixed.
+        """
+        act, par = element_size(TEMB_DTYPE), element_size(DTYPE)
+        n, d = params.out_features, params.temb_dim
+        per_row = act * d + par * n
+        fixed = par * (n * d + n)
+        if backward:
+            per_row += par * n + 2 * act * d
+            fixed += par * n * d + par * (n * d + n)
+        return rows * per_row + fixed
+
+
+OP = AdaLNProjection()

@@ -1,0 +1,106 @@
+"""adaln_row_gather, the MiniMax-H3 DiT block's per-row pick of its six AdaLN modulation tensors
+(RL-Align/RL-Kernel RFC #420, OPERATORS.md).
+
+    outs = table[ti * M + tag].chunk(6, dim=1)     table: [T*M, 6H], ti, tag: [S] -> six [S, H]
+
+`table` is one block's AdaLN projection viewed as `[T*M, 6H]` (diffusers' `MiniMaxH3AdaLayerNormModulation`
+returns its six `[T*M, H]` column blocks); table row = timestep * modalities + modality tag. The six outputs
+are, in diffusers' order, shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp.
+
+Inputs, in the call order of rl-kernel's `H3AdaLNRowGatherCudaOp()(table, ti, tag)`:
+- `table` [T*M, chunks*H] (0.1 randn, rounded to `dtype`): differentiable, not per row. Drawn once for every
+  case (OPERATORS.md: "Parameters and tables are the same for every case"): from a generator seeded with
+  `PARAM_SEED` on the target device.
+- `ti`, `tag` [S] int64: the RFC's layout for the case seed (`modality_layout`: CPU generator, tags drawn
+  first, the first rows get tags 0, 1, 2), moved to the device. Per row, no gradient.
+
+The only gradient is the table's, a parameter gradient (a sum over rows): there is no per-row gradient, so
+the batch-invariance verdict rests on the forward counts and the table gradient's repeatability.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from harness.ops.base import (Input, Op, OpInputs, Reference, element_size, float64_leaves, generator,
+                              modality_layout, positive, reference_grads, torch_dtype)
+
+# Seed of the generator the table is drawn from: the same table for every case seed (OPERATORS.md).
+PARAM_SEED = 0
+# diffusers' chunk order (MiniMaxH3AdaLayerNormModulation; rl-kernel's H3_ADALN_CHUNK_NAMES)
+CHUNK_NAMES = ("shift_msa", "scale_msa", "gate_msa", "shift_mlp", "scale_mlp", "gate_mlp")
+INDEX_BYTES = 8  # ti and tag are int64
+
+
+@dataclass(frozen=True)
+class AdaLNRowGatherParams:
+    hidden: int
+    timesteps: int
+    modalities: int
+    chunks: int
+    dtype: str
+
+    def __post_init__(self):
+        for name in ("hidden", "timesteps", "modalities"):
+            positive(name, getattr(self, name))
+        if self.chunks != len(CHUNK_NAMES):
+            raise ValueError(f"chunks must be {len(CHUNK_NAMES)} (the op's outputs are the AdaLN table's "
+                             f"{len(CHUNK_NAMES)} modulation tensors: {', '.join(CHUNK_NAMES)}), got {self.chunks}")
+        torch_dtype(self.dtype)
+
+    @property
+    def table_rows(self) -> int:
+        return self.timesteps * self.modalities
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return torch_dtype(self.dtype)
+
+
+class AdaLNRowGather(Op):
+    name = "adaln_row_gather"
+    inputs = (Input("table", differentiable=True), Input("ti", per_row=True), Input("tag", per_row=True))
+    outputs = CHUNK_NAMES
+    params_type = AdaLNRowGatherParams
+    plan_set = "token"
+
+    def make_inputs(self, params: AdaLNRowGatherParams, rows: int, seed: int, device: torch.device) -> OpInputs:
+        gen = generator(device, PARAM_SEED)
+        table = (torch.randn(params.table_rows, params.chunks * params.hidden, generator=gen, device=device)
+                 * 0.1).to(params.torch_dtype)
+        ti, tag = modality_layout(rows, seed, params.timesteps, params.modalities)
+        return self.bundle({"table": table, "ti": ti.to(device), "tag": tag.to(device)})
+
+    def make_grad_outs(self, params: AdaLNRowGatherParams, rows: int, seed: int,
+                       device: torch.device) -> tuple[torch.Tensor, ...]:
+        gen = generator(device, seed)
+        return tuple(torch.randn(rows, params.hidden, generator=gen, device=device).to(params.torch_dtype)
+                     for _ in self.outputs)
+
+    def reference(self, params: AdaLNRowGatherParams, inputs: OpInputs,
+                  grad_outs: Optional[tuple[torch.Tensor, ...]], grads: tuple[str, ...], variant: str) -> Reference:
+        if variant not in self.reference_variants:
+            raise ValueError(f"unknown reference variant {variant!r}; known: {self.reference_variants}")
+        leaves = float64_leaves(inputs, self.differentiable, grads, grad_outs is not None)
+        with torch.enable_grad():
+            idx = leaves["ti"] * params.modalities + leaves["tag"]
+            outs = leaves["table"].index_select(0, idx).chunk(params.chunks, dim=1)
+            found = reference_grads(outs, leaves, grad_outs, grads)
+        return Reference(outputs=tuple(o.detach() for o in outs), grads=found)
+
+    def floor_bytes(self, params: AdaLNRowGatherParams, rows: int, backward: bool) -> int:
+        """Forward: per row read ti and tag (2 x 8 bytes) and write the six outputs (6H elements: 64512
+        bytes at H = 5376 in bf16); once per call read the table (T*M x 6H: 580608 bytes, 0.58 MB).
+        Backward: per row read the indices and the six upstream gradients again (16 + 64512 bytes) and once
+        write the table gradient (0.58 MB; the table itself is not needed). Forward+backward is
+        2 x (16 + 12H) bytes per row plus 2 x the table."""
+        out_row = params.chunks * params.hidden * element_size(params.torch_dtype)
+        table = params.table_rows * out_row
+        per_row = 2 * INDEX_BYTES + out_row
+        passes = 2 if backward else 1
+        return passes * (rows * per_row + table)
+
+
+OP = AdaLNRowGather()

@@ -1,0 +1,127 @@
+"""final_adaln_out, the MiniMax-H3 DiT's output norm `norm_out` (RL-Align/RL-Kernel RFC #420, OPERATORS.md).
+
+    [shift | scale] = (W bf16(silu(temb)) + b).chunk(2)         temb: [T, D], W: [2H, D], b: [2H]
+    out = rms_norm(x, nw, eps) * (1 + scale[ti]) + shift[ti]    x: [S, H], nw: [H], ti: [S] -> out: [S, H]
+
+diffusers' `MiniMaxH3AdaLayerNormOut.forward(hidden_states, temb, timestep_indices)` (0.42.1):
+
+    shift, scale = self.linear(nn.functional.silu(temb).to(get_parameter_dtype(self.linear))).chunk(2, dim=-1)
+    hidden_states = self.norm(hidden_states)
+    return hidden_states * (1.0 + scale.index_select(0, timestep_indices)) + shift.index_select(0, timestep_indices)
+
+with `norm = nn.RMSNorm(H, eps)` (weight `nw`) and `linear = nn.Linear(D, 2H)` (`W`, `b`): shift is the first
+half of the projection, scale the second. The table has one row per timestep (not per timestep and modality).
+
+Inputs, in call order (x, nw, temb, W, b, ti):
+- `x` [S, H] (2 randn, rounded to `dtype`): per row, differentiable; drawn from the case seed on the device.
+- `nw` [H] (0.5 + rand), `temb` [T, D] (randn, `temb_dtype` = float32: the time embedder's output),
+  `W` [2H, D] (randn * D^-0.5), `b` [2H] (0.02 randn), W, b, nw rounded to `dtype`: differentiable, not per
+  row, drawn once for every case (OPERATORS.md) from a generator seeded with `PARAM_SEED` on the device, in
+  that order. temb is an activation in the model but is not per row (one row per timestep, shared by every
+  row of the batch), so it is drawn with the parameters.
+- `ti` [S] int64: the timestep of the RFC's layout for the case seed (modality_layout draws the tags first,
+  so the timesteps match those of the other token ops' layout).
+
+The reference is the declared math in float64 with no intermediate rounding (no bf16 cast of silu(temb) nor
+of the projection); the diffusers row rounds both, which is part of its error.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from harness.ops.base import (Input, Op, OpInputs, Reference, element_size, float64_leaves, generator,
+                              modality_layout, positive, reference_grads, torch_dtype)
+from harness.ops.norm_modulate import rms_norm64
+
+# Seed of the generator nw, temb, W and b are drawn from: the same for every case seed.
+PARAM_SEED = 0
+INDEX_BYTES = 8  # ti is int64
+
+
+@dataclass(frozen=True)
+class FinalAdaLNOutParams:
+    hidden: int
+    temb_dim: int
+    timesteps: int
+    modalities: int  # not an index of this op's table, but the layout draws tags before timesteps
+    dtype: str
+    temb_dtype: str
+    eps: float
+
+    def __post_init__(self):
+        for name in ("hidden", "temb_dim", "timesteps", "modalities"):
+            positive(name, getattr(self, name))
+        torch_dtype(self.dtype)
+        torch_dtype(self.temb_dtype)
+        if not self.eps > 0:
+            raise ValueError(f"eps must be > 0, got {self.eps}")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return torch_dtype(self.dtype)
+
+    @property
+    def temb_torch_dtype(self) -> torch.dtype:
+        return torch_dtype(self.temb_dtype)
+
+
+class FinalAdaLNOut(Op):
+    name = "final_adaln_out"
+    inputs = (Input("x", per_row=True, differentiable=True), Input("nw", differentiable=True),
+              Input("temb", differentiable=True), Input("W", differentiable=True), Input("b", differentiable=True),
+              Input("ti", per_row=True))
+    outputs = ("out",)
+    params_type = FinalAdaLNOutParams
+    plan_set = "token"
+
+    def make_inputs(self, params: FinalAdaLNOutParams, rows: int, seed: int, device: torch.device) -> OpInputs:
+        h, d, dtype = params.hidden, params.temb_dim, params.torch_dtype
+        gen = generator(device, seed)
+        x = (torch.randn(rows, h, generator=gen, device=device) * 2.0).to(dtype)
+        pgen = generator(device, PARAM_SEED)
+        nw = (0.5 + torch.rand(h, generator=pgen, device=device)).to(dtype)
+        temb = torch.randn(params.timesteps, d, generator=pgen, device=device).to(params.temb_torch_dtype)
+        w = (torch.randn(2 * h, d, generator=pgen, device=device) * d ** -0.5).to(dtype)
+        b = (torch.randn(2 * h, generator=pgen, device=device) * 0.02).to(dtype)
+        ti, _tags = modality_layout(rows, seed, params.timesteps, params.modalities)
+        return self.bundle({"x": x, "nw": nw, "temb": temb, "W": w, "b": b, "ti": ti.to(device)})
+
+    def make_grad_outs(self, params: FinalAdaLNOutParams, rows: int, seed: int,
+                       device: torch.device) -> tuple[torch.Tensor, ...]:
+        gen = generator(device, seed)
+        return (torch.randn(rows, params.hidden, generator=gen, device=device).to(params.torch_dtype),)
+
+    def reference(self, params: FinalAdaLNOutParams, inputs: OpInputs, grad_outs: Optional[tuple[torch.Tensor, ...]],
+                  grads: tuple[str, ...], variant: str) -> Reference:
+        if variant not in self.reference_variants:
+            raise ValueError(f"unknown reference variant {variant!r}; known: {self.reference_variants}")
+        leaves = float64_leaves(inputs, self.differentiable, grads, grad_outs is not None)
+        with torch.enable_grad():
+            shift, scale = F.linear(F.silu(leaves["temb"]), leaves["W"], leaves["b"]).chunk(2, dim=-1)
+            ti = leaves["ti"]
+            n = rms_norm64(leaves["x"], leaves["nw"], params.eps)
+            out = n * (1 + scale.index_select(0, ti)) + shift.index_select(0, ti)
+            found = reference_grads((out,), leaves, grad_outs, grads)
+        return Reference(outputs=(out.detach(),), grads=found)
+
+    def floor_bytes(self, params: FinalAdaLNOutParams, rows: int, backward: bool) -> int:
+        """Forward: per row read x and write out (2 x 2H bytes: 2 x 10752 at H = 5376 in bf16) and read ti
+        (8 bytes); once per call stream W (2H x D: 57802752 bytes, 57.8 MB, the small fixed GEMV).
+        Backward: per row read dout and x and write dx (3 x 2H) and read ti again (8); once read W again
+        (dtemb = silu'(temb) * (dproj @ W)) and write dW (2 x 57.8 MB).
+        Forward+backward: (5 x 2H + 16) bytes per row plus 3 x W. As in OPERATORS.md's table, only W is
+        counted of the fixed tensors: b, nw and temb (21504 + 10752 + 32256 bytes at the model's size) are
+        0.1% of it."""
+        row = params.hidden * element_size(params.torch_dtype)
+        weight = 2 * params.hidden * params.temb_dim * element_size(params.torch_dtype)
+        forward = rows * (2 * row + INDEX_BYTES) + weight
+        if not backward:
+            return forward
+        return forward + rows * (3 * row + INDEX_BYTES) + 2 * weight
+
+
+OP = FinalAdaLNOut()

@@ -1,0 +1,115 @@
+"""gate_residual, the MiniMax-H3 DiT block's gated residual add (RL-Align/RL-Kernel RFC #420, OPERATORS.md).
+
+    out = res + gate[idx] * y      res, y: [S, H], gate: [T*M, H], idx: [S] -> out: [S, H]
+
+In diffusers' `MiniMaxH3TransformerBlock.forward` this is
+`hidden_states = residual + gate_msa.index_select(0, adaln_indices) * attn_output` (and the same with
+`gate_mlp` and `ff_output`), so the inputs are declared in that expression's order: (res, gate, y, idx).
+
+Inputs:
+- `res`, `y` [S, H] (randn, rounded to `dtype`): per row, differentiable; drawn from the case seed on the
+  target device, res first.
+- `gate` [T*M, H] (0.1 randn, rounded to `dtype`): differentiable, not per row. As in the model it is a
+  column block of the `[T*M, chunks*H]` AdaLN table (`gate_msa`, chunk `GATE_CHUNK`): a strided view, unit
+  inner stride and row stride chunks*H, so NOT contiguous (as norm_modulate's sh/sc). The table is drawn
+  once for every case (OPERATORS.md) from a generator seeded with `PARAM_SEED` on the target device.
+- `idx` [S] int64: timestep * modalities + tag from the RFC's layout for the case seed.
+
+Gradients: res and y (both per row, each compared bitwise) and gate (a parameter gradient, a sum over rows).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from harness.ops.base import (Input, Op, OpInputs, Reference, element_size, float64_leaves, generator,
+                              modality_layout, positive, reference_grads, torch_dtype)
+
+# Seed of the generator the AdaLN table (and so the gate) is drawn from: the same for every case seed.
+PARAM_SEED = 0
+# gate_msa is chunk 2 of diffusers' six (shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp)
+GATE_CHUNK = 2
+INDEX_BYTES = 8  # idx is int64
+
+
+@dataclass(frozen=True)
+class GateResidualParams:
+    hidden: int
+    timesteps: int
+    modalities: int
+    chunks: int
+    dtype: str
+
+    def __post_init__(self):
+        for name in ("hidden", "timesteps", "modalities"):
+            positive(name, getattr(self, name))
+        if self.chunks <= GATE_CHUNK:
+            raise ValueError(f"chunks must be > {GATE_CHUNK} (the gate is chunk {GATE_CHUNK}, gate_msa, of the "
+                             f"AdaLN table), got {self.chunks}")
+        torch_dtype(self.dtype)
+
+    @property
+    def table_rows(self) -> int:
+        return self.timesteps * self.modalities
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return torch_dtype(self.dtype)
+
+
+class GateResidual(Op):
+    name = "gate_residual"
+    inputs = (Input("res", per_row=True, differentiable=True), Input("gate", differentiable=True),
+              Input("y", per_row=True, differentiable=True), Input("idx", per_row=True))
+    outputs = ("out",)
+    params_type = GateResidualParams
+    plan_set = "token"
+
+    def layout(self, params: GateResidualParams, rows: int, seed: int) -> torch.Tensor:
+        steps, tags = modality_layout(rows, seed, params.timesteps, params.modalities)
+        return steps * params.modalities + tags
+
+    def make_inputs(self, params: GateResidualParams, rows: int, seed: int, device: torch.device) -> OpInputs:
+        h, dtype = params.hidden, params.torch_dtype
+        gen = generator(device, seed)
+        res = torch.randn(rows, h, generator=gen, device=device).to(dtype)
+        y = torch.randn(rows, h, generator=gen, device=device).to(dtype)
+        table_gen = generator(device, PARAM_SEED)
+        table = (torch.randn(params.table_rows, params.chunks * h, generator=table_gen, device=device)
+                 * 0.1).to(dtype)
+        gate = table.chunk(params.chunks, dim=-1)[GATE_CHUNK]  # a strided view, as in the model
+        idx = self.layout(params, rows, seed).to(device)
+        return self.bundle({"res": res, "gate": gate, "y": y, "idx": idx})
+
+    def make_grad_outs(self, params: GateResidualParams, rows: int, seed: int,
+                       device: torch.device) -> tuple[torch.Tensor, ...]:
+        gen = generator(device, seed)
+        return (torch.randn(rows, params.hidden, generator=gen, device=device).to(params.torch_dtype),)
+
+    def reference(self, params: GateResidualParams, inputs: OpInputs, grad_outs: Optional[tuple[torch.Tensor, ...]],
+                  grads: tuple[str, ...], variant: str) -> Reference:
+        if variant not in self.reference_variants:
+            raise ValueError(f"unknown reference variant {variant!r}; known: {self.reference_variants}")
+        leaves = float64_leaves(inputs, self.differentiable, grads, grad_outs is not None)
+        with torch.enable_grad():
+            out = leaves["res"] + leaves["gate"].index_select(0, leaves["idx"]) * leaves["y"]
+            found = reference_grads((out,), leaves, grad_outs, grads)
+        return Reference(outputs=(out.detach(),), grads=found)
+
+    def floor_bytes(self, params: GateResidualParams, rows: int, backward: bool) -> int:
+        """Forward: per row read res and y and write out (3 x 2H bytes: 3 x 10752 at H = 5376 in bf16) and
+        read idx (8 bytes); once per call read the gate (T*M x H: 96768 bytes, 97 KB).
+        Backward (OPERATORS.md): per row read dout and y, write dres and dy (4 x 10752 bytes) and read idx
+        again (8); once read the gate again (for dy) and write its gradient (2 x 97 KB).
+        Forward+backward: (7 x 2H + 16) bytes per row plus 3 x the gate."""
+        row = params.hidden * element_size(params.torch_dtype)
+        gate = params.table_rows * row
+        forward = rows * (3 * row + INDEX_BYTES) + gate
+        if not backward:
+            return forward
+        return forward + rows * (4 * row + INDEX_BYTES) + 2 * gate
+
+
+OP = GateResidual()

@@ -1,0 +1,149 @@
+"""Blame the right party: only an exception from inside the implementation's own call (forward,
+backward, its load) or a result breaking the op's contract becomes that row's "unavailable" reason; a
+bug in a probe, a reference or the schema code stops the run with its traceback, and writes nothing."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from harness import schema
+from harness.adapter import from_function
+from harness.config import load_config
+from harness.ops import get_op
+from harness.runner import RunRequest, run
+from harness.schema import RowResult, UnavailableRow
+from tests.helpers import composition
+
+CPU = torch.device("cpu")
+GRADS = ("x", "w", "sh", "sc")
+QUICK = load_config("norm_modulate", quick=True)
+CONFIG = dataclasses.replace(QUICK, timing=dataclasses.replace(QUICK.timing, repeats=1))
+
+
+def request(*fns, out=None) -> RunRequest:
+    adapters = [from_function(fn, name=fn.__name__, op="norm_modulate", differentiable=GRADS) for fn in fns]
+    return RunRequest(config=CONFIG, device=CPU, adapters=adapters, modes=["plain"], out=out,
+                      measure_bandwidth=False)
+
+
+def honest(x, w, sh, sc, idx):
+    return composition(x, w, sh, sc, idx)
+
+
+class _FailingBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("planted failure in the implementation's backward")
+
+
+def fails_in_backward(x, w, sh, sc, idx):
+    return composition(_FailingBackward.apply(x), w, sh, sc, idx)
+
+
+def wrong_shape(x, w, sh, sc, idx):
+    return composition(x, w, sh, sc, idx)[:, :-1]
+
+
+def returns_a_list_of_two(x, w, sh, sc, idx):
+    y = composition(x, w, sh, sc, idx)
+    return [y, y]
+
+
+_CALLS = {"n": 0}
+
+
+def fails_only_while_timed(x, w, sh, sc, idx):
+    """Correct through every probe; raises on the first call of the latency phase."""
+    if _CALLS.get("timing") and not torch.is_grad_enabled():
+        raise RuntimeError("planted failure while timed")
+    return composition(x, w, sh, sc, idx)
+
+
+@pytest.mark.parametrize("fn,probe,reason", [
+    (fails_in_backward, "all_rows", "RuntimeError: planted failure in the implementation's backward"),
+    (wrong_shape, "all_rows", "implementation returned shape (3, 63) for output 0, expected (3, 64)"),
+    (returns_a_list_of_two, "all_rows", "implementation returned 2 tensors, the op has 1 outputs"),
+])
+def test_implementation_failures_are_its_rows_reason(fn, probe, reason):
+    rows = run(request(fn, honest)).results["plain"]
+    bad = rows[fn.__name__]
+    assert isinstance(bad, UnavailableRow)
+    assert (bad.unavailable, bad.failed_probe) == (reason, probe)
+    assert isinstance(rows["honest"], RowResult) and rows["honest"].batch_invariance.batch_invariant
+
+
+def test_failure_in_the_latency_phase_is_the_rows_reason(monkeypatch):
+    from harness.probes import accuracy_latency as acc
+
+    original = acc.time_rows
+
+    def mark_timing(*args, **kwargs):
+        _CALLS["timing"] = True
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _CALLS["timing"] = False
+
+    monkeypatch.setattr(acc, "time_rows", mark_timing)
+    rows = run(request(fails_only_while_timed, honest)).results["plain"]
+    bad = rows["fails_only_while_timed"]
+    assert isinstance(bad, UnavailableRow)
+    assert (bad.unavailable, bad.failed_probe) == ("RuntimeError: planted failure while timed", "accuracy_latency")
+    good = rows["honest"]
+    assert isinstance(good, RowResult) and good.accuracy_latency["130"].fwd_us > 0
+
+
+def test_a_bug_in_the_reference_stops_the_run_and_writes_nothing(monkeypatch, tmp_path):
+    op = get_op("norm_modulate")
+
+    def broken_reference(*args, **kwargs):
+        raise KeyError("planted harness bug in the reference")
+
+    monkeypatch.setattr(type(op), "reference", broken_reference)
+    out = tmp_path / "e.json"
+    with pytest.raises(KeyError, match="planted harness bug"):
+        run(request(honest, out=out))
+    assert not out.exists()
+
+
+def test_a_bug_in_a_probe_stops_the_run(monkeypatch):
+    from harness.probes import batch_invariance as bi
+
+    def broken_sweep(ctx, plan):
+        raise IndexError("planted harness bug in the sweep")
+
+    monkeypatch.setattr(bi, "batch_size_sweep", broken_sweep)
+    with pytest.raises(IndexError, match="planted harness bug"):
+        run(request(honest))
+
+
+def test_a_bug_in_the_schema_code_stops_the_run(monkeypatch, tmp_path):
+    def broken_dumps(evidence):
+        raise TypeError("planted harness bug in the codec")
+
+    monkeypatch.setattr(schema, "dumps", broken_dumps)
+    out = tmp_path / "e.json"
+    with pytest.raises(TypeError, match="planted harness bug"):
+        run(request(honest, out=out))
+    assert not out.exists()
+
+
+def test_the_cli_exits_non_zero_with_the_traceback_and_writes_nothing(invoke, tmp_path, monkeypatch):
+    from harness.probes import batch_invariance as bi
+
+    def broken_all_rows(ctx, plan):
+        raise ZeroDivisionError("planted harness bug in all_rows")
+
+    monkeypatch.setattr(bi, "all_rows", broken_all_rows)
+    out = tmp_path / "e.json"
+    result, text = invoke("run", "--device", "cpu", "--quick", "--adapters", "torch_rms_norm", "--set",
+                          "hidden=16", "--out", str(out))
+    assert result.exit_code != 0
+    assert isinstance(result.exception, ZeroDivisionError)  # the harness's own error, not a row's verdict
+    assert not out.exists() and list(tmp_path.iterdir()) == []

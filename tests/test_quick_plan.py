@@ -1,0 +1,171 @@
+"""The quick plan (the CPU default of `make run`) flags every kind of fault the full plan flags.
+
+Each planted adapter is the honest composition with one fault, run through the quick plan by the runner;
+the honest control must pass the same plan. The faults: a forward that changes only in batches of more
+than 100 rows, a row gradient that depends on the batch's parity, a forward that depends on the row's
+position in the batch, and table gradients summed in an order that changes from run to run (which only
+shows where a table row gets three or more contributions: with two, a + b == b + a).
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+import torch
+
+from harness.adapter import from_function
+from harness.config import load_config
+from harness.runner import RunRequest, run
+from harness.schema import RowResult
+from tests.helpers import composition
+
+CPU = torch.device("cpu")
+QUICK = load_config("norm_modulate", quick=True)
+GRADS = ("x", "w", "sh", "sc")
+BUMP = 2 ** -5  # larger than a bf16 ulp: changes the bits of every non-zero element
+
+
+def forward_above_100_rows(x, w, sh, sc, idx):
+    y = composition(x, w, sh, sc, idx)
+    return y + (y * BUMP).detach() if x.shape[0] > 100 else y
+
+
+class _BumpGradOnOddBatches(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.odd = x.shape[0] % 2 == 1
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * (1 + BUMP) if ctx.odd else grad
+
+
+def rowgrad_on_batch_parity(x, w, sh, sc, idx):
+    return composition(_BumpGradOnOddBatches.apply(x), w, sh, sc, idx)
+
+
+def position_dependent_forward(x, w, sh, sc, idx):
+    """Every row but the first of its batch is perturbed: a row alone is always first."""
+    y = composition(x, w, sh, sc, idx)
+    bump = torch.ones_like(y)
+    bump[1:] += BUMP
+    return y * bump.detach()
+
+
+_RUNS = itertools.count()
+
+
+class _TableRowsInRunOrder(torch.autograd.Function):
+    """index_select whose backward adds each table row's contributions in bf16, in an order that changes
+    with every backward (a stand-in for atomics): the bits change only where a row has >= 3 of them."""
+
+    @staticmethod
+    def forward(ctx, table, idx):
+        ctx.save_for_backward(idx)
+        ctx.rows = table.shape[0]
+        return table.index_select(0, idx)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (idx,) = ctx.saved_tensors
+        order = torch.randperm(idx.shape[0], generator=torch.Generator().manual_seed(next(_RUNS)))
+        out = torch.zeros((ctx.rows, grad.shape[1]), dtype=grad.dtype)
+        for r in order.tolist():
+            out[idx[r]] = out[idx[r]] + grad[r]  # rounded to the table's dtype at every step
+        return out, None
+
+
+def table_grads_in_run_order(x, w, sh, sc, idx):
+    n = torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-5)
+    return n * (1 + _TableRowsInRunOrder.apply(sc, idx)) + _TableRowsInRunOrder.apply(sh, idx)
+
+
+def honest(x, w, sh, sc, idx):
+    return composition(x, w, sh, sc, idx)
+
+
+PLANTED = {
+    "forward_above_100_rows": forward_above_100_rows,
+    "rowgrad_on_batch_parity": rowgrad_on_batch_parity,
+    "position_dependent_forward": position_dependent_forward,
+    "table_grads_in_run_order": table_grads_in_run_order,
+}
+
+
+@pytest.fixture(scope="module")
+def quick_rows() -> dict:
+    """Every planted adapter and the control, through the quick plan in one run."""
+    adapters = [from_function(fn, name=name, op="norm_modulate", differentiable=GRADS)
+                for name, fn in {**PLANTED, "honest": honest}.items()]
+    config = dataclasses.replace(QUICK, timing=dataclasses.replace(QUICK.timing, repeats=1))
+    evidence = run(RunRequest(config=config, device=CPU, adapters=adapters, modes=["plain"], out=None,
+                              measure_bandwidth=False))
+    rows = evidence.results["plain"]
+    assert all(isinstance(r, RowResult) for r in rows.values()), rows
+    return rows
+
+
+def test_the_quick_plan_has_what_the_faults_need():
+    layout = QUICK.inputs
+    assert QUICK.full_vs_sub.full_batch > 100 >= max(QUICK.full_vs_sub.sub_batch_sizes)
+    # some table row gets at least three contributions in the largest all_rows batch
+    from harness.ops import get_op
+
+    n = max(QUICK.all_rows.batch_sizes)
+    counts = torch.bincount(get_op("norm_modulate").layout(layout, n, QUICK.all_rows.seeds[0]))
+    assert int(counts.max()) >= 3
+
+
+def test_honest_control_passes(quick_rows):
+    bi = quick_rows["honest"].batch_invariance
+    assert bi.batch_invariant is True and bi.params_repeatable is True
+
+
+def test_forward_above_100_rows_is_flagged_by_the_sub_batches(quick_rows):
+    bi = quick_rows["forward_above_100_rows"].batch_invariance
+    assert bi.batch_invariant is False
+    assert bi.full_vs_sub_batches.fwd_differ == bi.full_vs_sub_batches.sub_batches  # every sub-batch <= 100
+    assert bi.params_repeatable is True
+
+
+def test_rowgrad_on_batch_parity_is_flagged(quick_rows):
+    bi = quick_rows["rowgrad_on_batch_parity"].batch_invariance
+    assert bi.batch_invariant is False
+    # all_rows: the 32-row batch is even, each row alone is odd
+    assert bi.all_rows["32"].rowgrad_differ == 32 and bi.all_rows["3"].rowgrad_differ == 0
+    assert all(c.fwd_differ == 0 for c in bi.all_rows.values())
+    assert bi.batch_size_sweep.differ > 0
+
+
+def test_position_dependent_forward_is_flagged(quick_rows):
+    bi = quick_rows["position_dependent_forward"].batch_invariance
+    assert bi.batch_invariant is False
+    assert bi.all_rows["3"].fwd_differ == 2 and bi.all_rows["32"].fwd_differ == 31  # all but the first
+    assert bi.batch_size_sweep.differ > 0
+
+
+def test_run_order_table_gradients_are_flagged(quick_rows):
+    bi = quick_rows["table_grads_in_run_order"].batch_invariance
+    assert bi.params_repeatable is False and bi.batch_invariant is False
+    # nothing per row changes: only the repeatability check sees it
+    assert all((c.fwd_differ, c.rowgrad_differ) == (0, 0) for c in bi.all_rows.values())
+    assert bi.batch_size_sweep.differ == 0
+
+
+def test_the_old_quick_plan_missed_two_of_them():
+    """Why the plan changed: the previous quick plan (a 64-row full batch, all_rows batches of 3 and 8
+    rows) passes the >100-row forward and the run-order table sums; the current one flags both."""
+    from harness.config import AllRowsPlan, SubBatchPlan, SweepPlan
+
+    old = dataclasses.replace(
+        QUICK, all_rows=AllRowsPlan(batch_sizes=(3, 8), seeds=(3,)),
+        full_vs_sub=SubBatchPlan(full_batch=64, seeds=(3,), sub_batch_sizes=(1, 7, 33), dense_from=16, spread=4),
+        sweep=SweepPlan(rows=16, seeds=(3,), small_sizes=2, first_power=8, probe_spread=1, max_failures=8),
+        timing=dataclasses.replace(QUICK.timing, repeats=1))
+    adapters = [from_function(PLANTED[name], name=name, op="norm_modulate", differentiable=GRADS)
+                for name in ("forward_above_100_rows", "table_grads_in_run_order")]
+    rows = run(RunRequest(config=old, device=CPU, adapters=adapters, modes=["plain"], out=None,
+                          measure_bandwidth=False)).results["plain"]
+    assert all(r.batch_invariance.batch_invariant for r in rows.values())
