@@ -12,12 +12,14 @@ import os
 from importlib import metadata
 
 from harness.modes.base import ActiveMode, ModeNotActive, ModeSpec
+from harness.modes.library_modes import LIBRARY_MODES
 from harness.modes.torch_modes import DETERMINISTIC, PLAIN
 
 ENTRY_POINT_GROUP = "h3bench.modes"
 MODULES_VARIABLE = "H3BENCH_MODE_MODULES"
 
-MODES: dict[str, ModeSpec] = {spec.name: spec for spec in (PLAIN, DETERMINISTIC)}
+# The RFC's seven modes in its order, then torch's own deterministic switch.
+MODES: dict[str, ModeSpec] = {spec.name: spec for spec in (PLAIN, *LIBRARY_MODES, DETERMINISTIC)}
 
 
 def register_modules(names: list[str]) -> None:
