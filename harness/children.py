@@ -48,22 +48,27 @@ def device_slot(device: torch.device) -> str:
     return str(device.index if device.index is not None else torch.cuda.current_device())
 
 
+def mode_job(request: "RunRequest", spec: ModeSpec, folder: Path, cost_s: float = 1.0) -> fanout.Job:
+    """One mode of one request as a fan-out job: a child `h3bench run` writing one part file."""
+    part = folder / f"{request.config.op}.{spec.name}.json"
+    return fanout.Job(key=f"{request.config.op}/{spec.name}", argv=child_argv(request, spec.name, part), out=part,
+                      cost_s=cost_s, timeout_s=request.mode_timeout_s or DEFAULT_TIMEOUT_S,
+                      env=_child_environment(spec))
+
+
 def run_modes(request: "RunRequest", specs: Sequence[ModeSpec],
               observer: "Observer") -> dict[str, Evidence | UnavailableMode]:
-    """Each mode's part, measured by a child process; a failed child's mode is an UnavailableMode part."""
+    """Each mode's part, measured by a child process on this run's device, one after another; a failed
+    child's mode is an UnavailableMode part."""
     if request.device.type == "cuda":
         torch.cuda.empty_cache()  # the children need the memory this process's cache holds
     with tempfile.TemporaryDirectory(prefix="h3bench-modes-", dir=request.work_dir) as tmp:
-        jobs = [fanout.Job(key=spec.name, argv=child_argv(request, spec.name, Path(tmp) / f"{spec.name}.json"),
-                           out=Path(tmp) / f"{spec.name}.json", cost_s=1.0,
-                           timeout_s=request.mode_timeout_s or DEFAULT_TIMEOUT_S,
-                           env=_child_environment(spec))
-                for spec in specs]
+        jobs = [mode_job(request, spec, Path(tmp)) for spec in specs]
         observer.phase_started("modes", f"{len(jobs)} mode(s) in child processes", len(jobs))
         outcomes = fanout.run_jobs(jobs, [device_slot(request.device)], retries=0,
                                    on_event=lambda e: observer.advance(1) if e.kind in ("finished", "failed") else None)
         observer.phase_finished()
-        return {spec.name: _part(spec, outcome) for spec, outcome in zip(specs, outcomes)}
+        return {spec.name: part_of(spec, outcome) for spec, outcome in zip(specs, outcomes)}
 
 
 def _child_environment(spec: ModeSpec) -> dict[str, str]:
@@ -75,7 +80,7 @@ def _child_environment(spec: ModeSpec) -> dict[str, str]:
     return env
 
 
-def _part(spec: ModeSpec, outcome: fanout.Outcome) -> Evidence | UnavailableMode:
+def part_of(spec: ModeSpec, outcome: fanout.Outcome) -> Evidence | UnavailableMode:
     if not outcome.ok:
         return UnavailableMode(unavailable=f"child process: {outcome.error}")
     try:

@@ -120,13 +120,16 @@ def _check_writable(path: Path) -> None:
 
 
 def _ops(op: str) -> list[str]:
+    """`--op NAME[,NAME]` or `--op all`, in the order given (all: registry order)."""
     from harness.ops import OP_MODULES
 
-    if op == ALL_OPS:
+    names = [n.strip() for n in op.split(",") if n.strip()]
+    if ALL_OPS in names:
         return list(OP_MODULES)
-    if op not in OP_MODULES:
-        fail(f"unknown op {op!r}; known ops: {', '.join(OP_MODULES)}, or {ALL_OPS}")
-    return [op]
+    unknown = [n for n in names if n not in OP_MODULES]
+    if unknown or not names:
+        fail(f"unknown op {', '.join(unknown) or repr(op)}; known ops: {', '.join(OP_MODULES)}, or {ALL_OPS}")
+    return list(dict.fromkeys(names))
 
 
 def _child_args(op: str, device, config: Optional[Path], sets: List[str], quick: bool,
@@ -146,7 +149,8 @@ def _child_args(op: str, device, config: Optional[Path], sets: List[str], quick:
 
 @app.command()
 def run(
-    op: str = typer.Option("norm_modulate", "--op", help=f"Operator to run, or {ALL_OPS} (one file per op)."),
+    op: str = typer.Option("norm_modulate", "--op", help=f"Operator(s) to run: NAME[,NAME], or {ALL_OPS} "
+                                                         "(one evidence file per op)."),
     config: Optional[Path] = typer.Option(None, "--config", help="TOML config (default: the op's built-in)."),
     set_: List[str] = typer.Option([], "--set", help="Override a config key: KEY=VALUE or TABLE.KEY=VALUE."),
     quick: Optional[bool] = typer.Option(None, "--quick/--full",
@@ -159,6 +163,10 @@ def run(
     render: bool = typer.Option(True, "--render/--no-render", help="Write tables and plots beside the JSON."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars (CI logs)."),
     mode_timeout: Optional[float] = typer.Option(None, "--mode-timeout", help="Seconds a mode's child may run."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="Fan (op, mode) jobs out over GPUs: N, all, or "
+                                                            "ids like 0,2,5; one worker per GPU."),
+    ray: Optional[str] = typer.Option(None, "--ray", help="Run the (op, mode) jobs as Ray tasks (num_gpus=1): "
+                                                          "a cluster address, or auto."),
     in_process: bool = typer.Option(False, "--in-process", hidden=True,
                                     help="Run the one mode in this process (how a mode's child is called)."),
 ):
@@ -171,8 +179,8 @@ def run(
     dev = _device(device)
     ops = _ops(op)
     if len(ops) > 1 and (config is not None or adapters is not None or adapter):
-        fail(f"--config, --adapters and --adapter name one op's file and rows; with --op {ALL_OPS} each op "
-             "runs its built-in config and rows")
+        fail("--config, --adapters and --adapter name one op's file and rows; with several ops each op runs "
+             "its built-in config and rows")
     try:
         modes = parse_modes(mode)
     except ValueError as exc:
@@ -201,7 +209,12 @@ def run(
     for request in requests:
         _check_writable(request.out)
     console = Console(stderr=True, quiet=quiet)
-    written = _run_requests(requests, console, quiet, run_evidence, plan_note=quick is None)
+    if gpus is not None or ray is not None:
+        if in_process:
+            fail("--in-process runs one mode here; it does not fan out")
+        written = _fan_out(requests, gpus, ray, console)
+    else:
+        written = _run_requests(requests, console, quiet, run_evidence, plan_note=quick is None)
     if render:
         for hook in RENDER_HOOKS:
             written += hook([r.out for r in requests], console)
@@ -228,6 +241,38 @@ def _run_requests(requests, console: Console, quiet: bool, run_evidence, plan_no
         console.print(f"{cfg.op}: {time.perf_counter() - started:.1f} s")
         written.append(request.out)
     return written
+
+
+def _fan_out(requests, gpus: Optional[str], ray: Optional[str], console: Console) -> list[Path]:
+    from harness import fanout
+    from harness.progress import summary_table
+    from harness.suite import run_suite
+
+    devices: list[str] = []
+    if ray is None:
+        import torch
+
+        available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        try:
+            devices = fanout.parse_gpus(gpus, available)
+        except ValueError as exc:
+            fail(f"--gpus {gpus}: {exc}")
+
+    def show(event: fanout.Event) -> None:
+        where = f"GPU {event.device}" if event.device not in (None, fanout.CPU) else "the CPU"
+        text = {"started": f"started on {where} (attempt {event.attempt})",
+                "finished": f"finished on {where} in {event.wall_s:.0f} s",
+                "retrying": f"failed on {where}, retrying elsewhere: {event.message}",
+                "failed": f"FAILED: {event.message}"}.get(event.kind, event.kind)
+        console.print(f"{event.key}: {text}", highlight=False)
+
+    started = time.perf_counter()
+    found = run_suite(requests, devices, ray_address=ray, on_event=show)
+    for evidence in found:
+        Console(quiet=console.quiet).print(summary_table(evidence))
+    console.print(f"{len(found)} op(s), {sum(len(r.modes) for r in requests)} job(s) in "
+                  f"{time.perf_counter() - started:.1f} s on {len(devices) or 'Ray'} worker(s)")
+    return [r.out for r in requests]
 
 
 @app.command("list")
