@@ -1,46 +1,122 @@
 #!/usr/bin/env bash
-# The device call that produced reports/evidence/norm_modulate_h200.json, from the repo root on the lent
-# H200 (carry .devpkgs-small, and .devpkgs/part-10 when the big set is used). Installs the competitors'
-# wheels (adapters/COMPETITORS.md); when the seven big pieces were stashed in /root/devpkgs by earlier
-# calls it also installs them and builds Transformer Engine's torch extension. Then it checks our kernel
-# on the GPU, times it, runs the full plan and renders the reports. Everything lands in $OUT.
-# Call it as `H3BENCH_COMMIT=<sha> bash reports/evidence/run_h200.sh`: the machine gets the working
-# tree without its history, so the evidence file can only name the commit it is told.
+# The device calls that produce the committed H200 evidence, from the repo root on the lent H200:
+#
+#   H3BENCH_COMMIT=<sha> bash reports/evidence/run_h200.sh STEP [STEP ...]
+#
+# Steps (each logs to $OUT/<step>.log; everything it writes goes into $OUT/<step>.tar.gz, since a call
+# returns at most 8 files):
+#   stash          copy the carried .devpkgs/part-NN (one per call) into /root/devpkgs: Transformer
+#                  Engine and the CuTe DSL are too big for one call (adapters/COMPETITORS.md)
+#   install        the small wheel set (.devpkgs-small) and, when all 7 big pieces are stashed, the big set
+#                  into /tmp/site with TE's torch extension built; the modes carry (.devpkgs-modes) into
+#                  /tmp/modes-site; the RFC's rl-kernel reassembly (.third_party/rl-kernel-h3) built into
+#                  /tmp/rl-kernel-h3 (tools/build_rl_kernel.sh), in parallel with TE's build
+#   norm_modulate  `h3bench run --op norm_modulate`: full plan, mode plain, every row
+#   ops            the six other ops, full plan, mode plain, every row (one evidence file per op)
+#   modes          timestep_mlp and adaln_projection under every global mode (the diffusers row: the modes
+#                  patch aten, which our Triton row does not use), each mode in its own child process
+#   kernel-tests   our kernels' tests on the GPU
+#   bench          tools/bench_memory_ops.py, tools/bench_gemm.py, tools/sweep_norm_modulate.py
+# The machine gets the working tree without its history: H3BENCH_COMMIT names the commit in the files.
 set -uo pipefail
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 TVM_FFI_DISABLE_TORCH_C_DLPACK=1
 OUT=${OUT:-/tmp/h3bench-out}
+ROOT=$PWD
 mkdir -p "$OUT"
-{
-  date -u
+NVCC=$(readlink -f "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")
+export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$NVCC")")}  # sglang's JIT links against $CUDA_HOME/lib64
+SITE=/tmp/site
+MODES_SITE=/tmp/modes-site
+RLK=/tmp/rl-kernel-h3
+M=$ROOT/.devpkgs-modes
+# PYTHONPATH per step: the full SGLang (small set) and the trimmed one (modes carry) must never meet.
+FULL_PATH=$ROOT:$RLK:$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages
+MODES_PATH=$ROOT:$RLK:$M/vllm-0.34.0:$M/sglang-0.5.23:$M/megatron-core-0.19.2:$MODES_SITE
+
+h3bench() { python3 -m reports.cli "$@"; }
+
+step_stash() {
+  mkdir -p /root/devpkgs
+  for part in .devpkgs/part-*; do [ -d "$part" ] && cp -r "$part/." /root/devpkgs/; done
+  echo "stashed: $(ls /root/devpkgs | grep -c piece) pieces, $(ls /root/devpkgs/*.whl 2>/dev/null | wc -l) wheels"
+}
+
+step_install() {
+  local pieces
   pieces=$(ls /root/devpkgs 2>/dev/null | grep -c piece)
+  if [ -d .third_party/rl-kernel-h3 ]; then
+    bash tools/build_rl_kernel.sh .third_party/rl-kernel-h3 "$RLK" > "$OUT/work/rl_kernel_build.log" 2>&1 &
+    local rlk_pid=$!
+  fi
   if [ "$pieces" = 7 ] && [ -d .devpkgs/part-10 ]; then
     cp -r .devpkgs/part-10/. /root/devpkgs/ && cp .devpkgs-small/*.whl /root/devpkgs/
     bash /root/devpkgs/install.sh
-    export PYTHONPATH=/tmp/site
     rm -rf /tmp/tebuild /tmp/tewheel && mkdir -p /tmp/tebuild
     tar xzf /root/devpkgs/transformer_engine_torch-2.20.2.tar.gz -C /tmp/tebuild
     if (cd /tmp/tebuild/transformer_engine_torch-2.20.2 && NVTE_PYTORCH_FORCE_BUILD=TRUE NVTE_CUDA_ARCHS=90 \
-          MAX_JOBS=16 timeout 300 python3 -m pip wheel --no-build-isolation --no-deps --no-index -w /tmp/tewheel . \
-          > /tmp/te_build.log 2>&1); then
-      python3 -m zipfile -e /tmp/tewheel/*.whl /tmp/site && echo "TE extension built"
+          MAX_JOBS=16 PYTHONPATH=$SITE timeout 300 python3 -m pip wheel --no-build-isolation --no-deps --no-index \
+          -w /tmp/tewheel . > "$OUT/work/te_build.log" 2>&1); then
+      python3 -m zipfile -e /tmp/tewheel/*.whl $SITE && echo "TE extension built"
     else
-      echo "TE extension build FAILED; last lines:"; tail -25 /tmp/te_build.log
+      echo "TE extension build FAILED; last lines:"; tail -25 "$OUT/work/te_build.log"
     fi
-  else
-    echo "big set not stashed ($pieces of 7 pieces): installing the small set only"
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .devpkgs-small/*.whl
+  elif [ -d .devpkgs-small ]; then
+    echo "big set not stashed ($pieces of 7 pieces): the small set only"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE .devpkgs-small/*.whl
   fi
-  export PYTHONPATH=$PWD:/tmp/site
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+  if [ -d "$M/wheels" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $MODES_SITE "$M"/wheels/*.whl \
+      && echo "modes carry installed"
+  fi
+  if [ -n "${rlk_pid:-}" ]; then
+    wait "$rlk_pid" && echo "rl-kernel: $(cat $RLK/H3BENCH_SOURCE)" || { echo "rl-kernel build FAILED:"; tail -20 "$OUT/work/rl_kernel_build.log"; }
+  fi
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-  python3 -m harness.cli list --device cuda
-  # The evidence first: with little device time left, what matters most must not wait.
+  PYTHONPATH=$FULL_PATH h3bench list --device cuda
+}
+
+run_ops() {  # run_ops PATH OPS [args...]: one h3bench run, its wall time
+  local path=$1 ops=$2; shift 2
+  local t0
   t0=$(date +%s)
-  python3 -m harness.cli run --op norm_modulate --out "$OUT/norm_modulate_h200.json"
-  echo "harness rc=$? wall $(( $(date +%s) - t0 )) s"
-  if [ -z "${H3BENCH_SKIP_KERNEL_TESTS:-}" ]; then
-    H3BENCH_TEST_DEVICE=cuda timeout 180 python3 -m pytest -q tests/test_kernel.py 2>&1 | tail -3
-  fi
-  timeout 120 python3 -m kernels.bench
-  timeout 60 python3 -m kernels.hostcost --breakdown-only
-} 2>&1 | tee "$OUT/norm_modulate_h200.log"
+  PYTHONPATH=$path h3bench run --op "$ops" --device cuda --full --no-render --quiet "$@"
+  echo "h3bench run --op $ops $*: rc=$? wall $(( $(date +%s) - t0 )) s"
+}
+
+step_norm_modulate() {
+  run_ops "$FULL_PATH" norm_modulate --out "$OUT/work/norm_modulate_h200.json"
+}
+
+step_ops() {
+  run_ops "$FULL_PATH" timestep_sinusoid,timestep_mlp,adaln_projection,adaln_row_gather,gate_residual,final_adaln_out \
+    --out "$OUT/work/ops"
+}
+
+step_modes() {
+  for op in timestep_mlp adaln_projection; do
+    run_ops "$MODES_PATH" "$op" --adapters diffusers --mode all --mode-timeout 400 \
+      --out "$OUT/work/${op}_modes_h200.json"
+  done
+}
+
+step_kernel-tests() {
+  PYTHONPATH=$FULL_PATH H3BENCH_TEST_DEVICE=cuda timeout 240 python3 -m pytest -q -x tests/test_kernel*.py \
+    tests/test_row_gather.py 2>&1 | tail -15
+}
+
+step_bench() {
+  PYTHONPATH=$FULL_PATH timeout 150 python3 -m tools.bench_memory_ops --out "$OUT/work/bench_memory_ops.json"
+  PYTHONPATH=$FULL_PATH timeout 240 python3 -m tools.bench_gemm --out "$OUT/work/bench_gemm.json"
+  PYTHONPATH=$FULL_PATH timeout 300 python3 -m tools.sweep_norm_modulate --out "$OUT/work/sweep_norm_modulate.json"
+}
+
+mkdir -p "$OUT/work"
+for step in "$@"; do
+  {
+    echo "== $step ($(date -u +%H:%M:%S), commit ${H3BENCH_COMMIT:-unknown})"
+    "step_$step"
+    echo "== $step done ($(date -u +%H:%M:%S))"
+  } 2>&1 | tee -a "$OUT/$step.log"
+done
+(cd "$OUT/work" && tar czf "$OUT/results.tar.gz" .) && ls -la "$OUT"
