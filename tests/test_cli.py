@@ -149,19 +149,19 @@ def test_validate_one_bad_among_good_fails(invoke, tmp_path):
 
 def test_list_shows_every_builtin_adapter(invoke):
     from adapters import builtin_adapters
+    from harness.config import load_config
 
     result, _ = invoke("list", "--device", "cpu")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    from harness.config import load_config
-
     for adapter in builtin_adapters():
         params = load_config(adapter.op).inputs
         expected = "unavailable" if isinstance(adapter.try_load(torch.device("cpu"), params), str) else "available"
-        row = [line for line in lines if re.search(rf"[│|]\s*{re.escape(adapter.name)}\s*[│|]", line)]
-        assert len(row) == 1, (adapter.name, result.output)
+        row = [line for line in lines
+               if re.search(rf"[│|]\s*{re.escape(adapter.op)}\s*[│|]\s*{re.escape(adapter.name)}\s*[│|]", line)]
+        assert len(row) == 1, (adapter.key, result.output)
         status = re.findall(r"\b(available|unavailable)\b", row[0])
-        assert status == [expected], (adapter.name, row[0])
+        assert status == [expected], (adapter.key, row[0])
     # on a CPU the plain torch rows are available and the GPU libraries are not
     assert "available" in next(line for line in lines if " torch_rms_norm " in line)
 

@@ -1,0 +1,58 @@
+"""The RFC's own CUDA op: `H3TimestepSinusoidCudaOp().forward(t, num_channels=..., check_range=False)`.
+
+OPERATORS.md lists it as not public. Public RL-Align/RL-Kernel files do define it (the two module paths
+below, at commits 0522865 and 47dc612: the RFC script's layout, then the later one; the call is the RFC
+script's), but the rl-kernel reassembly h3bench builds (shared/third_party/rl-kernel-h3) has neither the
+module nor `csrc/cuda/h3/timestep_sinusoid.cu`: there the row is unavailable, and its reason names the
+class and every module tried. The class refuses to construct
+when `rl_engine._C` lacks `h3_timestep_sinusoid_forward`, and rl-kernel builds in the model's constants
+(max_period 10000, shift 0), so other constants are refused here.
+"""
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+from adapters._rl_engine import rl_engine_attr, rl_engine_source
+from harness.adapter import Adapter, Loaded
+from harness.execute import describe_exception
+from harness.ops.timestep_sinusoid import TimestepSinusoidParams
+
+SINUSOID_MODULES = (
+    "rl_engine.kernels.ops.cuda.h3.timestep_sinusoid",
+    "rl_engine.backends.cuda.model_specific.minimax_h3.timestep_sinusoid",
+)
+CLASS = "H3TimestepSinusoidCudaOp"
+RL_KERNEL_MAX_PERIOD = 10000   # H3_MAX_PERIOD, read from the op's module when it has it
+RL_KERNEL_SHIFT = 0.0          # rl-kernel's frequencies divide by num_channels / 2 (no shift argument)
+
+
+def import_rl_kernel_op(modules: tuple[str, ...], attr: str):
+    """(object, module name) of an rl-kernel op; an ImportError naming the op when it is missing."""
+    try:
+        return rl_engine_attr(modules, attr)
+    except ImportError as exc:
+        raise ImportError(f"rl-kernel's {attr} is not importable ({describe_exception(exc)})") from exc
+
+
+def _load(device: torch.device, params: TimestepSinusoidParams) -> Loaded:
+    op_class, module = import_rl_kernel_op(SINUSOID_MODULES, CLASS)
+    max_period = getattr(importlib.import_module(module), "H3_MAX_PERIOD", RL_KERNEL_MAX_PERIOD)
+    if (params.max_period, params.downscale_freq_shift) != (max_period, RL_KERNEL_SHIFT):
+        raise ValueError(f"rl-kernel's {CLASS} has max_period {max_period} and shift {RL_KERNEL_SHIFT} built in; "
+                         f"this run has max_period {params.max_period}, shift {params.downscale_freq_shift}")
+    if device.type != "cuda":
+        raise RuntimeError(f"needs CUDA (rl_engine._C extension), got device {device}")
+    op = op_class()  # raises RuntimeError when rl_engine._C lacks h3_timestep_sinusoid_forward
+    channels = params.freq_dim
+
+    def fn(t):
+        # t is drawn in [0, 1): the range check (a host sync per call) is off, as in the RFC's script
+        return op.forward(t, num_channels=channels, check_range=False)
+
+    return Loaded(fn=fn, source=f"rl-kernel {CLASS}.forward, check_range=False ({module}, {rl_engine_source()})")
+
+
+ADAPTER = Adapter(name="rl_kernel", op="timestep_sinusoid", grads=(), load=_load,
+                  summary="the RFC's CUDA op H3TimestepSinusoidCudaOp (rl_engine; not in h3bench's rl-kernel build)")
