@@ -1,12 +1,13 @@
 # One command runs the main job, one runs the tests; both set up .venv first.
-#   make run    h3bench run --op norm_modulate: full plan on CUDA, a quick CPU run otherwise
-#   make test   the test suite (CPU; Triton kernels under the interpreter)
+#   make run      h3bench run --op norm_modulate: full plan on CUDA, a quick CPU run otherwise
+#   make run-all  the same for all seven ops (one evidence file each, and an index page)
+#   make test     the test suite (CPU; Triton kernels under the interpreter)
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.h3bench-installed
 
-.PHONY: run test quick-cpu full-cpu clean
+.PHONY: run run-all test full-cpu clean
 
 $(STAMP): pyproject.toml constraints-ci.txt
 	@if $(PY) -c "import torch, triton" 2>/dev/null; then \
@@ -22,6 +23,9 @@ $(STAMP): pyproject.toml constraints-ci.txt
 
 run: $(STAMP)
 	$(BIN)/h3bench run --op norm_modulate
+
+run-all: $(STAMP)
+	$(BIN)/h3bench run --op all
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
