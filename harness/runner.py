@@ -139,14 +139,14 @@ def measure_mode(request: RunRequest, op: Op, spec: ModeSpec, observer: Observer
             mode_env["active"] = found
     except Exception as exc:  # the mode's library did not import or did not switch on: that mode's verdict
         failure = describe_exception(exc)
+    if spec.needs:
+        mode_env["libraries"] = {name: environment.library_version(name) for name in spec.needs}
     env = environment.capture(request.device, {spec.name: mode_env}, request.measure_bandwidth,
                               timing_record(request.config, request.device))
     if failure is not None:
-        mode_env["libraries"] = library_versions(spec)
         return evidence_of(op, request, env, {spec.name: UnavailableMode(unavailable=failure)})
-    rows = measure_rows(request, op, spec, active, env.copy_bandwidth_gbps, observer)
-    mode_env["libraries"] = library_versions(spec)
-    return evidence_of(op, request, env, {spec.name: rows})
+    return evidence_of(op, request, env, {spec.name: measure_rows(request, op, spec, active,
+                                                                  env.copy_bandwidth_gbps, observer)})
 
 
 def mode_variables(spec: ModeSpec) -> dict:
@@ -155,16 +155,7 @@ def mode_variables(spec: ModeSpec) -> dict:
     return dict(spec.environment)
 
 
-def library_versions(spec: ModeSpec) -> Optional[dict]:
-    if not spec.needs:
-        return None
-    return {name: environment.library_version(name) for name in spec.needs}
-
-
 def evidence_of(op: Op, request: RunRequest, env: Environment, results: dict) -> Evidence:
-    for mode_env in env.mode_environment.values():
-        if mode_env.get("libraries") is None:
-            mode_env.pop("libraries", None)
     return Evidence(
         kind="h3_prior_art", rfc=op.rfc, op=op.name,
         rl_kernel_commit=environment.rl_kernel_commit(),

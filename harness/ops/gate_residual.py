@@ -4,14 +4,18 @@
 
 In diffusers' `MiniMaxH3TransformerBlock.forward` this is
 `hidden_states = residual + gate_msa.index_select(0, adaln_indices) * attn_output` (and the same with
-`gate_mlp` and `ff_output`), so the inputs are declared in that expression's order: (res, gate, y, idx).
+`gate_mlp` and `ff_output`). The inputs are declared in the order of the RFC's own op and of its evidence
+script, `H3GateResidualCudaOp()(residual, sublayer_output, gate, adaln_indices)`: (res, y, gate, idx), the
+per-row tensors first, then the table, then the index. The diffusers row takes the same arguments and
+evaluates the diffusers expression.
 
 Inputs:
 - `res`, `y` [S, H] (randn, rounded to `dtype`): per row, differentiable; drawn from the case seed on the
   target device, res first.
 - `gate` [T*M, H] (0.1 randn, rounded to `dtype`): differentiable, not per row. As in the model it is a
   column block of the `[T*M, chunks*H]` AdaLN table (`gate_msa`, chunk `GATE_CHUNK`): a strided view, unit
-  inner stride and row stride chunks*H, so NOT contiguous (as norm_modulate's sh/sc). The table is drawn
+  inner stride and row stride chunks*H, so NOT contiguous (as norm_modulate's sh/sc; rl-kernel's op documents
+  its gate as such a "(R, H) row view"; the RFC's script drew a contiguous [T*M, H]). The table is drawn
   once for every case (OPERATORS.md) from a generator seeded with `PARAM_SEED` on the target device.
 - `idx` [S] int64: timestep * modalities + tag from the RFC's layout for the case seed.
 
@@ -61,8 +65,8 @@ class GateResidualParams:
 
 class GateResidual(Op):
     name = "gate_residual"
-    inputs = (Input("res", per_row=True, differentiable=True), Input("gate", differentiable=True),
-              Input("y", per_row=True, differentiable=True), Input("idx", per_row=True))
+    inputs = (Input("res", per_row=True, differentiable=True), Input("y", per_row=True, differentiable=True),
+              Input("gate", differentiable=True), Input("idx", per_row=True))
     outputs = ("out",)
     params_type = GateResidualParams
     plan_set = "token"
@@ -81,7 +85,7 @@ class GateResidual(Op):
                  * 0.1).to(dtype)
         gate = table.chunk(params.chunks, dim=-1)[GATE_CHUNK]  # a strided view, as in the model
         idx = self.layout(params, rows, seed).to(device)
-        return self.bundle({"res": res, "gate": gate, "y": y, "idx": idx})
+        return self.bundle({"res": res, "y": y, "gate": gate, "idx": idx})
 
     def make_grad_outs(self, params: GateResidualParams, rows: int, seed: int,
                        device: torch.device) -> tuple[torch.Tensor, ...]:
