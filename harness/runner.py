@@ -170,6 +170,7 @@ def evidence_of(op: Op, request: RunRequest, env: Environment, results: dict) ->
 @dataclass
 class _Measured:
     adapter: Adapter
+    name: str  # the row's name in the evidence
     loaded: Loaded
     load_s: float
     probes: dict = field(default_factory=dict)
@@ -183,26 +184,27 @@ def measure_rows(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode
     rows: dict[str, RowResult | UnavailableRow] = {}
     measured: list[_Measured] = []
     for adapter in request.adapters:
-        row_or_measured = _probe_row(request, op, spec, active, adapter, observer)
+        name = op.row_name(adapter.name, spec.name)
+        row_or_measured = _probe_row(request, op, spec, active, adapter, name, observer)
         if isinstance(row_or_measured, UnavailableRow):
-            rows[adapter.name] = row_or_measured
-            observer.row_finished(spec.name, adapter.name, row_or_measured)
+            rows[name] = row_or_measured
+            observer.row_finished(spec.name, name, row_or_measured)
         else:
             measured.append(row_or_measured)
-            rows[adapter.name] = None  # placeholder keeps the adapters' order
+            rows[name] = None  # placeholder keeps the adapters' order
         _release(request.device)
     _time_rows(request, op, spec, measured, bandwidth, observer)
     for m in measured:
-        rows[m.adapter.name] = _row_result(m, request.device)
-        observer.row_finished(spec.name, m.adapter.name, rows[m.adapter.name])
+        rows[m.name] = _row_result(m, request.device)
+        observer.row_finished(spec.name, m.name, rows[m.name])
     return rows
 
 
-def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, adapter: Adapter,
+def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, adapter: Adapter, name: str,
                observer: Observer) -> _Measured | UnavailableRow:
     started = time.perf_counter()
     cfg = request.config
-    observer.row_started(spec.name, adapter.name, probe_totals(cfg))
+    observer.row_started(spec.name, name, probe_totals(cfg))
     loaded = adapter.try_load(request.device, cfg.inputs)
     if not isinstance(loaded, Loaded):
         return UnavailableRow(unavailable=loaded, wall_s=round(time.perf_counter() - started, 3))
@@ -215,7 +217,7 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
         "batch_size_sweep": lambda: bi.batch_size_sweep(ctx, cfg.sweep),
         "accuracy_latency": lambda: acc.accuracy(ctx, cfg.accuracy),
     }
-    measured = _Measured(adapter=adapter, loaded=loaded, load_s=time.perf_counter() - started)
+    measured = _Measured(adapter=adapter, name=name, loaded=loaded, load_s=time.perf_counter() - started)
     current = PROBES[0]
     try:
         for current in PROBES:
@@ -236,7 +238,7 @@ def _time_rows(request: RunRequest, op: Op, spec: ModeSpec, measured: list[_Meas
     if not measured:
         return
     cfg = request.config
-    timed = [acc.TimedRow(name=m.adapter.name, fn=m.loaded.fn, grads=m.adapter.grads, sizes=m.sizes)
+    timed = [acc.TimedRow(name=m.name, fn=m.loaded.fn, grads=m.adapter.grads, sizes=m.sizes)
              for m in measured]
     observer.phase_started(spec.name, "latency, rows interleaved", acc.latency_units(cfg.accuracy, cfg.timing))
     t0 = time.perf_counter()

@@ -241,7 +241,7 @@ def test_floor_bytes_match_operators_md():
 def test_quick_plan_through_the_runner():
     evidence = run(RunRequest(config=QUICK, device=CPU, adapters=[DIFFUSERS], modes=["plain"], out=None,
                               measure_bandwidth=False))
-    row = evidence.results["plain"]["diffusers"]
+    row = evidence.results["plain"]["diffusers[plain]"]  # named as the RFC names it
     assert isinstance(row, RowResult), row
     assert row.has_backward is True and row.source.startswith("diffusers MiniMaxH3AdaLayerNormModulation")
     assert row.batch_invariance.params_repeatable is True

@@ -32,7 +32,7 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 OP = get_op("final_adaln_out")
 DEFAULT = load_config("final_adaln_out")
 QUICK = load_config("final_adaln_out", quick=True)
-GRADS = ("x", "nw", "temb", "W", "b")
+GRADS = ("x", "nw", "temb", "w", "b")
 U = 2 ** -8  # bf16 unit roundoff: 8 significant bits, round to nearest
 # The diffusers row rounds each output element up to six times (silu(temb) cast to bf16, the projection's
 # bf16 output, the norm's output, 1 + scale, the product, the sum), each by at most u = 2^-8 of a value
@@ -72,9 +72,9 @@ def test_bad_parameters_are_config_errors(override, message):
 def test_declarations():
     # diffusers' norm_out(hidden_states, temb, timestep_indices) with its norm.weight, linear.weight and bias,
     # in the RFC's call order H3FinalAdaLNOutCudaOp()(x, norm_weight, temb, weight, bias, timestep_indices)
-    assert OP.input_names == ("x", "nw", "temb", "W", "b", "ti")
+    assert OP.input_names == ("x", "nw", "temb", "w", "b", "ti")
     assert OP.row_inputs == ("x", "ti") and OP.row_grads == ("x",)
-    assert OP.param_grads == ("nw", "temb", "W", "b") and OP.outputs == ("out",)
+    assert OP.param_grads == ("nw", "temb", "w", "b") and OP.outputs == ("out",)
 
 
 # --- inputs ---------------------------------------------------------------------------------------------
@@ -84,8 +84,8 @@ def test_inputs_shapes_dtypes_and_draws():
     inputs = OP.make_inputs(params, rows, 3, CPU)
     assert list(inputs.tensors) == list(OP.input_names) and inputs.row_names == ("x", "ti")
     x, nw, temb, w, b, ti = inputs.tensors.values()
-    shapes = {"x": (rows, 64), "nw": (64,), "temb": (3, 64), "W": (128, 64), "b": (128,), "ti": (rows,)}
-    dtypes = {"x": torch.bfloat16, "nw": torch.bfloat16, "temb": torch.float32, "W": torch.bfloat16,
+    shapes = {"x": (rows, 64), "nw": (64,), "temb": (3, 64), "w": (128, 64), "b": (128,), "ti": (rows,)}
+    dtypes = {"x": torch.bfloat16, "nw": torch.bfloat16, "temb": torch.float32, "w": torch.bfloat16,
               "b": torch.bfloat16, "ti": torch.int64}
     for name, t in inputs.tensors.items():
         assert t.shape == shapes[name] and t.dtype == dtypes[name] and t.is_contiguous(), name
@@ -98,7 +98,7 @@ def test_inputs_shapes_dtypes_and_draws():
     gen = torch.Generator().manual_seed(PARAM_SEED)
     expected = {"nw": (0.5 + torch.rand(64, generator=gen)).to(torch.bfloat16),
                 "temb": torch.randn(3, 64, generator=gen),
-                "W": (torch.randn(128, 64, generator=gen) * 64 ** -0.5).to(torch.bfloat16),
+                "w": (torch.randn(128, 64, generator=gen) * 64 ** -0.5).to(torch.bfloat16),
                 "b": (torch.randn(128, generator=gen) * 0.02).to(torch.bfloat16)}
     for name, want in expected.items():
         assert torch.equal(as_bits(inputs.tensors[name]), as_bits(want)), name
@@ -109,7 +109,7 @@ def test_inputs_are_seeded_and_the_parameters_are_the_same_for_every_case():
     a, again, b = (OP.make_inputs(params, 40, seed, CPU) for seed in (3, 3, 4))
     for name in OP.input_names:
         assert torch.equal(as_bits(a.tensors[name]), as_bits(again.tensors[name])), name
-    for name in ("nw", "temb", "W", "b"):
+    for name in ("nw", "temb", "w", "b"):
         assert torch.equal(as_bits(a.tensors[name]), as_bits(b.tensors[name])), name
     for name in ("x", "ti"):
         assert not torch.equal(a.tensors[name], b.tensors[name]), name
@@ -146,9 +146,9 @@ def test_reference_forward_against_a_hand_computation():
             assert ref.outputs[0][r, k].item() == pytest.approx(expected, rel=1e-13, abs=1e-13)
 
 
-def independent(x, nw, temb, W, b, ti, eps):
+def independent(x, nw, temb, w, b, ti, eps):
     """The op's math written another way, for float64 autograd."""
-    table = (temb * torch.sigmoid(temb)) @ W.T + b
+    table = (temb * torch.sigmoid(temb)) @ w.T + b
     shift, scale = table[:, :x.shape[1]], table[:, x.shape[1]:]
     normed = x / torch.sqrt((x * x).sum(-1, keepdim=True) / x.shape[1] + eps) * nw
     return normed + normed * scale[ti] + shift[ti]

@@ -223,7 +223,7 @@ def test_rl_kernel_row_is_unavailable_on_cpu_with_a_reason(monkeypatch):
 def test_quick_plan_through_the_runner():
     evidence = run(RunRequest(config=QUICK, device=CPU, adapters=[DIFFUSERS], modes=["plain"], out=None,
                               measure_bandwidth=False))
-    row = evidence.results["plain"]["diffusers"]
+    row = evidence.results["plain"]["diffusers[plain]"]  # named as the RFC names it
     assert isinstance(row, RowResult), row
     assert row.has_backward is True and row.source.startswith("diffusers TimestepEmbedding")
     assert row.batch_invariance.params_repeatable is True
@@ -234,3 +234,9 @@ def test_quick_plan_through_the_runner():
     data = schema.to_dict(evidence)
     assert data["op"] == OP.name and data["config"]["inputs"] == dataclasses.asdict(QUICK.inputs)
     assert schema.to_dict(schema.from_json(data)) == data
+
+
+def test_the_composition_row_carries_the_mode_in_its_name_as_the_rfc_names_it():
+    assert OP.row_name("diffusers", "vllm") == "diffusers[vllm]"
+    assert OP.row_name("diffusers", "plain") == "diffusers[plain]"
+    assert OP.row_name("rl_kernel", "plain") == "rl_kernel" and OP.row_name("h3bench_triton", "sglang") == "h3bench_triton"

@@ -36,5 +36,5 @@ def _load(device: torch.device, params: FinalAdaLNOutParams) -> Loaded:
                           f"F.rms_norm, index_select modulation){version}"))
 
 
-ADAPTER = Adapter(name="diffusers", op="final_adaln_out", grads=("x", "nw", "temb", "W", "b"), load=_load,
+ADAPTER = Adapter(name="diffusers", op="final_adaln_out", grads=("x", "nw", "temb", "w", "b"), load=_load,
                   summary="diffusers' MiniMaxH3AdaLayerNormOut: F.linear + chunk + F.rms_norm + index_select")

@@ -33,5 +33,5 @@ def _load(device: torch.device, params: FinalAdaLNOutParams) -> Loaded:
     return Loaded(fn=fn, source=f"rl-kernel H3FinalAdaLNOutCudaOp ({module}, {rl_engine_source()})")
 
 
-ADAPTER = Adapter(name="rl_kernel", op="final_adaln_out", grads=("x", "nw", "temb", "W", "b"), load=_load,
+ADAPTER = Adapter(name="rl_kernel", op="final_adaln_out", grads=("x", "nw", "temb", "w", "b"), load=_load,
                   summary="the RFC's CUDA op H3FinalAdaLNOutCudaOp (rl_engine)")

@@ -56,6 +56,7 @@ class AdaLNProjection(Op):
     outputs = ("table",)
     params_type = AdaLNProjectionParams
     plan_set = "timestep"
+    mode_tagged_rows = ("diffusers",)  # `diffusers[<mode>]`, as the RFC names the row in every mode
 
     def parameters(self, params: AdaLNProjectionParams, device: torch.device) -> dict[str, torch.Tensor]:
         """W, b: the same in every case (PARAM_SEED)."""

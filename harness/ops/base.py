@@ -66,6 +66,9 @@ class Op:
     params_type: type
     plan_set: str                     # configs/plans/<plan_set>.toml holds the default probe plans
     references: tuple[str, ...] = ()  # extra reference variants (rows implementing part of the op)
+    # Rows whose evidence name carries the mode, as the RFC's files name them (`diffusers[vllm]` in the GEMM
+    # ops, where the same composition is measured under every global mode).
+    mode_tagged_rows: tuple[str, ...] = ()
 
     # --- derived from the declarations --------------------------------------------------------------
     @property
@@ -87,6 +90,9 @@ class Op:
     @property
     def param_grads(self) -> tuple[str, ...]:
         return tuple(i.name for i in self.inputs if i.differentiable and not i.per_row)
+
+    def row_name(self, row: str, mode: str) -> str:
+        return f"{row}[{mode}]" if row in self.mode_tagged_rows else row
 
     @property
     def reference_variants(self) -> tuple[str, ...]:

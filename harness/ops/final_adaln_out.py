@@ -12,7 +12,7 @@ diffusers' `MiniMaxH3AdaLayerNormOut.forward(hidden_states, temb, timestep_indic
 with `norm = nn.RMSNorm(H, eps)` (weight `nw`) and `linear = nn.Linear(D, 2H)` (`W`, `b`): shift is the first
 half of the projection, scale the second. The table has one row per timestep (not per timestep and modality).
 
-Inputs, in call order (x, nw, temb, W, b, ti):
+Inputs, in call order (x, nw, temb, w, b, ti), named as the RFC's evidence names their gradients:
 - `x` [S, H] (2 randn, rounded to `dtype`): per row, differentiable; drawn from the case seed on the device.
 - `nw` [H] (0.5 + rand), `temb` [T, D] (randn, `temb_dtype` = float32: the time embedder's output),
   `W` [2H, D] (randn * D^-0.5), `b` [2H] (0.02 randn), W, b, nw rounded to `dtype`: differentiable, not per
@@ -72,7 +72,7 @@ class FinalAdaLNOutParams:
 class FinalAdaLNOut(Op):
     name = "final_adaln_out"
     inputs = (Input("x", per_row=True, differentiable=True), Input("nw", differentiable=True),
-              Input("temb", differentiable=True), Input("W", differentiable=True), Input("b", differentiable=True),
+              Input("temb", differentiable=True), Input("w", differentiable=True), Input("b", differentiable=True),
               Input("ti", per_row=True))
     outputs = ("out",)
     params_type = FinalAdaLNOutParams
@@ -88,7 +88,7 @@ class FinalAdaLNOut(Op):
         w = (torch.randn(2 * h, d, generator=pgen, device=device) * d ** -0.5).to(dtype)
         b = (torch.randn(2 * h, generator=pgen, device=device) * 0.02).to(dtype)
         ti, _tags = modality_layout(rows, seed, params.timesteps, params.modalities)
-        return self.bundle({"x": x, "nw": nw, "temb": temb, "W": w, "b": b, "ti": ti.to(device)})
+        return self.bundle({"x": x, "nw": nw, "temb": temb, "w": w, "b": b, "ti": ti.to(device)})
 
     def make_grad_outs(self, params: FinalAdaLNOutParams, rows: int, seed: int,
                        device: torch.device) -> tuple[torch.Tensor, ...]:
@@ -101,7 +101,7 @@ class FinalAdaLNOut(Op):
             raise ValueError(f"unknown reference variant {variant!r}; known: {self.reference_variants}")
         leaves = float64_leaves(inputs, self.differentiable, grads, grad_outs is not None)
         with torch.enable_grad():
-            shift, scale = F.linear(F.silu(leaves["temb"]), leaves["W"], leaves["b"]).chunk(2, dim=-1)
+            shift, scale = F.linear(F.silu(leaves["temb"]), leaves["w"], leaves["b"]).chunk(2, dim=-1)
             ti = leaves["ti"]
             n = rms_norm64(leaves["x"], leaves["nw"], params.eps)
             out = n * (1 + scale.index_select(0, ti)) + shift.index_select(0, ti)

@@ -56,6 +56,7 @@ class TimestepMLP(Op):
     outputs = ("out",)
     params_type = TimestepMLPParams
     plan_set = "timestep"
+    mode_tagged_rows = ("diffusers",)  # `diffusers[<mode>]`, as the RFC names the row in every mode
 
     def parameters(self, params: TimestepMLPParams, device: torch.device) -> dict[str, torch.Tensor]:
         """W1, b1, W2, b2: the same in every case (PARAM_SEED)."""
