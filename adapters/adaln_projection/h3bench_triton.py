@@ -1,0 +1,25 @@
+"""h3bench's own Triton AdaLN projection (kernels/adaln_projection.py): bf16 tensor-core GEMMs with one
+tile config for every T, batch-invariant, deterministic weight gradients."""
+from __future__ import annotations
+
+from importlib import metadata
+
+import torch
+
+from harness.adapter import Adapter, Loaded
+from harness.ops.adaln_projection import AdaLNProjectionParams
+
+
+def _load(device: torch.device, params: AdaLNProjectionParams) -> Loaded:
+    from kernels.adaln_projection import adaln_projection
+    from kernels.common import interpreter_active, require_triton_device
+
+    require_triton_device(device)
+    where = "Triton interpreter" if interpreter_active() else "CUDA"
+    return Loaded(fn=adaln_projection, source=f"h3bench Triton adaln_projection (triton "
+                                              f"{metadata.version('triton')}, {where}; bf16 wgmma GEMMs, one "
+                                              "tile config for every T)")
+
+
+ADAPTER = Adapter(name="h3bench_triton", op="adaln_projection", grads=("temb", "w", "b"), load=_load,
+                  summary="h3bench's batch-invariant Triton GEMMs (bf16, silu+cast pre-pass, fused bias)")

@@ -1,0 +1,24 @@
+"""h3bench's own Triton timestep MLP (kernels/timestep_mlp.py): IEEE fp32 FMA GEMMs, batch-invariant,
+deterministic weight gradients, bias and silu fused into the GEMM epilogues."""
+from __future__ import annotations
+
+from importlib import metadata
+
+import torch
+
+from harness.adapter import Adapter, Loaded
+from harness.ops.timestep_mlp import TimestepMLPParams
+
+
+def _load(device: torch.device, params: TimestepMLPParams) -> Loaded:
+    from kernels.common import interpreter_active, require_triton_device
+    from kernels.timestep_mlp import timestep_mlp
+
+    require_triton_device(device)
+    where = "Triton interpreter" if interpreter_active() else "CUDA"
+    return Loaded(fn=timestep_mlp, source=f"h3bench Triton timestep_mlp (triton {metadata.version('triton')}, "
+                                          f"{where}; fp32 IEEE FMA GEMMs, fixed tile orders)")
+
+
+ADAPTER = Adapter(name="h3bench_triton", op="timestep_mlp", grads=("x", "w1", "b1", "w2", "b2"), load=_load,
+                  summary="h3bench's batch-invariant Triton GEMMs (fp32 IEEE, fused bias/silu epilogues)")

@@ -1,0 +1,141 @@
+"""`adaln_projection(temb, w, b)` = W bf16(silu(temb)) + b, batch-invariant and deterministic.
+
+    forward   a = bf16(silu(temb)) | 1              `gemm.silu_cast` (fp32 silu, one rounding; the ones
+                                                    column is the weight-gradient GEMM's db column)
+              table = a W^T + b                     `gemm.forward`: bf16 wgmma, fp32 accumulator, + b in
+                                                    fp32, one rounding to bf16
+    backward  dtemb = (dy W) * silu'(temb)          `gemm.input_grad`, fixed split-K (the dx config's chunks
+                                                    of W's 96768 rows), fp32 out; the cast's gradient is the
+                                                    identity (as autograd's), dy W is not rounded to bf16
+              dW = dy^T a, db = colsum(dy)          `gemm.weight_grad` (db = the ones column of a)
+
+Reduction orders: kernels/gemm.py. bf16 dots have no proof that two tile configs sum alike, so each
+of the three GEMMs has ONE config for every T (`FWD`, `DX`, `DW`), chosen by the GPU bench among
+candidates that are each batch-invariant by themselves. The silu is elementwise (no order).
+
+Why the silu is a separate launch and not in the GEMM's A-operand load (`gemm.forward(a_silu=True)`
+does that): at T = 2048 every one of the 378 column tiles would redo 2048 x 2688 silus (ex2 + rcp on
+the SFU, ~1000 cycles per 128 x 64 tile step against ~1400 of MMA) and read the fp32 temb (2x the
+bytes of the bf16 a); the separate pass costs ~3 us and writes a (11 MB at T = 2048), which the
+weight gradient needs anyway. The fused variant is one of the bench's forward candidates.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernels import gemm
+from kernels.common import interpreter_active
+from kernels.gemm import LaunchConfig as C
+
+DX_SPLIT = 6   # dtemb = dy W over K = 96768: fixed chunks (part of dtemb's order): 126 programs at T = 1
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+
+
+@dataclass(frozen=True)
+class ProjectionConfigs:
+    fwd: C
+    dx: C
+    dw: C
+    fuse_silu: bool = False   # silu + cast in the forward GEMM's A load instead of `gemm.silu_cast`
+
+    def __post_init__(self):
+        # dx's split_k is part of dtemb's order like the rest of its config: one config for every T
+        if self.fwd.split_k != 1 or self.dw.split_k != 1:
+            raise ValueError("the forward and dW configs take no split-K")
+
+
+# Defaults (kernels/notes/gemm.md: predictions; not yet measured on a GPU).
+DEFAULT = ProjectionConfigs(
+    fwd=C(128, 256, 64, num_warps=8, num_stages=3, group_m=16),
+    dx=C(128, 128, 64, num_warps=8, num_stages=4, group_m=8, split_k=DX_SPLIT),
+    dw=C(128, 256, 64, num_warps=8, num_stages=3, group_m=8),
+)
+# One config per GEMM for every T there too (the interpreter steps through programs one by one: large tiles).
+INTERPRETER = ProjectionConfigs(fwd=C(32, 64, 32), dx=C(32, 64, 32, split_k=DX_SPLIT), dw=C(32, 64, 32))
+_CONFIGS: list[ProjectionConfigs] = [DEFAULT]
+
+
+def use_configs(configs: ProjectionConfigs) -> None:
+    _CONFIGS[0] = configs
+
+
+def configs() -> ProjectionConfigs:
+    return INTERPRETER if interpreter_active() else _CONFIGS[0]
+
+
+def _check(temb, w, b) -> None:
+    named = {"temb": temb, "w": w, "b": b}
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in named.items():
+        if t.device != temb.device:
+            raise ValueError(f"{name} is on {t.device} but temb is on {temb.device}")
+    if temb.device.type != "cuda" and not interpreter_active():
+        raise ValueError(f"temb is on {temb.device}: the Triton kernels need a CUDA device "
+                         "(or TRITON_INTERPRET=1 set before triton is imported)")
+    if temb.dtype not in _FLOATS:
+        raise TypeError(f"temb has dtype {temb.dtype}; expected float32 (or bfloat16, float16)")
+    if w.dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"w has dtype {w.dtype}; expected bfloat16 or float16 (the tensor-core GEMM)")
+    if b.dtype != w.dtype:
+        raise TypeError(f"b has dtype {b.dtype} but w has {w.dtype}")
+    if temb.dim() != 2 or temb.shape[1] < 1:
+        raise ValueError(f"temb must be [T, temb_dim] with temb_dim >= 1, got shape {tuple(temb.shape)}")
+    if w.dim() != 2 or w.shape[1] != temb.shape[1] or w.shape[0] < 1:
+        raise ValueError(f"w must be [out_features, {temb.shape[1]}] (temb is [T, {temb.shape[1]}]), "
+                         f"got {tuple(w.shape)}")
+    if b.shape != (w.shape[0],):
+        raise ValueError(f"b must have shape ({w.shape[0]},) to match w, got {tuple(b.shape)}")
+
+
+def _forward(temb, w, b, keep_a: bool):
+    cfg = configs()
+    if cfg.fuse_silu:
+        table, _ = gemm.forward(temb, w, b, cfg.fwd, out_dtype=w.dtype, a_silu=True)
+        a = gemm.silu_cast(temb, w.dtype, ones_column=True) if keep_a else None
+        return table, a
+    a = gemm.silu_cast(temb, w.dtype, ones_column=keep_a)
+    table, _ = gemm.forward(a, w, b, cfg.fwd, out_dtype=w.dtype)
+    return table, a
+
+
+class _AdaLNProjection(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, temb, w, b):
+        table, a = _forward(temb, w, b, keep_a=True)
+        ctx.save_for_backward(temb, w, a)
+        return table
+
+    @staticmethod
+    def backward(ctx, dy):
+        temb, w, a = ctx.saved_tensors
+        need_temb, need_w, need_b = ctx.needs_input_grad[:3]
+        if dy.stride(-1) != 1 or (dy.shape[0] > 1 and dy.stride(0) == 0):
+            dy = dy.contiguous()
+        cfg = configs()
+        dtemb = dw = db = None
+        if need_temb:
+            dtemb = gemm.input_grad(dy, w, cfg.dx, dsilu_of=temb, out_dtype=temb.dtype)
+        if need_w or need_b:
+            dw, db = gemm.weight_grad(dy, a, cfg.dw, a_ones="stored", dw_dtype=w.dtype,
+                                      db_dtype=w.dtype if need_b else None)
+        return dtemb, (dw if need_w else None), db
+
+
+def adaln_projection(temb: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """table = W cast(silu(temb)) + b with gradients for temb, w and b.
+
+    temb: [T, D] fp32 (bf16/fp16 accepted); w: [N, D] bf16 or fp16; b: [N] in w's dtype; one device
+    (CUDA, or the CPU under TRITON_INTERPRET=1). Returns [T, N] in w's dtype. T = 0 gives an empty
+    table and zero weight gradients. Each table row is bitwise the same whatever T is; dW and db
+    repeat bitwise."""
+    _check(temb, w, b)
+    if temb.device.type == "cuda" and temb.device.index != torch.cuda.current_device():
+        with torch.cuda.device(temb.device):
+            return adaln_projection(temb, w, b)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (temb, w, b)):
+        return _AdaLNProjection.apply(temb, w, b)
+    return _forward(temb, w, b, keep_a=False)[0]

@@ -1,0 +1,394 @@
+"""Batch-invariant GEMM building blocks (timestep_mlp, adaln_projection): one Triton kernel, three uses.
+
+    forward      C[m, n]  = epi( sum_k act(A[m, k]) * W[n, k] + bias[n] )          `forward`
+    input grad   dX[m, k] = ( sum_n dY[m, n] * W[n, k] ) * silu'(Z[m, k])          `backward`
+    weight grad  dW[n, k] = sum_t dY[t, n] * A[t, k],   db[n] = sum_t dY[t, n]     `backward`
+
+All three are `_gemm_kernel` on strided views: C[M, N] = A'[M, K] @ B'[K, N] with A' and B' given by
+their strides (the forward reads W as B' = W^T, the input gradient W as it is, the weight gradient dY
+as A' = dY^T). Prologue options (on the A tile as loaded): silu in fp32 and a cast to B's dtype.
+Epilogue options (on the fp32 accumulator): + bias (fp32), * silu'(Z), silu (storing the
+pre-activation too), and one extra column sent to a vector (db, below). Every output is rounded once,
+at its store (to nearest even; by hand under the interpreter, `kernels.common.rounded`).
+
+Reduction order (what makes a row's result independent of the batch; change it only with the
+invariance checks rerun):
+
+* Each output element is accumulated by one program, over k ascending, in BLOCK_K steps, each step a
+  `tl.dot(a, b, acc)` that continues the same fp32 accumulator (never `acc + tl.dot(a, b)`: Triton
+  rewrites that into the same form on the GPU, not under the interpreter). The tile config is chosen
+  from a fixed table, never by split-K heuristics; no atomics touch values.
+* fp32 operands (timestep_mlp) use `input_precision="ieee"`, which Triton lowers without tensor cores
+  (AccelerateMatmul rejects fp32 IEEE dots) to its FMA dot: `parametricConvertFMADot` emits, for each
+  output element, one chain `acc = fmuladd(a[m, k], b[k, n], acc)` over the tile's k in ascending
+  order, starting from the incoming accumulator, and `fmuladd` becomes `fma.rn.f32` under triton's
+  default `enable_fp_fusion`. So an element's value is the single fma chain over k = 0 .. K-1 from +0,
+  whatever BLOCK_M, BLOCK_N, BLOCK_K or num_warps are: the tile shape decides only which thread runs
+  the chain. That is the proof that licenses different fp32 tile configs for different row counts
+  (`pick`); the GPU bench checks it bitwise (one row alone against 2048, each with its own config).
+  Zero padding (masked k beyond K) adds fma(0, 0, acc) = acc, exact since a chain started at +0 never
+  holds -0.
+* bf16 operands (adaln_projection) use wgmma (Hopper's warpgroup MMA, m64nNk16): each step adds the
+  16 exact products of a k16 slice to the fp32 accumulator in one instruction. No proof covers two
+  different instructions (wgmma against mma.sync, or different k slicing), so every bf16 kernel has
+  ONE config for all row counts: BLOCK_M >= 64 and num_warps a multiple of 4 keep Triton on wgmma.
+* Split-K is fixed, never chosen by shape: with SPLIT_K = S > 1 the K range is cut at multiples of
+  `k_chunk` (a function of K and S only: ceil(K / S) rounded up to KALIGN, which every BLOCK_K
+  divides), each chunk s is accumulated as above from +0 into an fp32 partial P[s], and the last
+  program of a tile to finish (an acq_rel atomic counter per tile decides who, not what) adds
+  P[0] + P[1] + ... + P[S-1] in that order and runs the epilogue. The order depends on K and S only.
+* Weight gradients reduce over the rows: dW's K dimension is T, so dW = dY^T A repeats bitwise run
+  to run (one program per output tile, t ascending) but depends on T by nature. db is the extra
+  column of the same GEMM: B's column K_a is all ones (in memory for adaln's prepared operand,
+  generated in-kernel otherwise), so db[n] is the same t-ascending chain as dW's columns.
+
+Rows beyond M are masked (loaded as 0, never stored); a row only ever meets its own A values and the
+shared B tile, so neither its position in the batch nor the batch size reaches its bits.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.common import BY_HAND, INTERPRETED, launch, rounded
+
+KALIGN = 128   # split-K chunk boundaries are multiples of this; every BLOCK_K used divides it
+_KALIGN = tl.constexpr(KALIGN)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """One tile configuration of `_gemm_kernel`. For bf16 it is part of the reduction order (one
+    per kernel for every row count); for fp32 only `split_k` is (see the module docstring)."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int = 4
+    num_stages: int = 3
+    group_m: int = 8
+    split_k: int = 1
+    # forward only, fp32 only: multiply by a transposed copy of W (w.t().contiguous(), [K, N]) so B
+    # is N-contiguous in shared memory. Triton's FMA dot reads B as 4-element k-vectors per column and
+    # its FMA shared layouts are unswizzled, so a K-contiguous B (W as stored) puts all 32 lanes of a
+    # warp on the same banks (32-way conflicts); the copy costs one read and write of W (~27 us for
+    # timestep_mlp's W2), worth it only at large T. It changes no arithmetic (the chain is the same).
+    transpose_w: bool = False
+
+    def __post_init__(self):
+        for name in ("block_m", "block_n", "block_k"):
+            v = getattr(self, name)
+            if v < 1 or v & (v - 1):
+                raise ValueError(f"{name} must be a power of two, got {v}")
+        if self.split_k > 1 and KALIGN % self.block_k:
+            raise ValueError(f"with split_k > 1, block_k must divide KALIGN = {KALIGN}, got {self.block_k}")
+        if self.split_k < 1:
+            raise ValueError(f"split_k must be >= 1, got {self.split_k}")
+
+    def short(self) -> str:
+        s = f"{self.block_m}x{self.block_n}x{self.block_k}/w{self.num_warps}/s{self.num_stages}"
+        return s + (f"/k{self.split_k}" if self.split_k > 1 else "") + ("/wT" if self.transpose_w else "")
+
+
+Tiers = Sequence[tuple[int, LaunchConfig]]   # (largest row count, config), ascending; last = the rest
+
+
+def pick(tiers: Tiers, rows: int) -> LaunchConfig:
+    """The config for `rows` rows from fp32 tiers (fp32 only: bf16 kernels take one config)."""
+    for limit, cfg in tiers:
+        if rows <= limit:
+            return cfg
+    return tiers[-1][1]
+
+
+def k_chunk(k: int, split_k: int) -> int:
+    """K elements per split-K chunk: a function of K and the split only (the order of the sum)."""
+    if split_k == 1:
+        return max(k, 1)
+    return triton.cdiv(triton.cdiv(k, split_k), KALIGN) * KALIGN
+
+
+# --- Triton ------------------------------------------------------------------------------------------
+
+@triton.jit
+def _sigmoid(z):
+    return 1.0 / (1.0 + tl.exp(-z))
+
+
+@triton.jit
+def _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm, stride_zn,
+              stride_om, stride_on, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr, OUT_SILU: tl.constexpr,
+              SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr, BY_HAND: tl.constexpr):
+    """fp32 accumulator -> outputs: bias, silu' or silu in fp32, one rounding per stored value."""
+    row_ok = rm < M
+    col_ok = rn < n_main
+    mask = row_ok[:, None] & col_ok[None, :]
+    rm64 = rm.to(tl.int64)
+    if HAS_BIAS:
+        acc = acc + tl.load(BIAS + rn, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    if MUL_DSILU:
+        z = tl.load(ZIN + rm64[:, None] * stride_zm + rn[None, :] * stride_zn, mask=mask, other=0.0).to(tl.float32)
+        s = _sigmoid(z)
+        acc = acc * (s * (1.0 + z * (1.0 - s)))
+    if OUT_SILU:
+        if SAVE_PRE:
+            tl.store(ZOUT + rm64[:, None] * stride_om + rn[None, :] * stride_on,
+                     rounded(acc, ZOUT.dtype.element_ty, BY_HAND), mask=mask)
+        acc = acc * _sigmoid(acc)
+    tl.store(C + rm64[:, None] * stride_cm + rn[None, :] * stride_cn, rounded(acc, C.dtype.element_ty, BY_HAND),
+             mask=mask)
+    if EXTRA_COL:
+        # column n_main of the product (db) goes to EXTRA[m]; only the tile holding it stores anything
+        extra = row_ok[:, None] & (rn == n_main)[None, :]
+        tl.store(EXTRA + rm64[:, None] + 0 * rn[None, :], rounded(acc, EXTRA.dtype.element_ty, BY_HAND), mask=extra)
+
+
+@triton.jit(do_not_specialize=["M", "K", "chunk", "plane"])
+def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
+                 M, N, K, n_main, n_load, chunk, plane,
+                 stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                 stride_zm, stride_zn, stride_om, stride_on,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                 SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, MASK_M: tl.constexpr, MASK_N: tl.constexpr,
+                 PRECISION: tl.constexpr, DOT_F32: tl.constexpr,
+                 A_SILU: tl.constexpr, ONES: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr,
+                 OUT_SILU: tl.constexpr, SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr,
+                 BY_HAND: tl.constexpr):
+    """One [BLOCK_M, BLOCK_N] tile of C (or, with SPLIT_K > 1, one K chunk of it). Columns
+    n_load .. N - 1 of B are not read: with ONES they are ones (the db column), else zeros."""
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    tile = pid % (num_m * num_n)   # split-major: all tiles of chunk 0 first (its operands share L2)
+    split = pid // (num_m * num_n)
+    width = GROUP_M * num_n
+    first_m = (tile // width) * GROUP_M
+    group_size = tl.minimum(num_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % width) % group_size
+    pid_n = (tile % width) // group_size
+
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    # MASK_M is False only when M is a weight dimension that BLOCK_M divides (weight_grad); rows of T
+    # are always masked, so the compiled forward and input-gradient kernels are the same for every T.
+    # Without MASK_N (n_load a multiple of BLOCK_N: the weights' shape) the column mask folds to true.
+    row_ok = (rm < M) | (not MASK_M)
+    load_ok = (rn < n_load) | (not MASK_N)
+    if SPLIT_K == 1:
+        k_lo = 0
+        k_hi = K
+    else:  # chunk is a multiple of KALIGN: saying so keeps the loads vectorized
+        k_lo = tl.multiple_of(split * chunk, _KALIGN)
+        k_hi = tl.minimum(K, k_lo + chunk)
+    a_ptrs = A + rm.to(tl.int64)[:, None] * stride_am + (k_lo + rk).to(tl.int64)[None, :] * stride_ak
+    b_ptrs = B + (k_lo + rk).to(tl.int64)[:, None] * stride_bk + rn.to(tl.int64)[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
+            b = tl.load(b_ptrs, mask=load_ok[None, :], other=0.0)
+        else:
+            k_ok = (k0 + rk) < k_hi
+            a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=k_ok[:, None] & load_ok[None, :], other=0.0)
+        if A_SILU:
+            af = a.to(tl.float32)
+            a = rounded(af * _sigmoid(af), B.dtype.element_ty, BY_HAND)
+        if ONES:
+            if EVEN_K:
+                b = tl.where((rn == n_main)[None, :], 1.0, b).to(b.dtype)
+            else:
+                b = tl.where(k_ok[:, None] & (rn == n_main)[None, :], 1.0, b).to(b.dtype)
+        if DOT_F32:  # the interpreter's bf16 dot is wrong; bf16 x bf16 products are exact in fp32
+            acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    if SPLIT_K == 1:
+        _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm, stride_zn,
+                  stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, BY_HAND)
+    else:
+        mask = row_ok[:, None] & (rn < N)[None, :]
+        offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
+        plane64 = plane.to(tl.int64)
+        tl.store(PART + split * plane64 + offs, acc, mask=mask)
+        tl.debug_barrier()  # every thread's partial is written before the counter says so
+        done = tl.atomic_add(COUNTS + tile, 1, sem="acq_rel", scope="gpu")
+        if done == SPLIT_K - 1:  # the last chunk of this tile to finish adds them all, in chunk order
+            total = tl.load(PART + offs, mask=mask, other=0.0, cache_modifier=".cg")
+            for s in tl.static_range(1, SPLIT_K):
+                total += tl.load(PART + s * plane64 + offs, mask=mask, other=0.0, cache_modifier=".cg")
+            _epilogue(total, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm,
+                      stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, BY_HAND)
+
+
+@triton.jit
+def _silu_cast_kernel(X, OUT, n_rows, D, stride_x, stride_o, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+                      ONES: tl.constexpr, PAD: tl.constexpr, BY_HAND: tl.constexpr):
+    """OUT[t, :D] = cast(silu(X[t, :D])) in fp32 then one rounding; with ONES, OUT[t, D] = 1 and
+    OUT[t, D+1 : D+PAD] = 0 (the db column of the weight-gradient GEMM and its padding)."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    row_ok = (rows < n_rows)[:, None]
+    rows64 = rows.to(tl.int64)[:, None]
+    x = tl.load(X + rows64 * stride_x + cols[None, :], mask=row_ok & (cols < D)[None, :], other=0.0).to(tl.float32)
+    y = x * _sigmoid(x)
+    if ONES:
+        y = tl.where((cols == D)[None, :], 1.0, y)
+        width = D + PAD
+    else:
+        width = D
+    tl.store(OUT + rows64 * stride_o + cols[None, :], rounded(y, OUT.dtype.element_ty, BY_HAND),
+             mask=row_ok & (cols < width)[None, :])
+
+
+# --- launchers ---------------------------------------------------------------------------------------
+
+def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_strides: tuple[int, int],
+          c: torch.Tensor, c_strides: tuple[int, int], M: int, N: int, K: int, cfg: LaunchConfig, *,
+          n_main: Optional[int] = None, n_load: Optional[int] = None, bias=None, zin=None, zout=None,
+          extra=None, a_silu=False, ones=False, out_silu=False, m_fixed: bool = False) -> None:
+    """Launch `_gemm_kernel` for C[M, N] = A'[M, K] @ B'[K, N] (views given by pointer + strides)."""
+    device = c.device
+    n_main = N if n_main is None else n_main
+    n_load = N if n_load is None else n_load
+    fp32 = b.dtype == torch.float32
+    split = cfg.split_k
+    chunk = k_chunk(K, split)
+    even_k = K % cfg.block_k == 0 and (split == 1 or chunk % cfg.block_k == 0)
+    mask_n = n_load % cfg.block_n != 0
+    mask_m = not (m_fixed and M % cfg.block_m == 0)   # M of T rows: always masked (one kernel for all T)
+    num_tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
+    dummy = c  # stands in for every pointer a constexpr flag leaves unused (never dereferenced)
+    if split > 1:
+        part = torch.empty((split, M, N), dtype=torch.float32, device=device)
+        counts = torch.zeros((num_tiles,), dtype=torch.int32, device=device)
+    else:
+        part = counts = dummy
+
+    def ptr(t):
+        return dummy if t is None else t
+
+    zs = (zin.stride(0), zin.stride(1)) if zin is not None else (0, 0)
+    os_ = (zout.stride(0), zout.stride(1)) if zout is not None else (0, 0)
+    launch(_gemm_kernel, (num_tiles * split,), a, b, c, ptr(bias), ptr(zin), ptr(zout), ptr(extra), part, counts,
+           M, N, K, n_main, n_load, chunk, M * N, a_strides[0], a_strides[1], b_strides[0], b_strides[1],
+           c_strides[0], c_strides[1], zs[0], zs[1], os_[0], os_[1],
+           BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, SPLIT_K=split,
+           EVEN_K=even_k, MASK_M=mask_m, MASK_N=mask_n, PRECISION="ieee" if fp32 else "tf32",
+           DOT_F32=INTERPRETED and not fp32,
+           A_SILU=a_silu, ONES=ones, HAS_BIAS=bias is not None, MUL_DSILU=zin is not None, OUT_SILU=out_silu,
+           SAVE_PRE=zout is not None, EXTRA_COL=extra is not None, BY_HAND=BY_HAND,
+           num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+
+def silu_cast(x: torch.Tensor, dtype: torch.dtype, ones_column: bool = False) -> torch.Tensor:
+    """[T, D] fp32 -> [T, D] `dtype` = cast(silu(x)), silu in fp32 and one rounding. With `ones_column`
+    the result is a [T, D] view of a [T, W] buffer, W = D + 1 rounded up to 16 elements (rows that
+    Triton's specialization sees 16-divisible, so its loads vectorize), whose column D is 1 (the db
+    column of the weight-gradient GEMM, `weight_grad(..., a_ones="stored")`) and D+1.. are 0."""
+    rows, d = x.shape
+    width = triton.cdiv(d + 1, 16) * 16 if ones_column else d
+    pad = width - d
+    out = torch.empty((rows, width), dtype=dtype, device=x.device)
+    if rows:
+        # GPU: 4 x 1024 elements a program; the interpreter steps through programs: as few as possible
+        tile_rows, block = (64, triton.next_power_of_2(width)) if INTERPRETED else (4, 1024)
+        launch(_silu_cast_kernel, (triton.cdiv(rows, tile_rows), triton.cdiv(width, block)), x, out, rows, d,
+               x.stride(0), out.stride(0), ROWS=tile_rows, BLOCK=block, ONES=ones_column, PAD=pad, BY_HAND=BY_HAND,
+               num_warps=4)
+    return out[:, :d]
+
+
+def forward(a: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], cfg: LaunchConfig, *,
+            out_dtype: torch.dtype, a_silu: bool = False, out_silu: bool = False, save_pre: bool = False
+            ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """y = epi(act(a) @ w^T + bias): a [M, K] (unit inner stride), w [N, K] row-major, bias [N] or None.
+
+    `a_silu`: a is replaced by cast(silu(a)) to w's dtype as it is loaded (fp32 silu, one rounding).
+    `out_silu`: y = silu(z) with z = a @ w^T + bias in fp32; `save_pre` also returns z (fp32).
+    Returns (y, z or None)."""
+    M, K = a.shape
+    N = w.shape[0]
+    y = torch.empty((M, N), dtype=out_dtype, device=a.device)
+    pre = torch.empty((M, N), dtype=torch.float32, device=a.device) if (out_silu and save_pre) else None
+    if M == 0 or N == 0:
+        return y, pre
+    if K == 0:
+        raise ValueError("forward needs K >= 1")
+    if cfg.transpose_w:
+        w = w.t().contiguous()   # [K, N]: B = w as it now is
+        b_strides = (w.stride(0), w.stride(1))
+    else:
+        b_strides = (w.stride(1), w.stride(0))
+    _gemm(a, (a.stride(0), a.stride(1)), w, b_strides, y, (y.stride(0), y.stride(1)), M, N, K, cfg,
+          bias=bias, zout=pre, a_silu=a_silu, out_silu=out_silu)
+    return y, pre
+
+
+def input_grad(dy: torch.Tensor, w: torch.Tensor, cfg: LaunchConfig, *, dsilu_of: Optional[torch.Tensor] = None,
+               out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """dx = (dy @ w) * silu'(z): dy [M, N], w [N, K], z = `dsilu_of` [M, K] fp32 (or no factor)."""
+    M, N = dy.shape
+    K = w.shape[1]
+    dx = torch.empty((M, K), dtype=out_dtype, device=dy.device)
+    if M == 0 or K == 0:
+        return dx
+    if N == 0:
+        return dx.zero_()
+    _gemm(dy, (dy.stride(0), dy.stride(1)), w, (w.stride(0), w.stride(1)), dx, (dx.stride(0), dx.stride(1)),
+          M, K, N, cfg, zin=dsilu_of)
+    return dx
+
+
+def weight_grad(dy: torch.Tensor, a: torch.Tensor, cfg: LaunchConfig, *, a_ones: str = "virtual",
+                dw_dtype: torch.dtype, db_dtype: Optional[torch.dtype]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """dW = dy^T @ a ([N, K_a]) and db = column sums of dy ([N], when `db_dtype` is given), both
+    summed over the rows t = 0, 1, ... in one chain per element. db is the GEMM's extra column
+    K_a, a column of ones: `a_ones="stored"` reads it from a's buffer (a is a view of
+    `silu_cast(..., ones_column=True)`), "virtual" makes it in the kernel."""
+    T, N = dy.shape
+    K_a = a.shape[1]
+    dw = torch.empty((N, K_a), dtype=dw_dtype, device=dy.device)
+    db = torch.empty((N,), dtype=db_dtype, device=dy.device) if db_dtype is not None else None
+    if T == 0:
+        dw.zero_()
+        if db is not None:
+            db.zero_()
+        return dw, db
+    if N == 0:
+        return dw, db
+    with_db = db is not None
+    cols = K_a + 1 if with_db else K_a
+    stored = with_db and a_ones == "stored"
+    if stored and (a.stride(1) != 1 or a.stride(0) < K_a + 1):
+        raise ValueError("a_ones='stored' needs a from silu_cast(..., ones_column=True)")
+    # stored: load B up to the buffer's 16-aligned width (its pad columns are zeros, never stored), so
+    # the column mask is constant over each 16-element vector and the loads stay vectorized
+    _gemm(dy, (dy.stride(1), dy.stride(0)), a, (a.stride(0), a.stride(1)), dw, (dw.stride(0), dw.stride(1)),
+          N, cols, T, cfg, n_main=K_a, n_load=a.stride(0) if stored else K_a, extra=db, ones=with_db and not stored,
+          m_fixed=True)
+    return dw, db
+
+
+def backward(dy: torch.Tensor, w: torch.Tensor, a: torch.Tensor, cfg_dx: LaunchConfig, cfg_dw: LaunchConfig, *,
+             need_dx: bool, need_dw: bool, need_db: bool, dsilu_of: Optional[torch.Tensor] = None,
+             a_ones: str = "virtual", dx_dtype: torch.dtype = torch.float32
+             ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """Gradients of y = act(a) @ w^T + b given dy: (dx, dW, db), each None when not needed.
+
+    dx = (dy @ w) * silu'(dsilu_of) (`input_grad`); dW = dy^T @ a and db = colsum(dy)
+    (`weight_grad`, a being the operand the forward multiplied: for a prologue silu, its output)."""
+    dx = input_grad(dy, w, cfg_dx, dsilu_of=dsilu_of, out_dtype=dx_dtype) if need_dx else None
+    dw = db = None
+    if need_dw or need_db:
+        dw, db = weight_grad(dy, a, cfg_dw, a_ones=a_ones, dw_dtype=w.dtype,
+                             db_dtype=w.dtype if need_db else None)
+    return dx, (dw if need_dw else None), db

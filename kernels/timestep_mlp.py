@@ -1,0 +1,180 @@
+"""`timestep_mlp(x, w1, b1, w2, b2)` = W2 silu(W1 x + b1) + b2, fp32, batch-invariant, deterministic.
+
+Five launches of `kernels.gemm._gemm_kernel`, every product an IEEE fp32 FMA chain (TF32 off):
+
+    forward   z1 = x W1^T + b1, h = silu(z1)          GEMM1 (epilogue: bias, silu; z1 kept for a backward)
+              out = h W2^T + b2                       GEMM2 (epilogue: bias)
+    backward  dz1 = (dy W2) * silu'(z1)               `gemm.input_grad` (epilogue: silu')
+              dW2 = dy^T h, db2 = colsum(dy)          `gemm.weight_grad` (db2 = the ones column)
+              dx = dz1 W1                              `gemm.input_grad`, fixed split-K (DX_SPLIT chunks)
+              dW1 = dz1^T x, db1 = colsum(dz1)        `gemm.weight_grad`
+
+Reduction orders: kernels/gemm.py. Every output element of out, h, dz1 and dx is one fma chain over
+its K in ascending order (dx: DX_SPLIT fixed chunks, added in chunk order), so a row's bits do not
+depend on T, and the tile config may change with T (`pick`: proof in kernels/gemm.py). The weight
+and bias gradients are chains over t ascending: they repeat bitwise run to run.
+
+What the backward keeps (decided by bytes, kernels/notes/gemm.md): h (fp32 [T, 5376]) is written by
+GEMM1 anyway, since GEMM2 reads it, and dW2 needs it; z1 (another 21.5 KB a row) is written only
+when a gradient will be asked for, because silu'(z1) cannot be had from h, and recomputing z1 would
+re-read W1 and redo GEMM1 (5.6 GFLOP at T = 2048, ~0.1-0.2 ms of FMA work) to save ~10 us of writes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernels import gemm
+from kernels.common import interpreter_active
+from kernels.gemm import LaunchConfig as C
+from kernels.gemm import Tiers, pick
+
+DX_SPLIT = 6   # dx = dz1 W1 over K = hidden: fixed chunks, the same for every T and every dx config
+
+
+@dataclass(frozen=True)
+class MLPConfigs:
+    """Tile configs of the five GEMMs, by row count (fp32: any tier may differ, see kernels/gemm.py),
+    except `dx`, whose split_k is part of the order and must be DX_SPLIT in every tier."""
+
+    fwd1: Tiers
+    fwd2: Tiers
+    dh: Tiers
+    dx: Tiers
+    dw2: Tiers
+    dw1: Tiers
+
+    def __post_init__(self):
+        for limit, cfg in self.dx:
+            if cfg.split_k != DX_SPLIT:
+                raise ValueError(f"every dx config needs split_k = {DX_SPLIT} (the order of dx), got {cfg}")
+        for name in ("fwd1", "fwd2", "dh", "dw2", "dw1"):
+            for limit, cfg in getattr(self, name):
+                if cfg.split_k != 1:
+                    raise ValueError(f"{name} configs take no split-K, got {cfg}")
+
+
+BIG = 1 << 62
+# Defaults (kernels/notes/gemm.md: predictions; not yet measured on a GPU). Every tier keeps >= ~100
+# programs at its row counts. Small T: the forward streams the weights (tiles short in M, narrow in N);
+# large T: FMA-bound, and the forward multiplies by a transposed copy of W (LaunchConfig.transpose_w).
+DEFAULT = MLPConfigs(
+    fwd1=((4, C(4, 32, 64, num_warps=1, num_stages=3)), (8, C(8, 32, 64, num_warps=1, num_stages=3)),
+          (32, C(32, 32, 32, num_warps=2, num_stages=3)), (128, C(32, 64, 32, num_warps=4, num_stages=3)),
+          (512, C(64, 64, 16, num_warps=4, num_stages=3, transpose_w=True)),
+          (BIG, C(64, 128, 16, num_warps=4, num_stages=3, transpose_w=True))),
+    fwd2=((4, C(4, 16, 128, num_warps=1, num_stages=4)), (8, C(8, 16, 128, num_warps=1, num_stages=4)),
+          (32, C(32, 16, 64, num_warps=2, num_stages=4)), (128, C(32, 32, 32, num_warps=4, num_stages=3)),
+          (512, C(64, 64, 16, num_warps=4, num_stages=3, transpose_w=True)),
+          (BIG, C(128, 128, 16, num_warps=8, num_stages=3, transpose_w=True))),
+    dh=((4, C(4, 32, 64, num_warps=1, num_stages=4)), (8, C(8, 32, 64, num_warps=1, num_stages=4)),
+        (32, C(32, 32, 32, num_warps=2, num_stages=3)), (128, C(32, 64, 32, num_warps=4, num_stages=3)),
+        (512, C(64, 64, 16, num_warps=4, num_stages=3)), (BIG, C(128, 128, 16, num_warps=8, num_stages=3))),
+    dx=((16, C(16, 16, 64, num_warps=1, num_stages=4, split_k=DX_SPLIT)),
+        (128, C(32, 32, 32, num_warps=2, num_stages=3, split_k=DX_SPLIT)),
+        (BIG, C(64, 64, 32, num_warps=4, num_stages=3, split_k=DX_SPLIT))),
+    dw2=((16, C(32, 64, 16, num_warps=4, num_stages=2)), (BIG, C(128, 128, 16, num_warps=8, num_stages=3))),
+    dw1=((16, C(32, 64, 16, num_warps=4, num_stages=2)), (BIG, C(64, 64, 32, num_warps=4, num_stages=3))),
+)
+# Under the interpreter a dot is numpy's matmul, not the FMA chain: the row-count independence of
+# the order then holds only with one tile shape for all T, so every GEMM uses one small config there.
+# Tiles as large as the interpreter runs fast with (it steps through programs one by one).
+_I = C(32, 64, 32)
+INTERPRETER = MLPConfigs(fwd1=((BIG, _I),), fwd2=((BIG, _I),), dh=((BIG, _I),),
+                         dx=((BIG, C(32, 64, 32, split_k=DX_SPLIT)),), dw2=((BIG, _I),), dw1=((BIG, _I),))
+_CONFIGS: list[MLPConfigs] = [DEFAULT]   # the bench swaps in candidates (`use_configs`)
+
+
+def use_configs(configs: MLPConfigs) -> None:
+    _CONFIGS[0] = configs
+
+
+def configs() -> MLPConfigs:
+    return INTERPRETER if interpreter_active() else _CONFIGS[0]
+
+
+# --- checks --------------------------------------------------------------------------------------------
+
+def _check(x, w1, b1, w2, b2) -> None:
+    named = {"x": x, "w1": w1, "b1": b1, "w2": w2, "b2": b2}
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in named.items():
+        if t.device != x.device:
+            raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
+    if x.device.type != "cuda" and not interpreter_active():
+        raise ValueError(f"x is on {x.device}: the Triton kernels need a CUDA device "
+                         "(or TRITON_INTERPRET=1 set before triton is imported)")
+    for name, t in named.items():
+        if t.dtype != torch.float32:
+            raise TypeError(f"{name} has dtype {t.dtype}; timestep_mlp is fp32 throughout (expected torch.float32)")
+    if x.dim() != 2:
+        raise ValueError(f"x must be [T, freq_dim], got shape {tuple(x.shape)}")
+    if w1.dim() != 2 or w1.shape[1] != x.shape[1] or w1.shape[0] < 1:
+        raise ValueError(f"w1 must be [hidden, {x.shape[1]}] (x is [T, {x.shape[1]}]), got {tuple(w1.shape)}")
+    if x.shape[1] < 1:
+        raise ValueError(f"x must have freq_dim >= 1, got shape {tuple(x.shape)}")
+    hidden = w1.shape[0]
+    if b1.shape != (hidden,):
+        raise ValueError(f"b1 must have shape ({hidden},) to match w1, got {tuple(b1.shape)}")
+    if w2.dim() != 2 or w2.shape[1] != hidden or w2.shape[0] < 1:
+        raise ValueError(f"w2 must be [temb_dim, {hidden}] (w1 has {hidden} rows), got {tuple(w2.shape)}")
+    if b2.shape != (w2.shape[0],):
+        raise ValueError(f"b2 must have shape ({w2.shape[0]},) to match w2, got {tuple(b2.shape)}")
+
+
+# --- autograd ------------------------------------------------------------------------------------------
+
+def _forward(x, w1, b1, w2, b2, keep_pre: bool):
+    cfg = configs()
+    rows = x.shape[0]
+    h, z1 = gemm.forward(x, w1, b1, pick(cfg.fwd1, rows), out_dtype=torch.float32, out_silu=True, save_pre=keep_pre)
+    out, _ = gemm.forward(h, w2, b2, pick(cfg.fwd2, rows), out_dtype=torch.float32)
+    return out, h, z1
+
+
+class _TimestepMLP(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w1, b1, w2, b2):
+        out, h, z1 = _forward(x, w1, b1, w2, b2, keep_pre=True)
+        ctx.save_for_backward(x, w1, w2, h, z1)
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w1, w2, h, z1 = ctx.saved_tensors
+        need_x, need_w1, need_b1, need_w2, need_b2 = ctx.needs_input_grad[:5]
+        if dy.stride(-1) != 1 or (dy.shape[0] > 1 and dy.stride(0) == 0):
+            dy = dy.contiguous()
+        cfg = configs()
+        rows = x.shape[0]
+        dw2 = db2 = dx = dw1 = db1 = None
+        if need_w2 or need_b2:
+            dw2, db2 = gemm.weight_grad(dy, h, pick(cfg.dw2, rows), dw_dtype=torch.float32,
+                                        db_dtype=torch.float32 if need_b2 else None)
+        if need_x or need_w1 or need_b1:
+            dz1 = gemm.input_grad(dy, w2, pick(cfg.dh, rows), dsilu_of=z1)
+            if need_x:
+                dx = gemm.input_grad(dz1, w1, pick(cfg.dx, rows))
+            if need_w1 or need_b1:
+                dw1, db1 = gemm.weight_grad(dz1, x, pick(cfg.dw1, rows), dw_dtype=torch.float32,
+                                            db_dtype=torch.float32 if need_b1 else None)
+        return dx, (dw1 if need_w1 else None), db1, (dw2 if need_w2 else None), db2
+
+
+def timestep_mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
+                 b2: torch.Tensor) -> torch.Tensor:
+    """out = W2 silu(W1 x + b1) + b2 with gradients for x, w1, b1, w2 and b2.
+
+    x: [T, F] fp32; w1: [Hd, F]; b1: [Hd]; w2: [D, Hd]; b2: [D], all fp32 on one device (CUDA, or the
+    CPU under TRITON_INTERPRET=1). T = 0 gives an empty [0, D] output and zero weight gradients.
+    Each output row is bitwise the same whatever T is; the weight gradients repeat bitwise."""
+    _check(x, w1, b1, w2, b2)
+    if x.device.type == "cuda" and x.device.index != torch.cuda.current_device():
+        with torch.cuda.device(x.device):  # triton launches on the current device
+            return timestep_mlp(x, w1, b1, w2, b2)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, w1, b1, w2, b2)):
+        return _TimestepMLP.apply(x, w1, b1, w2, b2)
+    return _forward(x, w1, b1, w2, b2, keep_pre=False)[0]

@@ -1,0 +1,274 @@
+"""Our Triton GEMM ops (kernels/gemm.py, kernels/timestep_mlp.py, kernels/adaln_projection.py) against
+float64, their batch invariance, the repeatability of their weight gradients, their argument errors,
+and one quick plan through the runner per op.
+
+On the CPU the kernels run under Triton's interpreter, where a dot is numpy's matmul: the tests check
+the kernels' structure (masks, strides, epilogues, split-K, the db column, one tile order for every
+T), not the GPU's FMA chains or wgmma, which the GPU bench checks (tools/bench_gemm.py: one row alone
+against 2048 rows, bitwise, with the configs each row count really gets)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from harness.config import load_config
+from harness.execute import as_bits
+from harness.ops.adaln_projection import OP as ADA
+from harness.ops.adaln_projection import AdaLNProjectionParams
+from harness.ops.timestep_mlp import OP as MLP
+from harness.ops.timestep_mlp import TimestepMLPParams
+from harness.probes.accuracy_latency import rel_err
+from harness.runner import RunRequest, run
+from harness.schema import RowResult
+from kernels import gemm
+from kernels.adaln_projection import adaln_projection
+from kernels.timestep_mlp import DX_SPLIT, MLPConfigs, timestep_mlp
+
+# Odd widths: no K or N is a multiple of the interpreter's tiles (32 x 64 x 32).
+MLP_PARAMS = TimestepMLPParams(freq_dim=20, hidden=37, temb_dim=29)
+ADA_PARAMS = AdaLNProjectionParams(hidden=5, temb_dim=23, chunks=6, modalities=3)   # table width 90
+MLP_NAMES = MLP.input_names
+ADA_NAMES = ADA.input_names
+U32 = 2.0 ** -24
+# fp32 (timestep_mlp, and adaln's dtemb): every value is a few dot products of at most 37 terms, each a
+# chain of fp32 fma's. The classical bound is ~n u times the cancellation; for these random draws the
+# observed max|err| / max|ref| is 1e-7 .. 3e-7, and at the model's size cuBLAS's fp32 sits at ~1e-6.
+# 16 u = 9.5e-7 keeps 3x room and still fails anything with a TF32 product (u = 2^-11 = 4.9e-4) or a
+# bf16 rounding (2^-9) by two orders of magnitude.
+FP32_TOL = 16 * U32
+BF16_U = 2.0 ** -8   # bf16 keeps 8 significant bits: a rounding moves a value by at most 2^-8 of it
+
+
+def mlp_case(device, rows, seed=3):
+    inputs = MLP.make_inputs(MLP_PARAMS, rows, seed, device)
+    return inputs, MLP.make_grad_outs(MLP_PARAMS, rows, seed + 100, device)[0]
+
+
+def ada_case(device, rows, seed=3):
+    inputs = ADA.make_inputs(ADA_PARAMS, rows, seed, device)
+    return inputs, ADA.make_grad_outs(ADA_PARAMS, rows, seed + 100, device)[0]
+
+
+def run_op(fn, names, inputs, grad_out):
+    leaves = [inputs.tensors[n].detach().requires_grad_() for n in names]
+    y = fn(*leaves)
+    y.backward(grad_out)
+    return y.detach(), {n: leaf.grad for n, leaf in zip(names, leaves)}
+
+
+# --- against float64 ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rows", [1, 3, 17, 70])
+def test_timestep_mlp_matches_float64(device, rows):
+    inputs, dy = mlp_case(device, rows)
+    y, grads = run_op(timestep_mlp, MLP_NAMES, inputs, dy)
+    ref = MLP.reference(MLP_PARAMS, inputs, (dy,), MLP_NAMES, MLP.name)
+    assert y.dtype == torch.float32 and y.shape == (rows, MLP_PARAMS.temb_dim)
+    assert rel_err(y, ref.outputs[0]) <= FP32_TOL
+    for name in MLP_NAMES:
+        assert grads[name].shape == inputs.tensors[name].shape and grads[name].dtype == torch.float32, name
+        assert rel_err(grads[name], ref.grads[name]) <= FP32_TOL, name
+
+
+def _silu64(t):
+    t = t.double()
+    return t * torch.sigmoid(t)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 17, 70])
+def test_adaln_projection_matches_float64(device, rows):
+    """bf16 bounds, element by element: a = bf16(silu(temb)) is off by at most 2^-8 of each element,
+    which moves a product sum by at most 2^-8 * sum |terms|; the one rounding of the output adds
+    2^-8 |ref|; fp32 accumulation adds ~n u (1e-6 of max|ref| covers it).
+    dtemb is fp32 (dy W is never rounded to bf16): the fp32 bound."""
+    inputs, dy = ada_case(device, rows)
+    y, grads = run_op(adaln_projection, ADA_NAMES, inputs, dy)
+    ref = ADA.reference(ADA_PARAMS, inputs, (dy,), ADA_NAMES, ADA.name)
+    t = inputs.tensors
+    a64 = _silu64(t["temb"]).abs()
+    w64, dy64 = t["w"].double(), dy.double()
+    assert y.dtype == torch.bfloat16 and y.shape == (rows, ADA_PARAMS.out_features)
+
+    def within(out, expected, terms):
+        bound = BF16_U * (terms + expected.abs()) + 1e-6 * expected.abs().max()
+        return bool(((out.double() - expected).abs() <= bound).all())
+
+    assert within(y, ref.outputs[0], a64 @ w64.abs().T)
+    assert within(grads["w"], ref.grads["w"], dy64.abs().T @ a64)
+    assert within(grads["b"], ref.grads["b"], torch.zeros_like(ref.grads["b"]))
+    assert grads["temb"].dtype == torch.float32 and rel_err(grads["temb"], ref.grads["temb"]) <= FP32_TOL
+    assert grads["w"].dtype == grads["b"].dtype == torch.bfloat16
+
+
+def test_zero_rows(device):
+    for fn, names, (inputs, dy), out_width in (
+            (timestep_mlp, MLP_NAMES, mlp_case(device, 0), MLP_PARAMS.temb_dim),
+            (adaln_projection, ADA_NAMES, ada_case(device, 0), ADA_PARAMS.out_features)):
+        y, grads = run_op(fn, names, inputs, dy)
+        assert y.shape == (0, out_width)
+        assert grads[names[0]].shape == (0, inputs.tensors[names[0]].shape[1])
+        for name in names[1:]:
+            assert grads[name].shape == inputs.tensors[name].shape and torch.count_nonzero(grads[name]) == 0, name
+
+
+# --- batch invariance and repeatability ----------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["timestep_mlp", "adaln_projection"])
+def test_rows_alone_and_in_sub_batches_equal_the_full_batch(device, op):
+    """Rows 0..69 (three 32-row tiles under the interpreter, the last partial): each row alone and each
+    sub-batch gives the same bits as in the full batch, for the output and the per-row gradient."""
+    fn, names, (inputs, dy) = ((timestep_mlp, MLP_NAMES, mlp_case(device, 70)) if op == "timestep_mlp"
+                               else (adaln_projection, ADA_NAMES, ada_case(device, 70)))
+    y, grads = run_op(fn, names, inputs, dy)
+    row_name = names[0]
+    for lo, hi in ((0, 1), (31, 32), (32, 33), (69, 70), (0, 3), (0, 17), (5, 38), (30, 70), (0, 32)):
+        sub = inputs.select_rows(torch.arange(lo, hi, device=device))
+        y_sub, g_sub = run_op(fn, names, sub, dy[lo:hi])
+        assert torch.equal(as_bits(y_sub), as_bits(y[lo:hi])), (lo, hi)
+        assert torch.equal(as_bits(g_sub[row_name]), as_bits(grads[row_name][lo:hi])), (lo, hi)
+
+
+def test_inference_path_matches_autograd_path(device):
+    """No grad: no autograd node, no kept pre-activation, no ones column; the same bits."""
+    for fn, names, (inputs, dy) in ((timestep_mlp, MLP_NAMES, mlp_case(device, 19)),
+                                    (adaln_projection, ADA_NAMES, ada_case(device, 19))):
+        y, _ = run_op(fn, names, inputs, dy)
+        with torch.no_grad():
+            y_plain = fn(*(inputs.tensors[n] for n in names))
+        assert torch.equal(as_bits(y_plain), as_bits(y))
+
+
+@pytest.mark.parametrize("op", ["timestep_mlp", "adaln_projection"])
+def test_weight_gradients_repeat_bitwise(device, op):
+    """dW and db are sums over the rows in a fixed order: the same bits run after run. (They are not
+    claimed independent of T or of the rows' order: a sum over rows depends on which rows it adds.)"""
+    fn, names, (inputs, dy) = ((timestep_mlp, MLP_NAMES, mlp_case(device, 41)) if op == "timestep_mlp"
+                               else (adaln_projection, ADA_NAMES, ada_case(device, 41)))
+    _, first = run_op(fn, names, inputs, dy)
+    _, second = run_op(fn, names, inputs, dy)
+    for name in names[1:]:
+        assert torch.equal(as_bits(first[name]), as_bits(second[name])), name
+
+
+# --- the building blocks ----------------------------------------------------------------------------------
+
+def test_split_k_adds_its_chunks_in_order(device):
+    """input_grad with SPLIT_K = 3 over K = 300 (chunks of k_chunk(300, 3) = 128: [0,128), [128,256),
+    [256,300)) equals the three chunk products, each by the same kernel unsplit, added in chunk order."""
+    g = torch.Generator(device=device).manual_seed(5)
+    dy = torch.randn(21, 300, generator=g, device=device)
+    w = torch.randn(300, 19, generator=g, device=device)
+    z = torch.randn(21, 19, generator=g, device=device)
+    cfg = gemm.LaunchConfig(16, 16, 16, split_k=3)
+    assert gemm.k_chunk(300, 3) == 128
+    split = gemm.input_grad(dy, w, cfg)
+    one = dataclasses.replace(cfg, split_k=1)
+    parts = [gemm.input_grad(dy[:, lo:hi], w[lo:hi], one) for lo, hi in ((0, 128), (128, 256), (256, 300))]
+    assert torch.equal(as_bits(split), as_bits(parts[0] + parts[1] + parts[2]))
+    assert rel_err(split, dy.double() @ w.double()) <= FP32_TOL
+    # the silu' epilogue runs on the sum, once
+    with_z = gemm.input_grad(dy, w, cfg, dsilu_of=z)
+    s = torch.sigmoid(z.double())
+    assert rel_err(with_z, (dy.double() @ w.double()) * s * (1 + z.double() * (1 - s))) <= FP32_TOL
+
+
+def test_fused_silu_load_equals_the_separate_pass(device):
+    """gemm.forward(a_silu=True) casts silu(a) to W's dtype as it loads A: the same bits as
+    silu_cast then forward (the bench's fused forward candidate for adaln_projection)."""
+    inputs, _ = ada_case(device, 23)
+    t = inputs.tensors
+    cfg = gemm.LaunchConfig(16, 32, 16)
+    fused, _ = gemm.forward(t["temb"], t["w"], t["b"], cfg, out_dtype=torch.bfloat16, a_silu=True)
+    a = gemm.silu_cast(t["temb"], torch.bfloat16, ones_column=True)
+    assert a.shape == t["temb"].shape and a.stride(0) == 32   # 23 + 1 rounded up to 16
+    ones = a.as_strided((23,), (a.stride(0),), a.storage_offset() + a.shape[1])   # the db column
+    assert torch.equal(ones.float(), torch.ones(23, device=device))
+    plain, _ = gemm.forward(a, t["w"], t["b"], cfg, out_dtype=torch.bfloat16)
+    assert torch.equal(as_bits(fused), as_bits(plain))
+
+
+def test_weight_grad_db_column_virtual_and_stored_agree(device):
+    """db is the GEMM's extra column of ones, read from silu_cast's buffer or made in the kernel."""
+    inputs, dy = ada_case(device, 37)
+    a = gemm.silu_cast(inputs.tensors["temb"], torch.bfloat16, ones_column=True)
+    cfg = gemm.LaunchConfig(16, 32, 16)
+    dw_s, db_s = gemm.weight_grad(dy, a, cfg, a_ones="stored", dw_dtype=torch.bfloat16, db_dtype=torch.bfloat16)
+    dw_v, db_v = gemm.weight_grad(dy, a.contiguous(), cfg, a_ones="virtual", dw_dtype=torch.bfloat16,
+                                  db_dtype=torch.bfloat16)
+    assert torch.equal(as_bits(dw_s), as_bits(dw_v)) and torch.equal(as_bits(db_s), as_bits(db_v))
+    dw_only, none = gemm.weight_grad(dy, a, cfg, dw_dtype=torch.bfloat16, db_dtype=None)
+    assert none is None and torch.equal(as_bits(dw_only), as_bits(dw_s))
+    assert rel_err(db_s, dy.double().sum(0)) <= BF16_U
+
+
+def test_tiers_and_configs_are_checked():
+    a, b = gemm.LaunchConfig(4, 16, 64), gemm.LaunchConfig(64, 64, 32)
+    tiers = ((4, a), (1 << 40, b))
+    assert gemm.pick(tiers, 1) is a and gemm.pick(tiers, 4) is a and gemm.pick(tiers, 5) is b
+    with pytest.raises(ValueError, match="power of two"):
+        gemm.LaunchConfig(48, 16, 16)
+    with pytest.raises(ValueError, match="KALIGN"):
+        gemm.LaunchConfig(16, 16, 256, split_k=2)
+    good_dx = ((1 << 40, gemm.LaunchConfig(16, 16, 16, split_k=DX_SPLIT)),)
+    with pytest.raises(ValueError, match="split_k"):
+        MLPConfigs(fwd1=tiers, fwd2=tiers, dh=tiers, dw2=tiers, dw1=tiers,
+                   dx=((1 << 40, gemm.LaunchConfig(16, 16, 16, split_k=2)),))
+    MLPConfigs(fwd1=tiers, fwd2=tiers, dh=tiers, dw2=tiers, dw1=tiers, dx=good_dx)
+
+
+# --- argument errors --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("change,error,match", [
+    (lambda t: {"x": t["x"].double()}, TypeError, "x has dtype"),
+    (lambda t: {"w2": t["w2"].bfloat16()}, TypeError, "w2 has dtype"),
+    (lambda t: {"x": t["x"][:, :-1]}, ValueError, "w1 must be"),
+    (lambda t: {"x": t["x"][0]}, ValueError, r"x must be \[T, freq_dim\]"),
+    (lambda t: {"b1": t["b1"][:-1]}, ValueError, "b1 must have shape"),
+    (lambda t: {"w2": t["w2"][:, :-1]}, ValueError, "w2 must be"),
+    (lambda t: {"b2": t["b2"][:-1]}, ValueError, "b2 must have shape"),
+    (lambda t: {"b1": t["b1"].to("meta")}, ValueError, "b1 is on meta"),
+    (lambda t: {"w1": t["w1"].tolist()}, TypeError, "w1 must be a torch.Tensor"),
+])
+def test_timestep_mlp_bad_input_names_the_argument(device, change, error, match):
+    inputs, _ = mlp_case(device, 5)
+    args = {**inputs.tensors}
+    args.update(change(args))
+    with pytest.raises(error, match=match):
+        timestep_mlp(*(args[n] for n in MLP_NAMES))
+
+
+@pytest.mark.parametrize("change,error,match", [
+    (lambda t: {"temb": t["temb"].double()}, TypeError, "temb has dtype"),
+    (lambda t: {"w": t["w"].float()}, TypeError, "w has dtype"),
+    (lambda t: {"b": t["b"].float()}, TypeError, "b has dtype"),
+    (lambda t: {"temb": t["temb"][:, :-1]}, ValueError, "w must be"),
+    (lambda t: {"temb": t["temb"][0]}, ValueError, r"temb must be \[T, temb_dim\]"),
+    (lambda t: {"b": t["b"][:-1]}, ValueError, "b must have shape"),
+    (lambda t: {"w": t["w"].to("meta")}, ValueError, "w is on meta"),
+    (lambda t: {"b": 3.0}, TypeError, "b must be a torch.Tensor"),
+])
+def test_adaln_projection_bad_input_names_the_argument(device, change, error, match):
+    inputs, _ = ada_case(device, 5)
+    args = {**inputs.tensors}
+    args.update(change(args))
+    with pytest.raises(error, match=match):
+        adaln_projection(*(args[n] for n in ADA_NAMES))
+
+
+# --- through the runner -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["timestep_mlp", "adaln_projection"])
+def test_quick_plan_with_our_row(device, op):
+    import importlib
+
+    adapter = importlib.import_module(f"adapters.{op}.h3bench_triton").ADAPTER
+    config = load_config(op, quick=True)
+    config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
+    evidence = run(RunRequest(config=config, device=device, adapters=[adapter], modes=["plain"], out=None,
+                              measure_bandwidth=False))
+    row = evidence.results["plain"]["h3bench_triton"]
+    assert isinstance(row, RowResult), row
+    bi = row.batch_invariance
+    assert bi.batch_invariant is True and bi.params_repeatable is True
