@@ -13,12 +13,12 @@ from harness.adapter import Adapter
 BUILTIN: dict[str, tuple[str, ...]] = {
     "norm_modulate": ("diffusers", "torch_rms_norm", "transformer_engine", "liger", "liger_rlk_gather",
                       "liger_det_gather", "sglang", "sglang_indexed", "rl_kernel", "h3bench_triton"),
-    "timestep_sinusoid": ("diffusers", "sglang", "rl_kernel"),
-    "timestep_mlp": ("diffusers", "rl_kernel"),
-    "adaln_projection": ("diffusers",),
-    "adaln_row_gather": ("diffusers", "torch_embedding", "rl_kernel"),
-    "gate_residual": ("diffusers", "torch_addcmul", "rl_kernel"),
-    "final_adaln_out": ("diffusers", "rl_kernel"),
+    "timestep_sinusoid": ("diffusers", "sglang", "rl_kernel", "h3bench_triton"),
+    "timestep_mlp": ("diffusers", "rl_kernel", "h3bench_triton"),
+    "adaln_projection": ("diffusers", "h3bench_triton"),
+    "adaln_row_gather": ("diffusers", "torch_embedding", "rl_kernel", "h3bench_triton"),
+    "gate_residual": ("diffusers", "torch_addcmul", "rl_kernel", "h3bench_triton"),
+    "final_adaln_out": ("diffusers", "rl_kernel", "h3bench_triton"),
 }
 
 

@@ -57,7 +57,19 @@ def launch(kernel, grid: tuple[int, ...], *args, **meta) -> None:
     if not ENABLED or INTERPRETED:
         kernel[grid](*args, **meta)
         return
-    device = torch.cuda.current_device()
+    _launch_fast(kernel, grid, torch.cuda.current_device(), args, meta)
+
+
+def launch_on(device: int, kernel, grid: tuple[int, ...], *args, **meta) -> None:
+    """`launch` for a caller that already knows the current CUDA device's index (one torch call less per
+    launch: a few us of host time on the H200 VM). `device` must be the current device."""
+    if not ENABLED or INTERPRETED:
+        kernel[grid](*args, **meta)
+        return
+    _launch_fast(kernel, grid, device, args, meta)
+
+
+def _launch_fast(kernel, grid, device: int, args, meta) -> None:
     try:
         binder = kernel.device_caches[device][4]
         bound, specialization, _ = binder(*args, **meta)
@@ -109,6 +121,23 @@ def split_rows(rows: int, device: torch.device, programs_per_sm: int, chunk_limi
         target = 1
     chunk = triton.cdiv(rows, max(1, min(target, rows)))
     chunk = min(chunk, chunk_limit)
+    return triton.cdiv(rows, chunk), chunk
+
+
+def split_row_chunks(rows: int, device: torch.device, programs_per_sm: int, column_programs: int,
+                     chunk_limit: int) -> tuple[int, int]:
+    """(row chunks, rows per chunk) of a fixed-order reduction launched as a (row chunk, column block)
+    grid of `column_programs` programs per chunk: about `programs_per_sm` programs per SM in all, each
+    chunk at most `chunk_limit` rows, every chunk at least one row. As `split_rows`, a function of the
+    row count, the column split and the GPU's SM count only (it is part of the summation order); one
+    chunk under the interpreter."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        target = max(1, (sm_count(index) * programs_per_sm) // max(1, column_programs))
+    else:
+        target = 1
+    chunk = triton.cdiv(rows, max(1, min(target, rows)))
+    chunk = max(1, min(chunk, chunk_limit))
     return triton.cdiv(rows, chunk), chunk
 
 
@@ -184,3 +213,15 @@ def sum_partials(P, count, stride, cols, col_ok, P_TILE: tl.constexpr):
         mask = (p < count)[:, None] & col_ok[None, :]
         acc += tl.sum(tl.load(P + p.to(tl.int64)[:, None] * stride + cols[None, :], mask=mask, other=0.0), axis=0)
     return acc
+
+
+@triton.jit(do_not_specialize=["n_programs"])
+def table_from_partials(PART, DT, n_programs, W: tl.constexpr, M, stride_dt, BLOCK: tl.constexpr,
+                        P_TILE: tl.constexpr, BY_HAND: tl.constexpr):
+    """Grid (cdiv(W, BLOCK), M): DT[m, cols] = the sum over p of PART[p, m, cols] (PART: [programs, M, W]
+    fp32, contiguous) by `sum_partials`, rounded once to DT's dtype."""
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    col_ok = cols < W
+    m = tl.program_id(1)
+    total = sum_partials(PART + m * W, n_programs, M * W, cols, col_ok, P_TILE)
+    tl.store(DT + m * stride_dt + cols, rounded(total, DT.dtype.element_ty, BY_HAND), mask=col_ok)

@@ -1,0 +1,105 @@
+"""`adaln_row_gather(table, ti, tag)`: argument checks and autograd around kernels/adaln_row_gather.py."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from kernels import adaln_row_gather as K
+from kernels.common import interpreter_active
+
+_FLOATS = (torch.bfloat16, torch.float16, torch.float32)
+_INDEX = (torch.int32, torch.int64)
+
+
+def _check(table, ti, tag, modalities: int, chunks: int) -> None:
+    named = {"table": table, "ti": ti, "tag": tag}
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in named.items():
+        if t.device != table.device:
+            raise ValueError(f"{name} is on {t.device} but table is on {table.device}")
+    if table.device.type != "cuda" and not (table.device.type == "cpu" and interpreter_active()):
+        raise ValueError(f"table is on {table.device}: the Triton kernel needs a CUDA device "
+                         "(or TRITON_INTERPRET=1 set before triton is imported)")
+    if table.dtype not in _FLOATS:
+        raise TypeError(f"table has dtype {table.dtype}; expected one of bfloat16, float16, float32")
+    for name in ("ti", "tag"):
+        if named[name].dtype not in _INDEX:
+            raise TypeError(f"{name} has dtype {named[name].dtype}; expected int32 or int64")
+    if isinstance(modalities, bool) or not isinstance(modalities, int) or modalities < 1:
+        raise ValueError(f"modalities must be an int >= 1, got {modalities!r}")
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= K.MAX_CHUNKS:
+        raise ValueError(f"chunks must be an int in [1, {K.MAX_CHUNKS}], got {chunks!r}")
+    if table.dim() != 2:
+        raise ValueError(f"table must be [T * modalities, chunks * H], got shape {tuple(table.shape)}")
+    rows, width = table.shape
+    if rows == 0 or rows % modalities:
+        raise ValueError(f"table must have T * {modalities} rows (timesteps x modalities, T >= 1), got {rows}")
+    if width == 0 or width % chunks:
+        raise ValueError(f"table must have {chunks} * H columns (H >= 1), got {width}")
+    if ti.dim() != 1:
+        raise ValueError(f"ti must be 1-D [S], got shape {tuple(ti.shape)}")
+    if tag.shape != ti.shape:
+        raise ValueError(f"tag must have the shape of ti {tuple(ti.shape)}, got {tuple(tag.shape)}")
+
+
+def _check_index_range(ti: torch.Tensor, tag: torch.Tensor, steps: int, modalities: int) -> None:
+    for name, t, limit in (("ti", ti, steps), ("tag", tag, modalities)):
+        if t.numel() == 0:
+            continue
+        bad = (t < 0) | (t >= limit)
+        if bool(bad.any()):  # one host sync each: the price of the check, which can be switched off
+            position = int(bad.nonzero()[0, 0])
+            raise IndexError(f"{name}[{position}] = {int(t[position])} is outside [0, {limit})")
+
+
+def _rows_layout(table: torch.Tensor, ti: torch.Tensor, tag: torch.Tensor):
+    """Unit inner stride for the table (row-strided views pass), contiguous indices."""
+    table = table if table.stride(1) == 1 else table.contiguous()
+    return table, ti if ti.stride(0) == 1 else ti.contiguous(), tag if tag.stride(0) == 1 else tag.contiguous()
+
+
+def _grad_rows(g: torch.Tensor) -> torch.Tensor:
+    return g if g.stride(-1) == 1 else g.contiguous()
+
+
+class _AdaLNRowGather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, table, ti, tag, modalities, chunks, config):
+        table_, ti_, tag_ = _rows_layout(table, ti, tag)
+        outs, idx = K.forward(table_, ti_, tag_, modalities, chunks, save_index=True, config=config)
+        ctx.idx = idx  # an intermediate, not an input or output: no version check needed
+        ctx.table_rows, ctx.hidden, ctx.dtype = table.shape[0], table.shape[1] // chunks, table.dtype
+        ctx.config = config
+        return outs
+
+    @staticmethod
+    def backward(ctx, *grads):
+        dtable = K.backward([_grad_rows(g) for g in grads], ctx.idx, ctx.table_rows, ctx.hidden, ctx.dtype,
+                            ctx.config)
+        return dtable, None, None, None, None, None
+
+
+def adaln_row_gather(table: torch.Tensor, ti: torch.Tensor, tag: torch.Tensor, modalities: int = 3,
+                     chunks: int = 6, check_index: bool = True, config: Optional[K.LaunchConfig] = None
+                     ) -> tuple[torch.Tensor, ...]:
+    """table[ti * modalities + tag].chunk(chunks, dim=1): `chunks` [S, H] outputs, with the table's gradient.
+
+    table: [T * modalities, chunks * H] bf16/fp16/fp32, any row stride; ti, tag: [S] int32/int64 with ti
+    in [0, T) and tag in [0, modalities). The outputs are contiguous (slices of one [chunks, S, H] buffer)
+    and bitwise equal to index_select's. The table gradient is summed in a fixed order without atomics
+    (kernels/adaln_row_gather.py). `check_index=False` skips the range check (a host sync); a row with
+    an index out of range then comes out as NaN and adds nothing to the gradient.
+    """
+    _check(table, ti, tag, modalities, chunks)
+    if table.device.type == "cuda" and table.device.index != torch.cuda.current_device():
+        with torch.cuda.device(table.device):  # triton launches on the current device
+            return adaln_row_gather(table, ti, tag, modalities, chunks, check_index, config)
+    if check_index:
+        _check_index_range(ti, tag, table.shape[0] // modalities, modalities)
+    if torch.is_grad_enabled() and table.requires_grad:
+        return _AdaLNRowGather.apply(table, ti, tag, modalities, chunks, config)
+    outs, _ = K.forward(*_rows_layout(table, ti, tag), modalities, chunks, save_index=False, config=config)
+    return outs

@@ -1,0 +1,155 @@
+"""final_adaln_out: the 3-row AdaLN projection in torch, then our norm_modulate Triton kernel.
+
+    [shift | scale] = (W bf16(silu(temb)) + b).chunk(2)          temb: [T, D], W (`w`): [2H, D], b: [2H]
+    out = rms_norm(x, nw, eps) * (1 + scale[ti]) + shift[ti]      x: [S, H], nw: [H], ti: [S]
+
+(diffusers' `MiniMaxH3AdaLayerNormOut`: silu in temb's dtype, one cast to W's dtype, the projection in
+W's dtype, shift the first half.)
+
+The per-row work is `kernels.norm_modulate_api.norm_modulate(x, nw, shift, scale, ti)` with M = T table
+rows: its forward and dx are batch-invariant and its parameter gradients (dnw, dshift, dscale) are
+summed in a fixed order without atomics (kernels/norm_modulate.py documents the order). shift and scale
+are the two column halves of the projection, passed as row-strided views (no copy).
+
+The projection is plain torch (`F.linear`). Its input has T = 3 rows whatever S is, so it is
+batch-invariant by construction: the same GEMM on the same [3, D] operand for every batch. Its
+gradients have shapes fixed by (T, D, H), independent of S: dW = dproj^T a (a [2H, 3] x [3, D] GEMM),
+da = dproj W, db = dproj summed over the T rows, dtemb = silu'(temb) da; cuBLAS and torch's reductions
+repeat bitwise run to run for fixed shapes on one GPU, so the parameter gradients repeat. Only dproj
+carries S, and it comes from norm_modulate's fixed-order reduction.
+
+The projection is one autograd node (`_Projection`: F.silu, cast, F.linear forward; three torch
+matmul/sum calls and silu_backward backward) instead of the four autograd makes of the composition
+(silu, cast, linear, transpose): the same kernels, fewer host-side nodes, since at S = 32768 the
+forward+backward is close to host-bound (kernels/NOTES.md). `LaunchConfig.projection_node = False`
+takes the plain autograd composition (for tools/bench_memory_ops.py to compare).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from kernels.common import interpreter_active
+from kernels.norm_modulate_api import norm_modulate
+
+_FLOATS = (torch.bfloat16, torch.float16, torch.float32)
+_INDEX = (torch.int32, torch.int64)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """The row kernel's launch configuration is norm_modulate's own tuned default (its public function
+    takes none); what is chosen here is how the projection is differentiated."""
+
+    projection_node: bool = True  # one autograd Function for silu + cast + linear (False: autograd's four)
+
+
+@functools.lru_cache(maxsize=64)
+def launch_config(hidden: int) -> LaunchConfig:
+    return LaunchConfig()
+
+
+class _Projection(torch.autograd.Function):
+    """proj = F.linear(silu(temb).to(W.dtype), W, b) as one node. Backward (each a fixed-shape torch
+    call, independent of S): dW = dproj^T a, db = sum of dproj's T rows, dtemb = silu'(temb) (dproj W)."""
+
+    @staticmethod
+    def forward(ctx, temb, w, b):
+        a = F.silu(temb).to(w.dtype)
+        ctx.save_for_backward(temb, a, w)
+        return F.linear(a, w, b)
+
+    @staticmethod
+    def backward(ctx, dproj):
+        temb, a, w = ctx.saved_tensors
+        need_temb, need_w, need_b = ctx.needs_input_grad
+        dproj = dproj.contiguous()
+        dtemb = dw = db = None
+        if need_w:
+            dw = dproj.t().mm(a)
+        if need_b:
+            db = dproj.sum(0)
+        if need_temb:
+            # as autograd's ToCopyBackward + SiluBackward: the bf16 product cast up, then silu' in temb's dtype
+            dtemb = torch.ops.aten.silu_backward(dproj.mm(w).to(temb.dtype), temb)
+        return dtemb, dw, db
+
+
+def _projection_autograd(temb, w, b):
+    return F.linear(F.silu(temb).to(w.dtype), w, b)
+
+
+def _check(x, nw, temb, w, b, ti) -> None:
+    named = {"x": x, "nw": nw, "temb": temb, "w": w, "b": b, "ti": ti}
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in named.items():
+        if t.device != x.device:
+            raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
+    if x.device.type != "cuda" and not (x.device.type == "cpu" and interpreter_active()):
+        raise ValueError(f"x is on {x.device}: the Triton kernel needs a CUDA device "
+                         "(or TRITON_INTERPRET=1 set before triton is imported)")
+    if x.dtype not in _FLOATS:
+        raise TypeError(f"x has dtype {x.dtype}; expected one of bfloat16, float16, float32")
+    for name in ("nw", "w", "b"):
+        if named[name].dtype != x.dtype:
+            raise TypeError(f"{name} has dtype {named[name].dtype} but x has {x.dtype}")
+    if temb.dtype not in _FLOATS:
+        raise TypeError(f"temb has dtype {temb.dtype}; expected one of bfloat16, float16, float32")
+    if ti.dtype not in _INDEX:
+        raise TypeError(f"ti has dtype {ti.dtype}; expected int32 or int64")
+    if x.dim() < 1 or x.shape[-1] < 1:
+        raise ValueError(f"x must be [..., H] with H >= 1, got shape {tuple(x.shape)}")
+    hidden = x.shape[-1]
+    if nw.shape != (hidden,):
+        raise ValueError(f"nw must have shape ({hidden},) to match x's last dimension, got {tuple(nw.shape)}")
+    if temb.dim() != 2 or temb.shape[1] < 1:
+        raise ValueError(f"temb must be [T, D] with D >= 1, got shape {tuple(temb.shape)}")
+    steps, dim = temb.shape
+    if w.shape != (2 * hidden, dim):
+        raise ValueError(f"w must have shape ({2 * hidden}, {dim}) (2H x temb's D), got {tuple(w.shape)}")
+    if b.shape != (2 * hidden,):
+        raise ValueError(f"b must have shape ({2 * hidden},), got {tuple(b.shape)}")
+    rows = x.numel() // hidden
+    if ti.shape != x.shape[:-1] and ti.shape != (rows,):
+        raise ValueError(f"ti must have shape {tuple(x.shape[:-1])} (one entry per row of x), got {tuple(ti.shape)}")
+    if rows and steps == 0:
+        raise ValueError("temb has no rows (timesteps), so no ti can be valid")
+
+
+def _check_index_range(ti: torch.Tensor, steps: int) -> None:
+    if ti.numel() == 0:
+        return
+    bad = (ti < 0) | (ti >= steps)
+    if bool(bad.any()):  # one host sync: the price of the check, which can be switched off
+        flat = ti.reshape(-1)
+        position = int(bad.reshape(-1).nonzero()[0, 0])
+        raise IndexError(f"ti[{position}] = {int(flat[position])} is outside [0, {steps}) (temb has {steps} rows)")
+
+
+def final_adaln_out(x: torch.Tensor, nw: torch.Tensor, temb: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
+                    ti: torch.Tensor, eps: float = 1e-5, check_index: bool = True,
+                    config: Optional[LaunchConfig] = None) -> torch.Tensor:
+    """rms_norm(x, nw, eps) * (1 + scale[ti]) + shift[ti], [shift | scale] = F.linear(silu(temb).to(w.dtype), w, b).
+
+    x: [..., H]; nw: [H]; w: [2H, D]; b: [2H] (x, nw, w, b in one dtype: bf16, fp16 or fp32); temb: [T, D]
+    (any of those dtypes; fp32 in the model); ti: one int32/int64 entry per row of x, in [0, T). Gradients
+    for x, nw, temb, w and b. `check_index=False` skips the range check (a host sync); a row whose ti is out
+    of range then comes out as NaN and adds nothing to the parameter gradients.
+    """
+    _check(x, nw, temb, w, b, ti)
+    if check_index:
+        _check_index_range(ti, temb.shape[0])
+    cfg = config or launch_config(x.shape[-1])
+    if cfg.projection_node and torch.is_grad_enabled() and (temb.requires_grad or w.requires_grad or b.requires_grad):
+        proj = _Projection.apply(temb, w, b)
+    else:
+        proj = _projection_autograd(temb, w, b)
+    shift, scale = proj.chunk(2, dim=-1)
+    ti = ti if ti.is_contiguous() else ti.contiguous()  # norm_modulate reads the index with unit stride
+    return norm_modulate(x, nw, shift, scale, ti, eps, check_index=False)  # ti was checked above (or not asked)

@@ -1,0 +1,110 @@
+"""`gate_residual(res, y, gate, idx)`: argument checks and autograd around kernels/gate_residual.py."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from kernels import gate_residual as K
+from kernels.common import interpreter_active
+
+_FLOATS = (torch.bfloat16, torch.float16, torch.float32)
+_INDEX = (torch.int32, torch.int64)
+
+
+def _check(res, y, gate, idx) -> None:
+    named = {"res": res, "y": y, "gate": gate, "idx": idx}
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in named.items():
+        if t.device != res.device:
+            raise ValueError(f"{name} is on {t.device} but res is on {res.device}")
+    if res.device.type != "cuda" and not (res.device.type == "cpu" and interpreter_active()):
+        raise ValueError(f"res is on {res.device}: the Triton kernel needs a CUDA device "
+                         "(or TRITON_INTERPRET=1 set before triton is imported)")
+    if res.dtype not in _FLOATS:
+        raise TypeError(f"res has dtype {res.dtype}; expected one of bfloat16, float16, float32")
+    for name in ("y", "gate"):
+        if named[name].dtype != res.dtype:
+            raise TypeError(f"{name} has dtype {named[name].dtype} but res has {res.dtype}")
+    if idx.dtype not in _INDEX:
+        raise TypeError(f"idx has dtype {idx.dtype}; expected int32 or int64")
+    if res.dim() < 1 or res.shape[-1] < 1:
+        raise ValueError(f"res must be [..., H] with H >= 1, got shape {tuple(res.shape)}")
+    if y.shape != res.shape:
+        raise ValueError(f"y must have the shape of res {tuple(res.shape)}, got {tuple(y.shape)}")
+    hidden = res.shape[-1]
+    if gate.dim() != 2 or gate.shape[1] != hidden:
+        raise ValueError(f"gate must have shape [M, {hidden}], got {tuple(gate.shape)}")
+    rows = res.numel() // hidden
+    if idx.shape != res.shape[:-1] and idx.shape != (rows,):
+        raise ValueError(f"idx must have shape {tuple(res.shape[:-1])} (one entry per row of res), "
+                         f"got {tuple(idx.shape)}")
+    if rows and gate.shape[0] == 0:
+        raise ValueError("gate has no table rows, so no index can be valid")
+
+
+def _check_index_range(idx: torch.Tensor, table_rows: int) -> None:
+    if idx.numel() == 0:
+        return
+    bad = (idx < 0) | (idx >= table_rows)
+    if bool(bad.any()):  # one host sync: the price of the check, which can be switched off
+        flat = idx.reshape(-1)
+        position = int(bad.reshape(-1).nonzero()[0, 0])
+        raise IndexError(f"idx[{position}] = {int(flat[position])} is outside [0, {table_rows}) (gate has "
+                         f"{table_rows} rows)")
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """[R, H] with a unit inner stride; row-strided views pass uncopied."""
+    t2 = t if t.dim() == 2 else t.reshape(-1, t.shape[-1])
+    return t2 if t2.stride(-1) == 1 or t2.numel() == 0 else t2.contiguous()
+
+
+def _layout(res, y, gate, idx):
+    idx1 = idx if idx.dim() == 1 else idx.reshape(-1)
+    return _rows(res), _rows(y), gate if gate.stride(-1) == 1 else gate.contiguous(), \
+        idx1 if idx1.stride(0) == 1 else idx1.contiguous()
+
+
+class _GateResidual(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, res, y, gate, idx, config):
+        res2, y2, gate_, idx1 = _layout(res, y, gate, idx)
+        out = K.forward(res2, y2, gate_, idx1, config)
+        ctx.save_for_backward(y2, gate_, idx1)
+        ctx.shape, ctx.config = res.shape, config
+        return out if res.dim() == 2 else out.view(res.shape)
+
+    @staticmethod
+    def backward(ctx, dout):
+        y2, gate, idx = ctx.saved_tensors
+        need_res, need_y, need_gate = ctx.needs_input_grad[:3]
+        dy2 = _rows(dout)
+        dres, dy, dgate = K.backward(dy2, y2, gate, idx, need_gate, ctx.config)
+        if len(ctx.shape) != 2:
+            dres, dy = dres.view(ctx.shape), dy.view(ctx.shape)
+        return (dres if need_res else None, dy if need_y else None, dgate if need_gate else None, None, None)
+
+
+def gate_residual(res: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, idx: torch.Tensor,
+                  check_index: bool = True, config: Optional[K.LaunchConfig] = None) -> torch.Tensor:
+    """res + gate[idx] * y, with gradients for res, y and gate.
+
+    res, y: [..., H]; gate: [M, H] with any row stride (an AdaLN table chunk passes uncopied); idx: one
+    int32/int64 entry per row, in [0, M). Floats share one dtype (bf16, fp16, fp32). fp32 inside, one
+    rounding per output; the gate gradient is summed in a fixed order without atomics.
+    `check_index=False` skips the range check (a host sync); a row with an index out of range then
+    comes out as NaN (and its y gradient too) and adds nothing to the gate gradient.
+    """
+    _check(res, y, gate, idx)
+    if res.device.type == "cuda" and res.device.index != torch.cuda.current_device():
+        with torch.cuda.device(res.device):  # triton launches on the current device
+            return gate_residual(res, y, gate, idx, check_index, config)
+    if check_index:
+        _check_index_range(idx, gate.shape[0])
+    if torch.is_grad_enabled() and (res.requires_grad or y.requires_grad or gate.requires_grad):
+        return _GateResidual.apply(res, y, gate, idx, config)
+    out = K.forward(*_layout(res, y, gate, idx), config)
+    return out if res.dim() == 2 else out.view(res.shape)

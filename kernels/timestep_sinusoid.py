@@ -1,0 +1,133 @@
+"""timestep_sinusoid in Triton: out = [cos(t f), sin(t f)] in one launch, correctly rounded to fp32.
+
+    f_k = exp(-ln(max_period) * k / (half - shift)),  k = 0 .. half-1,   out[r] = [cos(t_r f), sin(t_r f)]
+
+Accuracy: the frequencies are computed once per (device, constants) in float64 and kept in float64
+(`frequencies`); in the kernel t is widened to float64 (exact), the angle t * f_k is one float64
+product (relative error <= 2^-53) and cos / sin are float64 (CUDA libdevice `__nv_cos` / `__nv_sin`,
+< 2 ulp of float64; numpy's under the interpreter). The only fp32 rounding is the store, so
+|out - exact| <= 2^-25 |out| + (a few float64 ulps): max|out - ref| / max|ref| < 1e-7 against the
+float64 reference for every t and k (tests/test_kernel_timestep_sinusoid.py checks it over many t).
+(An fp32 angle t * fp32(f) alone would err by up to 2 fp32 roundings of the angle, ~1.2e-7 near
+angle 1, before the sine's own error.)
+
+Grid: one program per ROWS rows; each computes a [ROWS, BLOCK_K] block of angles and stores the cosines
+at columns k and the sines at half + k. Every element is one fixed sequence of operations on (t_r, f_k):
+bitwise the same alone or in any batch. float64 costs little here: 2 x 128 sin/cos per row, on an H200
+(~34 fp64 TFLOPS) ~1 us of arithmetic at T = 2048; at small T the cost is the launch itself, so the host
+path is one dictionary lookup, one `torch.empty` and the launch (`kernels.common.launch`).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.common import INTERPRETED, interpreter_active, launch
+
+try:
+    from triton.language.extra import libdevice
+except ImportError:  # pragma: no cover - every supported triton has it
+    libdevice = None
+
+_T_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    rows: int    # rows per program
+    warps: int
+
+
+@functools.lru_cache(maxsize=64)
+def launch_config(freq_dim: int) -> LaunchConfig:
+    """The default for `freq_dim` features (`config_for`)."""
+    return config_for(freq_dim, INTERPRETED)
+
+
+def config_for(freq_dim: int, interpreted: bool) -> LaunchConfig:
+    """On a GPU: [8, 128] angle blocks (4 warps, 8 angles per thread) at the model's 256 features. The
+    interpreter runs programs one after another at a fixed Python cost each: large blocks there."""
+    half_p2 = triton.next_power_of_2(max(1, freq_dim // 2))
+    return LaunchConfig(rows=max(1, (65536 if interpreted else 1024) // half_p2), warps=4)
+
+
+@triton.jit(do_not_specialize=["n_rows"])
+def _sinusoid_kernel(T, FREQ, OUT, n_rows, stride_t, HALF: tl.constexpr, BLOCK_K: tl.constexpr,
+                     ROWS: tl.constexpr, INTERPRETED: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    ks = tl.arange(0, BLOCK_K)
+    row_ok = rows < n_rows
+    k_ok = ks < HALF
+    t = tl.load(T + rows * stride_t, mask=row_ok, other=0.0).to(tl.float64)
+    f = tl.load(FREQ + ks, mask=k_ok, other=0.0)
+    angle = t[:, None] * f[None, :]
+    if INTERPRETED:  # the interpreter has no libdevice: numpy's float64 cos / sin
+        c = tl.cos(angle)
+        s = tl.sin(angle)
+    else:  # tl.cos / tl.sin may lower to approximate instructions: ask libdevice for float64 ones
+        c = libdevice.cos(angle)
+        s = libdevice.sin(angle)
+    mask = row_ok[:, None] & k_ok[None, :]
+    out = OUT + rows.to(tl.int64)[:, None] * (2 * HALF) + ks[None, :]
+    tl.store(out, c.to(tl.float32), mask=mask)
+    tl.store(out + HALF, s.to(tl.float32), mask=mask)
+
+
+_FREQS: dict = {}
+
+
+def frequencies(device: torch.device, half: int, max_period: float, shift: float) -> torch.Tensor:
+    """f_k in float64 on `device`, computed once per (device, constants) as the float64 reference does."""
+    key = (device, half, max_period, shift)
+    found = _FREQS.get(key)
+    if found is None:
+        k = torch.arange(half, dtype=torch.float64, device=device)
+        found = _FREQS[key] = torch.exp(-math.log(max_period) * k / (half - shift)).contiguous()
+    return found
+
+
+def _check(t, freq_dim, max_period, shift) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"t must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in _T_DTYPES:
+        raise TypeError(f"t has dtype {t.dtype}; expected a floating dtype (float32 in the model)")
+    if t.dim() != 1:
+        raise ValueError(f"t must be 1-D [T], got shape {tuple(t.shape)}")
+    if t.device.type != "cuda" and not (t.device.type == "cpu" and interpreter_active()):
+        raise ValueError(f"t is on {t.device}: the Triton kernel needs a CUDA device "
+                         "(or TRITON_INTERPRET=1 set before triton is imported)")
+    if isinstance(freq_dim, bool) or not isinstance(freq_dim, int) or freq_dim < 2 or freq_dim % 2:
+        raise ValueError(f"freq_dim must be an even int >= 2 (half cosines, half sines), got {freq_dim!r}")
+    if not max_period > 1:
+        raise ValueError(f"max_period must be > 1, got {max_period!r}")
+    if not shift < freq_dim // 2:
+        raise ValueError(f"downscale_freq_shift must be < freq_dim / 2 = {freq_dim // 2}, got {shift!r}")
+
+
+def timestep_sinusoid(t: torch.Tensor, freq_dim: int = 256, max_period: float = 10000,
+                      downscale_freq_shift: float = 0.0, config: Optional[LaunchConfig] = None) -> torch.Tensor:
+    """[T, freq_dim] fp32: [cos(t f), sin(t f)] with f_k = exp(-ln(max_period) k / (freq_dim/2 - shift))
+    (diffusers' Timesteps(freq_dim, flip_sin_to_cos=True, downscale_freq_shift=shift)). t: [T], any
+    float dtype, any stride. No gradient (the op is forward only)."""
+    _check(t, freq_dim, max_period, downscale_freq_shift)
+    device = t.device
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):  # triton launches on the current device
+            return timestep_sinusoid(t, freq_dim, max_period, downscale_freq_shift, config)
+    half = freq_dim // 2
+    freqs = _FREQS.get((device, half, max_period, downscale_freq_shift))
+    if freqs is None:
+        freqs = frequencies(device, half, max_period, downscale_freq_shift)
+    rows = t.shape[0]
+    out = torch.empty((rows, freq_dim), dtype=torch.float32, device=device)
+    if rows:
+        cfg = config or launch_config(freq_dim)
+        launch(_sinusoid_kernel, (triton.cdiv(rows, cfg.rows),), t, freqs, out, rows, t.stride(0), HALF=half,
+               BLOCK_K=triton.next_power_of_2(half), ROWS=cfg.rows, INTERPRETED=INTERPRETED, num_warps=cfg.warps)
+    return out

@@ -1,0 +1,95 @@
+"""Our Triton timestep_sinusoid (kernels/timestep_sinusoid.py): error <= 1e-7 against float64 for every t
+and every frequency, bitwise batch invariance, and its argument errors."""
+import dataclasses
+
+import pytest
+import torch
+
+from harness.execute import as_bits
+from harness.ops.timestep_sinusoid import TimestepSinusoidParams, sinusoid64
+from harness.probes.accuracy_latency import rel_err
+from kernels.timestep_sinusoid import LaunchConfig, timestep_sinusoid
+
+MODEL = TimestepSinusoidParams(freq_dim=256, max_period=10000, downscale_freq_shift=0.0)
+BOUND = 1e-7  # the target: max|out - ref| / max|ref|; one fp32 rounding of values <= 1 costs <= 2^-25 ~ 3e-8
+
+
+def sample_t(device, n=20000, seed=0):
+    """Many t in [0, 1) and the edges: 0, subnormal and tiny t, values next to 1, 0.5 and its neighbours."""
+    gen = torch.Generator().manual_seed(seed)
+    edges = torch.tensor([0.0, 1e-45, 1e-38, 1e-20, 1e-7, 2 ** -24, 0.5, 0.5 - 2 ** -25, 0.5 + 2 ** -24,
+                          1 - 2 ** -24, 0.999, 0.25, 0.75], dtype=torch.float32)
+    return torch.cat([edges, torch.rand(n, generator=gen)]).to(device)
+
+
+def test_error_within_1e7_for_every_t_and_k(device):
+    t = sample_t(device)
+    out = timestep_sinusoid(t)
+    ref = sinusoid64(t, MODEL)
+    assert out.shape == (t.shape[0], 256) and out.dtype == torch.float32
+    assert rel_err(out, ref) <= BOUND
+    # per element too: every output is within 2^-25 of its value plus float64 noise (one fp32 rounding)
+    assert bool(((out.double() - ref).abs() <= ref.abs() * 2 ** -24 + 1e-15).all())
+
+
+def test_error_within_1e7_for_large_t_and_other_constants(device):
+    gen = torch.Generator().manual_seed(1)
+    t = (torch.rand(2000, generator=gen) * 1000).to(device)  # angles up to 1000 rad
+    assert rel_err(timestep_sinusoid(t), sinusoid64(t, MODEL)) <= BOUND
+    for freq_dim, period, shift in ((16, 10000, 0.0), (6, 100, 1.0), (2, 10000, 0.0), (320, 5000, 0.5)):
+        p = TimestepSinusoidParams(freq_dim=freq_dim, max_period=period, downscale_freq_shift=shift)
+        out = timestep_sinusoid(t[:64], freq_dim, period, shift)
+        assert out.shape == (64, freq_dim)
+        assert rel_err(out, sinusoid64(t[:64], p)) <= BOUND, (freq_dim, period, shift)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_t_dtypes_and_strides(device, dtype):
+    t = sample_t(device, 300).to(dtype)[::2]  # a stride-2 view
+    assert t.stride(0) == 2
+    assert rel_err(timestep_sinusoid(t), sinusoid64(t, MODEL)) <= BOUND
+
+
+def test_row_alone_equals_row_in_batch_and_many_programs(device):
+    t = sample_t(device, 3000)
+    out = timestep_sinusoid(t)
+    small = timestep_sinusoid(t, config=LaunchConfig(rows=2, warps=1))  # 1507 programs
+    assert torch.equal(as_bits(small), as_bits(out))
+    for r in (0, 1, 5, 1000, t.shape[0] - 1):
+        assert torch.equal(as_bits(timestep_sinusoid(t[r:r + 1])[0]), as_bits(out[r]))
+    assert torch.equal(as_bits(timestep_sinusoid(t[7:300])), as_bits(out[7:300]))
+
+
+def test_zero_rows(device):
+    out = timestep_sinusoid(torch.zeros(0, device=device))
+    assert out.shape == (0, 256) and out.dtype == torch.float32
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda t: timestep_sinusoid(t.tolist()), TypeError, "t must be a torch.Tensor"),
+    (lambda t: timestep_sinusoid(t.int()), TypeError, "t has dtype"),
+    (lambda t: timestep_sinusoid(t[:, None]), ValueError, "t must be 1-D"),
+    (lambda t: timestep_sinusoid(t.to("meta")), ValueError, "t is on meta"),
+    (lambda t: timestep_sinusoid(t, 255), ValueError, "freq_dim must be an even int"),
+    (lambda t: timestep_sinusoid(t, 0), ValueError, "freq_dim must be an even int"),
+    (lambda t: timestep_sinusoid(t, 256, 1), ValueError, "max_period must be > 1"),
+    (lambda t: timestep_sinusoid(t, 256, 10000, 128.0), ValueError, "downscale_freq_shift must be < "),
+])
+def test_bad_input_names_the_argument(device, call, error, match):
+    with pytest.raises(error, match=match):
+        call(torch.rand(4, device=device))
+
+
+def test_quick_plan_through_the_runner():
+    from adapters.timestep_sinusoid.h3bench_triton import ADAPTER
+    from harness.config import load_config
+    from harness.runner import RunRequest, run
+
+    quick = load_config("timestep_sinusoid", quick=True)
+    config = dataclasses.replace(quick, timing=dataclasses.replace(quick.timing, repeats=1))
+    evidence = run(RunRequest(config=config, device=torch.device("cpu"), adapters=[ADAPTER], modes=["plain"],
+                              out=None, measure_bandwidth=False))
+    row = evidence.results["plain"]["h3bench_triton"]
+    assert row.batch_invariance.batch_invariant is True and row.batch_invariance.params_repeatable is None
+    for size in row.accuracy_latency.values():
+        assert size.fwd_rel_err <= BOUND
