@@ -5,33 +5,60 @@
     dsh[m] = D[m],  dsc[m] = w * S[m],  dw = sum over m of (1 + sc[m]) * S[m]
     where D[m] = sum of dy and S[m] = sum of dy * xhat over the rows r with idx[r] = m.
 
-Two shapes of kernel, picked by H alone (`launch_config`): narrow rows (BLOCK_H < WIDE_FROM) are
-processed as [ROWS, BLOCK_H] tiles; wide rows (the model's H = 5376) one row at a time, because a
-wide row already fills a program and the work that matters there is keeping memory busy.
+Dtypes: x, w, sh and sc are each bf16, fp16 or fp32, independently. All arithmetic is fp32; y and dx come
+out in x's dtype, dw in w's, dsh in sh's, dsc in sc's; every output is rounded once, to nearest even, at
+its store. A row whose index is outside [0, M) comes out NaN (y and dx) and adds nothing to any gradient.
+
+Kernels (all launch settings in `LaunchConfig`, a function of H and the device only: `launch_config`)
+* forward, one place (`_normalize_modulate` does the arithmetic), two ways to walk the rows:
+  `_fwd_rows_kernel` gathers w, sh[m], sc[m] for every row (ROWS rows per program, in row order or in
+  the global plan's order); `_fwd_walk_kernel` walks a program's rows sorted by table row and loads
+  a[m] = w * (1 + sc[m]) and sh[m] once per segment, with the next ROWS rows prefetched.
+* backward, one place (`_row_grads` does the arithmetic), two ways to hold a row: `_bwd_kernel` keeps
+  whole rows and the fp32 sums in registers (ROWS rows per step, the next step prefetched);
+  `_bwd_chunked_kernel` (wide H: a whole row no longer fits in registers) takes G rows at a time in
+  column chunks of CB: one pass for the rows' dot products, a second (from L2) for dx and the sums,
+  which live in a program-private fp32 workspace. Then `_bwd_params_kernel` (local plan) or
+  `_bwd_combine_kernel` (global plan) makes dw, dsh, dsc.
+
+Plans: how a program gets its rows sorted by table row ("segment" = the rows of one table row).
+* local plan (M <= LaunchConfig.local_max; the model's M = 9): the rows are split into fixed chunks
+  (`backward_split`), one per program; a program sorts its own chunk with a stable counting sort in
+  registers (`local_order`; bad indices form segment M) and walks segments 0..M in turn. It writes a
+  partial row for every (program, table row): partial memory [programs, 2M + 1, H] fp32.
+* global plan (M > local_max): the rows are sorted once, stably, by idx (`make_plan`: torch.sort with
+  stable=True, so rows of one table row keep ascending row order); program p takes positions
+  [p*CHUNK, (p+1)*CHUNK) of that list, and its segments are the runs of equal idx in that slice. A
+  segment wholly inside one program is written straight to dsh/dsc; only a program's first segment
+  (if it began in an earlier program) and last segment (if it goes on into a later one) go to
+  partial slots: partial memory [programs, 5, H] fp32 whatever M is (+ [2, programs] int32 keys).
+  Table rows no row uses get zeros, written by the program whose slice their place in the order falls in.
+
+Partial memory (fp32 bytes): local 4*P*(2M + 1)*H with M <= local_max; global 20*P*H; the chunked
+backward adds a 2-row workspace per program (8*P*H). P = programs of the backward (`backward_split`:
+about SMs x bwd_programs_per_sm, at least ceil(R / chunk_limit)).
 
 Reduction orders (the point of this kernel: change them only with the probes rerun):
 
-* Per row, forward and dx: each sum over H is a `tl.sum` over the row's block (axis 1 of the
-  [ROWS, BLOCK_H] tile for narrow rows; for wide rows, the forward's sum of squares is the sum over
-  the first HEAD columns plus the sum over the rest, and dx's sum is over one BLOCK_H vector). Each thread
-  adds its own contiguous elements left to right, lanes combine by butterfly shuffles, warps through
-  shared memory. The tile shape and warp count depend on H only, and every row of a tile has the same
-  layout, so nothing in that tree depends on the batch, the grid or the row's position: a row's y and
-  dx are bitwise the same alone or in any batch.
-* Parameter gradients are cross-row sums, made without atomics in a fixed order. The backward's rows
-  are split into fixed chunks (`backward_split`: a function of R and the GPU's SM count), one per
-  program. A program first sorts its chunk by table row with a stable counting sort
-  (`local_order`), then walks table rows m = 0 .. M - 1 in turn and, for each, its rows of m in
-  ascending row order, accumulating per column in fp32 D and S, and writes them as partial row
-  [program, m] (zeros when it has none); its dw partial adds (1 + sc[m]) * S[m] over m ascending.
-  `_bwd_params_kernel` then adds, per column, the partials of programs 0, 1, ... (for each m, and
-  for dw) in tiles of P_TILE (a fixed tl.sum tree per tile, tiles left to right). These orders depend on (idx, R, H, the
-  device's SM count) only, so the gradients repeat bitwise run to run. No separate sorting launch:
-  each launch costs the host more than the sort costs the GPU (kernels/NOTES.md, v12).
-
-Rows whose index is outside [0, M) are sorted into an extra segment M: their y and dx are NaN and
-they add nothing to the parameter gradients (the op checks indices before launch unless told not to).
-All arithmetic is fp32; every output is rounded once, to nearest even, at its store.
+* Per row, forward and dx. Each sum over H is made per row of a [ROWS, width] tile by tl.sum over
+  axis 1: each thread adds its own contiguous elements, lanes combine by butterfly shuffles, warps
+  through shared memory. `_fwd_rows_kernel` sums the squares over a HEAD-wide block (the largest power
+  of two <= H) plus a TAIL-wide block (the rest), in that order; `_fwd_walk_kernel` and `_bwd_kernel`
+  over one BLOCK_H-wide block; `_bwd_chunked_kernel` sums c over column chunks of CB, chunk 0 first,
+  left to right. Tile shapes, chunk widths and warp counts are functions of H (LaunchConfig), every row
+  of a tile has the same layout, and masked-off rows are zeros in rows of their own: nothing in a row's
+  tree depends on R, the grid, the plan or the row's position, so a row's y and dx are bitwise the same
+  alone or in any batch (for a given LaunchConfig; different configs are different trees).
+* Parameter gradients: cross-row sums in a fixed order, without atomics. Within a program, for each
+  of its segments in turn (its rows in ascending row order, both plans): per column, D and S add one
+  step's tl.sum over its ROWS (or G) rows (axis 0) at a time, steps in list order. Local plan:
+  partial [p, m] for every program p and table row m (zeros when p has no row of m); dsh[m] and dsc[m]
+  add, per column, the partials of programs 0, 1, ... in tiles of P_TILE (one tl.sum tree per tile,
+  tiles left to right; `sum_partials`). Global plan: a segment inside one program is final; a segment
+  cut by program boundaries is its first program's partial plus the sum (tiles of P_TILE, left to
+  right) of the following programs' partials. dw: each program keeps sum over its segments, in order,
+  of (1 + sc[m]) * S_p[m]; dw adds the programs' sums in tiles of P_TILE. These orders depend on (idx,
+  R, H, the device's SM count) only, so the gradients repeat bitwise run to run.
 """
 from __future__ import annotations
 
@@ -43,256 +70,668 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (BY_HAND, launch, local_order, param_tile, pick, program_rows, rounded, segment,
+from kernels.common import (BY_HAND, INTERPRETED, launch_on, local_order, param_tile, pick, rounded, segment,
                             split_rows, sum_partials)
 
 MAX_HIDDEN = 32768
-WIDE_FROM = 2048          # BLOCK_H from which rows are processed one at a time
-TILE_ELEMENTS = 4096      # narrow rows: rows per tile = TILE_ELEMENTS // BLOCK_H
+LOCAL_MAX = 16                     # default local_max: the local plan's one-hot sort is [CMAX, M + 2] wide
+INFERENCE_SORT_BYTES = 16 << 20    # an inference call sorts rows first when sh + sc exceed this (L2 reuse)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashed by identity: a cheap key for the launch recipes
 class LaunchConfig:
-    """How the kernels are launched for one H. Part of the reduction order (tile shape, warps, the
-    backward's split), so a function of H and the device only; tools/bench_norm_modulate.py passes
-    variants of it to compare them."""
+    """How the kernels are launched for one H. Part of the reduction order (tile shapes, warps, the
+    backward's split), so a function of H and the device only; tools/sweep_norm_modulate.py and
+    tools/bench_norm_modulate.py pass variants of it to compare them."""
 
-    block_h: int
-    rows: int                 # rows per tile (narrow) or 1 (wide)
-    wide: bool
+    block_h: int                   # next power of two >= H (the backward's row vector; row_gather's too)
+    fwd_kernel: str                # "rows": tables gathered per row; "walk": sorted rows, tables per segment
+    fwd_rows: int                  # rows per program ("rows") or per step ("walk")
     fwd_warps: int
+    bwd_rows: int                  # rows per step (whole rows in registers) or per group (chunked)
     bwd_warps: int
-    bwd_programs_per_sm: int  # wide rows: one program holds an SM's registers (kernels/NOTES.md)
-    chunk_limit: int = 1024   # backward: rows per program at most (its sort is a [CHUNK, M + 2] one-hot)
-    param_cols: int = 32      # parameter stage: columns per program
-    param_tile: int = 256     # parameter stage: partial rows per tl.sum, at most
+    bwd_programs_per_sm: int
+    bwd_chunk: int = 0             # 0: whole rows in registers; else the chunked backward's column chunk
+    fwd_programs_per_sm: int = 2   # "walk" only
+    fwd_l1_tables: bool = False    # "rows" only: x and y streamed past L1 (.cg, evict_first), tables kept
+    local_max: int = LOCAL_MAX     # M <= local_max: local plan; above: global plan
+    chunk_limit: int = 1024        # rows per program at most (the local sort is a [CMAX, M + 2] one-hot)
+    param_cols: int = 32           # parameter stage: columns per program (no effect on any sum's order)
+    param_tile: int = 256          # parameter stage: partial rows per tl.sum, at most
+
+    def __post_init__(self):
+        if self.fwd_kernel not in ("rows", "walk"):
+            raise ValueError(f"fwd_kernel must be 'rows' or 'walk', got {self.fwd_kernel!r}")
+        for name in ("fwd_rows", "bwd_rows", "bwd_chunk", "block_h"):
+            value = getattr(self, name)
+            if value and value & (value - 1):
+                raise ValueError(f"{name} must be a power of two, got {value}")
+
+
+# Interpreter: one parameter program per 1024 columns (each interpreted program costs milliseconds).
+_PARAM_COLS = 1024 if INTERPRETED else 32
+CHUNKED_FROM = 8192    # default: H from this up takes the chunked backward (whole rows spill registers)
 
 
 @functools.lru_cache(maxsize=64)
 def launch_config(hidden: int) -> LaunchConfig:
-    """The tuned launch configuration for rows of `hidden` elements (see the module docstring)."""
+    """The default launch configuration for rows of `hidden` elements (kernels/NOTES.md, v14-v17).
+
+    Registers per thread (sm_90, `python -m tools.compile_norm_modulate`) set the shapes: each kernel
+    spill-free with 16-32 KB of loads in flight per SM. Narrow H (<= 4096): the sorted walk forward,
+    [ROWS, BLOCK_H] steps of 8K elements (two programs per SM); wide H: the per-row forward (v13).
+    Backward: whole rows in registers up to H < 8192, one program per SM; chunked from 8192 up."""
     block_h = triton.next_power_of_2(hidden)
-    wide = block_h >= WIDE_FROM
-    rows = 1 if wide else max(1, min(64, TILE_ELEMENTS // block_h))
-    warps = 8 if wide else max(1, min(8, rows * block_h // 512))
-    # Wide forward: 4 warps, 188 us against 193 us with 8 at H = 5376 (kernels/NOTES.md, v13).
-    return LaunchConfig(block_h=block_h, rows=rows, wide=wide, fwd_warps=4 if wide else warps, bwd_warps=warps,
-                        bwd_programs_per_sm=1 if wide else 4)
+    common = dict(block_h=block_h, bwd_programs_per_sm=1, param_cols=_PARAM_COLS)
+    if block_h <= 4096:
+        rows = max(1, min(64, 8192 // block_h)) if block_h <= 2048 else 1
+        fwd = dict(fwd_kernel="walk", fwd_rows=rows, fwd_warps=_warps(rows * block_h), fwd_programs_per_sm=2)
+    else:
+        fwd = dict(fwd_kernel="rows", fwd_rows=1, fwd_warps=4 if block_h <= 8192 else 8)  # 16 warps spill at 32768
+    if hidden >= CHUNKED_FROM:
+        bwd = dict(bwd_rows=4, bwd_warps=8, bwd_chunk=2048)
+    else:
+        rows = max(1, min(64, 8192 // block_h)) if block_h <= 1024 else max(1, 4096 // block_h)
+        bwd = dict(bwd_rows=rows, bwd_warps=_warps(rows * block_h))
+    return LaunchConfig(**common, **fwd, **bwd)
 
 
-# --- forward -----------------------------------------------------------------------------------------
+def _warps(tile_elements: int) -> int:
+    """8 warps for tiles of 4K elements and up, fewer for small tiles (tiny H)."""
+    return max(1, min(8, tile_elements // 512))
 
-@triton.jit(do_not_specialize=["n_rows"])
-def _fwd_tile_kernel(X, W, SH, SC, IDX, Y, RSTD, n_rows, H: tl.constexpr, M, stride_x, stride_y, stride_sh, stride_sc,
-                     eps, BLOCK_H: tl.constexpr, ROWS: tl.constexpr, SAVE_RSTD: tl.constexpr,
-                     BY_HAND: tl.constexpr):
-    """Narrow rows: a [ROWS, BLOCK_H] tile of consecutive rows, table rows gathered per row."""
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, BLOCK_H)
-    row_ok = rows < n_rows
-    col_ok = cols < H
-    mask = row_ok[:, None] & col_ok[None, :]
-    rows64 = rows.to(tl.int64)
-    seg = segment(tl.load(IDX + rows, mask=row_ok, other=0), row_ok, M)
-    good = seg < M
-    m = tl.minimum(seg, M - 1).to(tl.int64)
-    x = tl.load(X + rows64[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    sh = tl.load(SH + m[:, None] * stride_sh + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    sc = tl.load(SC + m[:, None] * stride_sc + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / H + eps)
-    y = (x * rstd[:, None]) * (w[None, :] * (1.0 + sc)) + sh
-    y = tl.where(good[:, None], y, float("nan"))
-    tl.store(Y + rows64[:, None] * stride_y + cols[None, :], rounded(y, Y.dtype.element_ty, BY_HAND), mask=mask)
-    if SAVE_RSTD:
-        tl.store(RSTD + rows, rstd, mask=row_ok)
+
+# --- walking a program's rows in segment order (both plans) -------------------------------------------
+
+@triton.jit
+def _walk_begin(IDX, KEYS, SCRATCH, n_rows, M, CHUNK, CMAX: tl.constexpr, K_P2: tl.constexpr,
+                GLOBAL: tl.constexpr):
+    """This program's slice lo .. lo + n - 1 of the rows and its segments (module docstring, Plans), and
+    the table row just before the slice (global plan; -1 if none).
+    Local: SCRATCH[pid*CMAX + j] = the j-th row's offset from lo after the local sort; segment s is
+    table row s (M: bad indices), bounds from `starts`/`counts`. Global: the slice is positions of the
+    sorted list; SCRATCH[pid*2*(CMAX+2) + s] = where run s starts (n after the last run, twice), and
+    CMAX + 2 further on its key clamped to [-1, M] (-1 and M: bad indices), so a segment's bounds and key
+    are independent loads."""
+    pid = tl.program_id(0)
+    lo = pid * CHUNK
+    n = tl.minimum(CHUNK, n_rows - lo)
+    if GLOBAL:
+        i = tl.arange(0, CMAX)
+        ok = i < n
+        key = tl.load(KEYS + lo + i, mask=ok, other=0)
+        prev = tl.load(KEYS + lo + i - 1, mask=ok & (lo + i > 0), other=-1)
+        first = (ok & ((i == 0) | (key != prev))).to(tl.int32)
+        n_seg = tl.sum(first, axis=0)
+        base = pid * 2 * (CMAX + 2)
+        run = tl.cumsum(first, axis=0) - 1
+        tl.store(SCRATCH + base + run, i, mask=first != 0)
+        tl.store(SCRATCH + base + CMAX + 2 + run, _clamped(key, M), mask=first != 0)
+        tl.store(SCRATCH + base + n_seg + tl.arange(0, 2), n + tl.zeros([2], dtype=tl.int32))
+        before_key = tl.max(tl.where(i == 0, _clamped(prev, M), -2), axis=0)  # prev at i = 0: KEYS[lo - 1]
+        tl.debug_barrier()  # the walk reads the runs back, each thread other threads' writes
+        starts = tl.zeros([K_P2], dtype=tl.int32)
+        counts = starts
+    else:
+        starts, counts = local_order(IDX, SCRATCH, pid, lo, n, M, CMAX, K_P2)
+        n_seg = M + 1
+        before_key = n * 0 - 1
+    return pid, lo, n, n_seg, starts, counts, before_key
 
 
 @triton.jit
-def _modulate_store(Y, W, SH, SC, row, m, cols, x, rstd, H: tl.constexpr, stride_y, stride_sh, stride_sc,
-                    BY_HAND: tl.constexpr):
-    ok = cols < H
-    w = tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
-    sc = tl.load(SC + m * stride_sc + cols, mask=ok, other=0.0).to(tl.float32)
-    sh = tl.load(SH + m * stride_sh + cols, mask=ok, other=0.0).to(tl.float32)
-    y = (x * rstd) * (w * (1.0 + sc)) + sh
-    tl.store(Y + row * stride_y + cols, rounded(y, Y.dtype.element_ty, BY_HAND), mask=ok)
+def _clamped(key, M):
+    """A table row as int32, bad indices (< 0, >= M) clamped to -1 and M."""
+    return tl.minimum(tl.maximum(key, -1), M).to(tl.int32)
 
-
-@triton.jit(do_not_specialize=["n_rows"])
-def _fwd_row_kernel(X, W, SH, SC, IDX, Y, RSTD, n_rows, H: tl.constexpr, M, stride_x, stride_y, stride_sh,
-                    stride_sc, eps, HEAD: tl.constexpr, TAIL: tl.constexpr, SAVE_RSTD: tl.constexpr,
-                    BY_HAND: tl.constexpr):
-    """Wide rows: one row per program, held as a HEAD-wide block (the largest power of two <= H; its
-    mask folds away at compile time) and a TAIL-wide block for the rest, so H = 5376 computes on 4096 + 2048 lanes instead of 8192.
-    Sum of squares: the HEAD block's tl.sum, plus the TAIL block's tl.sum, in that order. Simple on
-    purpose: grouping rows by table row to keep sh and sc in registers measured no faster
-    (213 us against 191 us at R = 32768: kernels/NOTES.md)."""
-    row = tl.program_id(0).to(tl.int64)
-    seg = segment(tl.load(IDX + row), row < n_rows, M)
-    m = tl.minimum(seg, M - 1).to(tl.int64)
-    head = tl.arange(0, HEAD)
-    tail = HEAD + tl.arange(0, TAIL)
-    x_head = tl.load(X + row * stride_x + head, mask=head < H, other=0.0).to(tl.float32)  # mask folds away
-    x_tail = tl.load(X + row * stride_x + tail, mask=tail < H, other=0.0).to(tl.float32)
-    ss = tl.sum(x_head * x_head, axis=0) + tl.sum(x_tail * x_tail, axis=0)
-    rstd = 1.0 / tl.sqrt(ss / H + eps)
-    rstd = tl.where(seg < M, rstd, float("nan"))  # a bad index makes the whole row NaN
-    _modulate_store(Y, W, SH, SC, row, m, head, x_head, rstd, H, stride_y, stride_sh, stride_sc, BY_HAND)
-    _modulate_store(Y, W, SH, SC, row, m, tail, x_tail, rstd, H, stride_y, stride_sh, stride_sc, BY_HAND)
-    if SAVE_RSTD:
-        tl.store(RSTD + row, rstd)
-
-
-# --- the backward: each program sorts its own rows by table row ---------------------------------------
 
 @triton.jit
-def _segment_scale(W, SC, k, M, cols, col_ok, stride_sc):
-    """a = w * (1 + sc[k]) for segment k; NaN for the bad-index segment, so its dx is NaN."""
-    m = tl.minimum(k, M - 1).to(tl.int64)
+def _segment(s, lo, n, starts, counts, KEYS, SCRATCH, pid, CMAX: tl.constexpr, K_P2: tl.constexpr,
+             GLOBAL: tl.constexpr):
+    """Segment s: (its table row as in idx, [s0, s1) in the program's list, end of the next non-empty
+    segment's slice: where a prefetch across the segment's end stops)."""
+    ks = tl.arange(0, K_P2)
+    if GLOBAL:
+        base = SCRATCH + pid * 2 * (CMAX + 2)
+        s0 = tl.load(base + s)
+        s1 = tl.load(base + s + 1)
+        after = tl.load(base + s + 2)  # the sentinel n follows the last run twice
+        key = tl.load(base + CMAX + 2 + s)
+    else:
+        s0 = pick(starts, ks, s)
+        s1 = s0 + pick(counts, ks, s)
+        following = tl.min(tl.where((ks > s) & (counts > 0), ks, K_P2), axis=0)
+        after = tl.where(following < K_P2, pick(starts + counts, ks, following), n)
+        key = s
+    return key, s0, s1, after
+
+
+@triton.jit
+def _first_slice_end(lo, n, starts, counts, SCRATCH, pid, CMAX: tl.constexpr, K_P2: tl.constexpr,
+                     GLOBAL: tl.constexpr):
+    """End of the first non-empty segment's slice (where the first prefetch stops)."""
+    ks = tl.arange(0, K_P2)
+    if GLOBAL:
+        end = tl.load(SCRATCH + pid * 2 * (CMAX + 2) + 1)
+    else:
+        following = tl.min(tl.where(counts > 0, ks, K_P2), axis=0)
+        end = tl.where(following < K_P2, pick(starts + counts, ks, following), n)
+    return end
+
+
+@triton.jit
+def _rows_at(pos, ok, lo, ORDER, SCRATCH, pid, CMAX: tl.constexpr, GLOBAL: tl.constexpr):
+    """Rows (int64) at positions `pos` of the program's list."""
+    if GLOBAL:
+        rows = tl.load(ORDER + lo + pos, mask=ok, other=0).to(tl.int64)
+    else:
+        rows = lo + tl.load(SCRATCH + pid * CMAX + pos, mask=ok, other=0).to(tl.int64)
+    return rows
+
+
+@triton.jit
+def _next_step(start, s1, after, ROWS: tl.constexpr):
+    """The step after [start, start + ROWS) of a segment ending at s1: more of it, or the next slice."""
+    more = start + ROWS < s1
+    return tl.where(more, start + ROWS, s1), tl.where(more, s1, after)
+
+
+@triton.jit
+def _load_tile(P, rows, stride, cols, ok, H: tl.constexpr, STREAM: tl.constexpr):
+    mask = ok[:, None] & (cols < H)[None, :]
+    ptrs = P + rows[:, None] * stride + cols[None, :]
+    if STREAM:
+        tile = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg", eviction_policy="evict_first")
+    else:
+        tile = tl.load(ptrs, mask=mask, other=0.0)
+    return tile
+
+
+@triton.jit
+def _scale(W, SC, key, M, cols, col_ok, stride_sc):
+    """a = w * (1 + sc[key]) in fp32; NaN for a bad index, so its rows come out NaN."""
+    valid = (key >= 0) & (key < M)
+    m = tl.minimum(tl.maximum(key, 0), M - 1).to(tl.int64)
     a = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) * \
         (1.0 + tl.load(SC + m * stride_sc + cols, mask=col_ok, other=0.0).to(tl.float32))
-    return tl.where(k < M, a, float("nan"))
+    return tl.where(valid, a, float("nan"))
+
+
+# --- forward -------------------------------------------------------------------------------------------
+
+@triton.jit
+def _normalize_modulate(Y, rows, ok, cols, x, rstd, a, sh, H: tl.constexpr, STREAM: tl.constexpr,
+                        BY_HAND: tl.constexpr):
+    """y = (x * rstd) * a + sh for a [ROWS, width] tile, rounded once to Y's dtype and stored."""
+    y = (x * rstd[:, None]) * a + sh
+    ptrs = Y + rows[:, None] * H + cols[None, :]
+    mask = ok[:, None] & (cols < H)[None, :]
+    if STREAM:
+        tl.store(ptrs, rounded(y, Y.dtype.element_ty, BY_HAND), mask=mask, eviction_policy="evict_first")
+    else:
+        tl.store(ptrs, rounded(y, Y.dtype.element_ty, BY_HAND), mask=mask)
 
 
 @triton.jit
-def _segment_begin(starts, counts, k, W, SC, M, cols, col_ok, stride_sc, K_P2: tl.constexpr):
-    """Segment k's slice [s0, s1) of the sorted list, and its scale a = w * (1 + sc[k])."""
-    ks = tl.arange(0, K_P2)
-    s0 = pick(starts, ks, k)
-    return s0, s0 + pick(counts, ks, k), _segment_scale(W, SC, k, M, cols, col_ok, stride_sc)
-
-
-@triton.jit
-def _store_partials(PART, SC, pid, k, M, cols, col_ok, H: tl.constexpr, stride_sc, acc_d, acc_s, acc_w):
-    """End of this program's rows of table row k (none is fine: zeros). PART is [programs, 2M + 1, H]
-    fp32: rows 0..M-1 hold D[k], rows M..2M-1 S[k], row 2M the program's dw partial, the sum over
-    k ascending of (1 + sc[k]) * S[k], kept in registers (acc_w) until the program ends: adding it
-    to memory at each segment's end measured 24 us slower (kernels/NOTES.md, v13). The bad-index
-    segment k = M adds nothing."""
-    base = PART + pid.to(tl.int64) * ((2 * M + 1) * H)
-    written = cols < tl.where(k < M, H, 0)
-    tl.store(base + k * H + cols, acc_d, mask=written)
-    tl.store(base + (M + k) * H + cols, acc_s, mask=written)
-    sc = tl.load(SC + tl.minimum(k, M - 1).to(tl.int64) * stride_sc + cols, mask=col_ok, other=0.0).to(tl.float32)
-    return acc_w + tl.where(k < M, (1.0 + sc) * acc_s, 0.0)
+def _gather_modulate(Y, W, SH, SC, rows, ok, m, cols, x, rstd, H: tl.constexpr, stride_sh, stride_sc,
+                     L1_TABLES: tl.constexpr, BY_HAND: tl.constexpr):
+    col_ok = cols < H
+    mask = ok[:, None] & col_ok[None, :]
+    if L1_TABLES:
+        w = tl.load(W + cols, mask=col_ok, other=0.0, eviction_policy="evict_last")
+        sc = tl.load(SC + m[:, None] * stride_sc + cols[None, :], mask=mask, other=0.0, eviction_policy="evict_last")
+        sh = tl.load(SH + m[:, None] * stride_sh + cols[None, :], mask=mask, other=0.0, eviction_policy="evict_last")
+    else:
+        w = tl.load(W + cols, mask=col_ok, other=0.0)
+        sc = tl.load(SC + m[:, None] * stride_sc + cols[None, :], mask=mask, other=0.0)
+        sh = tl.load(SH + m[:, None] * stride_sh + cols[None, :], mask=mask, other=0.0)
+    a = w.to(tl.float32)[None, :] * (1.0 + sc.to(tl.float32))
+    _normalize_modulate(Y, rows, ok, cols, x, rstd, a, sh.to(tl.float32), H, L1_TABLES, BY_HAND)
 
 
 @triton.jit(do_not_specialize=["n_rows"])
-def _bwd_tile_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, PART, n_rows, H: tl.constexpr, M, stride_x,
-                     stride_dy, stride_dx, stride_sc, CHUNK, BLOCK_H: tl.constexpr, ROWS: tl.constexpr,
-                     CMAX: tl.constexpr, K_P2: tl.constexpr, BY_HAND: tl.constexpr):
-    """Narrow rows: this program's CHUNK rows, segment by segment, ROWS sorted rows per step."""
-    pid, lo, n, starts, counts = program_rows(IDX, ORDER, n_rows, M, CHUNK, CMAX, K_P2)
+def _fwd_rows_kernel(X, W, SH, SC, IDX, ORDER, Y, RSTD, n_rows, H: tl.constexpr, M, stride_x, stride_sh, stride_sc,
+                     eps, ROWS: tl.constexpr, HEAD: tl.constexpr, TAIL: tl.constexpr, ORDERED: tl.constexpr,
+                     L1_TABLES: tl.constexpr, SAVE_RSTD: tl.constexpr, BY_HAND: tl.constexpr):
+    """ROWS rows per program (positions of the global plan's list when ORDERED, so programs that run
+    together share table rows in L2), w, sh[m], sc[m] gathered per row. A row is a HEAD-wide block (the
+    largest power of two <= H: its mask folds away) and a TAIL-wide block for the rest, so H = 5376
+    computes on 4096 + 2048 lanes instead of 8192. A bad index makes rstd, so the row, NaN."""
+    pos = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    ok = pos < n_rows
+    if ORDERED:
+        rows = tl.load(ORDER + pos, mask=ok, other=0).to(tl.int64)
+    else:
+        rows = pos.to(tl.int64)
+    seg = segment(tl.load(IDX + rows, mask=ok, other=0), ok, M)
+    m = tl.minimum(seg, M - 1).to(tl.int64)
+    head = tl.arange(0, HEAD)
+    x_head = _load_tile(X, rows, stride_x, head, ok, H, L1_TABLES).to(tl.float32)
+    ss = tl.sum(x_head * x_head, axis=1)
+    if TAIL > 0:
+        tail = HEAD + tl.arange(0, TAIL)
+        x_tail = _load_tile(X, rows, stride_x, tail, ok, H, L1_TABLES).to(tl.float32)
+        ss += tl.sum(x_tail * x_tail, axis=1)
+    rstd = 1.0 / tl.sqrt(ss / H + eps)
+    rstd = tl.where(seg < M, rstd, float("nan"))
+    _gather_modulate(Y, W, SH, SC, rows, ok, m, head, x_head, rstd, H, stride_sh, stride_sc, L1_TABLES, BY_HAND)
+    if TAIL > 0:
+        _gather_modulate(Y, W, SH, SC, rows, ok, m, tail, x_tail, rstd, H, stride_sh, stride_sc, L1_TABLES, BY_HAND)
+    if SAVE_RSTD:
+        tl.store(RSTD + rows, rstd, mask=ok)
+
+
+@triton.jit(do_not_specialize=["n_rows", "CHUNK"])
+def _fwd_walk_kernel(X, W, SH, SC, IDX, ORDER, KEYS, SCRATCH, Y, RSTD, n_rows, H: tl.constexpr, M, stride_x,
+                     stride_sh, stride_sc, eps, CHUNK, BLOCK_H: tl.constexpr, ROWS: tl.constexpr,
+                     CMAX: tl.constexpr, K_P2: tl.constexpr, GLOBAL: tl.constexpr, SAVE_RSTD: tl.constexpr,
+                     BY_HAND: tl.constexpr):
+    """This program's rows in segment order, ROWS per step: a[m] and sh[m] loaded once per segment,
+    so the only per-row traffic is x and y; the next step's rows are loaded before this step's
+    arithmetic (across segment ends too)."""
+    pid, lo, n, n_seg, starts, counts, prev_key = _walk_begin(IDX, KEYS, SCRATCH, n_rows, M, CHUNK, CMAX, K_P2,
+                                                                 GLOBAL)
     cols = tl.arange(0, BLOCK_H)
     col_ok = cols < H
+    steps = tl.arange(0, ROWS)
+    first_end = _first_slice_end(lo, n, starts, counts, SCRATCH, pid, CMAX, K_P2, GLOBAL)
+    r_next = _rows_at(steps, steps < first_end, lo, ORDER, SCRATCH, pid, CMAX, GLOBAL)
+    x_next = _load_tile(X, r_next, stride_x, cols, steps < first_end, H, False)
+    for s in range(0, n_seg):
+        key, s0, s1, after = _segment(s, lo, n, starts, counts, KEYS, SCRATCH, pid, CMAX, K_P2, GLOBAL)
+        a = _scale(W, SC, key, M, cols, col_ok, stride_sc)
+        m = tl.minimum(tl.maximum(key, 0), M - 1).to(tl.int64)
+        sh = tl.load(SH + m * stride_sh + cols, mask=col_ok, other=0.0).to(tl.float32)
+        for start in range(s0, s1, ROWS):
+            ok = start + steps < s1
+            rows = r_next
+            x = x_next.to(tl.float32)
+            n0, n1 = _next_step(start, s1, after, ROWS)
+            r_next = _rows_at(n0 + steps, n0 + steps < n1, lo, ORDER, SCRATCH, pid, CMAX, GLOBAL)
+            x_next = _load_tile(X, r_next, stride_x, cols, n0 + steps < n1, H, False)
+            rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / H + eps)
+            rstd = tl.where((key >= 0) & (key < M), rstd, float("nan"))
+            _normalize_modulate(Y, rows, ok, cols, x, rstd, a[None, :], sh[None, :], H, False, BY_HAND)
+            if SAVE_RSTD:
+                tl.store(RSTD + rows, rstd, mask=ok)
+
+
+# --- backward --------------------------------------------------------------------------------------------
+
+@triton.jit
+def _row_grads(x, dy, a, rstd, H: tl.constexpr):
+    """One tile's rows: (xhat, dx) with c = sum(g * xhat) / H per row (tl.sum over axis 1)."""
+    xhat = x * rstd[:, None]
+    g = dy * a
+    c = tl.sum(g * xhat, axis=1) / H
+    return xhat, (g - xhat * c[:, None]) * rstd[:, None]
+
+
+@triton.jit
+def _rows_of(M, GLOBAL: tl.constexpr):
+    """Where a program's partial block keeps (its dw row, its workspace's first row), in rows of H."""
+    if GLOBAL:
+        w_row = M * 0 + 4
+    else:
+        w_row = 2 * M
+    return w_row, w_row + 1
+
+
+@triton.jit
+def _meta(SCRATCH, CMAX: tl.constexpr):
+    """The keys of the programs' partial slots, [2, programs] int32 after the walk lists."""
+    return SCRATCH + tl.num_programs(0) * 2 * (CMAX + 2)
+
+
+@triton.jit
+def _plan_edges(KEYS, lo, n, n_rows, M, GLOBAL: tl.constexpr):
+    """Global plan: (the table row at the slice's start, whether its segment began in an earlier
+    program, the table row at the slice's end, whether its segment goes on into a later program)."""
+    if GLOBAL:
+        first = tl.load(KEYS + lo)
+        last = tl.load(KEYS + lo + n - 1)
+        before = (lo > 0) & (tl.load(KEYS + tl.maximum(lo - 1, 0)) == first)
+        beyond = (lo + n < n_rows) & (tl.load(KEYS + tl.minimum(lo + n, n_rows - 1)) == last)
+        first = _clamped(first, M)
+        last = _clamped(last, M)
+    else:
+        first = lo
+        last = lo
+        before = lo < 0
+        beyond = lo < 0
+    return first, before, last, beyond
+
+
+@triton.jit
+def _zero_rows(DSH, DSC, z0, z1, cols, col_ok, stride_dsh, stride_dsc):
+    """Table rows z0 .. z1 - 1 have no rows: zero gradients (dsh, dsc are contiguous [M, H], M*H < 2^31)."""
+    for z in range(z0, z1):
+        tl.store(DSH + z * stride_dsh + cols, tl.zeros(cols.shape, DSH.dtype.element_ty), mask=col_ok)
+        tl.store(DSC + z * stride_dsc + cols, tl.zeros(cols.shape, DSC.dtype.element_ty), mask=col_ok)
+
+
+@triton.jit
+def _zero_gap(DSH, DSC, prev_key, key, M, cols, col_ok, stride_dsh, stride_dsc):
+    """Global plan, at a segment's start: the table rows strictly between the previous position's key
+    (clamped; -1 before the first row) and this one are unused (each gap belongs to the program holding
+    the position after it; the last program also takes the rows after the last key: `_finish`)."""
+    z0 = tl.maximum(tl.minimum(prev_key + 1, M), 0)
+    z1 = tl.maximum(tl.minimum(key, M), 0)
+    _zero_rows(DSH, DSC, z0, z1, cols, col_ok, stride_dsh, stride_dsc)
+
+
+@triton.jit
+def _flush(key, s0, s1, n, d, s, acc_w, base, W, SC, DSH, DSC, cols, col_ok, M, H: tl.constexpr, stride_sc,
+           stride_dsh, stride_dsc, before, beyond, GLOBAL: tl.constexpr, BY_HAND: tl.constexpr):
+    """End of a segment's rows in this program (d = its D, s = its S, for columns `cols`). Local plan:
+    partial rows [p, key] and [p, M + key] (zeros when it had none). Global plan: dsh/dsc directly when the
+    segment lies wholly in this program; else partial slot 0 (it began earlier) or 1 (it goes on later).
+    Returns acc_w + (1 + sc[key]) * s. A bad index adds nothing."""
+    valid = (key >= 0) & (key < M)
+    m = tl.minimum(tl.maximum(key, 0), M - 1).to(tl.int64)
+    if GLOBAL:
+        cut_before = before & (s0 == 0)
+        cut_after = beyond & (s1 == n)
+        whole = valid & (cut_before == 0) & (cut_after == 0)
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+        done = cols < tl.where(whole, H, 0)
+        tl.store(DSH + m * stride_dsh + cols, rounded(d, DSH.dtype.element_ty, BY_HAND), mask=done)
+        tl.store(DSC + m * stride_dsc + cols, rounded(w * s, DSC.dtype.element_ty, BY_HAND), mask=done)
+        slot = base + tl.where(cut_before, 0, 2) * H
+        partial = cols < tl.where(valid & (cut_before | cut_after), H, 0)
+        tl.store(slot + cols, d, mask=partial)
+        tl.store(slot + H + cols, s, mask=partial)
+    else:
+        written = cols < tl.where(valid, H, 0)
+        tl.store(base + m * H + cols, d, mask=written)
+        tl.store(base + (M + m) * H + cols, s, mask=written)
+    sc = tl.load(SC + m * stride_sc + cols, mask=col_ok, other=0.0).to(tl.float32)
+    return acc_w + tl.where(valid, (1.0 + sc) * s, 0.0)
+
+
+@triton.jit
+def _finish(META, KEYS, DSH, DSC, pid, lo, n, n_rows, n_seg, first, before, last, beyond, M, cols, col_ok,
+            stride_dsh, stride_dsc, GLOBAL: tl.constexpr):
+    """Global plan, after the walk: the keys of this program's partial slots (-1: none) for the combine,
+    and, in the last program, zeros for the table rows after the last used one."""
+    if GLOBAL:
+        first_ok = (first >= 0) & (first < M)
+        last_ok = (last >= 0) & (last < M)
+        slot1 = beyond & last_ok & ((before & (n_seg == 1)) == 0)
+        tl.store(META + pid, tl.where(before & first_ok, first, -1).to(tl.int32))
+        tl.store(META + tl.num_programs(0) + pid, tl.where(slot1, last, -1).to(tl.int32))
+        end = lo + n == n_rows
+        z0 = tl.where(end, tl.maximum(tl.minimum(last + 1, M), 0), 0)
+        z1 = tl.where(end, M, 0)
+        _zero_rows(DSH, DSC, z0, z1, cols, col_ok, stride_dsh, stride_dsc)
+
+
+@triton.jit(do_not_specialize=["n_rows", "CHUNK"])
+def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DSC, n_rows, H: tl.constexpr, M,
+                stride_x, stride_dy, stride_dx, stride_sc, stride_dsh, stride_dsc, CHUNK, PSTRIDE,
+                BLOCK_H: tl.constexpr, ROWS: tl.constexpr, CMAX: tl.constexpr, K_P2: tl.constexpr,
+                GLOBAL: tl.constexpr, PARAMS: tl.constexpr, BY_HAND: tl.constexpr):
+    """Whole rows in registers: this program's rows in segment order, ROWS per step, the next step's x and
+    dy loaded before this step's arithmetic (across segment ends too: 1.5x over loading in turn,
+    kernels/NOTES.md v5); D, S and the dw partial in fp32 registers."""
+    pid, lo, n, n_seg, starts, counts, prev_key = _walk_begin(IDX, KEYS, SCRATCH, n_rows, M, CHUNK, CMAX, K_P2,
+                                                                 GLOBAL)
+    first, before, last, beyond = _plan_edges(KEYS, lo, n, n_rows, M, GLOBAL)
+    cols = tl.arange(0, BLOCK_H)
+    col_ok = cols < H
+    steps = tl.arange(0, ROWS)
+    if PARAMS:  # without parameter gradients PART, DSH and DSC are None
+        base = PART + pid.to(tl.int64) * PSTRIDE
+    first_end = _first_slice_end(lo, n, starts, counts, SCRATCH, pid, CMAX, K_P2, GLOBAL)
+    r_next = _rows_at(steps, steps < first_end, lo, ORDER, SCRATCH, pid, CMAX, GLOBAL)
+    x_next = _load_tile(X, r_next, stride_x, cols, steps < first_end, H, False)
+    dy_next = _load_tile(DY, r_next, stride_dy, cols, steps < first_end, H, False)
     acc_w = tl.zeros((BLOCK_H,), dtype=tl.float32)
-    for k in range(0, M + 1):
-        s0, s1, a = _segment_begin(starts, counts, k, W, SC, M, cols, col_ok, stride_sc, K_P2)
+    for s in range(0, n_seg):
+        key, s0, s1, after = _segment(s, lo, n, starts, counts, KEYS, SCRATCH, pid, CMAX, K_P2, GLOBAL)
+        if PARAMS:
+            if GLOBAL:
+                _zero_gap(DSH, DSC, prev_key, key, M, cols, col_ok, stride_dsh, stride_dsc)
+                prev_key = key
+        a = _scale(W, SC, key, M, cols, col_ok, stride_sc)[None, :]
         acc_d = tl.zeros((BLOCK_H,), dtype=tl.float32)
         acc_s = tl.zeros((BLOCK_H,), dtype=tl.float32)
         for start in range(s0, s1, ROWS):
-            pos = start + tl.arange(0, ROWS)
-            row_ok = pos < s1
-            r = lo + tl.load(ORDER + pid * CMAX + pos, mask=row_ok, other=0).to(tl.int64)
-            mask = row_ok[:, None] & col_ok[None, :]
-            x = tl.load(X + r[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            dy = tl.load(DY + r[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            rstd = tl.load(RSTD + r, mask=row_ok, other=0.0)
-            xhat = x * rstd[:, None]
-            g = dy * a[None, :]
-            c = tl.sum(g * xhat, axis=1) / H
-            dx = (g - xhat * c[:, None]) * rstd[:, None]
-            tl.store(DX + r[:, None] * stride_dx + cols[None, :], rounded(dx, DX.dtype.element_ty, BY_HAND),
-                     mask=mask)
-            acc_d += tl.sum(dy, axis=0)
-            acc_s += tl.sum(dy * xhat, axis=0)
-        acc_w = _store_partials(PART, SC, pid, k, M, cols, col_ok, H, stride_sc, acc_d, acc_s, acc_w)
-    tl.store(PART + pid.to(tl.int64) * ((2 * M + 1) * H) + 2 * M * H + cols, acc_w, mask=col_ok)
-
-
-@triton.jit(do_not_specialize=["n_rows"])
-def _bwd_row_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, PART, n_rows, H: tl.constexpr, M, stride_x,
-                    stride_dy, stride_dx, stride_sc, CHUNK, BLOCK_H: tl.constexpr, CMAX: tl.constexpr,
-                    K_P2: tl.constexpr, BY_HAND: tl.constexpr):
-    """Wide rows: this program's CHUNK rows, segment by segment, a row per step; the next row's x and
-    dy (in the sorted list, across segment ends) are loaded before this row's arithmetic (1.5x over
-    loading them in turn: kernels/NOTES.md)."""
-    pid, lo, n, starts, counts = program_rows(IDX, ORDER, n_rows, M, CHUNK, CMAX, K_P2)
-    cols = tl.arange(0, BLOCK_H)
-    col_ok = cols < H
-    order = ORDER + pid * CMAX
-    # Scalar masks are written as index clamps and column limits: the interpreter rejects them.
-    r_next = lo + tl.load(order).to(tl.int64)
-    x_next = tl.load(X + r_next * stride_x + cols, mask=col_ok, other=0.0)
-    dy_next = tl.load(DY + r_next * stride_dy + cols, mask=col_ok, other=0.0)
-    acc_w = tl.zeros((BLOCK_H,), dtype=tl.float32)
-    for k in range(0, M + 1):
-        s0, s1, a = _segment_begin(starts, counts, k, W, SC, M, cols, col_ok, stride_sc, K_P2)
-        acc_d = tl.zeros((BLOCK_H,), dtype=tl.float32)
-        acc_s = tl.zeros((BLOCK_H,), dtype=tl.float32)
-        for pos in range(s0, s1):
-            r = r_next
+            ok = start + steps < s1
+            rows = r_next
             x = x_next.to(tl.float32)
             dy = dy_next.to(tl.float32)
-            limit = tl.where(pos + 1 < n, H, 0)
-            r_next = lo + tl.load(order + tl.minimum(pos + 1, n - 1)).to(tl.int64)
-            x_next = tl.load(X + r_next * stride_x + cols, mask=cols < limit, other=0.0)
-            dy_next = tl.load(DY + r_next * stride_dy + cols, mask=cols < limit, other=0.0)
-            rstd = tl.load(RSTD + r)
-            xhat = x * rstd
-            g = dy * a
-            c = tl.sum(g * xhat, axis=0) / H
-            dx = (g - xhat * c) * rstd
-            tl.store(DX + r * stride_dx + cols, rounded(dx, DX.dtype.element_ty, BY_HAND), mask=col_ok)
-            acc_d += dy
-            acc_s += dy * xhat
-        acc_w = _store_partials(PART, SC, pid, k, M, cols, col_ok, H, stride_sc, acc_d, acc_s, acc_w)
-    tl.store(PART + pid.to(tl.int64) * ((2 * M + 1) * H) + 2 * M * H + cols, acc_w, mask=col_ok)
+            n0, n1 = _next_step(start, s1, after, ROWS)
+            r_next = _rows_at(n0 + steps, n0 + steps < n1, lo, ORDER, SCRATCH, pid, CMAX, GLOBAL)
+            x_next = _load_tile(X, r_next, stride_x, cols, n0 + steps < n1, H, False)
+            dy_next = _load_tile(DY, r_next, stride_dy, cols, n0 + steps < n1, H, False)
+            rstd = tl.load(RSTD + rows, mask=ok, other=0.0)
+            xhat, dx = _row_grads(x, dy, a, rstd, H)
+            tl.store(DX + rows[:, None] * stride_dx + cols[None, :], rounded(dx, DX.dtype.element_ty, BY_HAND),
+                     mask=ok[:, None] & col_ok[None, :])
+            if PARAMS:
+                acc_d += tl.sum(dy, axis=0)
+                acc_s += tl.sum(dy * xhat, axis=0)
+        if PARAMS:
+            acc_w = _flush(key, s0, s1, n, acc_d, acc_s, acc_w, base, W, SC, DSH, DSC, cols, col_ok, M, H,
+                           stride_sc, stride_dsh, stride_dsc, before, beyond, GLOBAL, BY_HAND)
+    if PARAMS:
+        w_row, _ = _rows_of(M, GLOBAL)
+        tl.store(base + w_row * H + cols, acc_w, mask=col_ok)
+        _finish(_meta(SCRATCH, CMAX), KEYS, DSH, DSC, pid, lo, n, n_rows, n_seg, first, before, last, beyond, M, cols,
+                col_ok, stride_dsh, stride_dsc, GLOBAL)
+
+
+@triton.jit(do_not_specialize=["n_rows", "CHUNK"])
+def _bwd_chunked_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DSC, n_rows,
+                        H: tl.constexpr, M, stride_x, stride_dy, stride_dx, stride_sc, stride_dsh, stride_dsc, CHUNK,
+                        PSTRIDE, CB: tl.constexpr, N_CB: tl.constexpr, G: tl.constexpr, CMAX: tl.constexpr,
+                        K_P2: tl.constexpr, GLOBAL: tl.constexpr, PARAMS: tl.constexpr, BY_HAND: tl.constexpr):
+    """Wide rows: G rows of a segment at a time, in column chunks of CB. Pass 1 reads each chunk of x and
+    dy for the rows' dot products (c, chunk 0 first); pass 2 reads them again (L2: the group was just
+    read) for dx, adding the group's tl.sum of dy and dy * xhat into this program's fp32 workspace
+    (rows WD, WS of its partial block: read, add, write back, G rows at a time). The dw partial row
+    is built in place. Partial layout as `_bwd_kernel`'s plus the two workspace rows."""
+    pid, lo, n, n_seg, starts, counts, prev_key = _walk_begin(IDX, KEYS, SCRATCH, n_rows, M, CHUNK, CMAX, K_P2,
+                                                                 GLOBAL)
+    first, before, last, beyond = _plan_edges(KEYS, lo, n, n_rows, M, GLOBAL)
+    steps = tl.arange(0, G)
+    chunk = tl.arange(0, CB)
+    if PARAMS:  # without parameter gradients PART, DSH and DSC are None
+        base = PART + pid.to(tl.int64) * PSTRIDE
+        w_at, ws_at = _rows_of(M, GLOBAL)
+        w_row = base + w_at * H
+        ws_d = base + ws_at * H
+        ws_s = ws_d + H
+        for c in range(0, N_CB):
+            cols = c * CB + chunk
+            tl.store(w_row + cols, tl.zeros((CB,), dtype=tl.float32), mask=cols < H)
+    for s in range(0, n_seg):
+        key, s0, s1, after = _segment(s, lo, n, starts, counts, KEYS, SCRATCH, pid, CMAX, K_P2, GLOBAL)
+        if PARAMS:
+            if GLOBAL:
+                for c in range(0, N_CB):
+                    cols = c * CB + chunk
+                    _zero_gap(DSH, DSC, prev_key, key, M, cols, cols < H, stride_dsh, stride_dsc)
+                prev_key = key
+        for start in range(s0, s1, G):
+            # The workspace is read back by other threads than those that wrote it (the loaded vector
+            # and the tl.sum result need not share a layout): a barrier orders the previous group's stores.
+            tl.debug_barrier()
+            ok = start + steps < s1
+            rows = _rows_at(start + steps, ok, lo, ORDER, SCRATCH, pid, CMAX, GLOBAL)
+            rstd = tl.load(RSTD + rows, mask=ok, other=0.0)
+            dot = tl.zeros((G,), dtype=tl.float32)
+            for c in range(0, N_CB):
+                cols = c * CB + chunk
+                x = _load_tile(X, rows, stride_x, cols, ok, H, False).to(tl.float32)
+                dy = _load_tile(DY, rows, stride_dy, cols, ok, H, False).to(tl.float32)
+                a = _scale(W, SC, key, M, cols, cols < H, stride_sc)[None, :]
+                dot += tl.sum((dy * a) * (x * rstd[:, None]), axis=1)
+            c_row = dot / H
+            for c in range(0, N_CB):
+                cols = c * CB + chunk
+                col_ok = cols < H
+                x = _load_tile(X, rows, stride_x, cols, ok, H, False).to(tl.float32)
+                dy = _load_tile(DY, rows, stride_dy, cols, ok, H, False).to(tl.float32)
+                a = _scale(W, SC, key, M, cols, col_ok, stride_sc)[None, :]
+                xhat = x * rstd[:, None]
+                dx = (dy * a - xhat * c_row[:, None]) * rstd[:, None]
+                tl.store(DX + rows[:, None] * stride_dx + cols[None, :], rounded(dx, DX.dtype.element_ty, BY_HAND),
+                         mask=ok[:, None] & col_ok[None, :])
+                if PARAMS:
+                    again = cols < tl.where(start > s0, H, 0)  # the segment's first group starts from zero
+                    tl.store(ws_d + cols, tl.load(ws_d + cols, mask=again, other=0.0) + tl.sum(dy, axis=0),
+                             mask=col_ok)
+                    tl.store(ws_s + cols, tl.load(ws_s + cols, mask=again, other=0.0) + tl.sum(dy * xhat, axis=0),
+                             mask=col_ok)
+        if PARAMS:
+            tl.debug_barrier()  # as above: the last group's workspace stores, the dw row's
+            for c in range(0, N_CB):
+                cols = c * CB + chunk
+                col_ok = cols < H
+                had = cols < tl.where(s1 > s0, H, 0)  # an empty segment (local plan) has zeros
+                d = tl.load(ws_d + cols, mask=had, other=0.0)
+                sums = tl.load(ws_s + cols, mask=had, other=0.0)
+                acc_w = tl.load(w_row + cols, mask=col_ok, other=0.0)
+                acc_w = _flush(key, s0, s1, n, d, sums, acc_w, base, W, SC, DSH, DSC, cols, col_ok, M, H, stride_sc,
+                               stride_dsh, stride_dsc, before, beyond, GLOBAL, BY_HAND)
+                tl.store(w_row + cols, acc_w, mask=col_ok)
+    if PARAMS:
+        for c in range(0, N_CB):
+            cols = c * CB + chunk
+            _finish(_meta(SCRATCH, CMAX), KEYS, DSH, DSC, pid, lo, n, n_rows, n_seg, first, before, last, beyond, M,
+                    cols, cols < H, stride_dsh, stride_dsc, GLOBAL)
 
 
 @triton.jit(do_not_specialize=["n_programs"])
-def _bwd_params_kernel(PART, W, DW, DSH, DSC, n_programs, H: tl.constexpr, M, stride_dsh, stride_dsc,
+def _bwd_params_kernel(PART, W, DW, DSH, DSC, n_programs, H: tl.constexpr, M, PSTRIDE, stride_dsh, stride_dsc,
                        BLOCK_C: tl.constexpr, P_TILE: tl.constexpr, BY_HAND: tl.constexpr):
-    """Program (c, m): dsh[m] and dsc[m] for column block c; program (c, M): dw. Each sums one
-    partial row of every backward program (`sum_partials`), so all run at once."""
+    """Local plan. Program (c, m): dsh[m] and dsc[m] for column block c; program (c, M): dw. Each sums
+    one partial row of every backward program (`sum_partials`), so all run at once."""
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     col_ok = cols < H
     m = tl.program_id(1)
-    stride = (2 * M + 1) * H
     if m < M:
-        d = sum_partials(PART + m * H, n_programs, stride, cols, col_ok, P_TILE)
-        s = sum_partials(PART + (M + m) * H, n_programs, stride, cols, col_ok, P_TILE)
+        d = sum_partials(PART + m * H, n_programs, PSTRIDE, cols, col_ok, P_TILE)
+        s = sum_partials(PART + (M + m) * H, n_programs, PSTRIDE, cols, col_ok, P_TILE)
         w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
         tl.store(DSH + m * stride_dsh + cols, rounded(d, DSH.dtype.element_ty, BY_HAND), mask=col_ok)
         tl.store(DSC + m * stride_dsc + cols, rounded(w * s, DSC.dtype.element_ty, BY_HAND), mask=col_ok)
     else:
-        dw = sum_partials(PART + 2 * M * H, n_programs, stride, cols, col_ok, P_TILE)
+        dw = sum_partials(PART + 2 * M * H, n_programs, PSTRIDE, cols, col_ok, P_TILE)
+        tl.store(DW + cols, rounded(dw, DW.dtype.element_ty, BY_HAND), mask=col_ok)
+
+
+@triton.jit(do_not_specialize=["n_programs"])
+def _bwd_combine_kernel(PART, SCRATCH, W, DW, DSH, DSC, n_programs, H: tl.constexpr, PSTRIDE, META_AT, stride_dsh,
+                        stride_dsc, BLOCK_C: tl.constexpr, P_TILE: tl.constexpr, BY_HAND: tl.constexpr):
+    """Global plan. Program (c, q): if backward program q left a segment unfinished (slot 1, key
+    META[1, q]), its dsh and dsc for column block c: q's slot 1 plus, tiles of P_TILE left to right, the
+    slot 0 of the programs after q that hold the rest of it (those whose META[0] is that key: they
+    follow q). Program (c, n_programs): dw, the programs' dw partials added in tiles."""
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    col_ok = cols < H
+    q = tl.program_id(1)
+    META = SCRATCH + META_AT
+    if q < n_programs:
+        key = tl.load(META + n_programs + q)
+        if key >= 0:
+            count = key * 0
+            for t in range(0, n_programs, P_TILE):
+                p = t + tl.arange(0, P_TILE)
+                count += tl.sum((tl.load(META + p, mask=p < n_programs, other=-1) == key).to(tl.int32), axis=0)
+            owner = PART + q.to(tl.int64) * PSTRIDE
+            rest = owner + PSTRIDE
+            d = tl.load(owner + 2 * H + cols, mask=col_ok, other=0.0) + \
+                sum_partials(rest, count, PSTRIDE, cols, col_ok, P_TILE)
+            s = tl.load(owner + 3 * H + cols, mask=col_ok, other=0.0) + \
+                sum_partials(rest + H, count, PSTRIDE, cols, col_ok, P_TILE)
+            w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+            m = key.to(tl.int64)
+            tl.store(DSH + m * stride_dsh + cols, rounded(d, DSH.dtype.element_ty, BY_HAND), mask=col_ok)
+            tl.store(DSC + m * stride_dsc + cols, rounded(w * s, DSC.dtype.element_ty, BY_HAND), mask=col_ok)
+    else:
+        dw = sum_partials(PART + 4 * H, n_programs, PSTRIDE, cols, col_ok, P_TILE)
         tl.store(DW + cols, rounded(dw, DW.dtype.element_ty, BY_HAND), mask=col_ok)
 
 
 # --- launchers ---------------------------------------------------------------------------------------
+# The host path is kept short on purpose (kernels/NOTES.md v12, v18): everything that depends on the
+# shapes only is computed once per (R, H, M, plan, config, device) and cached (`_fwd_recipe`,
+# `_bwd_recipe`); unused pointers are passed as None (a constexpr: no data_ptr() call at launch);
+# outputs come from empty_like where it applies (half the host cost of torch.empty here).
+
+def make_plan(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The global plan: (idx sorted, the rows in that order), by a stable sort, so rows of one table row
+    keep ascending row order: a function of idx alone."""
+    return torch.sort(idx, stable=True)
+
+
+def wants_plan(table_rows: int, hidden: int, table_bytes: int, training: bool, cfg: LaunchConfig) -> bool:
+    """The global plan is used when M > local_max: always for a backward; for an inference call when the
+    walk forward needs it, or when sh + sc outgrow L2 (sorted rows then share table rows in L2)."""
+    if table_rows <= cfg.local_max:
+        return False
+    return training or cfg.fwd_kernel == "walk" or table_bytes > INFERENCE_SORT_BYTES
+
+
+@functools.lru_cache(maxsize=64)
+def _head_tail(hidden: int) -> tuple[int, int]:
+    head = 1 << (hidden.bit_length() - 1)
+    return head, (triton.next_power_of_2(hidden - head) if hidden > head else 0)
+
+
+def _geometry(rows: int, device: int, programs_per_sm: int, chunk_limit: int) -> tuple[int, int, int]:
+    """(programs, rows per program, CMAX) of a walk over `rows` rows (`split_rows`); device -1: CPU."""
+    where = torch.device("cuda", device) if device >= 0 else torch.device("cpu")
+    programs, chunk = split_rows(rows, where, programs_per_sm, chunk_limit)
+    return programs, chunk, triton.next_power_of_2(chunk)
+
+
+@functools.lru_cache(maxsize=512)
+def _fwd_recipe(rows: int, hidden: int, table_rows: int, global_plan: bool, save_rstd: bool, cfg: LaunchConfig,
+                device: int) -> tuple:
+    """(kernel, grid, constexprs and warps, scratch int32 elements, CHUNK) of a forward launch."""
+    if cfg.fwd_kernel == "rows":
+        head, tail = _head_tail(hidden)
+        meta = dict(ROWS=cfg.fwd_rows, HEAD=head, TAIL=tail, ORDERED=global_plan, L1_TABLES=cfg.fwd_l1_tables,
+                    SAVE_RSTD=save_rstd, BY_HAND=BY_HAND, num_warps=cfg.fwd_warps)
+        return _fwd_rows_kernel, (triton.cdiv(rows, cfg.fwd_rows),), meta, 0, 0
+    programs, chunk, cmax = _geometry(rows, device, cfg.fwd_programs_per_sm, cfg.chunk_limit)
+    meta = dict(BLOCK_H=cfg.block_h, ROWS=cfg.fwd_rows, CMAX=cmax, K_P2=_k_p2(table_rows, global_plan),
+                GLOBAL=global_plan, SAVE_RSTD=save_rstd, BY_HAND=BY_HAND, num_warps=cfg.fwd_warps)
+    return _fwd_walk_kernel, (programs,), meta, programs * 2 * (cmax + 2), chunk
+
+
+def _k_p2(table_rows: int, global_plan: bool) -> int:
+    return 2 if global_plan else triton.next_power_of_2(table_rows + 2)
+
 
 def forward(x2d: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tensor, idx: torch.Tensor,
-            eps: float, save_rstd: bool = True, config: Optional[LaunchConfig] = None
-            ) -> tuple[torch.Tensor, torch.Tensor]:
+            eps: float, save_rstd: bool = True, config: Optional[LaunchConfig] = None,
+            plan: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """(y, rstd) for rows x2d [R, H] (unit inner stride) and idx [R]; rstd is None unless save_rstd.
+    `plan`: the global plan (`make_plan`); the walk forward needs one when M > local_max (made here then)."""
     rows, hidden = x2d.shape
-    y = torch.empty((rows, hidden), dtype=x2d.dtype, device=x2d.device)
-    # Without a backward, rstd is never written (SAVE_RSTD is a constexpr): y stands in for its pointer.
-    rstd = torch.empty((rows,), dtype=torch.float32, device=x2d.device) if save_rstd else y
+    y = torch.empty_like(x2d)  # x2d has unit inner stride: y is [R, H] contiguous (a lone row: any stride)
+    rstd = x2d.new_empty((rows,), dtype=torch.float32) if save_rstd else None
     if rows == 0:
         return y, rstd
     cfg = config or launch_config(hidden)
-    args = (x2d, w, sh, sc, idx, y, rstd, rows, hidden, sh.shape[0], x2d.stride(0), y.stride(0), sh.stride(0),
-            sc.stride(0), eps)
-    if cfg.wide:
-        head = 1 << (hidden.bit_length() - 1)
-        tail = triton.next_power_of_2(max(1, hidden - head))
-        launch(_fwd_row_kernel, (rows,), *args, HEAD=head, TAIL=tail, SAVE_RSTD=save_rstd, BY_HAND=BY_HAND,
-               num_warps=cfg.fwd_warps)
+    table_rows = sh.shape[0]
+    if plan is None and cfg.fwd_kernel == "walk" and table_rows > cfg.local_max:
+        plan = make_plan(idx)
+    device = x2d.get_device()
+    kernel, grid, meta, scratch_len, chunk = _fwd_recipe(rows, hidden, table_rows, plan is not None, save_rstd, cfg,
+                                                         device)
+    keys, order = plan if plan is not None else (None, None)
+    common = (rows, hidden, table_rows, x2d.stride(0), sh.stride(0), sc.stride(0), eps)
+    if scratch_len:
+        scratch = x2d.new_empty((scratch_len,), dtype=torch.int32)
+        launch_on(device, kernel, grid, x2d, w, sh, sc, idx, order, keys, scratch, y, rstd, *common, chunk, **meta)
     else:
-        launch(_fwd_tile_kernel, (triton.cdiv(rows, cfg.rows),), *args, BLOCK_H=cfg.block_h, ROWS=cfg.rows,
-               SAVE_RSTD=save_rstd, BY_HAND=BY_HAND, num_warps=cfg.fwd_warps)
+        launch_on(device, kernel, grid, x2d, w, sh, sc, idx, order, y, rstd, *common, **meta)
     return y, rstd
 
 
@@ -301,41 +740,81 @@ def backward_split(rows: int, cfg: LaunchConfig, device: torch.device) -> tuple[
     return split_rows(rows, device, cfg.bwd_programs_per_sm, cfg.chunk_limit)
 
 
+def partial_rows(table_rows: int, cfg: LaunchConfig, global_plan: bool) -> int:
+    """fp32 rows of H per backward program: the bound on partial memory (module docstring)."""
+    rows = 5 if global_plan else 2 * table_rows + 1
+    return rows + (2 if cfg.bwd_chunk else 0)
+
+
+@functools.lru_cache(maxsize=512)
+def _bwd_recipe(rows: int, hidden: int, table_rows: int, need_params: bool, cfg: LaunchConfig, device: int) -> tuple:
+    """Everything of a backward that depends on the shapes only: (global plan, programs, CHUNK, partial
+    stride, scratch int32 elements, rows kernel, its constexprs, parameter stage kernel, grid, constexprs)."""
+    global_plan = table_rows > cfg.local_max
+    pstride = partial_rows(table_rows, cfg, global_plan) * hidden
+    if max(pstride, table_rows * hidden) >= 2 ** 31:
+        raise ValueError(f"tables of {table_rows} rows of {hidden} are too large for this kernel's int32 offsets")
+    programs, chunk, cmax = _geometry(rows, device, cfg.bwd_programs_per_sm, cfg.chunk_limit)
+    meta = dict(CMAX=cmax, K_P2=_k_p2(table_rows, global_plan), GLOBAL=global_plan, PARAMS=need_params,
+                BY_HAND=BY_HAND, num_warps=cfg.bwd_warps)
+    if cfg.bwd_chunk:
+        kernel = _bwd_chunked_kernel
+        meta.update(CB=cfg.bwd_chunk, N_CB=triton.cdiv(hidden, cfg.bwd_chunk), G=cfg.bwd_rows)
+    else:
+        kernel = _bwd_kernel
+        meta.update(BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows)
+    if global_plan:
+        block_c = cfg.param_cols if INTERPRETED else 128
+        params = (_bwd_combine_kernel, (triton.cdiv(hidden, block_c), programs + 1),
+                  dict(BLOCK_C=block_c, P_TILE=param_tile(programs, 32), BY_HAND=BY_HAND, num_warps=4))
+    else:
+        params = (_bwd_params_kernel, (triton.cdiv(hidden, cfg.param_cols), table_rows + 1),
+                  dict(BLOCK_C=cfg.param_cols, P_TILE=param_tile(programs, cfg.param_tile), BY_HAND=BY_HAND,
+                       num_warps=4))
+    scratch_len = programs * 2 * (cmax + 2) + (2 * programs if global_plan else 0)
+    return global_plan, programs, chunk, cmax, pstride, scratch_len, kernel, meta, params
+
+
 def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Tensor, idx: torch.Tensor,
              rstd: torch.Tensor, table_rows: int, sh_dtype: torch.dtype, need_params: bool,
-             config: Optional[LaunchConfig] = None
+             config: Optional[LaunchConfig] = None, plan: Optional[tuple[torch.Tensor, torch.Tensor]] = None
              ) -> tuple[torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """(dx, dw, dsh, dsc), each in its input's dtype (dsh in sh_dtype); the last three None unless
+    need_params. `plan`: the forward's global plan when M > local_max (made here if not given)."""
     rows, hidden = x2d.shape
-    device = x2d.device
-    dx = torch.empty((rows, hidden), dtype=x2d.dtype, device=device)
+    dx = torch.empty_like(x2d)
     if rows == 0:
-        return (dx, torch.zeros_like(w), torch.zeros((table_rows, hidden), dtype=sh_dtype, device=device),
-                torch.zeros((table_rows, hidden), dtype=sc.dtype, device=device))
-    if (2 * table_rows + 1) * hidden >= 2 ** 31:
-        raise ValueError(f"tables of {table_rows} rows of {hidden} are too large for this kernel's int32 offsets")
+        return (dx, torch.zeros_like(w), x2d.new_zeros((table_rows, hidden), dtype=sh_dtype),
+                x2d.new_zeros((table_rows, hidden), dtype=sc.dtype))
     cfg = config or launch_config(hidden)
-    programs, chunk = backward_split(rows, cfg, device)
-    cmax = triton.next_power_of_2(chunk)
-    order = torch.empty((programs * cmax,), dtype=torch.int32, device=device)
-    partials = torch.empty((programs, 2 * table_rows + 1, hidden), dtype=torch.float32, device=device)
-    args = (x2d, dy, dx, w, sc, rstd, idx, order, partials, rows, hidden, table_rows, x2d.stride(0),
-            dy.stride(0), dx.stride(0), sc.stride(0), chunk)
-    k_p2 = triton.next_power_of_2(table_rows + 2)
-    if cfg.wide:
-        launch(_bwd_row_kernel, (programs,), *args, BLOCK_H=cfg.block_h, CMAX=cmax, K_P2=k_p2,
-               BY_HAND=BY_HAND, num_warps=cfg.bwd_warps)
+    device = x2d.get_device()
+    global_plan, programs, chunk, cmax, pstride, scratch_len, kernel, meta, params = _bwd_recipe(
+        rows, hidden, table_rows, need_params, cfg, device)
+    if global_plan and plan is None:
+        plan = make_plan(idx)
+    keys, order = plan if global_plan else (None, None)
+    scratch = x2d.new_empty((scratch_len,), dtype=torch.int32)
+    if need_params:
+        partials = x2d.new_empty((programs, pstride), dtype=torch.float32)
+        # Three allocations: views of one buffer measured 2x slower per fwd+bwd on the host (autograd
+        # handles views of a shared buffer at a cost; kernels/NOTES.md v18).
+        dw = torch.empty_like(w)
+        dsh = x2d.new_empty((table_rows, hidden), dtype=sh_dtype)
+        dsc = x2d.new_empty((table_rows, hidden), dtype=sc.dtype)
+        strides = (dsh.stride(0), dsc.stride(0))
     else:
-        launch(_bwd_tile_kernel, (programs,), *args, BLOCK_H=cfg.block_h, ROWS=cfg.rows, CMAX=cmax, K_P2=k_p2,
-               BY_HAND=BY_HAND, num_warps=cfg.bwd_warps)
+        partials = dw = dsh = dsc = None  # never touched (PARAMS is a constexpr)
+        strides = (0, 0)
+    launch_on(device, kernel, (programs,), x2d, dy, dx, w, sc, rstd, idx if not global_plan else None, order, keys,
+              scratch, partials, dsh, dsc, rows, hidden, table_rows, x2d.stride(0), dy.stride(0), dx.stride(0),
+              sc.stride(0), *strides, chunk, pstride, **meta)
     if not need_params:
         return dx, None, None, None
-    dw = torch.empty_like(w)
-    if sh_dtype == sc.dtype:
-        dsh, dsc = torch.empty((2, table_rows, hidden), dtype=sc.dtype, device=device)
+    params_kernel, grid, params_meta = params
+    if global_plan:
+        launch_on(device, params_kernel, grid, partials, scratch, w, dw, dsh, dsc, programs, hidden, pstride,
+                  programs * 2 * (cmax + 2), *strides, **params_meta)
     else:
-        dsh = torch.empty((table_rows, hidden), dtype=sh_dtype, device=device)
-        dsc = torch.empty((table_rows, hidden), dtype=sc.dtype, device=device)
-    launch(_bwd_params_kernel, (triton.cdiv(hidden, cfg.param_cols), table_rows + 1), partials, w, dw, dsh, dsc,
-           programs, hidden, table_rows, dsh.stride(0), dsc.stride(0), BLOCK_C=cfg.param_cols,
-           P_TILE=param_tile(programs, cfg.param_tile), BY_HAND=BY_HAND, num_warps=4)
+        launch_on(device, params_kernel, grid, partials, w, dw, dsh, dsc, programs, hidden, table_rows, pstride,
+                  *strides, **params_meta)
     return dx, dw, dsh, dsc

@@ -1,4 +1,10 @@
-"""`norm_modulate(x, w, sh, sc, idx)`: argument checks and autograd around the Triton kernels."""
+"""`norm_modulate(x, w, sh, sc, idx)`: argument checks and autograd around the Triton kernels.
+
+The host path is kept short on purpose: on the H200 VM a call's Python costs as much as a small
+kernel (kernels/NOTES.md v12, v18). A call whose arguments are all well formed on one CUDA device passes
+one predicate of attribute reads (`_fast_ok`); only when that fails do the detailed checks run, to name
+the argument at fault in the error.
+"""
 from __future__ import annotations
 
 import torch
@@ -10,6 +16,22 @@ _FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 _INDEX = (torch.int32, torch.int64)
 
 
+def _fast_ok(x, w, sh, sc, idx) -> bool:
+    """Every argument well formed, all on the same CUDA device (the common case, checked cheaply). False
+    sends the call through `_check`, which raises naming the argument, or accepts what this one does not
+    cover (CPU under the interpreter, zero rows with an empty table, idx shaped like x's leading dims)."""
+    try:
+        hidden = x.shape[-1]
+        device = x.get_device()
+        return (device >= 0 and x.is_cuda and w.is_cuda and sh.is_cuda and sc.is_cuda and idx.is_cuda
+                and w.get_device() == device and sh.get_device() == device and sc.get_device() == device
+                and idx.get_device() == device
+                and x.dtype in _FLOATS and w.dtype in _FLOATS and sh.dtype in _FLOATS and sc.dtype in _FLOATS
+                and idx.dtype in _INDEX and 0 < hidden <= K.MAX_HIDDEN and w.dim() == 1 and w.shape[0] == hidden
+                and sh.dim() == 2 and sc.dim() == 2 and sh.shape[1] == hidden and sc.shape[1] == hidden
+                and 0 < sh.shape[0] == sc.shape[0] and idx.dim() == 1 and idx.shape[0] * hidden == x.numel())
+    except (AttributeError, IndexError, TypeError, RuntimeError):
+        return False
 
 
 def _check(x, w, sh, sc, idx) -> None:
@@ -25,17 +47,16 @@ def _check(x, w, sh, sc, idx) -> None:
                          "(or TRITON_INTERPRET=1 set before triton is imported)")
     if x.dtype not in _FLOATS:
         raise TypeError(f"x has dtype {x.dtype}; expected one of bfloat16, float16, float32")
-    for name in ("w", "sh", "sc"):
-        if named[name].dtype != x.dtype:
-            raise TypeError(f"{name} has dtype {named[name].dtype} but x has {x.dtype}")
+    for name in ("w", "sh", "sc"):  # each its own float dtype: fp32 math, each gradient in its input's dtype
+        if named[name].dtype not in _FLOATS:
+            raise TypeError(f"{name} has dtype {named[name].dtype}; expected one of bfloat16, float16, float32")
     if idx.dtype not in _INDEX:
         raise TypeError(f"idx has dtype {idx.dtype}; expected int32 or int64")
     if x.dim() < 1 or x.shape[-1] < 1:
         raise ValueError(f"x must be [..., H] with H >= 1, got shape {tuple(x.shape)}")
     hidden = x.shape[-1]
     if hidden > K.MAX_HIDDEN:
-        raise ValueError(f"x has H = {hidden}; this kernel keeps a row in registers and supports "
-                         f"H <= {K.MAX_HIDDEN}")
+        raise ValueError(f"x has H = {hidden}; this kernel supports H <= {K.MAX_HIDDEN}")
     if w.shape != (hidden,):
         raise ValueError(f"w must have shape ({hidden},) to match x's last dimension, got {tuple(w.shape)}")
     for name in ("sh", "sc"):
@@ -55,10 +76,11 @@ def _check(x, w, sh, sc, idx) -> None:
 def _check_index_range(idx: torch.Tensor, table_rows: int) -> None:
     if idx.numel() == 0:
         return
-    bad = (idx < 0) | (idx >= table_rows)
+    flat = idx.reshape(-1)
+    bad = (flat < 0) | (flat >= table_rows)
     if bool(bad.any()):  # one host sync: the price of the check, which can be switched off
         position = int(bad.nonzero()[0, 0])
-        value = int(idx[position])
+        value = int(flat[position])
         raise IndexError(f"idx[{position}] = {value} is outside [0, {table_rows}) (the table has "
                          f"{table_rows} rows)")
 
@@ -73,7 +95,7 @@ def _as_rows(x, w, sh, sc, idx):
     caller already passes rows (each costs a few us of host time on the H200 VM: kernels/NOTES.md)."""
     x2d = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
     return (_unit_inner(x2d), w if w.stride(0) == 1 else w.contiguous(), _unit_inner(sh), _unit_inner(sc),
-            idx if idx.dim() == 1 else idx.reshape(-1))
+            idx if idx.dim() == 1 and idx.stride(0) == 1 else idx.reshape(-1).contiguous())
 
 
 class _NormModulate(torch.autograd.Function):
@@ -82,10 +104,14 @@ class _NormModulate(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, sh, sc, idx, eps):
         x2d, w_, sh_, sc_, idx1d = _as_rows(x, w, sh, sc, idx)
-        y, rstd = K.forward(x2d, w_, sh_, sc_, idx1d, eps)
+        cfg = K.launch_config(x2d.shape[1])
+        table_rows = sh.shape[0]
+        # M > local_max: rows sorted once (the global plan), used by the forward and the backward.
+        plan = K.make_plan(idx1d) if table_rows > cfg.local_max else None
+        y, rstd = K.forward(x2d, w_, sh_, sc_, idx1d, eps, config=cfg, plan=plan)
         ctx.save_for_backward(x2d, w_, sc_, idx1d)
-        ctx.rstd = rstd  # an intermediate, not an input or output: no version check needed
-        ctx.table_rows, ctx.sh_dtype, ctx.x_shape = sh.shape[0], sh.dtype, x.shape
+        ctx.rstd, ctx.plan, ctx.cfg = rstd, plan, cfg  # intermediates, not inputs or outputs: no version check
+        ctx.table_rows, ctx.sh_dtype, ctx.x_shape = table_rows, sh.dtype, x.shape
         return y if x.dim() == 2 else y.view(x.shape)
 
     @staticmethod
@@ -96,7 +122,7 @@ class _NormModulate(torch.autograd.Function):
         if dy2d.stride(-1) != 1 or (dy2d.shape[0] > 1 and dy2d.stride(0) == 0):
             dy2d = dy2d.contiguous()
         dx, dw, dsh, dsc = K.backward(dy2d, x2d, w, sc, idx, ctx.rstd, ctx.table_rows, ctx.sh_dtype,
-                                      need_params=need_w or need_sh or need_sc)
+                                      need_w or need_sh or need_sc, ctx.cfg, ctx.plan)
         if need_x and len(ctx.x_shape) != 2:
             dx = dx.view(ctx.x_shape)
         return (dx if need_x else None, dw if need_w else None, dsh if need_sh else None,
@@ -107,19 +133,30 @@ def norm_modulate(x: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.
                   eps: float = 1e-5, check_index: bool = True) -> torch.Tensor:
     """y = rms_norm(x, w, eps) * (1 + sc[idx]) + sh[idx], with gradients for x, w, sh and sc.
 
-    x: [..., H]; w: [H]; sh, sc: [M, H] with any row stride (AdaLN table chunks pass uncopied);
-    idx: one int32/int64 entry per row of x, in [0, M). All floats share one dtype (bf16, fp16, fp32).
-    `check_index=False` skips the range check (a host sync); a row whose index is out of range then
-    comes out as NaN instead of raising.
+    x: [..., H] with H <= 32768; w: [H]; sh, sc: [M, H] with any row stride (AdaLN table chunks pass
+    uncopied); idx: one int32/int64 entry per row of x, in [0, M), any M >= 1. x, w, sh and sc are each
+    bf16, fp16 or fp32, independently: the arithmetic is fp32, y and x's gradient come out in x's
+    dtype, and every other gradient in its own input's dtype. `check_index=False` skips the range check
+    (a host sync); a row whose index is out of range then comes out as NaN (and its x gradient too),
+    adding nothing to the parameter gradients, instead of raising.
     """
-    _check(x, w, sh, sc, idx)
-    if x.device.type == "cuda" and x.device.index != torch.cuda.current_device():
+    if not _fast_ok(x, w, sh, sc, idx):
+        _check(x, w, sh, sc, idx)
+    if x.is_cuda and x.get_device() != torch.cuda.current_device():
         with torch.cuda.device(x.device):  # triton launches on the current device
             return norm_modulate(x, w, sh, sc, idx, eps, check_index)
     if check_index:
         _check_index_range(idx, sh.shape[0])
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, w, sh, sc)):
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or sh.requires_grad or sc.requires_grad):
         return _NormModulate.apply(x, w, sh, sc, idx, float(eps))
     # Inference: no autograd node and no saved rstd (each costs host time, the rstd store 5 us).
-    y, _ = K.forward(*_as_rows(x, w, sh, sc, idx), float(eps), save_rstd=False)
+    x2d, w_, sh_, sc_, idx1d = _as_rows(x, w, sh, sc, idx)
+    cfg = K.launch_config(x2d.shape[1])
+    table_rows = sh.shape[0]
+    plan = None
+    if table_rows > cfg.local_max and K.wants_plan(table_rows, x2d.shape[1],
+                                                   table_rows * x2d.shape[1] * (sh.element_size() + sc.element_size()),
+                                                   False, cfg):
+        plan = K.make_plan(idx1d)
+    y, _ = K.forward(x2d, w_, sh_, sc_, idx1d, float(eps), save_rstd=False, config=cfg, plan=plan)
     return y if x.dim() == 2 else y.view(x.shape)

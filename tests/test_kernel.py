@@ -133,7 +133,8 @@ def test_out_of_range_index(device):
     (lambda t: {"sh": t["sh"][:, :-1]}, ValueError, "sh must have shape"),
     (lambda t: {"sc": t["sc"][:-1]}, ValueError, "same number of table rows"),
     (lambda t: {"idx": t["idx"][:-1]}, ValueError, "idx must have shape"),
-    (lambda t: {"w": t["w"].float()}, TypeError, "w has dtype"),
+    (lambda t: {"w": t["w"].double()}, TypeError, "w has dtype"),
+    (lambda t: {"sc": t["sc"].to(torch.int32)}, TypeError, "sc has dtype"),
     (lambda t: {"x": t["x"].to(torch.int32)}, TypeError, "x has dtype"),
     (lambda t: {"idx": t["idx"].float()}, TypeError, "idx has dtype"),
     (lambda t: {"sc": t["sc"].to("meta")}, ValueError, "sc is on meta"),
@@ -150,9 +151,10 @@ def test_bad_input_names_the_argument(device, change, error, match):
 
 @pytest.mark.parametrize("hidden,rows", [(2048, 9), (3000, 20), (5376, 6)])
 def test_wide_rows_path(device, hidden, rows):
-    """H with BLOCK_H >= WIDE_FROM takes the per-row forward and the row-at-a-time backward."""
+    """Wide H: whole rows in registers, one or two rows per backward step (prefetched); the walk forward
+    up to 4096, the per-row forward (head + tail blocks) above."""
     from kernels.norm_modulate import launch_config
-    assert launch_config(hidden).wide
+    assert launch_config(hidden).bwd_rows <= 2 and not launch_config(hidden).bwd_chunk
     params, inputs, grad_out = case(device, hidden, rows)
     y, grads = run(inputs, grad_out)
     ref = reference(params, inputs, grad_out)
@@ -228,3 +230,222 @@ def test_fast_launch_matches_triton_launch(device, monkeypatch):
         assert torch.equal(as_bits(y), as_bits(results[0][0]))
         for name in NAMES:
             assert torch.equal(as_bits(grads[name]), as_bits(results[0][1][name])), name
+
+
+# --- every dtype users bring (issue 13) ------------------------------------------------------------------
+
+def _retyped(inputs, dtypes):
+    """The case with w, sh, sc cast to `dtypes` (x keeps its own); sh and sc stay strided views."""
+    from harness.ops.norm_modulate import TABLE_CHUNKS
+    t = dict(inputs.tensors)
+    t["w"] = t["w"].to(dtypes[0])
+    for name, dtype in zip(("sh", "sc"), dtypes[1:]):
+        table = torch.zeros(t[name].shape[0], TABLE_CHUNKS * t[name].shape[1], dtype=dtype, device=t[name].device)
+        table[:, :t[name].shape[1]] = t[name].to(dtype)
+        t[name] = table[:, :t[name].shape[1]]
+    return OP.bundle(t)
+
+
+@pytest.mark.parametrize("x_dtype,param_dtypes", [
+    ("bfloat16", (torch.bfloat16, torch.float32, torch.float32)),   # bf16 activations, fp32 tables (Liger's case)
+    ("float16", (torch.bfloat16, torch.float16, torch.float16)),    # fp16 x with a bf16 w
+    ("float32", (torch.float32, torch.float32, torch.float32)),
+    ("bfloat16", (torch.float32, torch.bfloat16, torch.float16)),   # sh and sc of different dtypes
+    ("float32", (torch.bfloat16, torch.float16, torch.bfloat16)),
+])
+def test_mixed_dtypes_match_float64(device, x_dtype, param_dtypes):
+    """fp32 math, one rounding per output: y and dx in x's dtype, dw in w's, dsh in sh's, dsc in sc's."""
+    params, inputs, grad_out = case(device, 24, 30, x_dtype)
+    inputs = _retyped(inputs, param_dtypes)
+    y, grads = run(inputs, grad_out)
+    ref = reference(params, inputs, grad_out)
+    names = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+    assert y.dtype == params.torch_dtype and rel_err(y, ref.outputs[0]) <= TOL[x_dtype]
+    for name in NAMES:
+        dtype = inputs.tensors[name].dtype
+        assert grads[name].dtype == dtype, name
+        assert rel_err(grads[name], ref.grads[name]) <= TOL[names[dtype]] * 1.2, name
+
+
+def test_mixed_dtypes_invariant_and_repeatable(device):
+    params, inputs, grad_out = case(device, 40, 33, "bfloat16")
+    inputs = _retyped(inputs, (torch.float32, torch.float32, torch.float16))
+    y, grads = run(inputs, grad_out)
+    _, again = run(inputs, grad_out)
+    for name in ("w", "sh", "sc"):
+        assert torch.equal(as_bits(grads[name]), as_bits(again[name])), name
+    for r in (0, 32):
+        y1, g1 = run(inputs.select_rows(torch.tensor([r], device=device)), grad_out[r:r + 1])
+        assert torch.equal(as_bits(y1[0]), as_bits(y[r]))
+        assert torch.equal(as_bits(g1["x"][0]), as_bits(grads["x"][r]))
+
+
+# --- many table rows: the global plan, bounded partial memory (issue 13) --------------------------------
+
+def _config(monkeypatch, hidden, **changes):
+    """Use launch_config(hidden) with `changes` (small chunks give many backward programs on the CPU)."""
+    import dataclasses
+
+    from kernels import norm_modulate as K
+    cfg = dataclasses.replace(K.launch_config(hidden), **changes)
+    monkeypatch.setattr(K, "launch_config", lambda h: cfg)
+    return cfg
+
+
+def _table_case(device, hidden, rows, table_rows, seed=5):
+    params = nm_params(hidden, "bfloat16", timesteps=table_rows, modalities=1)
+    inputs = OP.make_inputs(params, rows, seed, device)
+    return params, inputs, OP.make_grad_outs(params, rows, seed + 100, device)[0]
+
+
+def _with_idx(inputs, idx):
+    return OP.bundle({**inputs.tensors, "idx": idx})
+
+
+# Two kernel sets: walk forward + whole-row backward, and per-row forward + chunked backward (3 chunks).
+KERNEL_SETS = {"walk+rows": dict(fwd_kernel="walk", fwd_rows=4, bwd_rows=2, bwd_chunk=0),
+               "gather+chunked": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_chunk=8)}
+
+
+@pytest.mark.parametrize("kernels", KERNEL_SETS)
+@pytest.mark.parametrize("table_rows,layout", [(300, "random"), (40, "one row"), (1, "random"), (40, "sorted")])
+def test_table_sizes_match_float64(device, monkeypatch, kernels, table_rows, layout):
+    """M from 1 to M > R; all rows on one table row (its segment spans every backward program); rows
+    sorted by table row (segments cut exactly at program ends). Unused table rows get exact zeros, and
+    the parameter gradients repeat bitwise."""
+    from kernels import norm_modulate as K
+    cfg = _config(monkeypatch, 20, chunk_limit=4, local_max=16, **KERNEL_SETS[kernels])
+    params, inputs, grad_out = _table_case(device, 20, 26, table_rows)
+    if layout == "one row":
+        inputs = _with_idx(inputs, torch.full((26,), 7, dtype=torch.long, device=device))
+    elif layout == "sorted":
+        inputs = _with_idx(inputs, torch.arange(26, device=device) // 4 * 3)
+    assert K.backward_split(26, cfg, device)[0] >= 7  # 7 on the CPU (one program per 4 rows), 26 on a GPU
+    y, grads = run(inputs, grad_out)
+    ref = reference(params, inputs, grad_out)
+    assert rel_err(y, ref.outputs[0]) <= TOL["bfloat16"]
+    for name in NAMES:
+        assert rel_err(grads[name], ref.grads[name]) <= TOL["bfloat16"] * 1.2, name
+    unused = torch.ones(table_rows, dtype=torch.bool, device=device)
+    unused[inputs.tensors["idx"]] = False
+    assert torch.count_nonzero(grads["sh"][unused]) == 0 and torch.count_nonzero(grads["sc"][unused]) == 0
+    _, again = run(inputs, grad_out)
+    for name in ("w", "sh", "sc"):
+        assert torch.equal(as_bits(grads[name]), as_bits(again[name])), name
+
+
+@pytest.mark.parametrize("kernels", KERNEL_SETS)
+@pytest.mark.parametrize("table_rows", [9, 40])
+def test_bad_indices_give_nan_rows_and_no_contribution(device, monkeypatch, kernels, table_rows):
+    """check_index=False: rows with idx < 0 or >= M come out NaN (y and dx); the other rows and every
+    parameter gradient are those of the good rows alone. Local plan (M = 9) and global (M = 40)."""
+    _config(monkeypatch, 16, chunk_limit=5, local_max=16, **KERNEL_SETS[kernels])
+    params, inputs, grad_out = _table_case(device, 16, 24, table_rows)
+    idx = inputs.tensors["idx"].clone()
+    bad = torch.tensor([2, 3, 11, 23], device=device)
+    idx[bad] = torch.tensor([-1, table_rows, 1000, -7], device=device)
+    leaves = [inputs.tensors[n].detach().requires_grad_() for n in NAMES]
+    y = norm_modulate(*leaves, idx, check_index=False)
+    y.backward(grad_out)
+    good = torch.tensor([r for r in range(24) if r not in bad.tolist()], device=device)
+    sub = inputs.select_rows(good)
+    ref = reference(params, sub, grad_out[good])
+    assert torch.isnan(y[bad]).all() and torch.isnan(leaves[0].grad[bad]).all()
+    assert rel_err(y[good], ref.outputs[0]) <= TOL["bfloat16"]
+    assert rel_err(leaves[0].grad[good], ref.grads["x"]) <= TOL["bfloat16"] * 1.2
+    for leaf, name in zip(leaves[1:], NAMES[1:]):
+        assert rel_err(leaf.grad, ref.grads[name]) <= TOL["bfloat16"] * 1.2, name
+
+
+def test_many_table_rows_row_alone_equals_row_in_batch(device, monkeypatch):
+    _config(monkeypatch, 24, chunk_limit=6)
+    params, inputs, grad_out = _table_case(device, 24, 30, 120)
+    y, grads = run(inputs, grad_out)
+    for r in (0, 17, 29):
+        y1, g1 = run(inputs.select_rows(torch.tensor([r], device=device)), grad_out[r:r + 1])
+        assert torch.equal(as_bits(y1[0]), as_bits(y[r]))
+        assert torch.equal(as_bits(g1["x"][0]), as_bits(grads["x"][r]))
+
+
+def test_partial_memory_is_bounded():
+    """Partial sums: [programs, 2M + 1, H] fp32 up to local_max, then [programs, 5, H] whatever M is
+    (+ 2 workspace rows for the chunked backward)."""
+    from kernels import norm_modulate as K
+    cfg = K.launch_config(5376)
+    assert K.partial_rows(9, cfg, global_plan=False) == 19
+    for table_rows in (17, 1024, 4096, 10 ** 6):
+        assert K.partial_rows(table_rows, cfg, global_plan=True) == 5
+    assert K.partial_rows(4096, K.launch_config(12288), global_plan=True) == 7
+
+
+# --- wide H: the chunked backward (issue 13) --------------------------------------------------------------
+
+@pytest.mark.parametrize("hidden,rows", [(12288, 3), (32768, 2)])
+def test_chunked_backward_wide_rows(device, hidden, rows):
+    from kernels.norm_modulate import launch_config
+    assert launch_config(hidden).bwd_chunk
+    params, inputs, grad_out = case(device, hidden, rows)
+    y, grads = run(inputs, grad_out)
+    ref = reference(params, inputs, grad_out)
+    assert rel_err(y, ref.outputs[0]) <= TOL["bfloat16"]
+    for name in NAMES:
+        assert rel_err(grads[name], ref.grads[name]) <= TOL["bfloat16"] * 1.2, name
+    y1, g1 = run(inputs.select_rows(torch.tensor([rows - 1], device=device)), grad_out[rows - 1:])
+    assert torch.equal(as_bits(y1[0]), as_bits(y[rows - 1]))
+    assert torch.equal(as_bits(g1["x"][0]), as_bits(grads["x"][rows - 1]))
+
+
+@pytest.mark.parametrize("changes", [dict(fwd_kernel="rows", fwd_rows=4, fwd_l1_tables=True),
+                                     dict(fwd_kernel="walk", fwd_rows=2, bwd_rows=4)])
+def test_variants_are_batch_invariant(device, monkeypatch, changes):
+    """Every LaunchConfig variant keeps a row's bits independent of the batch around it."""
+    _config(monkeypatch, 40, chunk_limit=8, **changes)
+    params, inputs, grad_out = case(device, 40, 37)
+    y, grads = run(inputs, grad_out)
+    ref = reference(params, inputs, grad_out)
+    assert rel_err(y, ref.outputs[0]) <= TOL["bfloat16"]
+    for r in (0, 36):
+        y1, g1 = run(inputs.select_rows(torch.tensor([r], device=device)), grad_out[r:r + 1])
+        assert torch.equal(as_bits(y1[0]), as_bits(y[r]))
+        assert torch.equal(as_bits(g1["x"][0]), as_bits(grads["x"][r]))
+
+
+# --- tools/sweep_norm_modulate.py: importable and checked on the CPU ---------------------------------
+
+def test_sweep_tool_arguments_floors_and_refusal(monkeypatch):
+    from tools import sweep_norm_modulate as sweep
+    args = sweep.parse_args([])
+    assert (args.hidden, args.table_rows, args.rows) == (list(sweep.HIDDENS), list(sweep.TABLE_ROWS), 32768)
+    assert (args.warmup, args.reps) == (20, 100) and "gather" in args.variants
+    assert sweep.parse_args(["--variants", ""]).variants == []
+    with pytest.raises(SystemExit):
+        sweep.parse_args(["--variants", "no-such-preset"])
+    # floors: 4RH and 10RH bytes over the bandwidth (kernels/NOTES.md: 165.8 and 414.5 us at 4250 GB/s)
+    assert sweep.floor_us(5376, 32768, False, 4250) == pytest.approx(165.8, abs=0.1)
+    assert sweep.floor_us(5376, 32768, True, 4250) == pytest.approx(414.5, abs=0.1)
+    for name, hidden, config in sweep.variant_grid(list(sweep.VARIANT_NAMES), [1024, 8192]):
+        assert name != "default" and config.block_h == triton.next_power_of_2(hidden)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        sweep.main(["--out", "unused.json"])
+
+
+def test_sweep_tool_runs_end_to_end_on_the_interpreter(device, tmp_path):
+    """Every step of the sweep at toy sizes (the --allow-cpu smoke mode): JSON, PNG and the table."""
+    if device.type == "cuda":
+        pytest.skip("the smoke mode is for the CPU; on a GPU run the tool itself")
+    from tools import sweep_norm_modulate as sweep
+    out = tmp_path / "sweep.json"
+    report = sweep.main(["--allow-cpu", "--out", str(out), "--rows", "5", "--hidden", "16", "--table-rows", "20",
+                         "--table-hidden", "16", "--variants", "gather", "--variant-hidden", "16", "--warmup", "0",
+                         "--reps", "1", "--small-rows", "3", "--small-hidden", "16", "--dtype-rows", "3",
+                         "--host-reps", "1"])
+    saved = __import__("json").loads(out.read_text())
+    assert out.with_suffix(".png").stat().st_size > 0
+    assert [c["hidden"] for c in saved["hidden_sweep"]] == [16] and saved["table_rows_sweep"][0]["table_rows"] == 20
+    for case in saved["hidden_sweep"] + saved["table_rows_sweep"]:
+        assert set(case["rows"]) == {"ours", "torch_rms_norm", "composition"}
+        assert {"sync_us", "stream_us", "floor_fraction_sync"} <= set(case["rows"]["ours"]["fwd_bwd_net"])
+    assert saved["variants"][0]["variant"] == "gather"
+    assert all(r["within_bounds"] and r["out_dtypes_ok"] for r in saved["dtype_matrix"])
+    assert "host_us_per_call" in saved["small_batch"] and report["wall_s"] == saved["wall_s"]

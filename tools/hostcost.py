@@ -1,6 +1,6 @@
 """Where the host time of a norm_modulate forward+backward goes (GPU only; not used by the op).
 
-    python -m kernels.hostcost --out DIR
+    python -m tools.hostcost --out DIR [--rows 32768] [--hidden 5376] [--table-rows 9]
 
 On the lent H200 VM a launch costs tens of microseconds of host time, so a forward+backward of a few
 launches can be host-bound: the GPU idles between kernels and CUDA-event timings measure the host.
@@ -18,10 +18,13 @@ import torch
 import triton
 import triton.language as tl
 
-from harness.ops.norm_modulate import OP, NormModulateParams
-from harness.timing import sample
+from harness.timing import STREAM, SYNCHRONIZED, median, take
 from kernels import norm_modulate as K
-from kernels.api import norm_modulate
+from kernels.norm_modulate_api import norm_modulate
+from tools.sweep_norm_modulate import make_case
+
+HIDDEN = 5376
+TABLE_ROWS = 9
 
 
 @triton.jit
@@ -47,14 +50,14 @@ def _leaves(t):
 
 
 def primitives(dev) -> dict[str, float]:
-    params = NormModulateParams()
-    t = OP.make_inputs(params, 8, 11, dev).tensors
+    _, t = make_case(dev, HIDDEN, 8, TABLE_ROWS)
     x, w, sh, sc, idx = (t[n] for n in ("x", "w", "sh", "sc", "idx"))
     small = torch.empty(8, device=dev)
     res = {}
-    res["torch.empty [8, H] bf16"] = host_us(lambda: torch.empty((8, 5376), dtype=torch.bfloat16, device=dev))
+    res["torch.empty [8, H] bf16"] = host_us(lambda: torch.empty((8, HIDDEN), dtype=torch.bfloat16, device=dev))
     res["torch.empty_like(x)"] = host_us(lambda: torch.empty_like(x))
-    res["x.view(8, H)"] = host_us(lambda: x.view(8, 5376))
+    res["x.new_empty((8,), fp32)"] = host_us(lambda: x.new_empty((8,), dtype=torch.float32))
+    res["x.view(8, H)"] = host_us(lambda: x.view(8, HIDDEN))
     res["x[0] (select)"] = host_us(lambda: x[0])
     res["small[2:4] (slice)"] = host_us(lambda: small[2:4])
     res["x.stride(0)"] = host_us(lambda: x.stride(0))
@@ -70,12 +73,18 @@ def primitives(dev) -> dict[str, float]:
     res["triton _noop binder only"] = host_us(lambda: binder(small))
     res["torch.cuda.current_device + stream"] = host_us(
         lambda: torch.cuda.current_stream(torch.cuda.current_device()))
+    from kernels import norm_modulate_api as api
     y, rstd = K.forward(x, w, sh, sc, idx, 1e-5)
-    res["K.forward (1 launch, 2 empty)"] = host_us(lambda: K.forward(x, w, sh, sc, idx, 1e-5))
+    res["K.forward (1 launch, 2 allocations)"] = host_us(lambda: K.forward(x, w, sh, sc, idx, 1e-5))
+    res["K.forward no rstd (1 launch, 1 allocation)"] = host_us(
+        lambda: K.forward(x, w, sh, sc, idx, 1e-5, save_rstd=False))
     res["api norm_modulate no grad"] = host_us(lambda: norm_modulate(x, w, sh, sc, idx, check_index=False))
-    res["api _check only"] = host_us(lambda: __import__("kernels.api", fromlist=["_check"])._check(x, w, sh, sc, idx))
+    res["api _fast_ok only"] = host_us(lambda: api._fast_ok(x, w, sh, sc, idx))
+    res["api _check only (detailed checks)"] = host_us(lambda: api._check(x, w, sh, sc, idx))
     dy = torch.ones_like(x)
     res["K.backward (2 launches)"] = host_us(lambda: K.backward(dy, x, w, sc, idx, rstd, sh.shape[0], sh.dtype, True))
+    res["K.backward dx only (1 launch)"] = host_us(
+        lambda: K.backward(dy, x, w, sc, idx, rstd, sh.shape[0], sh.dtype, False))
     case = _FwdBwdCase(dev, 8)
     res["ours fwd+bwd (autograd)"] = host_us(case.step)
 
@@ -105,7 +114,7 @@ class _FwdBwdCase:
     """The harness's fwd_bwd_net step on prior-art inputs: fresh leaves, a fixed upstream gradient."""
 
     def __init__(self, dev, rows: int):
-        t = OP.make_inputs(NormModulateParams(), rows, 11, dev).tensors
+        _, t = make_case(dev, HIDDEN, rows, TABLE_ROWS)
         self.idx = t["idx"]
         self.leaves = _leaves(t)
         self.ones = torch.ones_like(t["x"])
@@ -118,7 +127,7 @@ class _FwdBwdCase:
         norm_modulate(*self.leaves, self.idx, check_index=False).backward(self.ones)
 
     def torch_rms_norm(self):
-        torch.nn.functional.rms_norm(self.leaves[0], (5376,), self.leaves[1], 1e-5).backward(self.ones)
+        torch.nn.functional.rms_norm(self.leaves[0], (HIDDEN,), self.leaves[1], 1e-5).backward(self.ones)
 
     def step(self):
         self.clear()
@@ -134,7 +143,9 @@ def iteration(dev, rows: int) -> dict[str, float]:
             case.clear()
             fn()
         res[f"{name} host us/iter"] = host_us(step, reps=100)
-        res[f"{name} event us"] = [round(sample(fn, dev, 5, 50, setup=case.clear).median_us, 1) for _ in range(2)]
+        for method in (SYNCHRONIZED, STREAM):
+            res[f"{name} event us ({method})"] = [round(median(take(fn, dev, method, 50, case.clear)), 1)
+                                                  for _ in range(2)]
     return res
 
 
@@ -158,11 +169,17 @@ def timeline(dev, rows: int) -> list[str]:
 
 
 def main() -> None:
+    global HIDDEN, TABLE_ROWS
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=32768)
+    ap.add_argument("--hidden", type=int, default=HIDDEN)
+    ap.add_argument("--table-rows", type=int, default=TABLE_ROWS)
     ap.add_argument("--out", default=None)
     ap.add_argument("--breakdown-only", action="store_true")
     args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("tools.hostcost measures host time around CUDA launches and needs a CUDA GPU")
+    HIDDEN, TABLE_ROWS = args.hidden, args.table_rows
     dev = torch.device("cuda")
     report = {"breakdown": breakdown(dev)}
     if not args.breakdown_only:
@@ -185,7 +202,8 @@ def breakdown(dev, rows: int = 8, reps: int = 200) -> dict[str, float]:
     import threading
     from collections import defaultdict
 
-    from kernels import api
+    from kernels import common
+    from kernels import norm_modulate_api as api
     spent: dict[str, float] = defaultdict(float)
     calls: dict[str, int] = defaultdict(int)
 
@@ -202,12 +220,15 @@ def breakdown(dev, rows: int = 8, reps: int = 200) -> dict[str, float]:
         setattr(owner, name, wrapper)
         return owner, name, original
 
-    from kernels import launch as launch_mod
     patches = [timed(K, "forward", "K.forward"), timed(K, "backward", "K.backward"),
-               timed(api, "_check", "api._check"), timed(api, "_as_rows", "api._as_rows"),
-               timed(K, "launch", "kernels.launch (all launches)"),
-               timed(K, "block_config", "block_config"), timed(K, "backward_split", "backward_split"),
-               timed(torch, "empty", "torch.empty (all)"),
+               timed(api, "_fast_ok", "api._fast_ok"), timed(api, "_check", "api._check (detailed, on failure)"),
+               timed(api, "_as_rows", "api._as_rows"),
+               timed(K, "launch_on", "kernels.common.launch_on (all launches)"),
+               timed(common, "_launch_fast", "kernels.common._launch_fast (fast path)"),
+               timed(K, "launch_config", "launch_config"), timed(K, "_fwd_recipe", "K._fwd_recipe"),
+               timed(K, "_bwd_recipe", "K._bwd_recipe"), timed(K, "make_plan", "K.make_plan (M > local_max)"),
+               timed(torch, "empty", "torch.empty (all)"), timed(torch, "empty_like", "torch.empty_like (all)"),
+               timed(torch.Tensor, "new_empty", "Tensor.new_empty (all)"),
                timed(api._NormModulate, "forward", "_NormModulate.forward (body)"),
                timed(api._NormModulate, "backward", "_NormModulate.backward (body)"),
                timed(api, "norm_modulate", "api.norm_modulate (whole forward call)"),

@@ -1,0 +1,106 @@
+"""Compile the norm_modulate kernels for an NVIDIA target without a GPU, and report registers and spills.
+
+    python -m tools.compile_norm_modulate --hidden 1024,5376,12288 [--arch 90]
+
+Triton compiles for a target (GPUTarget("cuda", 90, 32) = H100/H200) with its bundled ptxas; cuobjdump
+reads the registers per thread and the spill stack (bytes per thread) of the cubin. No GPU is used, so
+this runs anywhere triton's NVIDIA backend is installed. The numbers are this machine's triton and ptxas
+(they can differ a little from the GPU machine's). Every kernel and every launch configuration the
+launchers can pick for that H is compiled, so a kernel that only the interpreter accepts shows up here.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+
+from kernels import norm_modulate as K
+
+POINTERS = {"X": "bf16", "DY": "bf16", "DX": "bf16", "Y": "bf16", "W": "bf16", "SH": "bf16", "SC": "bf16",
+            "IDX": "i64", "ORDER": "i64", "KEYS": "i64", "SCRATCH": "i32", "RSTD": "fp32", "PART": "fp32",
+            "DSH": "bf16", "DSC": "bf16", "DW": "bf16"}
+
+
+def _signature(kernel, constexprs: dict) -> dict:
+    sig = {}
+    for name in kernel.arg_names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name in POINTERS:
+            sig[name] = "*" + POINTERS[name]
+        elif name == "eps":
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i32"
+    return sig
+
+
+def resources(kernel, constexprs: dict, num_warps: int, arch: int = 90) -> dict:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    src = ASTSource(kernel, _signature(kernel, constexprs), constexprs=constexprs)
+    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as handle:
+        handle.write(compiled.asm["cubin"])
+        path = handle.name
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    text = subprocess.run([tool, "-res-usage", path], capture_output=True, text=True).stdout
+    os.unlink(path)
+    found = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+)", text)
+    regs, stack, shared = (int(v) for v in found.groups()) if found else (-1, -1, -1)
+    return {"regs": regs, "spill_stack_bytes": stack, "shared": shared + compiled.metadata.shared,
+            "warps": num_warps}
+
+
+def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9) -> list[tuple[str, object, dict, int]]:
+    """(label, kernel, constexprs, warps) of every launch `forward` and `backward` can make for `hidden`."""
+    head, tail = K._head_tail(hidden)
+    out = []
+    for plan in (False, True):
+        k_p2 = 2 if plan else triton.next_power_of_2(table_rows + 2)
+        if cfg.fwd_kernel == "rows":
+            out.append((f"fwd rows ordered={plan}", K._fwd_rows_kernel,
+                        dict(H=hidden, ROWS=cfg.fwd_rows, HEAD=head, TAIL=tail, ORDERED=plan,
+                             L1_TABLES=cfg.fwd_l1_tables, SAVE_RSTD=True, BY_HAND=False), cfg.fwd_warps))
+        else:
+            out.append((f"fwd walk global={plan}", K._fwd_walk_kernel,
+                        dict(H=hidden, BLOCK_H=cfg.block_h, ROWS=cfg.fwd_rows, CMAX=256, K_P2=k_p2, GLOBAL=plan,
+                             SAVE_RSTD=True, BY_HAND=False), cfg.fwd_warps))
+        common = dict(H=hidden, CMAX=256, K_P2=k_p2, GLOBAL=plan, PARAMS=True, BY_HAND=False)
+        if cfg.bwd_chunk:
+            out.append((f"bwd chunked global={plan}", K._bwd_chunked_kernel,
+                        dict(common, CB=cfg.bwd_chunk, N_CB=triton.cdiv(hidden, cfg.bwd_chunk), G=cfg.bwd_rows),
+                        cfg.bwd_warps))
+        else:
+            out.append((f"bwd global={plan}", K._bwd_kernel, dict(common, BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows),
+                        cfg.bwd_warps))
+    out.append(("params", K._bwd_params_kernel, dict(H=hidden, BLOCK_C=32, P_TILE=256, BY_HAND=False), 4))
+    out.append(("combine", K._bwd_combine_kernel, dict(H=hidden, BLOCK_C=128, P_TILE=32, BY_HAND=False), 4))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hidden", default="1024,2048,3072,4096,5376,8192,12288,32768")
+    parser.add_argument("--arch", type=int, default=90)
+    parser.add_argument("--set", action="append", default=[],
+                        help="override a LaunchConfig field for every H, e.g. --set bwd_chunk=2048")
+    args = parser.parse_args()
+    for hidden in (int(v) for v in args.hidden.split(",")):
+        cfg = K.launch_config(hidden)
+        for item in args.set:
+            name, value = item.split("=")
+            field_type = type(getattr(cfg, name))
+            cfg = dataclasses.replace(cfg, **{name: value if field_type is str else
+                                              (value == "True" if field_type is bool else int(value))})
+        for label, kernel, constexprs, warps in kernels_for(hidden, cfg):
+            print(f"H={hidden:6d} {label:28s} {resources(kernel, constexprs, warps, args.arch)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,435 @@
+"""Shape sweep of our norm_modulate kernel against torch F.rms_norm alone and the composition (GPU only).
+
+    python -m tools.sweep_norm_modulate --out sweep.json            # everything, < 5 min on an H200
+    python -m tools.sweep_norm_modulate --out s.json --hidden 1024,5376 --table-rows 9 --variants ''
+
+What it measures, bf16, in this order (issue 13; kernels/NOTES.md v14-v18 hold the predictions):
+1. H sweep: every H in --hidden at R = --rows (32768), M = 9;
+2. M sweep: every M in --table-rows at H = 5376, R = --rows (idx uniform over the M table rows);
+3. variants: each LaunchConfig preset in --variants at each H in --variant-hidden (our kernel only);
+4. small batch: R = 4097, H = 5376, M = 9: forward per sample, and the host time of one fwd+bwd call;
+5. dtype matrix: x, w, sh, sc dtypes (bf16/fp16/fp32 mixes), errors against float64 at one size.
+For each case and row (ours, torch F.rms_norm alone, the composition F.rms_norm + index_select
+modulation, as diffusers writes it), two figures: the forward (no autograd) and the net forward +
+backward (leaves and the upstream gradient of ones made before the sample, gradients cleared in the
+setup), each timed per sample synchronized (record start; run; record end; synchronize) and back to
+back (`harness.timing.take`, methods "synchronized" and "stream"): CUDA events, median of --reps after
+--warmup. Floors: forward 4*R*H bytes, forward + backward 10*R*H bytes (bf16), over the copy bandwidth
+measured at the start (`harness.environment.measure_copy_bandwidth`).
+
+Writes the JSON (--out), a PNG beside it (latency against H and against M, with the floors), and prints
+a short table last, with each goal of issue 13 marked.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+HIDDENS = (1024, 2048, 3072, 4096, 5376, 8192, 12288)
+TABLE_ROWS = (1, 9, 64, 256, 1024, 4096)
+MODEL_HIDDEN = 5376
+ROWS = 32768
+SMALL_ROWS = 4097
+ROW_NAMES = ("ours", "torch_rms_norm", "composition")
+# x, w, sh, sc dtypes checked against float64 (step 5); the first is the model's.
+DTYPE_MATRIX = (("bf16", "bf16", "bf16", "bf16"), ("bf16", "bf16", "fp32", "fp32"), ("bf16", "fp32", "bf16", "fp16"),
+                ("fp16", "bf16", "fp16", "fp16"), ("fp16", "fp16", "fp16", "fp16"), ("fp32", "fp32", "fp32", "fp32"),
+                ("fp32", "bf16", "bf16", "bf16"), ("fp16", "fp32", "fp32", "bf16"))
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+ERROR_BOUND = {torch.bfloat16: 4.5e-3 * 1.2, torch.float16: 1e-3 * 1.2, torch.float32: 2e-5 * 1.2}
+
+
+def _variant(name: str, hidden: int):
+    """The LaunchConfig preset `name` for `hidden` (kernels/NOTES.md v16 says what each tests)."""
+    from kernels import norm_modulate as K
+    base = K.launch_config(hidden)
+    block_h = base.block_h
+    old_rows = max(1, 4096 // block_h) if block_h < 2048 else 1   # v13's narrow tile / wide row shape
+    old_warps = max(1, min(8, old_rows * block_h // 512)) if block_h < 2048 else 4
+    presets = {
+        "default": {},
+        "gather": dict(fwd_kernel="rows", fwd_rows=old_rows, fwd_warps=old_warps),
+        "gather-l1": dict(fwd_kernel="rows", fwd_rows=old_rows, fwd_warps=old_warps, fwd_l1_tables=True),
+        "walk": dict(fwd_kernel="walk", fwd_rows=max(1, min(64, 8192 // block_h)) if block_h <= 2048 else 1,
+                     fwd_warps=8, fwd_programs_per_sm=2),
+        "walk-1sm": dict(fwd_kernel="walk", fwd_rows=max(1, min(64, 16384 // block_h)) if block_h <= 2048 else 1,
+                         fwd_warps=8, fwd_programs_per_sm=1),
+        "bwd-chunked": dict(bwd_chunk=2048, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1),
+        "bwd-registers": dict(bwd_chunk=0, bwd_rows=max(1, 4096 // block_h), bwd_warps=8, bwd_programs_per_sm=1),
+    }
+    if name not in presets:
+        raise ValueError(f"unknown variant {name!r}; known: {', '.join(presets)}")
+    return dataclasses.replace(base, **presets[name])
+
+
+VARIANT_NAMES = ("default", "gather", "gather-l1", "walk", "walk-1sm", "bwd-chunked", "bwd-registers")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tools.sweep_norm_modulate",
+                                     description="norm_modulate shape sweep on a CUDA GPU (issue 13)")
+    parser.add_argument("--out", default="sweep_norm_modulate.json", help="JSON path; the PNG goes beside it")
+    parser.add_argument("--rows", type=int, default=ROWS)
+    parser.add_argument("--hidden", type=_ints, default=list(HIDDENS), help="H sweep (M = 9)")
+    parser.add_argument("--table-rows", type=_ints, default=list(TABLE_ROWS), help="M sweep (at --table-hidden)")
+    parser.add_argument("--table-hidden", type=int, default=MODEL_HIDDEN, help="the M sweep's H")
+    parser.add_argument("--variants", default="gather,gather-l1,walk-1sm,bwd-chunked,bwd-registers",
+                        help=f"LaunchConfig presets timed beside the default at each --variant-hidden (presets "
+                             f"identical to the default there are skipped): {', '.join(VARIANT_NAMES)}; '' for none")
+    parser.add_argument("--variant-hidden", type=_ints, default=[1024, 4096, 8192])
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--reps", type=int, default=100)
+    parser.add_argument("--small-rows", type=int, default=SMALL_ROWS, help="step 4's R")
+    parser.add_argument("--small-hidden", type=int, default=MODEL_HIDDEN, help="step 4's H")
+    parser.add_argument("--dtype-rows", type=int, default=1024, help="step 5's R (its H is --small-hidden)")
+    parser.add_argument("--host-reps", type=int, default=200, help="calls per host-time figure")
+    parser.add_argument("--no-dtypes", action="store_true", help="skip the dtype matrix")
+    parser.add_argument("--allow-cpu", action="store_true", help=argparse.SUPPRESS)  # tests: interpreter smoke run
+    args = parser.parse_args(argv)
+    args.variants = [v for v in args.variants.split(",") if v.strip()]
+    for name in args.variants:
+        if name not in VARIANT_NAMES:
+            parser.error(f"unknown variant {name!r}; known: {', '.join(VARIANT_NAMES)}")
+    if min(args.rows, args.reps, args.host_reps, args.small_rows, args.dtype_rows) < 1 or args.warmup < 0:
+        parser.error("--rows, --reps, --host-reps, --small-rows and --dtype-rows must be >= 1, --warmup >= 0")
+    return args
+
+
+def require_cuda(allow_cpu: bool = False) -> torch.device:
+    if allow_cpu and not torch.cuda.is_available():
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise SystemExit("tools.sweep_norm_modulate times CUDA kernels and needs a CUDA GPU; none is visible "
+                         "here (torch.cuda.is_available() is False). Run it on the GPU machine.")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def floor_us(hidden: int, rows: int, backward: bool, bandwidth_gbps: float, element_size: int = 2) -> float:
+    """The op's floor: forward reads x and writes y (2 passes), forward + backward also reads x and dy
+    and writes dx (5 passes); tables and w are O(M*H) and left out (harness/ops/norm_modulate.py)."""
+    passes = 5 if backward else 2
+    return passes * element_size * rows * hidden / (bandwidth_gbps * 1e3)
+
+
+@contextlib.contextmanager
+def using_config(config):
+    """Make the API pick `config` (a LaunchConfig) for every H while the block runs."""
+    from kernels import norm_modulate as K
+    original = K.launch_config
+    if config is not None:
+        K.launch_config = lambda hidden: config
+    try:
+        yield
+    finally:
+        K.launch_config = original
+
+
+def make_case(device: torch.device, hidden: int, rows: int, table_rows: int, seed: int = 11):
+    """Prior-art inputs (harness/ops/norm_modulate.py): x = 2 randn, w = 0.5 + rand, tables 0.1 randn as
+    strided views of an AdaLN table; idx uniform over the M table rows (timesteps = M, one modality)."""
+    from harness.config import load_config
+    from harness.ops.norm_modulate import OP
+    params = dataclasses.replace(load_config("norm_modulate").inputs, hidden=hidden, timesteps=table_rows,
+                                 modalities=1, dtype="bfloat16")
+    return params, OP.make_inputs(params, rows, seed, device).tensors
+
+
+def _steps(name: str, t: dict, eps: float) -> tuple[Callable, Callable, Callable]:
+    """(forward, net fwd+bwd, setup) of one row on the case's tensors."""
+    import torch.nn.functional as F
+
+    from kernels.norm_modulate_api import norm_modulate
+    x, w, sh, sc, idx = (t[n] for n in ("x", "w", "sh", "sc", "idx"))
+    hidden = x.shape[-1]
+
+    def ours(x_, w_, sh_, sc_):
+        return norm_modulate(x_, w_, sh_, sc_, idx, eps, check_index=False)
+
+    def rms(x_, w_, sh_, sc_):
+        return F.rms_norm(x_, (hidden,), w_, eps)
+
+    def composition(x_, w_, sh_, sc_):
+        y = F.rms_norm(x_, (hidden,), w_, eps)
+        return y * (1 + sc_.index_select(0, idx)) + sh_.index_select(0, idx)
+
+    fn = {"ours": ours, "torch_rms_norm": rms, "composition": composition}[name]
+    leaves = [v.detach().requires_grad_() for v in ((x, w) if name == "torch_rms_norm" else (x, w, sh, sc))]
+    args = leaves + [sh, sc] if name == "torch_rms_norm" else leaves
+    ones = torch.ones_like(x)
+
+    def forward():
+        with torch.no_grad():
+            fn(x, w, sh, sc)
+
+    def fwd_bwd():
+        torch.autograd.backward(fn(*args), ones)
+
+    def clear():
+        for leaf in leaves:
+            leaf.grad = None
+    return forward, fwd_bwd, clear
+
+
+def time_figure(step: Callable, setup: Optional[Callable], device: torch.device, warmup: int, reps: int) -> dict:
+    from harness.timing import SYNCHRONIZED, STREAM, median, take
+    for _ in range(warmup):
+        if setup is not None:
+            setup()
+        step()
+    out = {}
+    for method, key in ((SYNCHRONIZED, "sync_us"), (STREAM, "stream_us")):
+        out[key] = round(median(take(step, device, method, reps, setup)), 2)
+    return out
+
+
+def time_rows(device, t: dict, names, warmup: int, reps: int, eps: float, config=None) -> dict:
+    found = {}
+    for name in names:
+        forward, fwd_bwd, clear = _steps(name, t, eps)
+        with using_config(config if name == "ours" else None):
+            try:
+                found[name] = {"fwd": time_figure(forward, None, device, warmup, reps),
+                               "fwd_bwd_net": time_figure(fwd_bwd, clear, device, warmup, reps)}
+            except torch.cuda.OutOfMemoryError as exc:  # a row that does not fit is a line, not a crash
+                found[name] = {"error": f"OutOfMemoryError: {str(exc)[:200]}"}
+        torch.cuda.empty_cache()
+    return found
+
+
+def _with_floors(entry: dict, hidden: int, rows: int, bandwidth: float) -> dict:
+    entry["floor_fwd_us"] = round(floor_us(hidden, rows, False, bandwidth), 2)
+    entry["floor_fwd_bwd_us"] = round(floor_us(hidden, rows, True, bandwidth), 2)
+    for row in entry["rows"].values():
+        for figure, floor in (("fwd", entry["floor_fwd_us"]), ("fwd_bwd_net", entry["floor_fwd_bwd_us"])):
+            if figure in row:
+                row[figure]["floor_fraction_sync"] = round(floor / row[figure]["sync_us"], 4)
+                row[figure]["floor_fraction_stream"] = round(floor / row[figure]["stream_us"], 4)
+    return entry
+
+
+def host_us_per_call(step: Callable, setup: Callable, reps: int = 200) -> float:
+    """Host wall time per call without synchronizing (the GPU queue absorbs the work): when this exceeds
+    the GPU time per call, the call is host-bound and CUDA-event timings measure the host."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    for _ in range(min(20, reps)):
+        setup()
+        step()
+    sync()
+    start = time.perf_counter()
+    for _ in range(reps):
+        setup()
+        step()
+    elapsed = time.perf_counter() - start
+    sync()
+    return round(elapsed / reps * 1e6, 2)
+
+
+def small_batch(device, rows: int, hidden: int, warmup: int, reps: int, host_reps: int, eps: float) -> dict:
+    """R = 4097, H = 5376: per-sample forward (ours against torch F.rms_norm), and host time per call."""
+    params, t = make_case(device, hidden, rows, 9)
+    out = {"rows": rows, "hidden": hidden, "table_rows": 9,
+           "timed": time_rows(device, t, ("ours", "torch_rms_norm"), warmup, reps, eps)}
+    host = {}
+    for host_rows in (rows, 8):
+        _, case_t = make_case(device, hidden, host_rows, 9)
+        for name in ("ours", "torch_rms_norm"):
+            forward, fwd_bwd, clear = _steps(name, case_t, eps)
+            host[f"{name} fwd host us (R={host_rows})"] = host_us_per_call(forward, lambda: None, host_reps)
+            host[f"{name} fwd+bwd host us (R={host_rows})"] = host_us_per_call(fwd_bwd, clear, host_reps)
+    out["host_us_per_call"] = host
+    return out
+
+
+def variant_grid(names: list[str], hiddens: list[int]) -> list[tuple[str, int, object]]:
+    """(preset, H, LaunchConfig) to time: each preset at each H, unless it is the default config there."""
+    from kernels import norm_modulate as K
+    grid = []
+    for hidden in hiddens:
+        default = dataclasses.asdict(K.launch_config(hidden))
+        for name in names:
+            config = _variant(name, hidden)
+            if dataclasses.asdict(config) != default:
+                grid.append((name, hidden, config))
+    return grid
+
+
+def dtype_matrix(device, eps: float, rows: int = 1024, hidden: int = MODEL_HIDDEN) -> list[dict]:
+    """max|out - ref| / max|ref| of y and each gradient against float64, for mixed input dtypes."""
+    from harness.probes.accuracy_latency import rel_err
+    from kernels.norm_modulate_api import norm_modulate
+    _, t = make_case(device, hidden, rows, 9)
+    gen = torch.Generator(device=device).manual_seed(9)
+    dy64 = torch.randn(rows, hidden, generator=gen, device=device, dtype=torch.float64)
+    results = []
+    for combo in DTYPE_MATRIX:
+        x_dt, w_dt, sh_dt, sc_dt = (DTYPES[c] for c in combo)
+        base = {"x": t["x"].to(x_dt), "w": t["w"].to(w_dt), "sh": t["sh"].to(sh_dt), "sc": t["sc"].to(sc_dt)}
+        dy = dy64.to(x_dt)
+        leaves = {n: v.detach().requires_grad_() for n, v in base.items()}
+        y = norm_modulate(leaves["x"], leaves["w"], leaves["sh"], leaves["sc"], t["idx"], eps)
+        y.backward(dy)
+        ref = {n: v.detach().double().requires_grad_() for n, v in base.items()}
+        xr = ref["x"]
+        y64 = xr * torch.rsqrt(xr.pow(2).mean(-1, keepdim=True) + eps) * ref["w"] * \
+            (1 + ref["sc"].index_select(0, t["idx"])) + ref["sh"].index_select(0, t["idx"])
+        y64.backward(dy.double())
+        errors = {"y": rel_err(y, y64.detach())}
+        errors.update({f"d{n}": rel_err(leaves[n].grad, ref[n].grad) for n in base})
+        dtypes_ok = y.dtype == x_dt and all(leaves[n].grad.dtype == base[n].dtype for n in base)
+        bounds = {"y": ERROR_BOUND[x_dt], **{f"d{n}": ERROR_BOUND[base[n].dtype] for n in base}}
+        results.append({"dtypes": dict(zip(("x", "w", "sh", "sc"), combo)), "errors": errors,
+                        "out_dtypes_ok": dtypes_ok, "within_bounds": all(errors[k] <= bounds[k] for k in errors)})
+        del leaves, ref, y, y64
+    return results
+
+
+def plot(report: dict, path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(13, 5))
+    FigureCanvasAgg(fig)
+    colors = {"ours": "#4c72b0", "torch_rms_norm": "#dd8452", "composition": "#c44e52"}
+    for axis, section, key, label in ((fig.add_subplot(1, 2, 1), "hidden_sweep", "hidden", "H"),
+                                      (fig.add_subplot(1, 2, 2), "table_rows_sweep", "table_rows", "M (table rows)")):
+        cases = report.get(section, [])
+        if not cases:
+            axis.set_visible(False)
+            continue
+        xs = [c[key] for c in cases]
+        for name in ROW_NAMES:
+            for figure, style in (("fwd", "--"), ("fwd_bwd_net", "-")):
+                ys = [c["rows"].get(name, {}).get(figure, {}).get("sync_us", math.nan) for c in cases]
+                axis.plot(xs, ys, style, marker="o", color=colors[name], label=f"{name} {figure}")
+        axis.plot(xs, [c["floor_fwd_us"] for c in cases], ":", color="k", label="floor fwd")
+        axis.plot(xs, [c["floor_fwd_bwd_us"] for c in cases], "-.", color="k", label="floor fwd+bwd")
+        axis.set_xscale("log", base=2)
+        axis.set_yscale("log")
+        axis.set_xlabel(label)
+        axis.set_ylabel("us (per-sample synchronized, median)")
+        where = ", M = 9" if key == "hidden" else f", H = {cases[0]['hidden']}"
+        axis.set_title(f"R = {report['rows']}, bf16{where}")
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(str(path), dpi=110)
+
+
+def _cell(row: dict, figure: str, key: str = "sync_us") -> float:
+    return row.get(figure, {}).get(key, math.nan)
+
+
+def summary(report: dict) -> str:
+    """The short table: per case, ours / torch / composition (sync us), ours' fractions of the floor,
+    and the goals of issue 13 (ok / MISS)."""
+    lines = [f"copy bandwidth {report['bandwidth_gbps']:.0f} GB/s; per-sample synchronized medians in us "
+             f"(stream in the JSON)",
+             f"{'case':>14} | {'fwd ours':>9} {'torch':>8} {'comp':>8} {'%floor':>6} | "
+             f"{'f+b ours':>9} {'torch':>8} {'comp':>8} {'%floor':>6} | goals"]
+    m9 = next((c for c in report.get("table_rows_sweep", []) if c["table_rows"] == 9), None)
+    base_m9 = _cell(m9["rows"]["ours"], "fwd_bwd_net") if m9 else math.nan
+    for section, key in (("hidden_sweep", "hidden"), ("table_rows_sweep", "table_rows")):
+        for c in report.get(section, []):
+            ours, rms, comp = (c["rows"].get(n, {}) for n in ROW_NAMES)
+            f_ours, fb_ours = _cell(ours, "fwd"), _cell(ours, "fwd_bwd_net")
+            goals = []
+            if section == "hidden_sweep":
+                goals.append("fwd<=torch " + ("ok" if f_ours <= _cell(rms, "fwd") else "MISS"))
+                goals.append("f+b<=torch " + ("ok" if fb_ours <= _cell(rms, "fwd_bwd_net") else "MISS"))
+                if c["hidden"] >= 2048:
+                    goals.append("80%/65% " + ("ok" if c["floor_fwd_us"] / f_ours >= 0.8 and
+                                              c["floor_fwd_bwd_us"] / fb_ours >= 0.65 else "MISS"))
+            else:
+                goals.append("<=1.25xM9 " + ("n/a" if math.isnan(base_m9) else
+                                             "ok" if fb_ours <= 1.25 * base_m9 else "MISS"))
+                goals.append("<=comp " + ("ok" if fb_ours <= _cell(comp, "fwd_bwd_net") else "MISS"))
+            label = f"H={c['hidden']}" if section == "hidden_sweep" else f"M={c['table_rows']}"
+            lines.append(f"{label:>14} | {f_ours:9.1f} {_cell(rms, 'fwd'):8.1f} {_cell(comp, 'fwd'):8.1f} "
+                         f"{c['floor_fwd_us'] / f_ours:6.1%} | {fb_ours:9.1f} {_cell(rms, 'fwd_bwd_net'):8.1f} "
+                         f"{_cell(comp, 'fwd_bwd_net'):8.1f} {c['floor_fwd_bwd_us'] / fb_ours:6.1%} | "
+                         + ", ".join(goals))
+    for v in report.get("variants", []):
+        ours = v["rows"].get("ours", {})
+        lines.append(f"{v['variant'][:9]:>9} H={v['hidden']:<5}| {_cell(ours, 'fwd'):9.1f} "
+                     f"{'':8} {'':8} {v['floor_fwd_us'] / _cell(ours, 'fwd'):6.1%} | {_cell(ours, 'fwd_bwd_net'):9.1f}"
+                     f" {'':8} {'':8} {v['floor_fwd_bwd_us'] / _cell(ours, 'fwd_bwd_net'):6.1%} |")
+    small = report.get("small_batch")
+    if small:
+        ours, rms = small["timed"]["ours"], small["timed"]["torch_rms_norm"]
+        lines.append(f"R={small['rows']} H={small['hidden']} fwd: ours {_cell(ours, 'fwd'):.1f} us, "
+                     f"torch {_cell(rms, 'fwd'):.1f} us -> "
+                     + ("ok" if _cell(ours, "fwd") <= _cell(rms, "fwd") else "MISS") + "; host us per fwd+bwd call: "
+                     + ", ".join(f"{k} {v}" for k, v in small["host_us_per_call"].items() if "fwd+bwd" in k))
+    if report.get("dtype_matrix"):
+        bad = [r["dtypes"] for r in report["dtype_matrix"] if not (r["within_bounds"] and r["out_dtypes_ok"])]
+        lines.append(f"dtype matrix: {len(report['dtype_matrix'])} combinations, "
+                     + ("all within bounds, gradients in their inputs' dtypes" if not bad else f"FAILED: {bad}"))
+    lines.append(f"wall time {report['wall_s']:.0f} s")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> dict:
+    args = parse_args(argv)
+    device = require_cuda(args.allow_cpu)
+    from harness.environment import measure_copy_bandwidth
+    torch.backends.cuda.matmul.allow_tf32 = False
+    eps = 1e-5
+    started = time.perf_counter()
+    bandwidth, _ = measure_copy_bandwidth(device)
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (interpreter smoke run)"
+    report = {"gpu": gpu, "torch": torch.__version__, "rows": args.rows,
+              "bandwidth_gbps": round(bandwidth, 1), "warmup": args.warmup, "reps": args.reps,
+              "timing": "CUDA events; sync_us: per-sample synchronized, stream_us: back to back; medians",
+              "hidden_sweep": [], "table_rows_sweep": [], "variants": []}
+    print(f"copy bandwidth {bandwidth:.0f} GB/s", flush=True)
+    for hidden in args.hidden:
+        _, t = make_case(device, hidden, args.rows, 9)
+        entry = {"hidden": hidden, "table_rows": 9,
+                 "rows": time_rows(device, t, ROW_NAMES, args.warmup, args.reps, eps)}
+        report["hidden_sweep"].append(_with_floors(entry, hidden, args.rows, bandwidth))
+        del t
+        print(f"H={hidden} done ({time.perf_counter() - started:.0f} s)", flush=True)
+    for table_rows in args.table_rows:
+        _, t = make_case(device, args.table_hidden, args.rows, table_rows)
+        entry = {"hidden": args.table_hidden, "table_rows": table_rows,
+                 "rows": time_rows(device, t, ROW_NAMES, args.warmup, args.reps, eps)}
+        report["table_rows_sweep"].append(_with_floors(entry, args.table_hidden, args.rows, bandwidth))
+        del t
+        print(f"M={table_rows} done ({time.perf_counter() - started:.0f} s)", flush=True)
+    cases = {}
+    for name, hidden, config in variant_grid(args.variants, args.variant_hidden):
+        if hidden not in cases:
+            cases = {hidden: make_case(device, hidden, args.rows, 9)[1]}  # one case in memory at a time
+        entry = {"variant": name, "hidden": hidden, "config": dataclasses.asdict(config),
+                 "rows": time_rows(device, cases[hidden], ("ours",), args.warmup, args.reps, eps, config=config)}
+        report["variants"].append(_with_floors(entry, hidden, args.rows, bandwidth))
+        print(f"variant {name} at H={hidden} done ({time.perf_counter() - started:.0f} s)", flush=True)
+    cases.clear()
+    report["small_batch"] = small_batch(device, args.small_rows, args.small_hidden, args.warmup, args.reps,
+                                        args.host_reps, eps)
+    if not args.no_dtypes:
+        report["dtype_matrix"] = dtype_matrix(device, eps, args.dtype_rows, args.small_hidden)
+    report["bandwidth_end_gbps"] = round(measure_copy_bandwidth(device)[0], 1)
+    report["wall_s"] = round(time.perf_counter() - started, 1)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1))
+    plot(report, out.with_suffix(".png"))
+    print(summary(report))
+    return report
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)
