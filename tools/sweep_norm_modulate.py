@@ -394,12 +394,19 @@ def main(argv: Optional[list[str]] = None) -> dict:
               "timing": "CUDA events; sync_us: per-sample synchronized, stream_us: back to back; medians",
               "hidden_sweep": [], "table_rows_sweep": [], "variants": []}
     print(f"copy bandwidth {bandwidth:.0f} GB/s", flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every entry: a run stopped by a time limit keeps what it measured
+        out.write_text(json.dumps(report, indent=1))
+
     for hidden in args.hidden:
         _, t = make_case(device, hidden, args.rows, 9)
         entry = {"hidden": hidden, "table_rows": 9,
                  "rows": time_rows(device, t, ROW_NAMES, args.warmup, args.reps, eps)}
         report["hidden_sweep"].append(_with_floors(entry, hidden, args.rows, bandwidth))
         del t
+        save()
         print(f"H={hidden} done ({time.perf_counter() - started:.0f} s)", flush=True)
     for table_rows in args.table_rows:
         _, t = make_case(device, args.table_hidden, args.rows, table_rows)
@@ -407,7 +414,15 @@ def main(argv: Optional[list[str]] = None) -> dict:
                  "rows": time_rows(device, t, ROW_NAMES, args.warmup, args.reps, eps)}
         report["table_rows_sweep"].append(_with_floors(entry, args.table_hidden, args.rows, bandwidth))
         del t
+        save()
         print(f"M={table_rows} done ({time.perf_counter() - started:.0f} s)", flush=True)
+    report["small_batch"] = small_batch(device, args.small_rows, args.small_hidden, args.warmup, args.reps,
+                                        args.host_reps, eps)
+    save()
+    if not args.no_dtypes:
+        report["dtype_matrix"] = dtype_matrix(device, eps, args.dtype_rows, args.small_hidden)
+        save()
+    # the launch-config variants last: under a time limit the goals' numbers come first
     cases = {}
     for name, hidden, config in variant_grid(args.variants, args.variant_hidden):
         if hidden not in cases:
@@ -415,17 +430,12 @@ def main(argv: Optional[list[str]] = None) -> dict:
         entry = {"variant": name, "hidden": hidden, "config": dataclasses.asdict(config),
                  "rows": time_rows(device, cases[hidden], ("ours",), args.warmup, args.reps, eps, config=config)}
         report["variants"].append(_with_floors(entry, hidden, args.rows, bandwidth))
+        save()
         print(f"variant {name} at H={hidden} done ({time.perf_counter() - started:.0f} s)", flush=True)
     cases.clear()
-    report["small_batch"] = small_batch(device, args.small_rows, args.small_hidden, args.warmup, args.reps,
-                                        args.host_reps, eps)
-    if not args.no_dtypes:
-        report["dtype_matrix"] = dtype_matrix(device, eps, args.dtype_rows, args.small_hidden)
     report["bandwidth_end_gbps"] = round(measure_copy_bandwidth(device)[0], 1)
     report["wall_s"] = round(time.perf_counter() - started, 1)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
+    save()
     plot(report, out.with_suffix(".png"))
     print(summary(report))
     return report
