@@ -1,4 +1,5 @@
-"""Importing the RFC's own CUDA ops (rl-kernel's `rl_engine`), shared by every op's rl-kernel rows.
+"""Importing the RFC's own CUDA ops (rl-kernel's `rl_engine`), shared by every op's rl-kernel rows, and the
+one loader those rows share (`rl_kernel_row`: they differ only in the class, its modules and the call).
 
 rl_engine is not on the package index. The GPU evidence run builds the reassembly in
 `shared/third_party/rl-kernel-h3` into a scratch copy (tools/build_rl_kernel.sh), which writes
@@ -12,8 +13,13 @@ from __future__ import annotations
 import importlib
 import sys
 from importlib import metadata
+from typing import Any, Callable, Optional
 
+import torch
+
+from harness.adapter import Adapter, Loaded, OpCallable
 from harness.environment import rl_kernel_commit
+from harness.execute import describe_exception
 
 RMSNORM_MODULES = (
     "rl_engine.kernels.ops.cuda.h3.rmsnorm",
@@ -52,3 +58,47 @@ def rl_engine_source() -> str:
     if built:
         return built
     return f"rl_engine {getattr(sys.modules.get('rl_engine'), '__version__', '(version unknown)')}"
+
+
+def import_rl_kernel_op(modules: tuple[str, ...], attr: str):
+    """(object, module name) of an rl-kernel op; an ImportError naming the op when it is missing."""
+    try:
+        return rl_engine_attr(modules, attr)
+    except ImportError as exc:
+        raise ImportError(f"rl-kernel's {attr} is not importable ({describe_exception(exc)})") from exc
+
+
+def _called_with_inputs(op: Any, params: Any) -> OpCallable:
+    """The call of most rl-kernel ops: the op object on the op's inputs, in call order, nothing added."""
+    def fn(*inputs):
+        return op(*inputs)
+    return fn
+
+
+def rl_kernel_row(op: str, class_name: str, modules: tuple[str, ...], grads: tuple[str, ...], summary: str, *,
+                  call: Callable[[Any, Any], OpCallable] = _called_with_inputs, how: str = "",
+                  check: Optional[Callable[[Any, Optional[str]], None]] = None,
+                  name_the_op_first: bool = False) -> Adapter:
+    """The `rl_kernel` row of `op`: rl-kernel's CUDA op class `class_name`, looked for in `modules` (the RFC
+    script's layout, then the later one), constructed once per load, and `call(op_object, params)` as the
+    row's fn. Every op's rl-kernel row loads the same way; what differs is passed in:
+
+    - `how`: what the source names after the class (the method called, its fixed arguments);
+    - `check(params, module)`: refuses constants rl-kernel builds in, just before the device check;
+      `module` is where the class was found, or None while it is not imported yet;
+    - `name_the_op_first`: import before the device check, with an ImportError naming the op (the ops
+      OPERATORS.md lists as not public, so a CPU run's reason says that the op is missing, not only that
+      CUDA is); otherwise the device is checked first and the import's own error is the reason.
+    """
+    def load(device: torch.device, params: Any) -> Loaded:
+        found = import_rl_kernel_op(modules, class_name) if name_the_op_first else None
+        if check is not None:
+            check(params, found[1] if found else None)
+        if device.type != "cuda":
+            raise RuntimeError(f"needs CUDA (rl_engine._C extension), got device {device}")
+        op_class, module = found or rl_engine_attr(modules, class_name)
+        op_object = op_class()  # raises RuntimeError when rl_engine._C lacks the op's kernels
+        return Loaded(fn=call(op_object, params),
+                      source=f"rl-kernel {class_name}{how} ({module}, {rl_engine_source()})")
+
+    return Adapter(name="rl_kernel", op=op, grads=grads, load=load, summary=summary)

@@ -25,12 +25,11 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import gemm
+from kernels import checks, gemm
 from kernels.common import interpreter_active
 from kernels.gemm import LaunchConfig as C
 
 DX_SPLIT = 6   # dtemb = dy W over K = 96768: fixed chunks (part of dtemb's order): 126 programs at T = 1
-_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @dataclass(frozen=True)
@@ -67,21 +66,12 @@ def configs() -> ProjectionConfigs:
 
 def _check(temb, w, b) -> None:
     named = {"temb": temb, "w": w, "b": b}
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    for name, t in named.items():
-        if t.device != temb.device:
-            raise ValueError(f"{name} is on {t.device} but temb is on {temb.device}")
-    if temb.device.type != "cuda" and not interpreter_active():
-        raise ValueError(f"temb is on {temb.device}: the Triton kernels need a CUDA device "
-                         "(or TRITON_INTERPRET=1 set before triton is imported)")
-    if temb.dtype not in _FLOATS:
-        raise TypeError(f"temb has dtype {temb.dtype}; expected float32 (or bfloat16, float16)")
-    if w.dtype not in (torch.bfloat16, torch.float16):
-        raise TypeError(f"w has dtype {w.dtype}; expected bfloat16 or float16 (the tensor-core GEMM)")
-    if b.dtype != w.dtype:
-        raise TypeError(f"b has dtype {b.dtype} but w has {w.dtype}")
+    checks.tensors(named)
+    checks.same_device(named, "temb")
+    checks.triton_device("temb", temb, what="the Triton kernels need", any_device_interpreted=True)
+    checks.dtype_in("temb", temb, checks.FLOATS, "expected float32 (or bfloat16, float16)")
+    checks.dtype_in("w", w, (torch.bfloat16, torch.float16), "expected bfloat16 or float16 (the tensor-core GEMM)")
+    checks.same_dtype(named, ("b",), "w")
     if temb.dim() != 2 or temb.shape[1] < 1:
         raise ValueError(f"temb must be [T, temb_dim] with temb_dim >= 1, got shape {tuple(temb.shape)}")
     if w.dim() != 2 or w.shape[1] != temb.shape[1] or w.shape[0] < 1:

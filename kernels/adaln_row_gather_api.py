@@ -6,28 +6,17 @@ from typing import Optional
 import torch
 
 from kernels import adaln_row_gather as K
-from kernels.common import interpreter_active
-
-_FLOATS = (torch.bfloat16, torch.float16, torch.float32)
-_INDEX = (torch.int32, torch.int64)
+from kernels import checks
 
 
 def _check(table, ti, tag, modalities: int, chunks: int) -> None:
     named = {"table": table, "ti": ti, "tag": tag}
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    for name, t in named.items():
-        if t.device != table.device:
-            raise ValueError(f"{name} is on {t.device} but table is on {table.device}")
-    if table.device.type != "cuda" and not (table.device.type == "cpu" and interpreter_active()):
-        raise ValueError(f"table is on {table.device}: the Triton kernel needs a CUDA device "
-                         "(or TRITON_INTERPRET=1 set before triton is imported)")
-    if table.dtype not in _FLOATS:
-        raise TypeError(f"table has dtype {table.dtype}; expected one of bfloat16, float16, float32")
-    for name in ("ti", "tag"):
-        if named[name].dtype not in _INDEX:
-            raise TypeError(f"{name} has dtype {named[name].dtype}; expected int32 or int64")
+    checks.tensors(named)
+    checks.same_device(named, "table")
+    checks.triton_device("table", table)
+    checks.float_dtype("table", table)
+    checks.index_dtype("ti", ti)
+    checks.index_dtype("tag", tag)
     if isinstance(modalities, bool) or not isinstance(modalities, int) or modalities < 1:
         raise ValueError(f"modalities must be an int >= 1, got {modalities!r}")
     if isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= K.MAX_CHUNKS:
@@ -43,16 +32,6 @@ def _check(table, ti, tag, modalities: int, chunks: int) -> None:
         raise ValueError(f"ti must be 1-D [S], got shape {tuple(ti.shape)}")
     if tag.shape != ti.shape:
         raise ValueError(f"tag must have the shape of ti {tuple(ti.shape)}, got {tuple(tag.shape)}")
-
-
-def _check_index_range(ti: torch.Tensor, tag: torch.Tensor, steps: int, modalities: int) -> None:
-    for name, t, limit in (("ti", ti, steps), ("tag", tag, modalities)):
-        if t.numel() == 0:
-            continue
-        bad = (t < 0) | (t >= limit)
-        if bool(bad.any()):  # one host sync each: the price of the check, which can be switched off
-            position = int(bad.nonzero()[0, 0])
-            raise IndexError(f"{name}[{position}] = {int(t[position])} is outside [0, {limit})")
 
 
 def _rows_layout(table: torch.Tensor, ti: torch.Tensor, tag: torch.Tensor):
@@ -98,7 +77,8 @@ def adaln_row_gather(table: torch.Tensor, ti: torch.Tensor, tag: torch.Tensor, m
         with torch.cuda.device(table.device):  # triton launches on the current device
             return adaln_row_gather(table, ti, tag, modalities, chunks, check_index, config)
     if check_index:
-        _check_index_range(ti, tag, table.shape[0] // modalities, modalities)
+        checks.index_range("ti", ti, table.shape[0] // modalities)  # one host sync each
+        checks.index_range("tag", tag, modalities)
     if torch.is_grad_enabled() and table.requires_grad:
         return _AdaLNRowGather.apply(table, ti, tag, modalities, chunks, config)
     outs, _ = K.forward(*_rows_layout(table, ti, tag), modalities, chunks, save_index=False, config=config)

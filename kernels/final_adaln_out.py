@@ -33,11 +33,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from kernels.common import interpreter_active
+from kernels import checks
 from kernels.norm_modulate_api import norm_modulate
-
-_FLOATS = (torch.bfloat16, torch.float16, torch.float32)
-_INDEX = (torch.int32, torch.int64)
 
 
 @dataclass(frozen=True)
@@ -85,24 +82,13 @@ def _projection_autograd(temb, w, b):
 
 def _check(x, nw, temb, w, b, ti) -> None:
     named = {"x": x, "nw": nw, "temb": temb, "w": w, "b": b, "ti": ti}
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    for name, t in named.items():
-        if t.device != x.device:
-            raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
-    if x.device.type != "cuda" and not (x.device.type == "cpu" and interpreter_active()):
-        raise ValueError(f"x is on {x.device}: the Triton kernel needs a CUDA device "
-                         "(or TRITON_INTERPRET=1 set before triton is imported)")
-    if x.dtype not in _FLOATS:
-        raise TypeError(f"x has dtype {x.dtype}; expected one of bfloat16, float16, float32")
-    for name in ("nw", "w", "b"):
-        if named[name].dtype != x.dtype:
-            raise TypeError(f"{name} has dtype {named[name].dtype} but x has {x.dtype}")
-    if temb.dtype not in _FLOATS:
-        raise TypeError(f"temb has dtype {temb.dtype}; expected one of bfloat16, float16, float32")
-    if ti.dtype not in _INDEX:
-        raise TypeError(f"ti has dtype {ti.dtype}; expected int32 or int64")
+    checks.tensors(named)
+    checks.same_device(named, "x")
+    checks.triton_device("x", x)
+    checks.float_dtype("x", x)
+    checks.same_dtype(named, ("nw", "w", "b"), "x")
+    checks.float_dtype("temb", temb)
+    checks.index_dtype("ti", ti)
     if x.dim() < 1 or x.shape[-1] < 1:
         raise ValueError(f"x must be [..., H] with H >= 1, got shape {tuple(x.shape)}")
     hidden = x.shape[-1]
@@ -122,16 +108,6 @@ def _check(x, nw, temb, w, b, ti) -> None:
         raise ValueError("temb has no rows (timesteps), so no ti can be valid")
 
 
-def _check_index_range(ti: torch.Tensor, steps: int) -> None:
-    if ti.numel() == 0:
-        return
-    bad = (ti < 0) | (ti >= steps)
-    if bool(bad.any()):  # one host sync: the price of the check, which can be switched off
-        flat = ti.reshape(-1)
-        position = int(bad.reshape(-1).nonzero()[0, 0])
-        raise IndexError(f"ti[{position}] = {int(flat[position])} is outside [0, {steps}) (temb has {steps} rows)")
-
-
 def final_adaln_out(x: torch.Tensor, nw: torch.Tensor, temb: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
                     ti: torch.Tensor, eps: float = 1e-5, check_index: bool = True,
                     config: Optional[LaunchConfig] = None) -> torch.Tensor:
@@ -144,7 +120,7 @@ def final_adaln_out(x: torch.Tensor, nw: torch.Tensor, temb: torch.Tensor, w: to
     """
     _check(x, nw, temb, w, b, ti)
     if check_index:
-        _check_index_range(ti, temb.shape[0])
+        checks.index_range("ti", ti, temb.shape[0], rows_of="temb")
     cfg = config or launch_config(x.shape[-1])
     if cfg.projection_node and torch.is_grad_enabled() and (temb.requires_grad or w.requires_grad or b.requires_grad):
         proj = _Projection.apply(temb, w, b)

@@ -5,31 +5,18 @@ from typing import Optional
 
 import torch
 
+from kernels import checks
 from kernels import gate_residual as K
-from kernels.common import interpreter_active
-
-_FLOATS = (torch.bfloat16, torch.float16, torch.float32)
-_INDEX = (torch.int32, torch.int64)
 
 
 def _check(res, y, gate, idx) -> None:
     named = {"res": res, "y": y, "gate": gate, "idx": idx}
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    for name, t in named.items():
-        if t.device != res.device:
-            raise ValueError(f"{name} is on {t.device} but res is on {res.device}")
-    if res.device.type != "cuda" and not (res.device.type == "cpu" and interpreter_active()):
-        raise ValueError(f"res is on {res.device}: the Triton kernel needs a CUDA device "
-                         "(or TRITON_INTERPRET=1 set before triton is imported)")
-    if res.dtype not in _FLOATS:
-        raise TypeError(f"res has dtype {res.dtype}; expected one of bfloat16, float16, float32")
-    for name in ("y", "gate"):
-        if named[name].dtype != res.dtype:
-            raise TypeError(f"{name} has dtype {named[name].dtype} but res has {res.dtype}")
-    if idx.dtype not in _INDEX:
-        raise TypeError(f"idx has dtype {idx.dtype}; expected int32 or int64")
+    checks.tensors(named)
+    checks.same_device(named, "res")
+    checks.triton_device("res", res)
+    checks.float_dtype("res", res)
+    checks.same_dtype(named, ("y", "gate"), "res")
+    checks.index_dtype("idx", idx)
     if res.dim() < 1 or res.shape[-1] < 1:
         raise ValueError(f"res must be [..., H] with H >= 1, got shape {tuple(res.shape)}")
     if y.shape != res.shape:
@@ -43,17 +30,6 @@ def _check(res, y, gate, idx) -> None:
                          f"got {tuple(idx.shape)}")
     if rows and gate.shape[0] == 0:
         raise ValueError("gate has no table rows, so no index can be valid")
-
-
-def _check_index_range(idx: torch.Tensor, table_rows: int) -> None:
-    if idx.numel() == 0:
-        return
-    bad = (idx < 0) | (idx >= table_rows)
-    if bool(bad.any()):  # one host sync: the price of the check, which can be switched off
-        flat = idx.reshape(-1)
-        position = int(bad.reshape(-1).nonzero()[0, 0])
-        raise IndexError(f"idx[{position}] = {int(flat[position])} is outside [0, {table_rows}) (gate has "
-                         f"{table_rows} rows)")
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
@@ -103,7 +79,7 @@ def gate_residual(res: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, idx: t
         with torch.cuda.device(res.device):  # triton launches on the current device
             return gate_residual(res, y, gate, idx, check_index, config)
     if check_index:
-        _check_index_range(idx, gate.shape[0])
+        checks.index_range("idx", idx, gate.shape[0], rows_of="gate")
     if torch.is_grad_enabled() and (res.requires_grad or y.requires_grad or gate.requires_grad):
         return _GateResidual.apply(res, y, gate, idx, config)
     out = K.forward(*_layout(res, y, gate, idx), config)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import gemm
+from kernels import checks, gemm
 from kernels.common import interpreter_active
 from kernels.gemm import LaunchConfig as C
 from kernels.gemm import Tiers, pick
@@ -98,18 +98,11 @@ def configs() -> MLPConfigs:
 
 def _check(x, w1, b1, w2, b2) -> None:
     named = {"x": x, "w1": w1, "b1": b1, "w2": w2, "b2": b2}
+    checks.tensors(named)
+    checks.same_device(named, "x")
+    checks.triton_device("x", x, what="the Triton kernels need", any_device_interpreted=True)
     for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    for name, t in named.items():
-        if t.device != x.device:
-            raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
-    if x.device.type != "cuda" and not interpreter_active():
-        raise ValueError(f"x is on {x.device}: the Triton kernels need a CUDA device "
-                         "(or TRITON_INTERPRET=1 set before triton is imported)")
-    for name, t in named.items():
-        if t.dtype != torch.float32:
-            raise TypeError(f"{name} has dtype {t.dtype}; timestep_mlp is fp32 throughout (expected torch.float32)")
+        checks.dtype_in(name, t, (torch.float32,), "timestep_mlp is fp32 throughout (expected torch.float32)")
     if x.dim() != 2:
         raise ValueError(f"x must be [T, freq_dim], got shape {tuple(x.shape)}")
     if w1.dim() != 2 or w1.shape[1] != x.shape[1] or w1.shape[0] < 1:

@@ -28,7 +28,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import INTERPRETED, interpreter_active, launch
+from kernels import checks
+from kernels.common import INTERPRETED, launch
 
 try:
     from triton.language.extra import libdevice
@@ -93,15 +94,11 @@ def frequencies(device: torch.device, half: int, max_period: float, shift: float
 
 
 def _check(t, freq_dim, max_period, shift) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"t must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in _T_DTYPES:
-        raise TypeError(f"t has dtype {t.dtype}; expected a floating dtype (float32 in the model)")
+    checks.tensors({"t": t})
+    checks.dtype_in("t", t, _T_DTYPES, "expected a floating dtype (float32 in the model)")
     if t.dim() != 1:
         raise ValueError(f"t must be 1-D [T], got shape {tuple(t.shape)}")
-    if t.device.type != "cuda" and not (t.device.type == "cpu" and interpreter_active()):
-        raise ValueError(f"t is on {t.device}: the Triton kernel needs a CUDA device "
-                         "(or TRITON_INTERPRET=1 set before triton is imported)")
+    checks.triton_device("t", t)
     if isinstance(freq_dim, bool) or not isinstance(freq_dim, int) or freq_dim < 2 or freq_dim % 2:
         raise ValueError(f"freq_dim must be an even int >= 2 (half cosines, half sines), got {freq_dim!r}")
     if not max_period > 1:

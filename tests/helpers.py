@@ -1,13 +1,19 @@
-"""Shared bits of the CPU tests: where the prior-art file lives, and the honest composition."""
+"""Shared bits of the CPU tests: where the prior-art file lives, the honest composition, and what the op and
+kernel tests of every op do alike (float64 bounds, the reference's finite differences, faults planted on
+even batches, the rl-kernel rows' fake rl_engine, quick plans through the runner and their verdicts)."""
 from __future__ import annotations
 
+import sys
+import types
 from pathlib import Path
 from typing import Optional
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 PRIOR_ART_NAME = "norm_modulate_b200.json"
 # shared/ beside the clone (the workspace and CI layout), or inside it (a copied working tree); last, the
 # copy under tests/data (taken from shared/prior-art on 2026-12-02), so a lone clone still checks the contract.
@@ -21,8 +27,6 @@ def prior_art_path() -> Optional[Path]:
 
 
 def require_prior_art() -> Path:
-    import pytest
-
     path = prior_art_path()
     if path is None:
         pytest.skip("prior-art file not found; looked at " + ", ".join(map(str, PRIOR_ART_CANDIDATES)))
@@ -79,3 +83,176 @@ def run_default_plan_counts(op_name: str, overrides: tuple[str, ...], adapter):
     assert subs.sub_batches == RFC_SUB_BATCHES[op.plan_set] == bi.sub_batches_total(config.full_vs_sub)
     assert sweep.comparisons == RFC_COMPARISONS == bi.sweep_total(config.sweep)
     return found
+
+
+@pytest.fixture
+def one_thread():
+    """A fixture (import it into the test module) for the full default plans: they run thousands of tiny
+    calls, and on a small, busy CI machine OpenMP's thread handoffs cost far more than the work (the sweep
+    took 25 s on 2 threads, 0.9 s on one). Same counts either way."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# --- float64 bounds ---------------------------------------------------------------------------------------
+
+def within(got: torch.Tensor, ref: torch.Tensor, bound) -> bool:
+    """Every element of `got` within `bound` (per element, broadcast, or one number) of the float64 `ref`."""
+    return bool(((got.double() - ref).abs() <= bound).all())
+
+
+def assert_reference_grads_match_finite_differences(op, params, rows: int = 3) -> None:
+    """The op's reference as a black box, for an op whose every input is differentiable and which has one
+    output: d/de sum(out(p + e v) * dy) at e = 0, by central differences in float64, equals the sum over
+    the inputs of <grad, v> for one random direction v through all of them."""
+    names = op.input_names
+    base = {n: t.double() for n, t in op.make_inputs(params, rows, 3, CPU).tensors.items()}
+    (dy,) = op.make_grad_outs(params, rows, 9, CPU)
+    gen = torch.Generator().manual_seed(1)
+    direction = {n: torch.randn(t.shape, generator=gen, dtype=torch.float64) for n, t in base.items()}
+    grads = op.reference(params, op.bundle(base), (dy,), names, op.name).grads
+
+    def loss(e: float) -> float:
+        moved = op.bundle({n: base[n] + e * direction[n] for n in names})
+        return (op.reference(params, moved, None, (), op.name).outputs[0] * dy.double()).sum().item()
+
+    eps = 1e-6
+    numeric = (loss(eps) - loss(-eps)) / (2 * eps)
+    analytic = sum((grads[n] * direction[n]).sum().item() for n in names)
+    assert numeric == pytest.approx(analytic, rel=1e-7, abs=1e-9)
+
+
+def against_reference(op, config, fn, grads: tuple[str, ...], rows: int, params=None, device=CPU):
+    """The accuracy probe's steps by hand: the op's inputs and upstream gradients at the config's accuracy
+    seeds (and its params unless `params`), `fn` run through harness.execute with `grads`, and the float64
+    reference of the same gradients. Returns (inputs, grad_outs, outcome, reference)."""
+    from harness.execute import execute
+
+    params = config.inputs if params is None else params
+    inputs = op.make_inputs(params, rows, config.accuracy.input_seed, device)
+    grad_outs = op.make_grad_outs(params, rows, config.accuracy.grad_seed, device)
+    out = execute(fn, inputs, grad_outs, grads, len(op.outputs))
+    return inputs, grad_outs, out, op.reference(params, inputs, grad_outs, grads, op.name)
+
+
+# --- faults planted on even batches ------------------------------------------------------------------------
+
+class GradBumpOnEvenBatches(torch.autograd.Function):
+    """Identity whose backward scales the gradient by `bump` when the batch (first dimension) is even: a
+    row gradient that depends on the batch's parity. `GradBumpOnEvenBatches.apply(t, bump)`."""
+
+    @staticmethod
+    def forward(ctx, t, bump):
+        ctx.even, ctx.bump = t.shape[0] % 2 == 0, bump
+        return t.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (grad * ctx.bump if ctx.even else grad), None
+
+
+def odd_sub_batches(plan) -> int:
+    """Sub-batches of odd length: those differ from the (even) full batch under a parity fault."""
+    assert plan.full_batch % 2 == 0
+    return len(plan.seeds) * sum(1 for size in plan.sub_batch_sizes for start in plan.starts(size)
+                                 if (min(start + size, plan.full_batch) - start) % 2)
+
+
+def even_sweep_comparisons(plan) -> int:
+    """Sweep comparisons in an even batch (the probe row alone is a batch of one, odd)."""
+    per_seed = sum(len(plan.positions(m)) for m in plan.batch_sizes() if m % 2 == 0) * len(plan.probe_rows())
+    reversed_batch = len(plan.probe_rows()) if plan.rows % 2 == 0 else 0
+    return len(plan.seeds) * (per_seed + reversed_batch)
+
+
+# --- the rl-kernel rows ---------------------------------------------------------------------------------------
+
+# What every rl_kernel row (adapters/_rl_engine.py: rl_kernel_row) says on a CPU when it checks the device first.
+RL_KERNEL_ON_CPU = "RuntimeError: needs CUDA (rl_engine._C extension), got device cpu"
+
+
+def install(monkeypatch, name, **attrs):
+    """A fake module `name` with `attrs` in sys.modules for the test (rl_engine and its op modules)."""
+    module = types.ModuleType(name)
+    module.__dict__.update(attrs)
+    monkeypatch.setitem(sys.modules, name, module)
+    return module
+
+
+@pytest.fixture
+def no_rl_engine(monkeypatch):
+    """A fixture (import it into the test module): no rl_engine module in sys.modules during the test."""
+    for name in [n for n in sys.modules if n.split(".")[0] == "rl_engine"]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+def rl_kernel_reasons(monkeypatch, adapter, params) -> tuple[str, str]:
+    """The rl_kernel row's reasons on CUDA (the device is only looked at): without rl_engine, then with an
+    rl_engine that lacks the op (as the reassembly in shared/third_party)."""
+    monkeypatch.setitem(sys.modules, "rl_engine", None)
+    missing = adapter.try_load(CUDA, params)
+    install(monkeypatch, "rl_engine")
+    return missing, adapter.try_load(CUDA, params)
+
+
+# --- the quick plan through the runner ------------------------------------------------------------------------
+
+def run_quick_plan(op_name: str, adapter, device=CPU, params_repeatable: Optional[bool] = True):
+    """`adapter`'s row through the op's quick plan by the runner, plain mode, one timing repeat (the kernel
+    tests look at verdicts, not times); asserts a clean verdict (`assert_clean_quick_verdict`) and returns
+    the row."""
+    import dataclasses
+
+    from harness.config import load_config
+    from harness.runner import RunRequest, run
+
+    config = load_config(op_name, quick=True)
+    config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
+    evidence = run(RunRequest(config=config, device=device, adapters=[adapter], modes=["plain"], out=None,
+                              measure_bandwidth=False))
+    row = evidence.results["plain"][adapter.name]
+    assert_clean_quick_verdict(row, config, params_repeatable)
+    return row
+
+
+def assert_clean_quick_verdict(row, config, params_repeatable: Optional[bool] = True) -> None:
+    """A measured row, batch-invariant, its parameter gradients' repeatability as given (None: the op has
+    none), and the quick plan's sub-batches and sweep comparisons all run."""
+    from harness.probes import batch_invariance as bi
+    from harness.schema import RowResult
+
+    assert isinstance(row, RowResult), row
+    inv = row.batch_invariance
+    assert inv.batch_invariant is True and inv.params_repeatable is params_repeatable
+    assert inv.full_vs_sub_batches.sub_batches == bi.sub_batches_total(config.full_vs_sub)
+    assert inv.batch_size_sweep.comparisons == bi.sweep_total(config.sweep)
+
+
+def assert_accuracy_within(row, config, bound: float, grads: tuple[str, ...]) -> None:
+    """Every accuracy size of the config measured, each forward error and each of exactly `grads`'
+    errors within `bound`."""
+    assert sorted(row.accuracy_latency, key=int) == [str(r) for r in config.accuracy.rows]
+    for size in row.accuracy_latency.values():
+        assert size.fwd_rel_err <= bound and set(size.grad_rel_err) == set(grads)
+        assert all(err <= bound for err in size.grad_rel_err.values()), size.grad_rel_err
+
+
+def assert_evidence_round_trips(evidence, op_name: str, config) -> None:
+    """The evidence names the op and its inputs, and survives the schema's JSON round trip."""
+    import dataclasses
+
+    from harness import schema
+
+    data = schema.to_dict(evidence)
+    assert data["op"] == op_name and data["config"]["inputs"] == dataclasses.asdict(config.inputs)
+    assert schema.to_dict(schema.from_json(data)) == data
+
+
+def assert_no_differences(found, params_repeatable: Optional[bool] = True) -> None:
+    """A verdict with nothing differing anywhere: every all_rows case, the sub-batches, the sweep."""
+    assert all((c.fwd_differ, c.rowgrad_differ) == (0, 0) for c in found.all_rows.values())
+    assert (found.full_vs_sub_batches.fwd_differ, found.full_vs_sub_batches.rowgrad_differ) == (0, 0)
+    assert found.batch_size_sweep.differ == 0
+    assert found.params_repeatable is params_repeatable and found.batch_invariant is True

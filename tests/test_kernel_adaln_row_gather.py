@@ -9,6 +9,7 @@ from harness.execute import as_bits
 from harness.probes.accuracy_latency import rel_err
 from kernels import adaln_row_gather as K
 from kernels.adaln_row_gather_api import adaln_row_gather
+from tests.helpers import run_quick_plan
 
 # max|err|/max|ref| of the table gradient: fp32 sums rounded once, and one rounding of an element costs at
 # most 2^-8 of it in bf16, 2^-11 in fp16 (the margin covers the fp32 accumulation); fp32 only accumulates.
@@ -168,15 +169,8 @@ def test_bad_input_names_the_argument(device, change, error, match):
 
 def test_quick_plan_through_the_runner():
     from adapters.adaln_row_gather.h3bench_triton import ADAPTER
-    from harness.config import load_config
-    from harness.runner import RunRequest, run as run_plan
 
-    quick = load_config("adaln_row_gather", quick=True)
-    config = dataclasses.replace(quick, timing=dataclasses.replace(quick.timing, repeats=1))
-    evidence = run_plan(RunRequest(config=config, device=torch.device("cpu"), adapters=[ADAPTER], modes=["plain"],
-                                   out=None, measure_bandwidth=False))
-    row = evidence.results["plain"]["h3bench_triton"]
-    assert row.batch_invariance.batch_invariant is True and row.batch_invariance.params_repeatable is True
+    row = run_quick_plan("adaln_row_gather", ADAPTER)  # batch-invariant, table gradient repeatable
     for size in row.accuracy_latency.values():
         assert size.fwd_rel_err == 0.0  # a copy
         assert size.grad_rel_err["table"] <= TOL[torch.bfloat16]

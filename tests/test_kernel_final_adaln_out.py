@@ -10,6 +10,7 @@ from harness.execute import as_bits
 from harness.ops.final_adaln_out import OP
 from harness.probes.accuracy_latency import rel_err
 from kernels.final_adaln_out import LaunchConfig, final_adaln_out
+from tests.helpers import run_quick_plan
 
 NAMES = ("x", "nw", "temb", "w", "b")
 PARAMS = ("nw", "temb", "w", "b")
@@ -188,14 +189,8 @@ def test_bad_input_names_the_argument(device, change, error, match):
 
 def test_quick_plan_through_the_runner():
     from adapters.final_adaln_out.h3bench_triton import ADAPTER
-    from harness.runner import RunRequest, run as run_plan
 
-    quick = load_config("final_adaln_out", quick=True)
-    config = dataclasses.replace(quick, timing=dataclasses.replace(quick.timing, repeats=1))
-    evidence = run_plan(RunRequest(config=config, device=torch.device("cpu"), adapters=[ADAPTER], modes=["plain"],
-                                   out=None, measure_bandwidth=False))
-    row = evidence.results["plain"]["h3bench_triton"]
-    assert row.batch_invariance.batch_invariant is True and row.batch_invariance.params_repeatable is True
+    row = run_quick_plan("final_adaln_out", ADAPTER)  # batch-invariant, parameter gradients repeatable
     for size in row.accuracy_latency.values():
         assert size.fwd_rel_err <= tol(torch.bfloat16)
         assert max(size.grad_rel_err.values()) <= tol(torch.bfloat16)

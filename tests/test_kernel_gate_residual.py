@@ -9,6 +9,7 @@ from harness.execute import as_bits
 from harness.probes.accuracy_latency import rel_err
 from kernels import gate_residual as K
 from kernels.gate_residual_api import gate_residual
+from tests.helpers import run_quick_plan
 
 # max|err|/max|ref|: every output is rounded once from fp32, which costs at most 2^-8 of the element in
 # bf16 and 2^-11 in fp16 (the margin covers the fp32 sum of the gate gradient and, for out, the fp32
@@ -171,15 +172,8 @@ def test_bad_input_names_the_argument(device, change, error, match):
 
 def test_quick_plan_through_the_runner():
     from adapters.gate_residual.h3bench_triton import ADAPTER
-    from harness.config import load_config
-    from harness.runner import RunRequest, run as run_plan
 
-    quick = load_config("gate_residual", quick=True)
-    config = dataclasses.replace(quick, timing=dataclasses.replace(quick.timing, repeats=1))
-    evidence = run_plan(RunRequest(config=config, device=torch.device("cpu"), adapters=[ADAPTER], modes=["plain"],
-                                   out=None, measure_bandwidth=False))
-    row = evidence.results["plain"]["h3bench_triton"]
-    assert row.batch_invariance.batch_invariant is True and row.batch_invariance.params_repeatable is True
+    row = run_quick_plan("gate_residual", ADAPTER)  # batch-invariant, gate gradient repeatable
     for size in row.accuracy_latency.values():
         assert size.fwd_rel_err <= TOL[torch.bfloat16]
         assert size.grad_rel_err["res"] == 0.0  # dres = dy exactly

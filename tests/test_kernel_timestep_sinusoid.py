@@ -1,7 +1,5 @@
 """Our Triton timestep_sinusoid (kernels/timestep_sinusoid.py): error <= 1e-7 against float64 for every t
 and every frequency, bitwise batch invariance, and its argument errors."""
-import dataclasses
-
 import pytest
 import torch
 
@@ -9,6 +7,7 @@ from harness.execute import as_bits
 from harness.ops.timestep_sinusoid import TimestepSinusoidParams, sinusoid64
 from harness.probes.accuracy_latency import rel_err
 from kernels.timestep_sinusoid import LaunchConfig, timestep_sinusoid
+from tests.helpers import run_quick_plan, within
 
 MODEL = TimestepSinusoidParams(freq_dim=256, max_period=10000, downscale_freq_shift=0.0)
 BOUND = 1e-7  # the target: max|out - ref| / max|ref|; one fp32 rounding of values <= 1 costs <= 2^-25 ~ 3e-8
@@ -29,7 +28,7 @@ def test_error_within_1e7_for_every_t_and_k(device):
     assert out.shape == (t.shape[0], 256) and out.dtype == torch.float32
     assert rel_err(out, ref) <= BOUND
     # per element too: every output is within 2^-25 of its value plus float64 noise (one fp32 rounding)
-    assert bool(((out.double() - ref).abs() <= ref.abs() * 2 ** -24 + 1e-15).all())
+    assert within(out, ref, ref.abs() * 2 ** -24 + 1e-15)
 
 
 def test_error_within_1e7_for_large_t_and_other_constants(device):
@@ -82,14 +81,7 @@ def test_bad_input_names_the_argument(device, call, error, match):
 
 def test_quick_plan_through_the_runner():
     from adapters.timestep_sinusoid.h3bench_triton import ADAPTER
-    from harness.config import load_config
-    from harness.runner import RunRequest, run
 
-    quick = load_config("timestep_sinusoid", quick=True)
-    config = dataclasses.replace(quick, timing=dataclasses.replace(quick.timing, repeats=1))
-    evidence = run(RunRequest(config=config, device=torch.device("cpu"), adapters=[ADAPTER], modes=["plain"],
-                              out=None, measure_bandwidth=False))
-    row = evidence.results["plain"]["h3bench_triton"]
-    assert row.batch_invariance.batch_invariant is True and row.batch_invariance.params_repeatable is None
+    row = run_quick_plan("timestep_sinusoid", ADAPTER, params_repeatable=None)  # no parameters
     for size in row.accuracy_latency.values():
         assert size.fwd_rel_err <= BOUND

@@ -9,7 +9,6 @@ import torch
 
 from adapters import builtin_adapters
 from adapters.adaln_projection.diffusers import ADAPTER as DIFFUSERS
-from harness import schema
 from harness.config import ConfigError, load_config
 from harness.execute import bitwise_equal, execute
 from harness.ops import get_op
@@ -17,10 +16,11 @@ from harness.ops.adaln_projection import AdaLNProjectionParams
 from harness.probes.accuracy_latency import combined_rel_err, rel_err
 from harness.runner import RunRequest, run
 from harness.schema import RowResult
-from tests.helpers import run_default_plan_counts
+from tests.helpers import (CPU, against_reference, assert_accuracy_within, assert_evidence_round_trips,
+                           assert_reference_grads_match_finite_differences, run_default_plan_counts, within)
+from tests.helpers import one_thread  # noqa: F401 (a fixture: pytest finds it in this module)
 
 OP = get_op("adaln_projection")
-CPU = torch.device("cpu")
 DEFAULT = load_config(OP.name)
 QUICK = load_config(OP.name, quick=True)
 GRADS = ("temb", "w", "b")
@@ -29,16 +29,6 @@ U16, U32 = 2.0 ** -8, 2.0 ** -24  # unit roundoffs of bf16 (8 significant bits) 
 # cast of silu(temb) the implementation makes and the reference does not (<= u16 sum|W||silu|, which at
 # these widths stays below max|ref|): 2 u16 = 2^-7. Observed <= 4.4e-3 at the quick widths.
 NORMWISE_BOUND = 2 * U16
-
-
-@pytest.fixture
-def one_thread():
-    """The counts run thousands of tiny calls: on a small, busy CI machine OpenMP's thread handoffs cost
-    far more than the work. Same counts either way."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_declarations_and_configs():
@@ -119,21 +109,8 @@ def test_reference_matches_a_hand_computation():
 
 
 def test_reference_gradients_match_finite_differences():
-    params = AdaLNProjectionParams(hidden=1, temb_dim=3, chunks=2, modalities=2)
-    base = {n: t.double() for n, t in OP.make_inputs(params, 3, 3, CPU).tensors.items()}
-    (dy,) = OP.make_grad_outs(params, 3, 9, CPU)
-    gen = torch.Generator().manual_seed(1)
-    direction = {n: torch.randn(t.shape, generator=gen, dtype=torch.float64) for n, t in base.items()}
-    grads = OP.reference(params, OP.bundle(base), (dy,), GRADS, OP.name).grads
-
-    def loss(e: float) -> float:
-        moved = OP.bundle({n: base[n] + e * direction[n] for n in GRADS})
-        return (OP.reference(params, moved, None, (), OP.name).outputs[0] * dy.double()).sum().item()
-
-    eps = 1e-6
-    numeric = (loss(eps) - loss(-eps)) / (2 * eps)
-    analytic = sum((grads[n] * direction[n]).sum().item() for n in GRADS)
-    assert numeric == pytest.approx(analytic, rel=1e-7, abs=1e-9)
+    assert_reference_grads_match_finite_differences(OP, AdaLNProjectionParams(hidden=1, temb_dim=3, chunks=2,
+                                                                               modalities=2))
 
 
 # --- the diffusers row ----------------------------------------------------------------------------------
@@ -155,10 +132,7 @@ def test_diffusers_row_is_within_bf16_rounding(device):
     params = QUICK.inputs
     fn = DIFFUSERS.load(device, params).fn
     for rows in QUICK.accuracy.rows:
-        inputs = OP.make_inputs(params, rows, QUICK.accuracy.input_seed, device)
-        (dy,) = OP.make_grad_outs(params, rows, QUICK.accuracy.grad_seed, device)
-        out = execute(fn, inputs, (dy,), GRADS, 1)
-        ref = OP.reference(params, inputs, (dy,), GRADS, OP.name)
+        inputs, (dy,), out, ref = against_reference(OP, QUICK, fn, GRADS, rows, device=device)
         temb, w, b = (inputs.tensors[name].double() for name in GRADS)
         g = dy.double()
         sig = torch.sigmoid(temb)
@@ -167,13 +141,13 @@ def test_diffusers_row_is_within_bf16_rounding(device):
         assert table.dtype == torch.bfloat16 and table.shape == (rows, params.out_features)
         # table = fl(W fl(silu(temb)) + b): D products through the cast, then the bias
         bound = _bf16_bound(ref.outputs[0], s.abs() @ w.abs().T, b.abs(), params.temb_dim)
-        assert bool(((table.double() - ref.outputs[0]).abs() <= bound).all())
+        assert within(table, ref.outputs[0], bound)
         # dW = fl(dy^T fl(silu(temb))): T products through the cast; db = fl(sum dy): T exact terms
         bound = _bf16_bound(ref.grads["w"], g.abs().T @ s.abs(), 0.0, rows)
         assert out.grads["w"].dtype == torch.bfloat16
-        assert bool(((out.grads["w"].double() - ref.grads["w"]).abs() <= bound).all())
+        assert within(out.grads["w"], ref.grads["w"], bound)
         bound = _bf16_bound(ref.grads["b"], 0.0, g.abs().sum(0), rows)
-        assert bool(((out.grads["b"].double() - ref.grads["b"]).abs() <= bound).all())
+        assert within(out.grads["b"], ref.grads["b"], bound)
         # dtemb = silu'(temb) * fl(dy W) in fp32: the bf16 product of N exact terms (no cast on the way),
         # scaled by |silu'| <= sig (1 + |temb| (1 - sig)) = m; silu's backward adds a few fp32 ulps
         m = sig * (1 + temb.abs() * (1 - sig))
@@ -181,7 +155,7 @@ def test_diffusers_row_is_within_bf16_rounding(device):
         product = g @ w
         bound = m * _bf16_bound(product, 0.0, through, params.out_features) + 8 * U32 * m * product.abs()
         assert out.grads["temb"].dtype == torch.float32
-        assert bool(((out.grads["temb"].double() - ref.grads["temb"]).abs() <= bound).all())
+        assert within(out.grads["temb"], ref.grads["temb"], bound)
         assert combined_rel_err(out.outputs, ref.outputs) <= NORMWISE_BOUND
         for name in GRADS:
             assert rel_err(out.grads[name], ref.grads[name]) <= NORMWISE_BOUND, name
@@ -245,10 +219,5 @@ def test_quick_plan_through_the_runner():
     assert isinstance(row, RowResult), row
     assert row.has_backward is True and row.source.startswith("diffusers MiniMaxH3AdaLayerNormModulation")
     assert row.batch_invariance.params_repeatable is True
-    assert sorted(row.accuracy_latency, key=int) == [str(r) for r in QUICK.accuracy.rows]
-    for size in row.accuracy_latency.values():
-        assert size.fwd_rel_err <= NORMWISE_BOUND and set(size.grad_rel_err) == set(GRADS)
-        assert all(err <= NORMWISE_BOUND for err in size.grad_rel_err.values()), size.grad_rel_err
-    data = schema.to_dict(evidence)
-    assert data["op"] == OP.name and data["config"]["inputs"] == dataclasses.asdict(QUICK.inputs)
-    assert schema.to_dict(schema.from_json(data)) == data
+    assert_accuracy_within(row, QUICK, NORMWISE_BOUND, GRADS)
+    assert_evidence_round_trips(evidence, OP.name, QUICK)

@@ -6,9 +6,6 @@ row's upstream gradients (the only gradient: no per-row gradient).
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import sys
-import types
 
 import pytest
 import torch
@@ -16,19 +13,19 @@ import torch
 from adapters.adaln_row_gather.diffusers import ADAPTER as DIFFUSERS
 from adapters.adaln_row_gather.rl_kernel import ADAPTER as RL_KERNEL
 from adapters.adaln_row_gather.torch_embedding import ADAPTER as TORCH_EMBEDDING
-from harness import schema
 from harness.adapter import Loaded, from_function
 from harness.config import ConfigError, load_config
-from harness.execute import as_bits, execute
+from harness.execute import as_bits
 from harness.ops import get_op
 from harness.ops.adaln_row_gather import CHUNK_NAMES, PARAM_SEED, AdaLNRowGatherParams
-from harness.probes import batch_invariance as bi
 from harness.probes.accuracy_latency import combined_rel_err, rel_err
 from harness.runner import RunRequest, run
-from harness.schema import RowResult, UnavailableRow
-from tests.helpers import run_default_plan_counts
+from harness.schema import UnavailableRow
+from tests.helpers import (CPU, CUDA, RL_KERNEL_ON_CPU, against_reference, assert_clean_quick_verdict,
+                           assert_evidence_round_trips, assert_no_differences, install, rl_kernel_reasons,
+                           run_default_plan_counts, within)
+from tests.helpers import no_rl_engine  # noqa: F401 (a fixture: pytest finds it in this module)
 
-CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 OP = get_op("adaln_row_gather")
 DEFAULT = load_config("adaln_row_gather")
 QUICK = load_config("adaln_row_gather", quick=True)
@@ -156,10 +153,7 @@ def test_reference_without_gradients_and_unknown_variant():
 # --- the CPU rows against the reference -------------------------------------------------------------------
 
 def outcome(adapter, rows, params=QUICK.inputs):
-    inputs = OP.make_inputs(params, rows, QUICK.accuracy.input_seed, CPU)
-    grad_outs = OP.make_grad_outs(params, rows, QUICK.accuracy.grad_seed, CPU)
-    out = execute(adapter.load(CPU, params).fn, inputs, grad_outs, adapter.grads, len(OP.outputs))
-    return inputs, grad_outs, out, OP.reference(params, inputs, grad_outs, adapter.grads, OP.name)
+    return against_reference(OP, QUICK, adapter.load(CPU, params).fn, adapter.grads, rows, params)
 
 
 @pytest.mark.parametrize("rows", QUICK.accuracy.rows)
@@ -187,8 +181,7 @@ def test_torch_embedding_row_matches_the_reference(rows):
     gamma = (k - 1).clamp_min(0) * U / (1 - (k - 1).clamp_min(0) * U)
     abs_sum = torch.zeros(9, 6 * 64, dtype=torch.float64).index_add_(
         0, idx, torch.cat([g.double().abs() for g in grad_outs], dim=1))
-    err = (out.grads["table"].double() - ref.grads["table"]).abs()
-    assert bool((err <= gamma[:, None] * abs_sum + 1e-300).all())
+    assert within(out.grads["table"], ref.grads["table"], gamma[:, None] * abs_sum + 1e-300)
     assert rel_err(out.grads["table"], ref.grads["table"]) > 0  # it does round
 
 
@@ -210,10 +203,7 @@ def test_default_plan_counts_with_the_diffusers_row():
     # batch; the table gradient is the CPU index_add, which adds in index order on one thread, so the same
     # batch gives the same bits run after run (params_repeatable). On CUDA the same backward is an atomic
     # scatter-add whose order varies: the RFC's B200 finding, not something a CPU run can show.
-    assert all((c.fwd_differ, c.rowgrad_differ) == (0, 0) for c in found.all_rows.values())
-    assert (found.full_vs_sub_batches.fwd_differ, found.full_vs_sub_batches.rowgrad_differ) == (0, 0)
-    assert found.batch_size_sweep.differ == 0
-    assert found.params_repeatable is True and found.batch_invariant is True
+    assert_no_differences(found)
 
 
 # --- memory floors -------------------------------------------------------------------------------------------
@@ -230,21 +220,8 @@ def test_floor_bytes_match_operators_md():
 
 # --- the CUDA-only row ---------------------------------------------------------------------------------------
 
-def install(monkeypatch, name, **attrs):
-    module = types.ModuleType(name)
-    module.__dict__.update(attrs)
-    monkeypatch.setitem(sys.modules, name, module)
-    return module
-
-
-@pytest.fixture
-def no_rl_engine(monkeypatch):
-    for name in [n for n in sys.modules if n.split(".")[0] == "rl_engine"]:
-        monkeypatch.delitem(sys.modules, name)
-
-
 def test_rl_kernel_is_unavailable_on_cpu_with_a_reason():
-    assert RL_KERNEL.try_load(CPU, QUICK.inputs) == "RuntimeError: needs CUDA (rl_engine._C extension), got device cpu"
+    assert RL_KERNEL.try_load(CPU, QUICK.inputs) == RL_KERNEL_ON_CPU
     # rl-kernel hard-codes three modalities and six chunks: another layout is refused first, on any device
     reason = RL_KERNEL.try_load(CUDA, dataclasses.replace(QUICK.inputs, modalities=2))
     assert reason == ("ValueError: rl-kernel's row gather has 3 modalities and 6 chunks built in; this run has "
@@ -252,9 +229,8 @@ def test_rl_kernel_is_unavailable_on_cpu_with_a_reason():
 
 
 def test_rl_kernel_without_rl_engine(monkeypatch, no_rl_engine):
-    monkeypatch.setitem(sys.modules, "rl_engine", None)
-    reason = RL_KERNEL.try_load(CUDA, QUICK.inputs)
-    assert reason.startswith("ModuleNotFoundError: ") and "rl_engine" in reason
+    missing, _ = rl_kernel_reasons(monkeypatch, RL_KERNEL, QUICK.inputs)
+    assert missing.startswith("ModuleNotFoundError: ") and "rl_engine" in missing
 
 
 def test_rl_kernel_plumbing_with_a_fake_rl_engine(monkeypatch, no_rl_engine):
@@ -308,16 +284,11 @@ def test_quick_plan_through_the_runner():
                               modes=["plain"], out=None, measure_bandwidth=False))
     rows = evidence.results["plain"]
     assert list(rows) == ["diffusers", "torch_embedding", "rl_kernel", "planted"]
-    assert rows["rl_kernel"] == UnavailableRow(unavailable="RuntimeError: needs CUDA (rl_engine._C extension), "
-                                                           "got device cpu", wall_s=rows["rl_kernel"].wall_s)
+    assert rows["rl_kernel"] == UnavailableRow(unavailable=RL_KERNEL_ON_CPU, wall_s=rows["rl_kernel"].wall_s)
     for name in ("diffusers", "torch_embedding"):
         row = rows[name]
-        assert isinstance(row, RowResult), row
+        assert_clean_quick_verdict(row, QUICK)
         assert row.has_backward is True
-        inv = row.batch_invariance
-        assert inv.batch_invariant is True and inv.params_repeatable is True
-        assert inv.full_vs_sub_batches.sub_batches == bi.sub_batches_total(QUICK.full_vs_sub)
-        assert inv.batch_size_sweep.comparisons == bi.sweep_total(QUICK.sweep)
         assert sorted(row.accuracy_latency, key=int) == [str(r) for r in QUICK.accuracy.rows]
         for size in row.accuracy_latency.values():
             assert size.fwd_rel_err == 0.0 and set(size.grad_rel_err) == {"table"}
@@ -329,6 +300,4 @@ def test_quick_plan_through_the_runner():
     assert all(c.rowgrad_differ == 0 for c in inv.all_rows.values())
     assert inv.full_vs_sub_batches.fwd_differ > 0 and inv.batch_size_sweep.differ > 0
     assert inv.params_repeatable is True and inv.batch_invariant is False
-    data = schema.to_dict(evidence)
-    assert data["op"] == OP.name and data["config"]["inputs"] == dataclasses.asdict(QUICK.inputs)
-    assert schema.to_dict(schema.from_json(data)) == data
+    assert_evidence_round_trips(evidence, OP.name, QUICK)

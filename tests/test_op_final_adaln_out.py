@@ -8,27 +8,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
-import types
 
 import pytest
 import torch
 
 from adapters.final_adaln_out.diffusers import ADAPTER as DIFFUSERS
 from adapters.final_adaln_out.rl_kernel import ADAPTER as RL_KERNEL
-from harness import schema
 from harness.adapter import Loaded
 from harness.config import ConfigError, load_config
-from harness.execute import as_bits, execute
+from harness.execute import as_bits
 from harness.ops import get_op
 from harness.ops.final_adaln_out import PARAM_SEED, FinalAdaLNOutParams
-from harness.probes import batch_invariance as bi
 from harness.probes.accuracy_latency import rel_err
 from harness.runner import RunRequest, run
-from harness.schema import RowResult, UnavailableRow
-from tests.helpers import run_default_plan_counts
+from harness.schema import UnavailableRow
+from tests.helpers import (CPU, CUDA, RL_KERNEL_ON_CPU, against_reference, assert_accuracy_within,
+                           assert_clean_quick_verdict, assert_evidence_round_trips, assert_no_differences, install,
+                           rl_kernel_reasons, run_default_plan_counts)
+from tests.helpers import no_rl_engine  # noqa: F401 (a fixture: pytest finds it in this module)
 
-CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 OP = get_op("final_adaln_out")
 DEFAULT = load_config("final_adaln_out")
 QUICK = load_config("final_adaln_out", quick=True)
@@ -189,11 +187,8 @@ def test_reference_gradients_subset_and_unknown_variant():
 # --- the diffusers row against the reference -------------------------------------------------------------
 
 def outcome(rows, fn=None):
-    params = QUICK.inputs
-    inputs = OP.make_inputs(params, rows, QUICK.accuracy.input_seed, CPU)
-    grad_outs = OP.make_grad_outs(params, rows, QUICK.accuracy.grad_seed, CPU)
-    out = execute(fn or DIFFUSERS.load(CPU, params).fn, inputs, grad_outs, GRADS, 1)
-    return inputs, out, OP.reference(params, inputs, grad_outs, GRADS, OP.name)
+    inputs, _, out, ref = against_reference(OP, QUICK, fn or DIFFUSERS.load(CPU, QUICK.inputs).fn, GRADS, rows)
+    return inputs, out, ref
 
 
 @pytest.mark.parametrize("rows", QUICK.accuracy.rows)
@@ -246,10 +241,7 @@ def test_default_plan_counts_with_the_diffusers_row():
     # in every batch), and the modulation is elementwise; the parameter gradients (dnw, and dshift/dscale via
     # index_select's backward, then dW, db, dtemb) are sums that the CPU kernels add in a fixed order, so they
     # repeat run to run. (On CUDA index_select's backward is an atomic scatter-add: the RFC's finding.)
-    assert all((c.fwd_differ, c.rowgrad_differ) == (0, 0) for c in found.all_rows.values())
-    assert (found.full_vs_sub_batches.fwd_differ, found.full_vs_sub_batches.rowgrad_differ) == (0, 0)
-    assert found.batch_size_sweep.differ == 0
-    assert found.params_repeatable is True and found.batch_invariant is True
+    assert_no_differences(found)
 
 
 # --- memory floors -------------------------------------------------------------------------------------------
@@ -267,29 +259,13 @@ def test_floor_bytes_match_operators_md():
 
 # --- the CUDA-only row ---------------------------------------------------------------------------------------
 
-def install(monkeypatch, name, **attrs):
-    module = types.ModuleType(name)
-    module.__dict__.update(attrs)
-    monkeypatch.setitem(sys.modules, name, module)
-    return module
-
-
-@pytest.fixture
-def no_rl_engine(monkeypatch):
-    for name in [n for n in sys.modules if n.split(".")[0] == "rl_engine"]:
-        monkeypatch.delitem(sys.modules, name)
-
-
 def test_rl_kernel_is_unavailable_on_cpu_with_a_reason():
-    assert RL_KERNEL.try_load(CPU, QUICK.inputs) == "RuntimeError: needs CUDA (rl_engine._C extension), got device cpu"
+    assert RL_KERNEL.try_load(CPU, QUICK.inputs) == RL_KERNEL_ON_CPU
 
 
 def test_rl_kernel_without_rl_engine_or_without_the_op(monkeypatch, no_rl_engine):
-    monkeypatch.setitem(sys.modules, "rl_engine", None)
-    reason = RL_KERNEL.try_load(CUDA, QUICK.inputs)
-    assert reason.startswith("ModuleNotFoundError: ") and "rl_engine" in reason
-    install(monkeypatch, "rl_engine")  # an rl_engine without the op (as the reassembly in shared/third_party)
-    reason = RL_KERNEL.try_load(CUDA, QUICK.inputs)
+    missing, reason = rl_kernel_reasons(monkeypatch, RL_KERNEL, QUICK.inputs)
+    assert missing.startswith("ModuleNotFoundError: ") and "rl_engine" in missing
     assert reason.startswith("ImportError: rl_engine has no H3FinalAdaLNOutCudaOp: tried "
                              "rl_engine.kernels.ops.cuda.h3.final_adaln_out ("), reason
     assert "rl_engine.backends.cuda.model_specific.minimax_h3.final_adaln_out (" in reason
@@ -325,18 +301,9 @@ def test_quick_plan_through_the_runner():
     rows = evidence.results["plain"]
     assert list(rows) == ["diffusers", "rl_kernel"]
     assert isinstance(rows["rl_kernel"], UnavailableRow)
-    assert rows["rl_kernel"].unavailable == "RuntimeError: needs CUDA (rl_engine._C extension), got device cpu"
+    assert rows["rl_kernel"].unavailable == RL_KERNEL_ON_CPU
     row = rows["diffusers"]
-    assert isinstance(row, RowResult), row
+    assert_clean_quick_verdict(row, QUICK)
     assert row.has_backward is True and row.source.startswith("diffusers MiniMaxH3AdaLayerNormOut replayed")
-    inv = row.batch_invariance
-    assert inv.batch_invariant is True and inv.params_repeatable is True
-    assert inv.full_vs_sub_batches.sub_batches == bi.sub_batches_total(QUICK.full_vs_sub)
-    assert inv.batch_size_sweep.comparisons == bi.sweep_total(QUICK.sweep)
-    assert sorted(row.accuracy_latency, key=int) == [str(r) for r in QUICK.accuracy.rows]
-    for size in row.accuracy_latency.values():
-        assert size.fwd_rel_err <= TOL and set(size.grad_rel_err) == set(GRADS)
-        assert all(err <= TOL for err in size.grad_rel_err.values()), size.grad_rel_err
-    data = schema.to_dict(evidence)
-    assert data["op"] == OP.name and data["config"]["inputs"] == dataclasses.asdict(QUICK.inputs)
-    assert schema.to_dict(schema.from_json(data)) == data
+    assert_accuracy_within(row, QUICK, TOL, GRADS)
+    assert_evidence_round_trips(evidence, OP.name, QUICK)

@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
-import types
 
 import pytest
 import torch
@@ -14,19 +12,20 @@ import torch
 from adapters.gate_residual.diffusers import ADAPTER as DIFFUSERS
 from adapters.gate_residual.rl_kernel import ADAPTER as RL_KERNEL
 from adapters.gate_residual.torch_addcmul import ADAPTER as TORCH_ADDCMUL
-from harness import schema
 from harness.adapter import Loaded, from_function
 from harness.config import ConfigError, load_config
-from harness.execute import as_bits, execute
+from harness.execute import as_bits
 from harness.ops import get_op
 from harness.ops.gate_residual import GATE_CHUNK, PARAM_SEED, GateResidualParams
-from harness.probes import batch_invariance as bi
 from harness.probes.accuracy_latency import rel_err
 from harness.runner import RunRequest, run
-from harness.schema import RowResult, UnavailableRow
-from tests.helpers import run_default_plan_counts
+from harness.schema import UnavailableRow
+from tests.helpers import (CPU, CUDA, RL_KERNEL_ON_CPU, GradBumpOnEvenBatches, against_reference,
+                           assert_accuracy_within, assert_clean_quick_verdict, assert_evidence_round_trips,
+                           assert_no_differences, even_sweep_comparisons, install, odd_sub_batches,
+                           rl_kernel_reasons, run_default_plan_counts, within)
+from tests.helpers import no_rl_engine  # noqa: F401 (a fixture: pytest finds it in this module)
 
-CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 OP = get_op("gate_residual")
 DEFAULT = load_config("gate_residual")
 QUICK = load_config("gate_residual", quick=True)
@@ -155,15 +154,7 @@ def test_reference_gradients_subset_and_unknown_variant():
 # --- the CPU rows against the reference -------------------------------------------------------------------
 
 def outcome(adapter, rows):
-    params = QUICK.inputs
-    inputs = OP.make_inputs(params, rows, QUICK.accuracy.input_seed, CPU)
-    grad_outs = OP.make_grad_outs(params, rows, QUICK.accuracy.grad_seed, CPU)
-    out = execute(adapter.load(CPU, params).fn, inputs, grad_outs, adapter.grads, len(OP.outputs))
-    return inputs, grad_outs, out, OP.reference(params, inputs, grad_outs, adapter.grads, OP.name)
-
-
-def within(got: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor) -> bool:
-    return bool(((got.double() - ref).abs() <= bound).all())
+    return against_reference(OP, QUICK, adapter.load(CPU, QUICK.inputs).fn, adapter.grads, rows)
 
 
 @pytest.mark.parametrize("rows", QUICK.accuracy.rows)
@@ -216,10 +207,7 @@ def test_default_plan_counts_with_the_diffusers_row():
     # Observed on the CPU: invariant. Forward, dres and dy are elementwise, one row at a time; dgate is the
     # CPU index_add of index_select's backward, which adds in index order, so it repeats run to run. (On
     # CUDA that index_add is an atomic scatter-add: the RFC's reason for rl-kernel's own op.)
-    assert all((c.fwd_differ, c.rowgrad_differ) == (0, 0) for c in found.all_rows.values())
-    assert (found.full_vs_sub_batches.fwd_differ, found.full_vs_sub_batches.rowgrad_differ) == (0, 0)
-    assert found.batch_size_sweep.differ == 0
-    assert found.params_repeatable is True and found.batch_invariant is True
+    assert_no_differences(found)
 
 
 # --- memory floors -------------------------------------------------------------------------------------------
@@ -237,29 +225,13 @@ def test_floor_bytes_match_operators_md():
 
 # --- the CUDA-only row ---------------------------------------------------------------------------------------
 
-def install(monkeypatch, name, **attrs):
-    module = types.ModuleType(name)
-    module.__dict__.update(attrs)
-    monkeypatch.setitem(sys.modules, name, module)
-    return module
-
-
-@pytest.fixture
-def no_rl_engine(monkeypatch):
-    for name in [n for n in sys.modules if n.split(".")[0] == "rl_engine"]:
-        monkeypatch.delitem(sys.modules, name)
-
-
 def test_rl_kernel_is_unavailable_on_cpu_with_a_reason():
-    assert RL_KERNEL.try_load(CPU, QUICK.inputs) == "RuntimeError: needs CUDA (rl_engine._C extension), got device cpu"
+    assert RL_KERNEL.try_load(CPU, QUICK.inputs) == RL_KERNEL_ON_CPU
 
 
 def test_rl_kernel_without_rl_engine_or_without_the_op(monkeypatch, no_rl_engine):
-    monkeypatch.setitem(sys.modules, "rl_engine", None)
-    reason = RL_KERNEL.try_load(CUDA, QUICK.inputs)
-    assert reason.startswith("ModuleNotFoundError: ") and "rl_engine" in reason
-    install(monkeypatch, "rl_engine")  # an rl_engine without the op (as the reassembly in shared/third_party)
-    reason = RL_KERNEL.try_load(CUDA, QUICK.inputs)
+    missing, reason = rl_kernel_reasons(monkeypatch, RL_KERNEL, QUICK.inputs)
+    assert missing.startswith("ModuleNotFoundError: ") and "rl_engine" in missing
     assert reason.startswith("ImportError: rl_engine has no H3GateResidualCudaOp: tried "
                              "rl_engine.kernels.ops.cuda.h3.gate_residual ("), reason
     assert "rl_engine.backends.cuda.model_specific.minimax_h3.gate_residual (" in reason
@@ -286,19 +258,6 @@ def test_rl_kernel_plumbing_with_a_fake_rl_engine(leaf, monkeypatch, no_rl_engin
 
 # --- the quick plan through the runner ----------------------------------------------------------------------------
 
-class _ScaleGradOnEvenBatches(torch.autograd.Function):
-    """Identity whose backward scales the gradient when the batch is even."""
-
-    @staticmethod
-    def forward(ctx, t):
-        ctx.even = t.shape[0] % 2 == 0
-        return t.clone()
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * BUMP if ctx.even else grad
-
-
 _HONEST = DIFFUSERS.load(CPU, QUICK.inputs).fn
 
 
@@ -306,24 +265,10 @@ def planted(*faulty: str):
     def fn(res, y, gate, idx):
         args = {"res": res, "y": y}
         for name in faulty:
-            args[name] = _ScaleGradOnEvenBatches.apply(args[name])
+            args[name] = GradBumpOnEvenBatches.apply(args[name], BUMP)
         return _HONEST(args["res"], args["y"], gate, idx)
     name = "planted_" + "_".join(faulty)
     return from_function(fn, name=name, op=OP.name, differentiable=GRADS)
-
-
-def odd_sub_batches(plan) -> int:
-    """Sub-batches of odd length: those differ from the (even) full batch under a parity fault."""
-    assert plan.full_batch % 2 == 0
-    return len(plan.seeds) * sum(1 for size in plan.sub_batch_sizes for start in plan.starts(size)
-                                 if (min(start + size, plan.full_batch) - start) % 2)
-
-
-def even_sweep_comparisons(plan) -> int:
-    """Sweep comparisons in an even batch (the probe row alone is a batch of one, odd)."""
-    per_seed = sum(len(plan.positions(m)) for m in plan.batch_sizes() if m % 2 == 0) * len(plan.probe_rows())
-    reversed_batch = len(plan.probe_rows()) if plan.rows % 2 == 0 else 0
-    return len(plan.seeds) * (per_seed + reversed_batch)
 
 
 def test_quick_plan_through_the_runner():
@@ -333,18 +278,12 @@ def test_quick_plan_through_the_runner():
     rows = evidence.results["plain"]
     assert list(rows) == [a.name for a in rows_in]
     assert isinstance(rows["rl_kernel"], UnavailableRow)
-    assert rows["rl_kernel"].unavailable == "RuntimeError: needs CUDA (rl_engine._C extension), got device cpu"
+    assert rows["rl_kernel"].unavailable == RL_KERNEL_ON_CPU
     for name in ("diffusers", "torch_addcmul"):
         row = rows[name]
-        assert isinstance(row, RowResult), row
-        inv = row.batch_invariance
-        assert inv.batch_invariant is True and inv.params_repeatable is True
-        assert all(c.rowgrad_differ == 0 for c in inv.all_rows.values())
-        assert inv.full_vs_sub_batches.sub_batches == bi.sub_batches_total(QUICK.full_vs_sub)
-        assert inv.batch_size_sweep.comparisons == bi.sweep_total(QUICK.sweep)
-        for size in row.accuracy_latency.values():
-            assert size.fwd_rel_err <= 2 * U and set(size.grad_rel_err) == set(GRADS)
-            assert all(err <= 2 * U for err in size.grad_rel_err.values()), size.grad_rel_err
+        assert_clean_quick_verdict(row, QUICK)
+        assert all(c.rowgrad_differ == 0 for c in row.batch_invariance.all_rows.values())
+        assert_accuracy_within(row, QUICK, 2 * U, GRADS)
     # Parity faults in one per-row gradient, in the other, and in both: each per-row gradient is compared
     # on its own and the counts add up (OPERATORS.md: "each compared bitwise, summed into rowgrad_differ").
     subs = odd_sub_batches(QUICK.full_vs_sub)
@@ -358,6 +297,4 @@ def test_quick_plan_through_the_runner():
         # a sweep comparison differs when any gradient of the probe row differs: counted once
         assert inv.batch_size_sweep.differ == even_sweep_comparisons(QUICK.sweep) > 0
         assert inv.params_repeatable is True and inv.batch_invariant is False
-    data = schema.to_dict(evidence)
-    assert data["op"] == OP.name and data["config"]["inputs"] == dataclasses.asdict(QUICK.inputs)
-    assert schema.to_dict(schema.from_json(data)) == data
+    assert_evidence_round_trips(evidence, OP.name, QUICK)

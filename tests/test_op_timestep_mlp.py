@@ -11,7 +11,6 @@ import torch
 from adapters import builtin_adapters
 from adapters.timestep_mlp.diffusers import ADAPTER as DIFFUSERS
 from adapters.timestep_mlp.rl_kernel import ADAPTER as RL_KERNEL
-from harness import schema
 from harness.config import ConfigError, load_config
 from harness.execute import bitwise_equal, execute
 from harness.ops import get_op
@@ -19,10 +18,11 @@ from harness.ops.timestep_mlp import TimestepMLPParams
 from harness.probes.accuracy_latency import combined_rel_err, rel_err
 from harness.runner import RunRequest, run
 from harness.schema import RowResult
-from tests.helpers import run_default_plan_counts
+from tests.helpers import (CPU, against_reference, assert_accuracy_within, assert_evidence_round_trips,
+                           assert_reference_grads_match_finite_differences, run_default_plan_counts)
+from tests.helpers import one_thread  # noqa: F401 (a fixture: pytest finds it in this module)
 
 OP = get_op("timestep_mlp")
-CPU = torch.device("cpu")
 DEFAULT = load_config(OP.name)
 QUICK = load_config(OP.name, quick=True)
 GRADS = ("x", "w1", "b1", "w2", "b2")
@@ -31,16 +31,6 @@ GRADS = ("x", "w1", "b1", "w2", "b2")
 # gradients are dot products of the same lengths (or of the rows). At the quick widths (16, 32) and up to
 # 130 rows, 64 u = 3.8e-6 bounds all of it with room to spare (observed <= 5e-7).
 FP32_BOUND = 64 * 2.0 ** -24
-
-
-@pytest.fixture
-def one_thread():
-    """The counts run thousands of tiny calls: on a small, busy CI machine OpenMP's thread handoffs cost
-    far more than the work (the sweep took 25 s on 2 threads, 0.9 s on one). Same counts either way."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_declarations_and_configs():
@@ -124,21 +114,7 @@ def test_reference_matches_a_hand_computation():
 def test_reference_gradients_match_finite_differences():
     """The reference as a black box: d/de sum(out(p + e v) * dy) at e = 0, by central differences in float64,
     equals sum over inputs of <grad, v> for a random direction v through all five inputs."""
-    params = TimestepMLPParams(freq_dim=3, hidden=4, temb_dim=2)
-    base = {n: t.double() for n, t in OP.make_inputs(params, 3, 3, CPU).tensors.items()}
-    (dy,) = OP.make_grad_outs(params, 3, 9, CPU)
-    gen = torch.Generator().manual_seed(1)
-    direction = {n: torch.randn(t.shape, generator=gen, dtype=torch.float64) for n, t in base.items()}
-    grads = OP.reference(params, OP.bundle(base), (dy,), GRADS, OP.name).grads
-
-    def loss(e: float) -> float:
-        moved = OP.bundle({n: base[n] + e * direction[n] for n in GRADS})
-        return (OP.reference(params, moved, None, (), OP.name).outputs[0] * dy.double()).sum().item()
-
-    eps = 1e-6
-    numeric = (loss(eps) - loss(-eps)) / (2 * eps)
-    analytic = sum((grads[n] * direction[n]).sum().item() for n in GRADS)
-    assert numeric == pytest.approx(analytic, rel=1e-7, abs=1e-9)
+    assert_reference_grads_match_finite_differences(OP, TimestepMLPParams(freq_dim=3, hidden=4, temb_dim=2))
 
 
 # --- the diffusers row ----------------------------------------------------------------------------------
@@ -146,10 +122,7 @@ def test_reference_gradients_match_finite_differences():
 def test_diffusers_row_is_within_fp32_rounding(device):
     fn = DIFFUSERS.load(device, QUICK.inputs).fn
     for rows in QUICK.accuracy.rows:
-        inputs = OP.make_inputs(QUICK.inputs, rows, QUICK.accuracy.input_seed, device)
-        grad_outs = OP.make_grad_outs(QUICK.inputs, rows, QUICK.accuracy.grad_seed, device)
-        out = execute(fn, inputs, grad_outs, GRADS, 1)
-        ref = OP.reference(QUICK.inputs, inputs, grad_outs, GRADS, OP.name)
+        _, _, out, ref = against_reference(OP, QUICK, fn, GRADS, rows, device=device)
         assert out.outputs[0].dtype == torch.float32
         assert combined_rel_err(out.outputs, ref.outputs) <= FP32_BOUND
         for name in GRADS:
@@ -227,13 +200,8 @@ def test_quick_plan_through_the_runner():
     assert isinstance(row, RowResult), row
     assert row.has_backward is True and row.source.startswith("diffusers TimestepEmbedding")
     assert row.batch_invariance.params_repeatable is True
-    assert sorted(row.accuracy_latency, key=int) == [str(r) for r in QUICK.accuracy.rows]
-    for size in row.accuracy_latency.values():
-        assert size.fwd_rel_err <= FP32_BOUND and set(size.grad_rel_err) == set(GRADS)
-        assert all(err <= FP32_BOUND for err in size.grad_rel_err.values()), size.grad_rel_err
-    data = schema.to_dict(evidence)
-    assert data["op"] == OP.name and data["config"]["inputs"] == dataclasses.asdict(QUICK.inputs)
-    assert schema.to_dict(schema.from_json(data)) == data
+    assert_accuracy_within(row, QUICK, FP32_BOUND, GRADS)
+    assert_evidence_round_trips(evidence, OP.name, QUICK)
 
 
 def test_the_composition_row_carries_the_mode_in_its_name_as_the_rfc_names_it():

@@ -13,7 +13,6 @@ from adapters import builtin_adapters
 from adapters.timestep_sinusoid.diffusers import ADAPTER as DIFFUSERS
 from adapters.timestep_sinusoid.rl_kernel import ADAPTER as RL_KERNEL
 from adapters.timestep_sinusoid.sglang import ADAPTER as SGLANG
-from harness import schema
 from harness.config import ConfigError, load_config
 from harness.execute import bitwise_equal, execute
 from harness.ops import get_op
@@ -21,23 +20,13 @@ from harness.ops.timestep_sinusoid import TimestepSinusoidParams
 from harness.probes.accuracy_latency import combined_rel_err
 from harness.runner import RunRequest, run
 from harness.schema import RowResult
-from tests.helpers import run_default_plan_counts
+from tests.helpers import CPU, assert_evidence_round_trips, assert_no_differences, run_default_plan_counts
+from tests.helpers import one_thread  # noqa: F401 (a fixture: pytest finds it in this module)
 
 OP = get_op("timestep_sinusoid")
-CPU = torch.device("cpu")
 DEFAULT = load_config(OP.name)
 QUICK = load_config(OP.name, quick=True)
 U32 = 2.0 ** -24  # fp32 unit roundoff
-
-
-@pytest.fixture
-def one_thread():
-    """The counts run thousands of tiny calls: on a small, busy CI machine OpenMP's thread handoffs cost
-    far more than the work (the sweep took 25 s on 2 threads, 0.9 s on one). Same counts either way."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_declarations_and_configs():
@@ -144,9 +133,7 @@ def test_default_plan_counts_and_cpu_verdict(one_thread):
     from its own t by elementwise kernels (the 8 frequencies come from the same arange/exp every call),
     so nothing depends on the batch; no parameters, so params_repeatable is None."""
     found = run_default_plan_counts(OP.name, ("freq_dim=8",), DIFFUSERS)
-    assert all((c.fwd_differ, c.rowgrad_differ) == (0, 0) for c in found.all_rows.values())
-    assert (found.full_vs_sub_batches.fwd_differ, found.batch_size_sweep.differ) == (0, 0)
-    assert found.params_repeatable is None and found.batch_invariant is True
+    assert_no_differences(found, params_repeatable=None)
 
 
 def test_floor_bytes_match_operators_md():
@@ -185,6 +172,4 @@ def test_quick_plan_through_the_runner():
     assert sorted(row.accuracy_latency, key=int) == [str(r) for r in QUICK.accuracy.rows]
     for size in row.accuracy_latency.values():
         assert size.fwd_rel_err <= 8 * U32 and size.grad_rel_err is None and size.fwd_bwd_us is None
-    data = schema.to_dict(evidence)
-    assert data["op"] == OP.name and data["config"]["inputs"] == dataclasses.asdict(QUICK.inputs)
-    assert schema.to_dict(schema.from_json(data)) == data
+    assert_evidence_round_trips(evidence, OP.name, QUICK)

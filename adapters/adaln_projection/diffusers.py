@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from adapters.timestep_sinusoid.diffusers import diffusers_installed
+from adapters._diffusers import diffusers_installed
 from harness.adapter import Adapter, Loaded
 from harness.ops.adaln_projection import AdaLNProjectionParams
 

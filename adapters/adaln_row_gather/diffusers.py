@@ -9,19 +9,11 @@ backward is six `index_add`s (atomic scatter-adds on CUDA) into the table gradie
 """
 from __future__ import annotations
 
-from importlib import metadata
-
 import torch
 
+from adapters._diffusers import diffusers_installed
 from harness.adapter import Adapter, Loaded
 from harness.ops.adaln_row_gather import AdaLNRowGatherParams
-
-
-def diffusers_version_note() -> str:
-    try:
-        return f" (diffusers {metadata.version('diffusers')} installed)"
-    except metadata.PackageNotFoundError:
-        return ""
 
 
 def _load(device: torch.device, params: AdaLNRowGatherParams) -> Loaded:
@@ -33,7 +25,7 @@ def _load(device: torch.device, params: AdaLNRowGatherParams) -> Loaded:
 
     return Loaded(fn=composition,
                   source=("diffusers MiniMax-H3 composition replayed (table.chunk(6, dim=-1), then "
-                          f"index_select per chunk){diffusers_version_note()}"))
+                          f"index_select per chunk){diffusers_installed()}"))
 
 
 ADAPTER = Adapter(name="diffusers", op="adaln_row_gather", grads=("table",), load=_load,

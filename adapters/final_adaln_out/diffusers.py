@@ -10,10 +10,9 @@ is the first half. The model's later cast of the output to the float32 heads is 
 """
 from __future__ import annotations
 
-from importlib import metadata
-
 import torch
 
+from adapters._diffusers import diffusers_installed
 from harness.adapter import Adapter, Loaded
 from harness.ops.final_adaln_out import FinalAdaLNOutParams
 
@@ -27,13 +26,9 @@ def _load(device: torch.device, params: FinalAdaLNOutParams) -> Loaded:
         hidden_states = F.rms_norm(x, (x.shape[-1],), nw, eps)
         return hidden_states * (1.0 + scale.index_select(0, ti)) + shift.index_select(0, ti)
 
-    try:
-        version = f" (diffusers {metadata.version('diffusers')} installed)"
-    except metadata.PackageNotFoundError:
-        version = ""
     return Loaded(fn=norm_out,
                   source=("diffusers MiniMaxH3AdaLayerNormOut replayed (F.linear(F.silu(temb).to(bf16)), chunk, "
-                          f"F.rms_norm, index_select modulation){version}"))
+                          f"F.rms_norm, index_select modulation){diffusers_installed()}"))
 
 
 ADAPTER = Adapter(name="diffusers", op="final_adaln_out", grads=("x", "nw", "temb", "w", "b"), load=_load,

@@ -8,10 +8,7 @@ and runs unchanged on an rl_engine that has the op.
 """
 from __future__ import annotations
 
-import torch
-
-from adapters._rl_engine import rl_engine_attr, rl_engine_source
-from harness.adapter import Adapter, Loaded
+from adapters._rl_engine import rl_kernel_row
 from harness.ops.final_adaln_out import FinalAdaLNOutParams
 
 FINAL_ADALN_OUT_MODULES = (
@@ -20,18 +17,15 @@ FINAL_ADALN_OUT_MODULES = (
 )
 
 
-def _load(device: torch.device, params: FinalAdaLNOutParams) -> Loaded:
-    if device.type != "cuda":
-        raise RuntimeError(f"needs CUDA (rl_engine._C extension), got device {device}")
-    op_class, module = rl_engine_attr(FINAL_ADALN_OUT_MODULES, "H3FinalAdaLNOutCudaOp")
-    op = op_class()  # raises RuntimeError when rl_engine._C lacks the kernels
+def _call(op, params: FinalAdaLNOutParams):
     eps = params.eps
 
     def fn(x, nw, temb, W, b, ti):
         return op(x, nw, temb, W, b, ti, eps)
 
-    return Loaded(fn=fn, source=f"rl-kernel H3FinalAdaLNOutCudaOp ({module}, {rl_engine_source()})")
+    return fn
 
 
-ADAPTER = Adapter(name="rl_kernel", op="final_adaln_out", grads=("x", "nw", "temb", "w", "b"), load=_load,
-                  summary="the RFC's CUDA op H3FinalAdaLNOutCudaOp (rl_engine)")
+ADAPTER = rl_kernel_row("final_adaln_out", "H3FinalAdaLNOutCudaOp", FINAL_ADALN_OUT_MODULES,
+                        grads=("x", "nw", "temb", "w", "b"), call=_call,
+                        summary="the RFC's CUDA op H3FinalAdaLNOutCudaOp (rl_engine)")

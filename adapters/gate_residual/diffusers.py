@@ -4,10 +4,9 @@
 the sum. The gate gradient is index_select's backward: an index_add (atomic scatter-add on CUDA)."""
 from __future__ import annotations
 
-from importlib import metadata
-
 import torch
 
+from adapters._diffusers import diffusers_installed
 from harness.adapter import Adapter, Loaded
 from harness.ops.gate_residual import GateResidualParams
 
@@ -16,12 +15,9 @@ def _load(device: torch.device, params: GateResidualParams) -> Loaded:
     def composition(res, y, gate, idx):
         return res + gate.index_select(0, idx) * y
 
-    try:
-        version = f" (diffusers {metadata.version('diffusers')} installed)"
-    except metadata.PackageNotFoundError:
-        version = ""
     return Loaded(fn=composition,
-                  source=f"diffusers MiniMax-H3 composition replayed (res + gate.index_select(0, idx) * y){version}")
+                  source=("diffusers MiniMax-H3 composition replayed (res + gate.index_select(0, idx) * y)"
+                          f"{diffusers_installed()}"))
 
 
 ADAPTER = Adapter(name="diffusers", op="gate_residual", grads=("res", "y", "gate"), load=_load,

@@ -8,29 +8,12 @@ and runs unchanged on an rl_engine that has the op.
 """
 from __future__ import annotations
 
-import torch
-
-from adapters._rl_engine import rl_engine_attr, rl_engine_source
-from harness.adapter import Adapter, Loaded
-from harness.ops.gate_residual import GateResidualParams
+from adapters._rl_engine import rl_kernel_row
 
 GATE_RESIDUAL_MODULES = (
     "rl_engine.kernels.ops.cuda.h3.gate_residual",
     "rl_engine.backends.cuda.model_specific.minimax_h3.gate_residual",
 )
 
-
-def _load(device: torch.device, params: GateResidualParams) -> Loaded:
-    if device.type != "cuda":
-        raise RuntimeError(f"needs CUDA (rl_engine._C extension), got device {device}")
-    op_class, module = rl_engine_attr(GATE_RESIDUAL_MODULES, "H3GateResidualCudaOp")
-    op = op_class()  # raises RuntimeError when rl_engine._C lacks the kernels
-
-    def fn(res, y, gate, idx):
-        return op(res, y, gate, idx)
-
-    return Loaded(fn=fn, source=f"rl-kernel H3GateResidualCudaOp ({module}, {rl_engine_source()})")
-
-
-ADAPTER = Adapter(name="rl_kernel", op="gate_residual", grads=("res", "y", "gate"), load=_load,
-                  summary="the RFC's CUDA op H3GateResidualCudaOp (rl_engine)")
+ADAPTER = rl_kernel_row("gate_residual", "H3GateResidualCudaOp", GATE_RESIDUAL_MODULES, grads=("res", "y", "gate"),
+                        summary="the RFC's CUDA op H3GateResidualCudaOp (rl_engine)")

@@ -1,10 +1,9 @@
 """The composition diffusers' MiniMax-H3 block runs: F.rms_norm, then index_select modulation."""
 from __future__ import annotations
 
-from importlib import metadata
-
 import torch
 
+from adapters._diffusers import diffusers_installed
 from harness.adapter import Adapter, Loaded
 from harness.ops.norm_modulate import NormModulateParams
 
@@ -17,12 +16,8 @@ def _load(device: torch.device, params: NormModulateParams) -> Loaded:
         n = F.rms_norm(x, (x.shape[-1],), w, eps)
         return n * (1 + sc.index_select(0, idx)) + sh.index_select(0, idx)
 
-    try:
-        version = f" (diffusers {metadata.version('diffusers')} installed)"
-    except metadata.PackageNotFoundError:
-        version = ""
     return Loaded(fn=composition,
-                  source=f"diffusers composition (F.rms_norm + index_select modulation){version}")
+                  source=f"diffusers composition (F.rms_norm + index_select modulation){diffusers_installed()}")
 
 
 ADAPTER = Adapter(name="diffusers", op="norm_modulate", grads=("x", "w", "sh", "sc"), load=_load,

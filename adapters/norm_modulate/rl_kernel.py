@@ -5,25 +5,19 @@ rl_engine is not on the package index; the row is unavailable unless `import rl_
 """
 from __future__ import annotations
 
-import torch
-
-from adapters._rl_engine import RMSNORM_MODULES, rl_engine_attr, rl_engine_source
-from harness.adapter import Adapter, Loaded
+from adapters._rl_engine import RMSNORM_MODULES, rl_kernel_row
 from harness.ops.norm_modulate import NormModulateParams
 
 
-def _load(device: torch.device, params: NormModulateParams) -> Loaded:
-    if device.type != "cuda":
-        raise RuntimeError(f"needs CUDA (rl_engine._C extension), got device {device}")
-    op_class, module = rl_engine_attr(RMSNORM_MODULES, "H3RMSNormCudaOp")
-    op = op_class()  # raises RuntimeError when rl_engine._C lacks the kernels
+def _call(op, params: NormModulateParams):
     eps = params.eps
 
     def fn(x, w, sh, sc, idx):
         return op.forward_modulated(x, w, sh, sc, idx, eps=eps)
 
-    return Loaded(fn=fn, source=f"rl-kernel H3RMSNormCudaOp.forward_modulated ({module}, {rl_engine_source()})")
+    return fn
 
 
-ADAPTER = Adapter(name="rl_kernel", op="norm_modulate", grads=("x", "w", "sh", "sc"), load=_load,
-                  summary="the RFC's CUDA op H3RMSNormCudaOp.forward_modulated (rl_engine)")
+ADAPTER = rl_kernel_row("norm_modulate", "H3RMSNormCudaOp", RMSNORM_MODULES, grads=("x", "w", "sh", "sc"),
+                        call=_call, how=".forward_modulated",
+                        summary="the RFC's CUDA op H3RMSNormCudaOp.forward_modulated (rl_engine)")

@@ -13,12 +13,7 @@ global mode replaces); an adapter has no say in which modes run, so run it with 
 """
 from __future__ import annotations
 
-import torch
-
-from adapters._rl_engine import rl_engine_source
-from adapters.timestep_sinusoid.rl_kernel import import_rl_kernel_op
-from harness.adapter import Adapter, Loaded
-from harness.ops.timestep_mlp import TimestepMLPParams
+from adapters._rl_engine import rl_kernel_row
 
 MLP_MODULES = (
     "rl_engine.kernels.ops.cuda.h3.timestep_mlp",
@@ -26,18 +21,7 @@ MLP_MODULES = (
 )
 CLASS = "H3TimestepMLPCudaOp"
 
-
-def _load(device: torch.device, params: TimestepMLPParams) -> Loaded:
-    op_class, module = import_rl_kernel_op(MLP_MODULES, CLASS)
-    if device.type != "cuda":
-        raise RuntimeError(f"needs CUDA (rl_engine._C extension), got device {device}")
-    op = op_class()  # raises RuntimeError when rl_engine._C lacks the h3_det_linear_* kernels
-
-    def fn(x, w1, b1, w2, b2):
-        return op(x, w1, b1, w2, b2)
-
-    return Loaded(fn=fn, source=f"rl-kernel {CLASS} ({module}, {rl_engine_source()})")
-
-
-ADAPTER = Adapter(name="rl_kernel", op="timestep_mlp", grads=("x", "w1", "b1", "w2", "b2"), load=_load,
-                  summary="the RFC's CUDA op H3TimestepMLPCudaOp (rl_engine; plain mode only; not in h3bench's build)")
+ADAPTER = rl_kernel_row("timestep_mlp", CLASS, MLP_MODULES, grads=("x", "w1", "b1", "w2", "b2"),
+                        name_the_op_first=True,
+                        summary="the RFC's CUDA op H3TimestepMLPCudaOp (rl_engine; plain mode only; not in h3bench's "
+                                "build)")

@@ -19,22 +19,14 @@ these tensor ops, so it launches the kernels diffusers does on any device; it ne
 from __future__ import annotations
 
 import math
-from importlib import metadata
 
 import torch
 
+from adapters._diffusers import diffusers_installed
 from harness.adapter import Adapter, Loaded
 from harness.ops.timestep_sinusoid import TimestepSinusoidParams
 
 SCALE = 1  # Timesteps(..., scale=1): the MiniMax-H3 model leaves the default
-
-
-def diffusers_installed() -> str:
-    """For source strings: ' (diffusers X installed)', or nothing when diffusers is not installed."""
-    try:
-        return f" (diffusers {metadata.version('diffusers')} installed)"
-    except metadata.PackageNotFoundError:
-        return ""
 
 
 def _load(device: torch.device, params: TimestepSinusoidParams) -> Loaded:

@@ -11,12 +11,9 @@ when `rl_engine._C` lacks `h3_timestep_sinusoid_forward`, and rl-kernel builds i
 from __future__ import annotations
 
 import importlib
+from typing import Optional
 
-import torch
-
-from adapters._rl_engine import rl_engine_attr, rl_engine_source
-from harness.adapter import Adapter, Loaded
-from harness.execute import describe_exception
+from adapters._rl_engine import rl_kernel_row
 from harness.ops.timestep_sinusoid import TimestepSinusoidParams
 
 SINUSOID_MODULES = (
@@ -28,31 +25,25 @@ RL_KERNEL_MAX_PERIOD = 10000   # H3_MAX_PERIOD, read from the op's module when i
 RL_KERNEL_SHIFT = 0.0          # rl-kernel's frequencies divide by num_channels / 2 (no shift argument)
 
 
-def import_rl_kernel_op(modules: tuple[str, ...], attr: str):
-    """(object, module name) of an rl-kernel op; an ImportError naming the op when it is missing."""
-    try:
-        return rl_engine_attr(modules, attr)
-    except ImportError as exc:
-        raise ImportError(f"rl-kernel's {attr} is not importable ({describe_exception(exc)})") from exc
-
-
-def _load(device: torch.device, params: TimestepSinusoidParams) -> Loaded:
-    op_class, module = import_rl_kernel_op(SINUSOID_MODULES, CLASS)
+def _built_in_constants(params: TimestepSinusoidParams, module: Optional[str]) -> None:
+    # module is never None here: the row imports the op before its checks (name_the_op_first)
     max_period = getattr(importlib.import_module(module), "H3_MAX_PERIOD", RL_KERNEL_MAX_PERIOD)
     if (params.max_period, params.downscale_freq_shift) != (max_period, RL_KERNEL_SHIFT):
         raise ValueError(f"rl-kernel's {CLASS} has max_period {max_period} and shift {RL_KERNEL_SHIFT} built in; "
                          f"this run has max_period {params.max_period}, shift {params.downscale_freq_shift}")
-    if device.type != "cuda":
-        raise RuntimeError(f"needs CUDA (rl_engine._C extension), got device {device}")
-    op = op_class()  # raises RuntimeError when rl_engine._C lacks h3_timestep_sinusoid_forward
+
+
+def _call(op, params: TimestepSinusoidParams):
     channels = params.freq_dim
 
     def fn(t):
         # t is drawn in [0, 1): the range check (a host sync per call) is off, as in the RFC's script
         return op.forward(t, num_channels=channels, check_range=False)
 
-    return Loaded(fn=fn, source=f"rl-kernel {CLASS}.forward, check_range=False ({module}, {rl_engine_source()})")
+    return fn
 
 
-ADAPTER = Adapter(name="rl_kernel", op="timestep_sinusoid", grads=(), load=_load,
-                  summary="the RFC's CUDA op H3TimestepSinusoidCudaOp (rl_engine; not in h3bench's rl-kernel build)")
+ADAPTER = rl_kernel_row("timestep_sinusoid", CLASS, SINUSOID_MODULES, grads=(), call=_call,
+                        how=".forward, check_range=False", check=_built_in_constants, name_the_op_first=True,
+                        summary="the RFC's CUDA op H3TimestepSinusoidCudaOp (rl_engine; not in h3bench's rl-kernel "
+                                "build)")

@@ -23,8 +23,8 @@ from typing import Optional
 
 import torch
 
-from harness.ops.base import (Input, Op, OpInputs, Reference, element_size, float64_leaves, generator,
-                              positive, reference_grads)
+from harness.ops.base import (Input, Op, OpInputs, Reference, element_size, generator, positive_fields,
+                              randn_grad_outs)
 
 TEMB_DTYPE = torch.float32   # temb (the timestep MLP's fp32 output)
 DTYPE = torch.bfloat16       # W, b and the table (the checkpoint's AdaLN projections are bf16)
@@ -40,8 +40,7 @@ class AdaLNProjectionParams:
     modalities: int   # table rows per timestep (3: video, text, audio)
 
     def __post_init__(self):
-        for name in ("hidden", "temb_dim", "chunks", "modalities"):
-            positive(name, getattr(self, name))
+        positive_fields(self, "hidden", "temb_dim", "chunks", "modalities")
 
     @property
     def out_features(self) -> int:
@@ -71,19 +70,15 @@ class AdaLNProjection(Op):
 
     def make_grad_outs(self, params: AdaLNProjectionParams, rows: int, seed: int,
                        device: torch.device) -> tuple[torch.Tensor, ...]:
-        gen = generator(device, seed)
-        return (torch.randn(rows, params.out_features, generator=gen, device=device).to(DTYPE),)
+        return randn_grad_outs(rows, params.out_features, DTYPE, seed, device)
 
     def reference(self, params: AdaLNProjectionParams, inputs: OpInputs,
                   grad_outs: Optional[tuple[torch.Tensor, ...]], grads: tuple[str, ...], variant: str) -> Reference:
-        if variant not in self.reference_variants:
-            raise ValueError(f"unknown reference variant {variant!r}; known: {self.reference_variants}")
-        leaves = float64_leaves(inputs, self.differentiable, grads, grad_outs is not None)
-        with torch.enable_grad():
+        def projection(leaves):
             temb, w, b = (leaves[n] for n in self.input_names)
-            table = (temb * torch.sigmoid(temb)) @ w.T + b  # no bf16 cast: float64 throughout
-            found = reference_grads((table,), leaves, grad_outs, grads)
-        return Reference(outputs=(table.detach(),), grads=found)
+            return ((temb * torch.sigmoid(temb)) @ w.T + b,)  # no bf16 cast: float64 throughout
+
+        return self.float64_reference(inputs, grad_outs, grads, variant, projection)
 
     def floor_bytes(self, params: AdaLNProjectionParams, rows: int, backward: bool) -> int:
         """temb fp32 (4 B), W, b and the table bf16 (2 B). With D = temb_dim, N = out_features:

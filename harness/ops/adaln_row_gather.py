@@ -24,8 +24,8 @@ from typing import Optional
 
 import torch
 
-from harness.ops.base import (Input, Op, OpInputs, Reference, element_size, float64_leaves, generator,
-                              modality_layout, positive, reference_grads, torch_dtype)
+from harness.ops.base import (Input, Op, OpInputs, Reference, TableParams, adaln_table, element_size, generator,
+                              modality_layout, positive_fields, randn_grad_outs, torch_dtype)
 
 # Seed of the generator the table is drawn from: the same table for every case seed (OPERATORS.md).
 PARAM_SEED = 0
@@ -35,7 +35,7 @@ INDEX_BYTES = 8  # ti and tag are int64
 
 
 @dataclass(frozen=True)
-class AdaLNRowGatherParams:
+class AdaLNRowGatherParams(TableParams):
     hidden: int
     timesteps: int
     modalities: int
@@ -43,20 +43,11 @@ class AdaLNRowGatherParams:
     dtype: str
 
     def __post_init__(self):
-        for name in ("hidden", "timesteps", "modalities"):
-            positive(name, getattr(self, name))
+        positive_fields(self, "hidden", "timesteps", "modalities")
         if self.chunks != len(CHUNK_NAMES):
             raise ValueError(f"chunks must be {len(CHUNK_NAMES)} (the op's outputs are the AdaLN table's "
                              f"{len(CHUNK_NAMES)} modulation tensors: {', '.join(CHUNK_NAMES)}), got {self.chunks}")
         torch_dtype(self.dtype)
-
-    @property
-    def table_rows(self) -> int:
-        return self.timesteps * self.modalities
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return torch_dtype(self.dtype)
 
 
 class AdaLNRowGather(Op):
@@ -67,28 +58,22 @@ class AdaLNRowGather(Op):
     plan_set = "token"
 
     def make_inputs(self, params: AdaLNRowGatherParams, rows: int, seed: int, device: torch.device) -> OpInputs:
-        gen = generator(device, PARAM_SEED)
-        table = (torch.randn(params.table_rows, params.chunks * params.hidden, generator=gen, device=device)
-                 * 0.1).to(params.torch_dtype)
+        table = adaln_table(params.table_rows, params.chunks * params.hidden, generator(device, PARAM_SEED), device,
+                            params.torch_dtype)
         ti, tag = modality_layout(rows, seed, params.timesteps, params.modalities)
         return self.bundle({"table": table, "ti": ti.to(device), "tag": tag.to(device)})
 
     def make_grad_outs(self, params: AdaLNRowGatherParams, rows: int, seed: int,
                        device: torch.device) -> tuple[torch.Tensor, ...]:
-        gen = generator(device, seed)
-        return tuple(torch.randn(rows, params.hidden, generator=gen, device=device).to(params.torch_dtype)
-                     for _ in self.outputs)
+        return randn_grad_outs(rows, params.hidden, params.torch_dtype, seed, device, count=len(self.outputs))
 
     def reference(self, params: AdaLNRowGatherParams, inputs: OpInputs,
                   grad_outs: Optional[tuple[torch.Tensor, ...]], grads: tuple[str, ...], variant: str) -> Reference:
-        if variant not in self.reference_variants:
-            raise ValueError(f"unknown reference variant {variant!r}; known: {self.reference_variants}")
-        leaves = float64_leaves(inputs, self.differentiable, grads, grad_outs is not None)
-        with torch.enable_grad():
+        def gather(leaves):
             idx = leaves["ti"] * params.modalities + leaves["tag"]
-            outs = leaves["table"].index_select(0, idx).chunk(params.chunks, dim=1)
-            found = reference_grads(outs, leaves, grad_outs, grads)
-        return Reference(outputs=tuple(o.detach() for o in outs), grads=found)
+            return leaves["table"].index_select(0, idx).chunk(params.chunks, dim=1)
+
+        return self.float64_reference(inputs, grad_outs, grads, variant, gather)
 
     def floor_bytes(self, params: AdaLNRowGatherParams, rows: int, backward: bool) -> int:
         """Forward: per row read ti and tag (2 x 8 bytes) and write the six outputs (6H elements: 64512

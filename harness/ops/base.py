@@ -17,7 +17,7 @@ memory floor. Nothing in harness/ or reports/ names a tensor: they read these de
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 
@@ -98,6 +98,25 @@ class Op:
     def reference_variants(self) -> tuple[str, ...]:
         """The op itself first, then the partial variants some rows are judged against."""
         return (self.name, *self.references)
+
+    def check_variant(self, variant: str) -> None:
+        """ValueError unless `variant` is one of this op's reference variants."""
+        if variant not in self.reference_variants:
+            raise ValueError(f"unknown reference variant {variant!r}; known: {self.reference_variants}")
+
+    def float64_reference(self, inputs: OpInputs, grad_outs: Optional[tuple[torch.Tensor, ...]],
+                          grads: tuple[str, ...], variant: str,
+                          math: Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, ...]]) -> Reference:
+        """The plumbing every differentiable op's `reference` shares, around its own `math`: the variant
+        checked, float64 leaves (those in `grads` requiring grad when there are upstream gradients),
+        `math(leaves)` -> the outputs in output order, their gradients against `grad_outs`, all detached.
+        Only `math` differs from op to op (and, in an op with partial variants, from variant to variant)."""
+        self.check_variant(variant)
+        leaves = float64_leaves(inputs, self.differentiable, grads, grad_outs is not None)
+        with torch.enable_grad():
+            outs = tuple(math(leaves))
+            found = reference_grads(outs, leaves, grad_outs, grads)
+        return Reference(outputs=tuple(o.detach() for o in outs), grads=found)
 
     def bundle(self, tensors: dict[str, torch.Tensor]) -> OpInputs:
         """OpInputs in the declared call order, checked against the declaration."""
@@ -181,3 +200,58 @@ def element_size(dtype: torch.dtype) -> int:
 def positive(name: str, value: int) -> None:
     if value < 1:
         raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def positive_fields(params: Any, *names: str) -> None:
+    """`positive` for each named field of a params record, in order: the first one below 1 is named."""
+    for name in names:
+        positive(name, getattr(params, name))
+
+
+def positive_eps(eps: float) -> None:
+    """The norm ops' eps: a strictly positive float (`not > 0` also refuses NaN)."""
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0, got {eps}")
+
+
+class DtypeParams:
+    """Mixin for params records whose `dtype` field names the working dtype (a config string): the torch
+    dtype it names. No fields of its own, so each op's dataclass keeps its fields in its config's order."""
+
+    dtype: str
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return torch_dtype(self.dtype)
+
+
+class TableParams(DtypeParams):
+    """Mixin for the ops that gather from the AdaLN table, one row per (timestep, modality)."""
+
+    timesteps: int
+    modalities: int
+
+    @property
+    def table_rows(self) -> int:
+        return self.timesteps * self.modalities
+
+
+def table_index(params: TableParams, rows: int, seed: int) -> torch.Tensor:
+    """The AdaLN table row of each of `rows` rows, timestep * modalities + tag, from the RFC's layout for
+    `seed` (`modality_layout`), on the CPU: the `idx` input of the ops that take one index."""
+    steps, tags = modality_layout(rows, seed, params.timesteps, params.modalities)
+    return steps * params.modalities + tags
+
+
+def adaln_table(rows: int, width: int, gen: torch.Generator, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """An AdaLN table as the RFC's inputs draw it: 0.1 randn [rows, width] from `gen`, rounded to `dtype`
+    (the ops draw it from different generators: the case's, or the fixed parameter seed's)."""
+    return (torch.randn(rows, width, generator=gen, device=device) * 0.1).to(dtype)
+
+
+def randn_grad_outs(rows: int, width: int, dtype: torch.dtype, seed: int, device: torch.device,
+                    count: int = 1) -> tuple[torch.Tensor, ...]:
+    """Upstream gradients as the ops draw them: `count` [rows, width] randn tensors, one after another from
+    one generator seeded with `seed` on `device`, each rounded to `dtype`."""
+    gen = generator(device, seed)
+    return tuple(torch.randn(rows, width, generator=gen, device=device).to(dtype) for _ in range(count))

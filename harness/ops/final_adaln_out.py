@@ -33,8 +33,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from harness.ops.base import (Input, Op, OpInputs, Reference, element_size, float64_leaves, generator,
-                              modality_layout, positive, reference_grads, torch_dtype)
+from harness.ops.base import (DtypeParams, Input, Op, OpInputs, Reference, element_size, generator, modality_layout,
+                              positive_eps, positive_fields, randn_grad_outs, torch_dtype)
 from harness.ops.norm_modulate import rms_norm64
 
 # Seed of the generator nw, temb, W and b are drawn from: the same for every case seed.
@@ -43,7 +43,7 @@ INDEX_BYTES = 8  # ti is int64
 
 
 @dataclass(frozen=True)
-class FinalAdaLNOutParams:
+class FinalAdaLNOutParams(DtypeParams):
     hidden: int
     temb_dim: int
     timesteps: int
@@ -53,16 +53,10 @@ class FinalAdaLNOutParams:
     eps: float
 
     def __post_init__(self):
-        for name in ("hidden", "temb_dim", "timesteps", "modalities"):
-            positive(name, getattr(self, name))
+        positive_fields(self, "hidden", "temb_dim", "timesteps", "modalities")
         torch_dtype(self.dtype)
         torch_dtype(self.temb_dtype)
-        if not self.eps > 0:
-            raise ValueError(f"eps must be > 0, got {self.eps}")
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return torch_dtype(self.dtype)
+        positive_eps(self.eps)
 
     @property
     def temb_torch_dtype(self) -> torch.dtype:
@@ -92,21 +86,17 @@ class FinalAdaLNOut(Op):
 
     def make_grad_outs(self, params: FinalAdaLNOutParams, rows: int, seed: int,
                        device: torch.device) -> tuple[torch.Tensor, ...]:
-        gen = generator(device, seed)
-        return (torch.randn(rows, params.hidden, generator=gen, device=device).to(params.torch_dtype),)
+        return randn_grad_outs(rows, params.hidden, params.torch_dtype, seed, device)
 
     def reference(self, params: FinalAdaLNOutParams, inputs: OpInputs, grad_outs: Optional[tuple[torch.Tensor, ...]],
                   grads: tuple[str, ...], variant: str) -> Reference:
-        if variant not in self.reference_variants:
-            raise ValueError(f"unknown reference variant {variant!r}; known: {self.reference_variants}")
-        leaves = float64_leaves(inputs, self.differentiable, grads, grad_outs is not None)
-        with torch.enable_grad():
+        def norm_out(leaves):
             shift, scale = F.linear(F.silu(leaves["temb"]), leaves["w"], leaves["b"]).chunk(2, dim=-1)
             ti = leaves["ti"]
             n = rms_norm64(leaves["x"], leaves["nw"], params.eps)
-            out = n * (1 + scale.index_select(0, ti)) + shift.index_select(0, ti)
-            found = reference_grads((out,), leaves, grad_outs, grads)
-        return Reference(outputs=(out.detach(),), grads=found)
+            return (n * (1 + scale.index_select(0, ti)) + shift.index_select(0, ti),)
+
+        return self.float64_reference(inputs, grad_outs, grads, variant, norm_out)
 
     def floor_bytes(self, params: FinalAdaLNOutParams, rows: int, backward: bool) -> int:
         """Forward: per row read x and write out (2 x 2H bytes: 2 x 10752 at H = 5376 in bf16) and read ti

@@ -28,8 +28,8 @@ from typing import Optional
 
 import torch
 
-from harness.ops.base import (Input, Op, OpInputs, Reference, element_size, float64_leaves, generator,
-                              modality_layout, positive, reference_grads, torch_dtype)
+from harness.ops.base import (Input, Op, OpInputs, Reference, TableParams, adaln_table, element_size, generator,
+                              positive_fields, randn_grad_outs, table_index, torch_dtype)
 
 # Seed of the generator the AdaLN table (and so the gate) is drawn from: the same for every case seed.
 PARAM_SEED = 0
@@ -39,7 +39,7 @@ INDEX_BYTES = 8  # idx is int64
 
 
 @dataclass(frozen=True)
-class GateResidualParams:
+class GateResidualParams(TableParams):
     hidden: int
     timesteps: int
     modalities: int
@@ -47,20 +47,11 @@ class GateResidualParams:
     dtype: str
 
     def __post_init__(self):
-        for name in ("hidden", "timesteps", "modalities"):
-            positive(name, getattr(self, name))
+        positive_fields(self, "hidden", "timesteps", "modalities")
         if self.chunks <= GATE_CHUNK:
             raise ValueError(f"chunks must be > {GATE_CHUNK} (the gate is chunk {GATE_CHUNK}, gate_msa, of the "
                              f"AdaLN table), got {self.chunks}")
         torch_dtype(self.dtype)
-
-    @property
-    def table_rows(self) -> int:
-        return self.timesteps * self.modalities
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return torch_dtype(self.dtype)
 
 
 class GateResidual(Op):
@@ -72,35 +63,28 @@ class GateResidual(Op):
     plan_set = "token"
 
     def layout(self, params: GateResidualParams, rows: int, seed: int) -> torch.Tensor:
-        steps, tags = modality_layout(rows, seed, params.timesteps, params.modalities)
-        return steps * params.modalities + tags
+        return table_index(params, rows, seed)
 
     def make_inputs(self, params: GateResidualParams, rows: int, seed: int, device: torch.device) -> OpInputs:
         h, dtype = params.hidden, params.torch_dtype
         gen = generator(device, seed)
         res = torch.randn(rows, h, generator=gen, device=device).to(dtype)
         y = torch.randn(rows, h, generator=gen, device=device).to(dtype)
-        table_gen = generator(device, PARAM_SEED)
-        table = (torch.randn(params.table_rows, params.chunks * h, generator=table_gen, device=device)
-                 * 0.1).to(dtype)
+        table = adaln_table(params.table_rows, params.chunks * h, generator(device, PARAM_SEED), device, dtype)
         gate = table.chunk(params.chunks, dim=-1)[GATE_CHUNK]  # a strided view, as in the model
         idx = self.layout(params, rows, seed).to(device)
         return self.bundle({"res": res, "y": y, "gate": gate, "idx": idx})
 
     def make_grad_outs(self, params: GateResidualParams, rows: int, seed: int,
                        device: torch.device) -> tuple[torch.Tensor, ...]:
-        gen = generator(device, seed)
-        return (torch.randn(rows, params.hidden, generator=gen, device=device).to(params.torch_dtype),)
+        return randn_grad_outs(rows, params.hidden, params.torch_dtype, seed, device)
 
     def reference(self, params: GateResidualParams, inputs: OpInputs, grad_outs: Optional[tuple[torch.Tensor, ...]],
                   grads: tuple[str, ...], variant: str) -> Reference:
-        if variant not in self.reference_variants:
-            raise ValueError(f"unknown reference variant {variant!r}; known: {self.reference_variants}")
-        leaves = float64_leaves(inputs, self.differentiable, grads, grad_outs is not None)
-        with torch.enable_grad():
-            out = leaves["res"] + leaves["gate"].index_select(0, leaves["idx"]) * leaves["y"]
-            found = reference_grads((out,), leaves, grad_outs, grads)
-        return Reference(outputs=(out.detach(),), grads=found)
+        def gated(leaves):
+            return (leaves["res"] + leaves["gate"].index_select(0, leaves["idx"]) * leaves["y"],)
+
+        return self.float64_reference(inputs, grad_outs, grads, variant, gated)
 
     def floor_bytes(self, params: GateResidualParams, rows: int, backward: bool) -> int:
         """Forward: per row read res and y and write out (3 x 2H bytes: 3 x 10752 at H = 5376 in bf16) and

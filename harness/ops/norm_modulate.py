@@ -16,14 +16,14 @@ from typing import Optional
 
 import torch
 
-from harness.ops.base import (Input, Op, OpInputs, Reference, element_size, float64_leaves, generator,
-                              modality_layout, positive, reference_grads, torch_dtype)
+from harness.ops.base import (Input, Op, OpInputs, Reference, TableParams, adaln_table, element_size, generator,
+                              positive_eps, positive_fields, randn_grad_outs, table_index, torch_dtype)
 
 TABLE_CHUNKS = 6  # the AdaLN table holds six [M, H] chunks; sh and sc are two of them
 
 
 @dataclass(frozen=True)
-class NormModulateParams:
+class NormModulateParams(TableParams):
     hidden: int
     timesteps: int
     modalities: int
@@ -31,19 +31,9 @@ class NormModulateParams:
     eps: float
 
     def __post_init__(self):
-        for name in ("hidden", "timesteps", "modalities"):
-            positive(name, getattr(self, name))
+        positive_fields(self, "hidden", "timesteps", "modalities")
         torch_dtype(self.dtype)
-        if not self.eps > 0:
-            raise ValueError(f"eps must be > 0, got {self.eps}")
-
-    @property
-    def table_rows(self) -> int:
-        return self.timesteps * self.modalities
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return torch_dtype(self.dtype)
+        positive_eps(self.eps)
 
 
 def rms_norm64(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -60,36 +50,32 @@ class NormModulate(Op):
     plan_set = "token"
 
     def layout(self, params: NormModulateParams, rows: int, seed: int) -> torch.Tensor:
-        steps, tags = modality_layout(rows, seed, params.timesteps, params.modalities)
-        return steps * params.modalities + tags
+        return table_index(params, rows, seed)
 
     def make_inputs(self, params: NormModulateParams, rows: int, seed: int, device: torch.device) -> OpInputs:
         h, dtype = params.hidden, params.torch_dtype
         gen = generator(device, seed)
         x = (torch.randn(rows, h, generator=gen, device=device) * 2.0).to(dtype)
         w = (0.5 + torch.rand(h, generator=gen, device=device)).to(dtype)
-        table = (torch.randn(params.table_rows, TABLE_CHUNKS * h, generator=gen, device=device) * 0.1).to(dtype)
+        table = adaln_table(params.table_rows, TABLE_CHUNKS * h, gen, device, dtype)
         sh, sc = table.chunk(TABLE_CHUNKS, dim=-1)[:2]  # strided views, as in the model
         idx = self.layout(params, rows, seed).to(device)
         return self.bundle({"x": x, "w": w, "sh": sh, "sc": sc, "idx": idx})
 
     def make_grad_outs(self, params: NormModulateParams, rows: int, seed: int,
                        device: torch.device) -> tuple[torch.Tensor, ...]:
-        gen = generator(device, seed)
-        return (torch.randn(rows, params.hidden, generator=gen, device=device).to(params.torch_dtype),)
+        return randn_grad_outs(rows, params.hidden, params.torch_dtype, seed, device)
 
     def reference(self, params: NormModulateParams, inputs: OpInputs, grad_outs: Optional[tuple[torch.Tensor, ...]],
                   grads: tuple[str, ...], variant: str) -> Reference:
-        if variant not in self.reference_variants:
-            raise ValueError(f"unknown reference variant {variant!r}; known: {self.reference_variants}")
-        leaves = float64_leaves(inputs, self.differentiable, grads, grad_outs is not None)
-        with torch.enable_grad():
+        def norm_then_modulate(leaves):
             y = rms_norm64(leaves["x"], leaves["w"], params.eps)
-            if variant == self.name:
+            if variant == self.name:  # the rms_norm variant stops at the norm
                 idx = leaves["idx"]
                 y = y * (1 + leaves["sc"].index_select(0, idx)) + leaves["sh"].index_select(0, idx)
-            found = reference_grads((y,), leaves, grad_outs, grads)
-        return Reference(outputs=(y.detach(),), grads=found)
+            return (y,)
+
+        return self.float64_reference(inputs, grad_outs, grads, variant, norm_then_modulate)
 
     def floor_bytes(self, params: NormModulateParams, rows: int, backward: bool) -> int:
         """Forward reads x and writes y; backward reads x and dy and writes dx. Tables, w and their

@@ -19,8 +19,8 @@ from typing import Optional
 
 import torch
 
-from harness.ops.base import (Input, Op, OpInputs, Reference, element_size, float64_leaves, generator,
-                              positive, reference_grads)
+from harness.ops.base import (Input, Op, OpInputs, Reference, element_size, generator, positive_fields,
+                              randn_grad_outs)
 
 DTYPE = torch.float32  # every tensor of the op (OPERATORS.md)
 PARAM_SEED = 0         # the parameters' generator seed: the same W1, b1, W2, b2 in every case
@@ -34,8 +34,7 @@ class TimestepMLPParams:
     temb_dim: int   # the output width D, diffusers' time_embed_dim (2688)
 
     def __post_init__(self):
-        for name in ("freq_dim", "hidden", "temb_dim"):
-            positive(name, getattr(self, name))
+        positive_fields(self, "freq_dim", "hidden", "temb_dim")
 
     @property
     def weight_elements(self) -> int:
@@ -73,18 +72,12 @@ class TimestepMLP(Op):
 
     def make_grad_outs(self, params: TimestepMLPParams, rows: int, seed: int,
                        device: torch.device) -> tuple[torch.Tensor, ...]:
-        gen = generator(device, seed)
-        return (torch.randn(rows, params.temb_dim, generator=gen, device=device).to(DTYPE),)
+        return randn_grad_outs(rows, params.temb_dim, DTYPE, seed, device)
 
     def reference(self, params: TimestepMLPParams, inputs: OpInputs, grad_outs: Optional[tuple[torch.Tensor, ...]],
                   grads: tuple[str, ...], variant: str) -> Reference:
-        if variant not in self.reference_variants:
-            raise ValueError(f"unknown reference variant {variant!r}; known: {self.reference_variants}")
-        leaves = float64_leaves(inputs, self.differentiable, grads, grad_outs is not None)
-        with torch.enable_grad():
-            out = mlp64(*(leaves[n] for n in self.input_names))
-            found = reference_grads((out,), leaves, grad_outs, grads)
-        return Reference(outputs=(out.detach(),), grads=found)
+        return self.float64_reference(inputs, grad_outs, grads, variant,
+                                      lambda leaves: (mlp64(*(leaves[n] for n in self.input_names)),))
 
     def floor_bytes(self, params: TimestepMLPParams, rows: int, backward: bool) -> int:
         """fp32 throughout (4 B). With F1 = freq_dim, Hd = hidden, D = temb_dim:

@@ -72,8 +72,7 @@ class TimestepSinusoid(Op):
 
     def reference(self, params: TimestepSinusoidParams, inputs: OpInputs,
                   grad_outs: Optional[tuple[torch.Tensor, ...]], grads: tuple[str, ...], variant: str) -> Reference:
-        if variant not in self.reference_variants:
-            raise ValueError(f"unknown reference variant {variant!r}; known: {self.reference_variants}")
+        self.check_variant(variant)
         unknown = [g for g in grads if g not in self.differentiable]
         if unknown:
             raise ValueError(f"{self.name} has no gradients; asked for {unknown}")
