@@ -72,8 +72,9 @@ step_install() {
       echo "TE extension build FAILED; last lines:"; tail -25 "$OUT/work/te_build.log"
     fi
   elif [ -d .devpkgs-small ]; then
-    echo "big set not stashed ($pieces of 7 pieces): the small set only"
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE .devpkgs-small/*.whl
+    echo "big set not stashed ($pieces of 7 pieces): the small set only (+ apache-tvm-ffi for SGLang's JIT kernels)"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE .devpkgs-small/*.whl \
+      $(ls "$M"/wheels/apache_tvm_ffi-*.whl 2>/dev/null)
   fi
   if [ -d $MODES_SITE/zmq ]; then
     echo "modes carry already installed"
