@@ -94,7 +94,7 @@ run_ops() {  # run_ops PATH OPS [args...]: one h3bench run, its wall time
   local path=$1 ops=$2; shift 2
   local t0
   t0=$(date +%s)
-  PYTHONPATH=$path h3bench run --op "$ops" --device cuda --full --no-render --quiet "$@"
+  PYTHONPATH=$path timeout "$(left)" python3 -m reports.cli run --op "$ops" --device cuda --full --no-render --quiet "$@"
   echo "h3bench run --op $ops $*: rc=$? wall $(( $(date +%s) - t0 )) s"
 }
 
