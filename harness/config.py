@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import tomllib
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Optional

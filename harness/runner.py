@@ -126,25 +126,25 @@ def run(request: RunRequest, observer: Optional[Observer] = None) -> Evidence:
 # --- one mode, in this process -------------------------------------------------------------------------
 
 def measure_mode(request: RunRequest, op: Op, spec: ModeSpec, observer: Observer) -> Evidence:
-    """One mode's evidence, measured here: the mode switched on and checked, then every row."""
+    """One mode's evidence, measured here: the mode switched on and checked, then every row.
+
+    The environment is captured before the switch, so every mode's part records the same process-wide
+    settings (TF32 off, the copy bandwidth) and the parts merge; what a mode itself changes (its torch
+    flags, the ops it replaced) goes into its own `mode_environment` record."""
     _disable_tf32()
     mode_env = mode_variables(spec)
-    active: Optional[ActiveMode] = None
-    failure: Optional[str] = None
-    try:
-        active = spec.switch()
-        found = active.check()
-        mode_env.update(active.record)
-        if found:
-            mode_env["active"] = found
-    except Exception as exc:  # the mode's library did not import or did not switch on: that mode's verdict
-        failure = describe_exception(exc)
     if spec.needs:
         mode_env["libraries"] = {name: environment.library_version(name) for name in spec.needs}
     env = environment.capture(request.device, {spec.name: mode_env}, request.measure_bandwidth,
                               timing_record(request.config, request.device))
-    if failure is not None:
-        return evidence_of(op, request, env, {spec.name: UnavailableMode(unavailable=failure)})
+    try:
+        active = spec.switch()
+        found = active.check()
+    except Exception as exc:  # the mode's library did not import or did not switch on: that mode's verdict
+        return evidence_of(op, request, env, {spec.name: UnavailableMode(unavailable=describe_exception(exc))})
+    mode_env.update(active.record)
+    if found:
+        mode_env["active"] = found
     return evidence_of(op, request, env, {spec.name: measure_rows(request, op, spec, active,
                                                                   env.copy_bandwidth_gbps, observer)})
 

@@ -5,7 +5,7 @@ import triton
 import triton.language as tl
 
 from harness.execute import as_bits
-from harness.ops.norm_modulate import OP, NormModulateParams
+from harness.ops.norm_modulate import OP
 from harness.probes.accuracy_latency import rel_err
 from kernels.norm_modulate_api import norm_modulate
 from kernels.common import local_order

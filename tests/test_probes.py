@@ -16,7 +16,7 @@ import torch
 
 from harness import schema
 from harness.adapter import Adapter, from_function
-from harness.config import AccuracyPlan, AllRowsPlan, SubBatchPlan, SweepPlan, TimingPlan, load_config
+from harness.config import AllRowsPlan, SubBatchPlan, SweepPlan, TimingPlan, load_config
 from harness.ops import get_op
 from harness.probes import batch_invariance as bi
 from harness.probes.context import ProbeContext
