@@ -12,6 +12,7 @@ from harness.adapter import from_function
 from harness.config import load_config
 from harness.runner import RunRequest, run
 from harness.schema import RowResult
+from tests.helpers import GradBumpOnEvenBatches
 
 CPU = torch.device("cpu")
 TOY = "toy_two_outputs"
@@ -37,19 +38,8 @@ def second_output_on_even_batches(a, s, b, idx):
     return mixed, product + (product * BUMP).detach() if a.shape[0] % 2 == 0 else product
 
 
-class _BumpOnEven(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, t):
-        ctx.even = t.shape[0] % 2 == 0
-        return t.clone()
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * (1 + BUMP) if ctx.even else grad
-
-
 def b_gradient_on_even_batches(a, s, b, idx):
-    return honest(a, s, _BumpOnEven.apply(b), idx)
+    return honest(a, s, GradBumpOnEvenBatches.apply(b, 1 + BUMP), idx)
 
 
 @pytest.fixture(scope="module")
