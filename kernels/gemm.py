@@ -105,6 +105,14 @@ def pick(tiers: Tiers, rows: int) -> LaunchConfig:
     return tiers[-1][1]
 
 
+def column_mask_needed(n: int, n_load: int, block_n: int) -> bool:
+    """Whether B's column loads need a mask: yes when the grid's column tiles reach past column
+    n_load - 1. Not `n_load % block_n != 0`: with the db column N = n_load + 1, so a weight width
+    that block_n divides (256, 5376) still gets one more column tile, and an unmasked load there
+    reads past the end of B (an illegal address on the H200, first seen in timestep_mlp's dW2)."""
+    return triton.cdiv(n, block_n) * block_n > n_load
+
+
 def k_chunk(k: int, split_k: int) -> int:
     """K elements per split-K chunk: a function of K and the split only (the order of the sum)."""
     if split_k == 1:
@@ -263,7 +271,7 @@ def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_stride
     split = cfg.split_k
     chunk = k_chunk(K, split)
     even_k = K % cfg.block_k == 0 and (split == 1 or chunk % cfg.block_k == 0)
-    mask_n = n_load % cfg.block_n != 0
+    mask_n = column_mask_needed(N, n_load, cfg.block_n)
     mask_m = not (m_fixed and M % cfg.block_m == 0)   # M of T rows: always masked (one kernel for all T)
     num_tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
     dummy = c  # stands in for every pointer a constexpr flag leaves unused (never dereferenced)

@@ -215,6 +215,51 @@ def test_tiers_and_configs_are_checked():
     MLPConfigs(fwd1=tiers, fwd2=tiers, dh=tiers, dw2=tiers, dw1=tiers, dx=good_dx)
 
 
+def _record_launches(monkeypatch) -> list[dict]:
+    """Every `_gemm_kernel` launch's sizes and flags, the launch itself still made."""
+    seen = []
+    real = gemm.launch
+
+    def spy(kernel, grid, *args, **meta):
+        if kernel is gemm._gemm_kernel:
+            M, N, K, n_main, n_load = args[9:14]
+            seen.append(dict(M=M, N=N, K=K, n_main=n_main, n_load=n_load, **meta))
+        real(kernel, grid, *args, **meta)
+    monkeypatch.setattr(gemm, "launch", spy)
+    return seen
+
+
+@pytest.mark.parametrize("op", ["timestep_mlp", "adaln_projection"])
+def test_unmasked_loads_stay_inside_b(device, monkeypatch, op):
+    """A load without its column mask must not reach past B's last column, in any column tile of the
+    grid. Widths that the tile divides, plus the db column, once broke this (an illegal address on the
+    H200 in dW2 of timestep_mlp at 256 / 5376 wide), which no CPU result shows: the stray columns are
+    never stored. So the launches are checked, at widths the tiles divide."""
+    seen = _record_launches(monkeypatch)
+    if op == "timestep_mlp":
+        params = TimestepMLPParams(freq_dim=64, hidden=128, temb_dim=64)
+        inputs = MLP.make_inputs(params, 40, 3, device)
+        dy = MLP.make_grad_outs(params, 40, 103, device)[0]
+        run_op(timestep_mlp, MLP_NAMES, inputs, dy)
+    else:
+        params = AdaLNProjectionParams(hidden=16, temb_dim=64, chunks=6, modalities=1)
+        inputs = ADA.make_inputs(params, 40, 3, device)
+        dy = ADA.make_grad_outs(params, 40, 103, device)[0]
+        run_op(adaln_projection, ADA_NAMES, inputs, dy)
+    assert seen, "no GEMM launch recorded"
+    for launch in seen:
+        reach = -(-launch["N"] // launch["BLOCK_N"]) * launch["BLOCK_N"]
+        assert launch["MASK_N"] or reach <= launch["n_load"], launch
+    assert any(launch["N"] > launch["n_main"] for launch in seen), "no launch with the db column"
+
+
+def test_column_mask_needed():
+    assert not gemm.column_mask_needed(256, 256, 64)
+    assert gemm.column_mask_needed(257, 256, 64)     # the db column: one more tile
+    assert gemm.column_mask_needed(100, 100, 64)
+    assert not gemm.column_mask_needed(5377, 5392, 16) and gemm.column_mask_needed(5377, 5392, 64)
+
+
 # --- argument errors --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("change,error,match", [
