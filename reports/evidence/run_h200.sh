@@ -5,14 +5,16 @@
 #
 # Steps (each logs to $OUT/<step>.log; everything it writes goes into $OUT/<step>.tar.gz, since a call
 # returns at most 8 files):
-#   stash          copy the carried .devpkgs/part-NN (one per call) into /root/devpkgs: Transformer
-#                  Engine and the CuTe DSL are too big for one call (adapters/COMPETITORS.md)
+#   stash          copy what the call carries of .devpkgs/part-NN (one big part per call) and .devpkgs-small
+#                  into /root/devpkgs: Transformer Engine and the CuTe DSL are too big for one call
+#                  (adapters/COMPETITORS.md); they live there while the machine stays warm
 #   install        the small wheel set (.devpkgs-small) and, when all 7 big pieces are stashed, the big set
 #                  into /tmp/site with TE's torch extension built; the modes carry (.devpkgs-modes) into
 #                  /tmp/modes-site; the RFC's rl-kernel reassembly (.third_party/rl-kernel-h3) built into
 #                  /tmp/rl-kernel-h3 (tools/build_rl_kernel.sh), in parallel with TE's build
 #   norm_modulate  `h3bench run --op norm_modulate`: full plan, mode plain, every row
-#   ops            the six other ops, full plan, mode plain, every row (one evidence file per op)
+#   ops            the six other ops, full plan, mode plain, every row (one process and evidence file per op;
+#                  H3BENCH_OPS picks some)
 #   modes          timestep_mlp and adaln_projection under every global mode (the diffusers row: the modes
 #                  patch aten, which our Triton row does not use), each mode in its own child process
 #   kernel-tests   our kernels' tests on the GPU
@@ -42,10 +44,11 @@ MODES_PATH=$ROOT:$RLK:$M/vllm-0.34.0:$M/sglang-0.5.23:$M/megatron-core-0.19.2:$M
 
 h3bench() { python3 -m reports.cli "$@"; }
 
-step_stash() {
+step_stash() {  # whatever this call carries: big-set parts, the small set's wheels
   mkdir -p /root/devpkgs
   for part in .devpkgs/part-*; do [ -d "$part" ] && cp -r "$part/." /root/devpkgs/; done
-  echo "stashed: $(ls /root/devpkgs | grep -c piece) pieces, $(ls /root/devpkgs/*.whl 2>/dev/null | wc -l) wheels"
+  [ -d .devpkgs-small ] && cp .devpkgs-small/*.whl /root/devpkgs/
+  echo "stashed: $(ls /root/devpkgs | grep -c piece) of 7 pieces, $(ls /root/devpkgs/*.whl 2>/dev/null | wc -l) wheels"
 }
 
 step_install() {
@@ -59,8 +62,8 @@ step_install() {
   fi
   if [ -d $SITE/transformer_engine ] || { [ -d $SITE/sglang ] && [ "$pieces" != 7 ]; }; then
     echo "wheels already installed in $SITE"
-  elif [ "$pieces" = 7 ] && [ -d .devpkgs/part-10 ]; then
-    cp -r .devpkgs/part-10/. /root/devpkgs/ && cp .devpkgs-small/*.whl /root/devpkgs/
+  elif [ "$pieces" = 7 ] && [ -f /root/devpkgs/transformer_engine_torch-2.20.2.tar.gz ]; then
+    echo "big set: all 7 pieces stashed; installing it with the small set, building TE's torch extension"
     bash /root/devpkgs/install.sh
     rm -rf /tmp/tebuild /tmp/tewheel && mkdir -p /tmp/tebuild
     tar xzf /root/devpkgs/transformer_engine_torch-2.20.2.tar.gz -C /tmp/tebuild
@@ -103,8 +106,10 @@ step_norm_modulate() {
 }
 
 step_ops() {
-  run_ops "$FULL_PATH" timestep_sinusoid,timestep_mlp,adaln_projection,adaln_row_gather,gate_residual,final_adaln_out \
-    --out "$OUT/work/ops"
+  # one process per op: a kernel that faults (an illegal address kills the CUDA context) costs its op only
+  for op in ${H3BENCH_OPS:-timestep_sinusoid timestep_mlp adaln_projection adaln_row_gather gate_residual final_adaln_out}; do
+    run_ops "$FULL_PATH" "$op" --out "$OUT/work/${op}_h200.json"
+  done
 }
 
 step_modes() {
@@ -117,8 +122,8 @@ step_modes() {
 }
 
 step_kernel-tests() {
-  PYTHONPATH=$FULL_PATH H3BENCH_TEST_DEVICE=cuda timeout 240 python3 -m pytest -q -x tests/test_kernel*.py \
-    tests/test_row_gather.py 2>&1 | tail -15
+  PYTHONPATH=$FULL_PATH H3BENCH_TEST_DEVICE=cuda timeout 200 python3 -m pytest -q -rf tests/test_kernel*.py \
+    tests/test_row_gather.py 2>&1 | tail -30
 }
 
 step_sweep() {
