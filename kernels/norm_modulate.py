@@ -93,7 +93,7 @@ class LaunchConfig:
     bwd_programs_per_sm: int
     bwd_chunk: int = 0             # 0: whole rows in registers; else the chunked backward's column chunk
     fwd_programs_per_sm: int = 2   # "walk" only
-    fwd_l1_tables: bool = False    # "rows" only: x and y streamed past L1 (.cg, evict_first), tables kept
+    fwd_l1_tables: bool = False    # "rows" only: x read past L1 (.cg), y stored evict_first, tables kept
     local_max: int = LOCAL_MAX     # M <= local_max: local plan; above: global plan
     chunk_limit: int = 1024        # rows per program at most (the local sort is a [CMAX, M + 2] one-hot)
     param_cols: int = 32           # parameter stage: columns per program (no effect on any sum's order)
@@ -241,7 +241,8 @@ def _load_tile(P, rows, stride, cols, ok, H: tl.constexpr, STREAM: tl.constexpr)
     mask = ok[:, None] & (cols < H)[None, :]
     ptrs = P + rows[:, None] * stride + cols[None, :]
     if STREAM:
-        tile = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg", eviction_policy="evict_first")
+        # .cg alone: ptxas (triton 3.6, sm_90a) refuses .cg combined with an evict_first policy
+        tile = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg")
     else:
         tile = tl.load(ptrs, mask=mask, other=0.0)
     return tile
