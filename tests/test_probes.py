@@ -428,3 +428,30 @@ def test_sweep_smaller_than_its_small_sizes_misses_nothing():
     assert all(m <= plan.rows for m in sweep.batch_sizes), sweep.batch_sizes
     alone_sized = len(plan.probe_rows()) * len(plan.positions(1))  # batch 1 equals the row alone
     assert sweep.differ == sweep.comparisons - alone_sized
+
+
+def test_probes_do_not_hold_parameter_gradients_of_the_runs_they_keep(monkeypatch):
+    """all_rows keeps every single-row outcome of a batch and the sweep its probe rows alone; with
+    their parameter gradients (full size even for one row) adaln_projection's all_rows filled the
+    H200's 140 GB. At most the two full-batch runs' parameter gradients may be alive at once."""
+    import weakref
+    ctx = context("honest")
+    alive: set[int] = set()
+    peak = [0]
+    real_run = ProbeContext.run
+
+    def counting_run(self, inputs, grad_outs):
+        outcome = real_run(self, inputs, grad_outs)
+        for g in self.param_grads:
+            key = id(outcome.grads[g])
+            alive.add(key)
+            weakref.finalize(outcome.grads[g], alive.discard, key)
+        peak[0] = max(peak[0], len(alive))
+        return outcome
+    monkeypatch.setattr(ProbeContext, "run", counting_run)
+    bi.all_rows(ctx, dataclasses.replace(ALL_ROWS, batch_sizes=(12,), seeds=(3,)))
+    assert peak[0] <= 3 * len(ctx.param_grads), peak[0]   # full, again, and the run being made
+    peak[0] = 0
+    bi.batch_size_sweep(ctx, SWEEP)
+    bi.full_vs_sub_batches(ctx, SUBS)
+    assert peak[0] <= 3 * len(ctx.param_grads), peak[0]

@@ -63,7 +63,7 @@ def all_rows(ctx: ProbeContext, plan: AllRowsPlan) -> tuple[dict[str, AllRowsCas
             alone = []
             for r in range(n):
                 index = ctx.rows_index([r])
-                alone.append(ctx.run(inputs.select_rows(index), select_grad_outs(grad_outs, index)))
+                alone.append(ctx.run_rows(inputs.select_rows(index), select_grad_outs(grad_outs, index)))
             ctx.progress(n)
             fwd += int(_outputs_differ(full.outputs, _cat_outputs(alone)).sum())
             stacked = {g: torch.cat([a.grads[g] for a in alone]) for g in ctx.row_grads}
@@ -82,7 +82,7 @@ def full_vs_sub_batches(ctx: ProbeContext, plan: SubBatchPlan) -> FullVsSubBatch
         for size in plan.sub_batch_sizes:
             for start in plan.starts(size):
                 index = ctx.rows_index(range(start, min(start + size, plan.full_batch)))
-                sub = ctx.run(inputs.select_rows(index), select_grad_outs(grad_outs, index))
+                sub = ctx.run_rows(inputs.select_rows(index), select_grad_outs(grad_outs, index))
                 picked = tuple(o.index_select(0, index) for o in full.outputs)
                 fwd_flags.append(_outputs_differ(picked, sub.outputs).any())
                 for g in ctx.row_grads:
@@ -109,7 +109,7 @@ def batch_size_sweep(ctx: ProbeContext, plan: SweepPlan) -> BatchSizeSweep:
 
         def run_rows(order: list[int]) -> Outcome:
             index = ctx.rows_index(order)
-            return ctx.run(inputs.select_rows(index), select_grad_outs(grad_outs, index))
+            return ctx.run_rows(inputs.select_rows(index), select_grad_outs(grad_outs, index))
 
         alone = {r: run_rows([r]) for r in probes}
 

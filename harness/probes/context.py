@@ -50,6 +50,13 @@ class ProbeContext:
     def run(self, inputs: OpInputs, grad_outs: tuple[torch.Tensor, ...]) -> Outcome:
         return execute(self.fn, inputs, grad_outs, self.grads, self.n_outputs)
 
+    def run_rows(self, inputs: OpInputs, grad_outs: tuple[torch.Tensor, ...]) -> Outcome:
+        """`run`, keeping only the outputs and the per-row gradients: for outcomes a probe holds on to.
+        A batch of one still has full-size parameter gradients (adaln_projection's dW is 0.5 GB), and
+        all_rows keeps 2048 single-row outcomes: with the parameter gradients that filled the H200."""
+        outcome = self.run(inputs, grad_outs)
+        return Outcome(outputs=outcome.outputs, grads={g: outcome.grads[g] for g in self.row_grads})
+
     def reference(self, inputs: OpInputs, grad_outs: Optional[tuple[torch.Tensor, ...]]) -> Reference:
         with self.reference_guard():
             return self.op.reference(self.params, inputs, grad_outs, self.grads, self.reference_variant)
