@@ -199,7 +199,7 @@ def rl_kernel_reasons(monkeypatch, adapter, params) -> tuple[str, str]:
 
 # --- the quick plan through the runner ------------------------------------------------------------------------
 
-def run_quick_plan(op_name: str, adapter, device=CPU, params_repeatable: Optional[bool] = True):
+def run_quick_plan(op_name: str, adapter, device: torch.device, params_repeatable: Optional[bool] = True):
     """`adapter`'s row through the op's quick plan by the runner, plain mode, one timing repeat (the kernel
     tests look at verdicts, not times); asserts a clean verdict (`assert_clean_quick_verdict`) and returns
     the row."""

@@ -167,10 +167,10 @@ def test_bad_input_names_the_argument(device, change, error, match):
         adaln_row_gather(args["table"], args["ti"], args["tag"], args["modalities"], args["chunks"])
 
 
-def test_quick_plan_through_the_runner():
+def test_quick_plan_through_the_runner(device):
     from adapters.adaln_row_gather.h3bench_triton import ADAPTER
 
-    row = run_quick_plan("adaln_row_gather", ADAPTER)  # batch-invariant, table gradient repeatable
+    row = run_quick_plan("adaln_row_gather", ADAPTER, device)  # batch-invariant, table gradient repeatable
     for size in row.accuracy_latency.values():
         assert size.fwd_rel_err == 0.0  # a copy
         assert size.grad_rel_err["table"] <= TOL[torch.bfloat16]

@@ -187,10 +187,10 @@ def test_bad_input_names_the_argument(device, change, error, match):
         final_adaln_out(*args.values(), EPS)
 
 
-def test_quick_plan_through_the_runner():
+def test_quick_plan_through_the_runner(device):
     from adapters.final_adaln_out.h3bench_triton import ADAPTER
 
-    row = run_quick_plan("final_adaln_out", ADAPTER)  # batch-invariant, parameter gradients repeatable
+    row = run_quick_plan("final_adaln_out", ADAPTER, device)  # batch-invariant, parameter gradients repeatable
     for size in row.accuracy_latency.values():
         assert size.fwd_rel_err <= tol(torch.bfloat16)
         assert max(size.grad_rel_err.values()) <= tol(torch.bfloat16)

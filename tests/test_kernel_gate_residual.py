@@ -170,10 +170,10 @@ def test_bad_input_names_the_argument(device, change, error, match):
         gate_residual(args["res"], args["y"], args["gate"], args["idx"])
 
 
-def test_quick_plan_through_the_runner():
+def test_quick_plan_through_the_runner(device):
     from adapters.gate_residual.h3bench_triton import ADAPTER
 
-    row = run_quick_plan("gate_residual", ADAPTER)  # batch-invariant, gate gradient repeatable
+    row = run_quick_plan("gate_residual", ADAPTER, device)  # batch-invariant, gate gradient repeatable
     for size in row.accuracy_latency.values():
         assert size.fwd_rel_err <= TOL[torch.bfloat16]
         assert size.grad_rel_err["res"] == 0.0  # dres = dy exactly

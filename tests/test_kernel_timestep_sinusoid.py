@@ -79,9 +79,9 @@ def test_bad_input_names_the_argument(device, call, error, match):
         call(torch.rand(4, device=device))
 
 
-def test_quick_plan_through_the_runner():
+def test_quick_plan_through_the_runner(device):
     from adapters.timestep_sinusoid.h3bench_triton import ADAPTER
 
-    row = run_quick_plan("timestep_sinusoid", ADAPTER, params_repeatable=None)  # no parameters
+    row = run_quick_plan("timestep_sinusoid", ADAPTER, device, params_repeatable=None)  # no parameters
     for size in row.accuracy_latency.values():
         assert size.fwd_rel_err <= BOUND

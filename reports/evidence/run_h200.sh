@@ -122,8 +122,10 @@ step_modes() {
 }
 
 step_kernel-tests() {
-  PYTHONPATH=$FULL_PATH H3BENCH_TEST_DEVICE=cuda timeout 200 python3 -m pytest -q -rf tests/test_kernel*.py \
-    tests/test_row_gather.py 2>&1 | tail -30
+  # the full report goes to a file (a failure's reason must come back, not only its name)
+  PYTHONPATH=$FULL_PATH H3BENCH_TEST_DEVICE=cuda timeout 200 python3 -m pytest -q -rf --tb=short tests/test_kernel*.py \
+    tests/test_row_gather.py > "$OUT/work/kernel_tests.log" 2>&1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/work/kernel_tests.log" | tail -30
 }
 
 step_sweep() {
