@@ -81,9 +81,30 @@ def check_like(outputs: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]
                                       f"expected {tuple(ref.shape)}")
 
 
+def settle(tensors: Sequence) -> None:
+    """Wait for the GPU work queued so far, so that a fault of a kernel just launched (an illegal
+    address is reported asynchronously) is raised here, inside the implementation's block, and not
+    later in harness code, which would blame the harness. Not used by the timed steps."""
+    for device in {t.device for t in tensors if isinstance(t, torch.Tensor) and t.device.type == "cuda"}:
+        torch.cuda.synchronize(device)
+
+
+def device_usable(device: torch.device) -> bool:
+    """False once a CUDA fault has left the context unusable (every later CUDA call fails)."""
+    if device.type != "cuda":
+        return True
+    try:
+        torch.cuda.synchronize(device)
+        torch.zeros(1, device=device).item()
+        return True
+    except RuntimeError:
+        return False
+
+
 def call(fn, args: Sequence[torch.Tensor], n_outputs: int) -> tuple[torch.Tensor, ...]:
     with implementation_code():
         result = fn(*args)
+        settle(args)
     return as_outputs(result, n_outputs)
 
 
@@ -94,6 +115,7 @@ def backward(outputs: Sequence[torch.Tensor], grad_outs: Sequence[torch.Tensor])
         raise ImplementationError("implementation declares gradients but its outputs do not require grad")
     with implementation_code():
         torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        settle(outputs)
 
 
 def execute(fn, inputs: OpInputs, grad_outs: Optional[Sequence[torch.Tensor]], grads: tuple[str, ...],

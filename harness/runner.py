@@ -26,7 +26,7 @@ import torch
 from harness import environment
 from harness.adapter import Adapter, Loaded
 from harness.config import RunConfig
-from harness.execute import ImplementationError, describe_exception
+from harness.execute import ImplementationError, device_usable, describe_exception
 from harness.modes import ActiveMode, ModeSpec, get_mode
 from harness.ops import get_op
 from harness.ops.base import Op
@@ -227,6 +227,7 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
             _sync(request.device)
             measured.probe_wall[current] = round(time.perf_counter() - t0, 3)
     except ImplementationError as exc:  # the implementation's own failure is its row's verdict
+        _require_usable_device(request.device, name, str(exc))
         return UnavailableRow(unavailable=str(exc), source=loaded.source, failed_probe=current,
                               wall_s=round(time.perf_counter() - started, 3))
     measured.sizes = measured.probes["accuracy_latency"]
@@ -250,6 +251,22 @@ def _time_rows(request: RunRequest, op: Op, spec: ModeSpec, measured: list[_Meas
         m.probe_wall["accuracy_latency"] = round(m.probe_wall["accuracy_latency"] + share, 3)
         if t.error is not None:
             m.probes["error"] = t.error
+    failed = [t for t in timed if t.error is not None]
+    if failed:
+        _require_usable_device(request.device, failed[0].name, str(failed[0].error))
+
+
+class DeviceLost(RuntimeError):
+    """A row's failure left the CUDA context unusable: no later row (or reference) can run in this
+    process, so the run stops instead of recording every later row as failing with the same error.
+    Rows share one process; run that op without the row (`--adapters`), or its row alone."""
+
+
+def _require_usable_device(device: torch.device, row: str, error: str) -> None:
+    if not device_usable(device):
+        raise DeviceLost(f"row {row!r} failed with {error!r} and left the CUDA context on {device} unusable: "
+                         f"the rows after it cannot run in this process. Run the op without it "
+                         f"(--adapters) or that row alone to see its own verdict.")
 
 
 def _row_result(m: _Measured, device: torch.device) -> RowResult | UnavailableRow:

@@ -147,3 +147,29 @@ def test_the_cli_exits_non_zero_with_the_traceback_and_writes_nothing(invoke, tm
     assert result.exit_code != 0
     assert isinstance(result.exception, ZeroDivisionError)  # the harness's own error, not a row's verdict
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_an_asynchronous_fault_is_raised_inside_the_implementations_block(monkeypatch):
+    """A GPU kernel's fault (an illegal address) surfaces at the next synchronisation; the harness
+    synchronises inside the implementation's block, so the fault is the row's, not the harness's.
+    Stand-in for the GPU: the synchronisation raises as CUDA's would after a faulting kernel."""
+    from harness import execute
+
+    def faulting_settle(tensors):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    monkeypatch.setattr(execute, "settle", faulting_settle)
+    evidence = run(request(honest))
+    row = evidence.results["plain"]["honest"]
+    assert isinstance(row, UnavailableRow) and "illegal memory access" in row.unavailable
+    assert row.failed_probe == "all_rows"
+
+
+def test_a_row_that_kills_the_device_stops_the_run_naming_it(monkeypatch, tmp_path):
+    """After a sticky CUDA fault every later row would fail with the same error and be recorded as
+    failing by itself; the run stops instead, naming the row that faulted, and writes nothing."""
+    import harness.runner as runner
+    monkeypatch.setattr(runner, "device_usable", lambda device: False)
+    out = tmp_path / "e.json"
+    with pytest.raises(runner.DeviceLost, match="row 'fails_in_backward'"):
+        run(request(fails_in_backward, honest, out=out))
+    assert not out.exists()
