@@ -376,7 +376,8 @@ def summary(report: dict) -> str:
         bad = [r["dtypes"] for r in report["dtype_matrix"] if not (r["within_bounds"] and r["out_dtypes_ok"])]
         lines.append(f"dtype matrix: {len(report['dtype_matrix'])} combinations, "
                      + ("all within bounds, gradients in their inputs' dtypes" if not bad else f"FAILED: {bad}"))
-    lines.append(f"wall time {report['wall_s']:.0f} s")
+    # a run cut short (the device's time limit, a failing variant) has saved no wall time
+    lines.append(f"wall time {report['wall_s']:.0f} s" if "wall_s" in report else "run cut short: no wall time saved")
     return "\n".join(lines)
 
 
