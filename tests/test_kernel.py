@@ -449,3 +449,21 @@ def test_sweep_tool_runs_end_to_end_on_the_interpreter(device, tmp_path):
     assert saved["variants"][0]["variant"] == "gather"
     assert all(r["within_bounds"] and r["out_dtypes_ok"] for r in saved["dtype_matrix"])
     assert "host_us_per_call" in saved["small_batch"] and report["wall_s"] == saved["wall_s"]
+
+
+def test_sweep_tool_variants_only(device, tmp_path):
+    """The device script's `sweep-variants` step: no width or table-size sweep, no dtypes; the plot
+    and the summary still come out (summary of a report without every section included)."""
+    if device.type == "cuda":
+        pytest.skip("the smoke mode is for the CPU; on a GPU run the tool itself")
+    from tools import sweep_norm_modulate as sweep
+    out = tmp_path / "variants.json"
+    report = sweep.main(["--allow-cpu", "--out", str(out), "--rows", "5", "--hidden", "", "--table-rows", "",
+                         "--no-dtypes", "--variants", "gather", "--variant-hidden", "16", "--warmup", "0",
+                         "--reps", "1", "--small-rows", "3", "--small-hidden", "16", "--host-reps", "1"])
+    assert report["hidden_sweep"] == [] and report["table_rows_sweep"] == []
+    assert [v["variant"] for v in report["variants"]] == ["gather"]
+    assert out.with_suffix(".png").stat().st_size > 0
+    partial = dict(report)
+    del partial["wall_s"]   # as a run cut short leaves it
+    assert "cut short" in sweep.summary(partial)

@@ -16,9 +16,11 @@
 #   ops            the six other ops, full plan, mode plain, every row (one process and evidence file per op;
 #                  H3BENCH_OPS picks some)
 #   modes          timestep_mlp and adaln_projection under every global mode (the diffusers row: the modes
-#                  patch aten, which our Triton row does not use), each mode in its own child process
+#                  patch aten, which our Triton row does not use), each mode in its own child process;
+#                  H3BENCH_MODE_OPS picks one
 #   kernel-tests   our kernels' tests on the GPU
 #   sweep          tools/sweep_norm_modulate.py (norm_modulate over widths, table sizes, dtypes)
+#   sweep-variants its launch-config variants only
 #   bench-memory   tools/bench_memory_ops.py;  bench-gemm: tools/bench_gemm.py (launch-config variants)
 # `install` is idempotent: a later call on the same (warm) machine skips what is there already. With
 # H3BENCH_DEADLINE_S set, a step that would start after that many seconds of the call is skipped and the
@@ -113,7 +115,7 @@ step_ops() {
 }
 
 step_modes() {
-  for op in timestep_mlp adaln_projection; do
+  for op in ${H3BENCH_MODE_OPS:-timestep_mlp adaln_projection}; do
     # the RFC's seven modes (`all` would add torch's deterministic switch, which the RFC does not compare)
     run_ops "$MODES_PATH" "$op" --adapters diffusers --mode-timeout 300 \
       --mode plain,vllm,sglang,sglang_ieee,megatron_te_native,megatron_triton,megatron_triton_ieee \
@@ -130,6 +132,11 @@ step_kernel-tests() {
 
 step_sweep() {
   PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.sweep_norm_modulate --out "$OUT/work/sweep_norm_modulate.json"
+}
+
+step_sweep-variants() {  # the launch-config variants only (the sweep's last section)
+  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.sweep_norm_modulate --hidden '' --table-rows '' --no-dtypes \
+    --out "$OUT/work/sweep_variants_norm_modulate.json"
 }
 
 step_bench-memory() {
