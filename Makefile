@@ -6,17 +6,28 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.h3bench-installed
+TEST_STAMP := $(VENV)/.h3bench-test-installed
 
 .PHONY: run run-all test full-cpu clean
 
+# `run` needs the package only: a GPU machine without a package index (its own torch and triton) can run
+# it; `test` adds the test extra (pytest, and diffusers for the parity tests), which needs an index.
 $(STAMP): pyproject.toml constraints-ci.txt
 	@if $(PY) -c "import torch, triton" 2>/dev/null; then \
 	  echo "using the torch and triton this python already has"; \
-	  $(PY) -m venv --system-site-packages $(VENV) && \
-	  $(BIN)/python -m pip install -q --no-build-isolation -e '.[test]'; \
+	  $(PY) -m venv --system-site-packages $(VENV) && touch $(VENV)/.system-torch && \
+	  $(BIN)/python -m pip install -q --no-build-isolation -e .; \
 	else \
 	  $(PY) -m venv $(VENV) && \
 	  $(BIN)/python -m pip install -q -c constraints-ci.txt torch==2.13.0 && \
+	  $(BIN)/python -m pip install -q -c constraints-ci.txt -e .; \
+	fi
+	@touch $@
+
+$(TEST_STAMP): $(STAMP)
+	@if [ -f $(VENV)/.system-torch ]; then \
+	  $(BIN)/python -m pip install -q --no-build-isolation -e '.[test]'; \
+	else \
 	  $(BIN)/python -m pip install -q -c constraints-ci.txt -e '.[test]'; \
 	fi
 	@touch $@
@@ -27,7 +38,7 @@ run: $(STAMP)
 run-all: $(STAMP)
 	$(BIN)/h3bench run --op all
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q
 
 # The full probe plan on a CPU at a tiny hidden size (counts equal the GPU plan's): ~15 s for the torch
