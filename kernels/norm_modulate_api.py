@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from kernels import checks
 from kernels import norm_modulate as K
-from kernels.common import interpreter_active
-
-_FLOATS = (torch.bfloat16, torch.float16, torch.float32)
-_INDEX = (torch.int32, torch.int64)
 
 
 def _fast_ok(x, w, sh, sc, idx) -> bool:
@@ -26,8 +23,9 @@ def _fast_ok(x, w, sh, sc, idx) -> bool:
         return (device >= 0 and x.is_cuda and w.is_cuda and sh.is_cuda and sc.is_cuda and idx.is_cuda
                 and w.get_device() == device and sh.get_device() == device and sc.get_device() == device
                 and idx.get_device() == device
-                and x.dtype in _FLOATS and w.dtype in _FLOATS and sh.dtype in _FLOATS and sc.dtype in _FLOATS
-                and idx.dtype in _INDEX and 0 < hidden <= K.MAX_HIDDEN and w.dim() == 1 and w.shape[0] == hidden
+                and x.dtype in checks.FLOATS and w.dtype in checks.FLOATS and sh.dtype in checks.FLOATS
+                and sc.dtype in checks.FLOATS and idx.dtype in checks.INDEX
+                and 0 < hidden <= K.MAX_HIDDEN and w.dim() == 1 and w.shape[0] == hidden
                 and sh.dim() == 2 and sc.dim() == 2 and sh.shape[1] == hidden and sc.shape[1] == hidden
                 and 0 < sh.shape[0] == sc.shape[0] and idx.dim() == 1 and idx.shape[0] * hidden == x.numel())
     except (AttributeError, IndexError, TypeError, RuntimeError):
@@ -36,22 +34,12 @@ def _fast_ok(x, w, sh, sc, idx) -> bool:
 
 def _check(x, w, sh, sc, idx) -> None:
     named = {"x": x, "w": w, "sh": sh, "sc": sc, "idx": idx}
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    for name, t in named.items():
-        if t.device != x.device:
-            raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
-    if x.device.type != "cuda" and not interpreter_active():
-        raise ValueError(f"x is on {x.device}: the Triton kernel needs a CUDA device "
-                         "(or TRITON_INTERPRET=1 set before triton is imported)")
-    if x.dtype not in _FLOATS:
-        raise TypeError(f"x has dtype {x.dtype}; expected one of bfloat16, float16, float32")
-    for name in ("w", "sh", "sc"):  # each its own float dtype: fp32 math, each gradient in its input's dtype
-        if named[name].dtype not in _FLOATS:
-            raise TypeError(f"{name} has dtype {named[name].dtype}; expected one of bfloat16, float16, float32")
-    if idx.dtype not in _INDEX:
-        raise TypeError(f"idx has dtype {idx.dtype}; expected int32 or int64")
+    checks.tensors(named)
+    checks.same_device(named, "x")
+    checks.triton_device("x", x, any_device_interpreted=True)
+    for name in ("x", "w", "sh", "sc"):  # each its own float dtype: fp32 math, each gradient in its input's dtype
+        checks.float_dtype(name, named[name])
+    checks.index_dtype("idx", idx)
     if x.dim() < 1 or x.shape[-1] < 1:
         raise ValueError(f"x must be [..., H] with H >= 1, got shape {tuple(x.shape)}")
     hidden = x.shape[-1]
@@ -71,18 +59,6 @@ def _check(x, w, sh, sc, idx) -> None:
                          f"got {tuple(idx.shape)}")
     if rows and sh.shape[0] == 0:
         raise ValueError("sh and sc have no table rows, so no index can be valid")
-
-
-def _check_index_range(idx: torch.Tensor, table_rows: int) -> None:
-    if idx.numel() == 0:
-        return
-    flat = idx.reshape(-1)
-    bad = (flat < 0) | (flat >= table_rows)
-    if bool(bad.any()):  # one host sync: the price of the check, which can be switched off
-        position = int(bad.nonzero()[0, 0])
-        value = int(flat[position])
-        raise IndexError(f"idx[{position}] = {value} is outside [0, {table_rows}) (the table has "
-                         f"{table_rows} rows)")
 
 
 def _unit_inner(t: torch.Tensor) -> torch.Tensor:
@@ -146,7 +122,7 @@ def norm_modulate(x: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.
         with torch.cuda.device(x.device):  # triton launches on the current device
             return norm_modulate(x, w, sh, sc, idx, eps, check_index)
     if check_index:
-        _check_index_range(idx, sh.shape[0])
+        checks.index_range("idx", idx, sh.shape[0], rows_of="the table")
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or sh.requires_grad or sc.requires_grad):
         return _NormModulate.apply(x, w, sh, sc, idx, float(eps))
     # Inference: no autograd node and no saved rstd (each costs host time, the rstd store 5 us).

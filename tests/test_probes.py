@@ -340,7 +340,7 @@ def test_progress_adds_up_to_the_declared_totals():
 
 def test_h3bench_triton_passes_the_quick_plan(tmp_path):
     from adapters.norm_modulate.h3bench_triton import ADAPTER
-    from kernels.norm_modulate_api import interpreter_active
+    from kernels.common import interpreter_active
 
     if not interpreter_active():
         pytest.skip("the Triton interpreter is off (TRITON_INTERPRET=1 is set by conftest on CPU runs)")

@@ -10,13 +10,11 @@ from harness.ops.norm_modulate import NormModulateParams
 
 
 def _load(device: torch.device, params: NormModulateParams) -> Loaded:
-    from kernels.norm_modulate_api import interpreter_active, norm_modulate
+    from kernels.common import interpreter_active, require_triton_device
+    from kernels.norm_modulate_api import norm_modulate
 
+    require_triton_device(device)
     eps = params.eps
-
-    if device.type != "cuda" and not interpreter_active():
-        raise RuntimeError(f"Triton needs a CUDA device here ({device}); set TRITON_INTERPRET=1 "
-                           "before triton is imported to run it under the interpreter")
 
     def fused(x, w, sh, sc, idx):
         # The range check is a host sync; rows with a bad index come out NaN instead (never silent).
