@@ -35,6 +35,14 @@ def run(inputs, grad_out, idx=None, x=None):
     return y.detach(), {n: l.grad for n, l in zip(NAMES, leaves)}
 
 
+def assert_bf16_matches_float64(params, inputs, grad_out, y, grads):
+    """A bf16 case's output and gradients against the float64 reference, within the bf16 bounds."""
+    ref = reference(params, inputs, grad_out)
+    assert rel_err(y, ref.outputs[0]) <= TOL["bfloat16"]
+    for name in NAMES:
+        assert rel_err(grads[name], ref.grads[name]) <= TOL["bfloat16"] * 1.2, name
+
+
 @pytest.mark.parametrize("hidden,rows,dtype", [
     (8, 37, "bfloat16"), (64, 130, "float32"), (3, 9, "float16"), (257, 20, "bfloat16"),
     (2, 11, "float32"), (100, 7, "float16"),
@@ -157,10 +165,7 @@ def test_wide_rows_path(device, hidden, rows):
     assert launch_config(hidden).bwd_rows <= 2 and not launch_config(hidden).bwd_chunk
     params, inputs, grad_out = case(device, hidden, rows)
     y, grads = run(inputs, grad_out)
-    ref = reference(params, inputs, grad_out)
-    assert rel_err(y, ref.outputs[0]) <= TOL["bfloat16"]
-    for name in NAMES:
-        assert rel_err(grads[name], ref.grads[name]) <= TOL["bfloat16"] * 1.2, name
+    assert_bf16_matches_float64(params, inputs, grad_out, y, grads)
     for r in (0, rows - 1):
         sub = inputs.select_rows(torch.tensor([r], device=device))
         y1, g1 = run(sub, grad_out[r:r + 1])
@@ -322,10 +327,7 @@ def test_table_sizes_match_float64(device, monkeypatch, kernels, table_rows, lay
         inputs = _with_idx(inputs, torch.arange(26, device=device) // 4 * 3)
     assert K.backward_split(26, cfg, device)[0] >= 7  # 7 on the CPU (one program per 4 rows), 26 on a GPU
     y, grads = run(inputs, grad_out)
-    ref = reference(params, inputs, grad_out)
-    assert rel_err(y, ref.outputs[0]) <= TOL["bfloat16"]
-    for name in NAMES:
-        assert rel_err(grads[name], ref.grads[name]) <= TOL["bfloat16"] * 1.2, name
+    assert_bf16_matches_float64(params, inputs, grad_out, y, grads)
     unused = torch.ones(table_rows, dtype=torch.bool, device=device)
     unused[inputs.tensors["idx"]] = False
     assert torch.count_nonzero(grads["sh"][unused]) == 0 and torch.count_nonzero(grads["sc"][unused]) == 0
@@ -386,10 +388,7 @@ def test_chunked_backward_wide_rows(device, hidden, rows):
     assert launch_config(hidden).bwd_chunk
     params, inputs, grad_out = case(device, hidden, rows)
     y, grads = run(inputs, grad_out)
-    ref = reference(params, inputs, grad_out)
-    assert rel_err(y, ref.outputs[0]) <= TOL["bfloat16"]
-    for name in NAMES:
-        assert rel_err(grads[name], ref.grads[name]) <= TOL["bfloat16"] * 1.2, name
+    assert_bf16_matches_float64(params, inputs, grad_out, y, grads)
     y1, g1 = run(inputs.select_rows(torch.tensor([rows - 1], device=device)), grad_out[rows - 1:])
     assert torch.equal(as_bits(y1[0]), as_bits(y[rows - 1]))
     assert torch.equal(as_bits(g1["x"][0]), as_bits(grads["x"][rows - 1]))
