@@ -68,6 +68,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=100)
     parser.add_argument("--dry-run", action="store_true",
                         help="CPU under TRITON_INTERPRET=1: the quick configs' widths, 2 small sizes, 2 reps")
+    parser.add_argument("--timeline", action="store_true",
+                        help="also record each row's GPU kernels in one forward+backward (torch.profiler; CUDA)")
+    parser.add_argument("--variants", default=None,
+                        help="comma-separated subset of our variants to run (default: all; `default` always runs)")
     args = parser.parse_args(argv)
     if args.warmup < 0 or args.reps < 1:
         parser.error("--warmup must be >= 0 and --reps >= 1")
@@ -184,8 +188,8 @@ def _outputs(result) -> list[torch.Tensor]:
     return [result] if isinstance(result, torch.Tensor) else list(result)
 
 
-def measure_row(op, params, fn: Callable, inputs, grad_outs, ref, default_out, device, warmup: int, reps: int
-                ) -> tuple[dict, tuple[torch.Tensor, ...]]:
+def measure_row(op, params, fn: Callable, inputs, grad_outs, ref, default_out, device, warmup: int, reps: int,
+                timeline: bool = False) -> tuple[dict, tuple[torch.Tensor, ...]]:
     """(the row's record, its outputs) for one row at one size."""
     from harness.execute import as_bits, execute
     from harness.probes.accuracy_latency import combined_rel_err, rel_err
@@ -230,8 +234,63 @@ def measure_row(op, params, fn: Callable, inputs, grad_outs, ref, default_out, d
         record["bwd_us"] = _times(backward, clear, device, warmup, reps)
         del kept
         record["fwd_bwd_us"] = _times(fwd_bwd, clear, device, warmup, reps)
+        if timeline:
+            record["timeline"] = guarded(kernel_timeline, fwd_bwd, clear, device)
         clear()
+    elif timeline:
+        record["timeline"] = guarded(kernel_timeline, forward, None, device)
     return record, outputs
+
+
+def guarded(fn: Callable, *args) -> dict:
+    """A diagnostic that fails becomes its error, not the loss of the row's timings."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"[-500:]}
+
+
+def kernel_timeline(step: Callable, setup: Optional[Callable], device: torch.device) -> dict:
+    """The GPU kernels of one `step` (the second of three profiled), in launch order, with the gaps the
+    GPU idled between them: where a forward+backward's time goes (a slow kernel, or the host).
+    CUDA only: the interpreter has no kernels to see."""
+    if device.type != "cuda":
+        return {"skipped": "no CUDA kernels on the CPU"}
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        if setup is not None:
+            setup()
+        step()
+    torch.cuda.synchronize(device)
+    host = []
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            if setup is not None:
+                setup()
+            torch.cuda._sleep(1)  # a `spin_kernel` marks where each step's kernels begin on the GPU
+            t0 = time.perf_counter()
+            step()
+            host.append((time.perf_counter() - t0) * 1e6)
+        torch.cuda.synchronize(device)
+    kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                     key=lambda e: e.time_range.start)
+    marks = [i for i, k in enumerate(kernels) if "spin_kernel" in k.name]
+    if len(marks) < 3:
+        return {"skipped": f"profiler saw {len(marks)} step markers and {len(kernels)} kernels"}
+    mine = kernels[marks[1] + 1:marks[2]]
+    if not mine:
+        return {"skipped": "no kernel in the profiled step"}
+    t0, last = mine[0].time_range.start, mine[-1].time_range.end
+    rows, busy, prev_end = [], 0.0, t0
+    for k in mine:
+        dur = k.time_range.end - k.time_range.start
+        rows.append({"kernel": k.name[:90], "start_us": round(k.time_range.start - t0, 1),
+                     "gap_before_us": round(max(0.0, k.time_range.start - prev_end), 1), "us": round(dur, 1)})
+        busy += dur
+        prev_end = max(prev_end, k.time_range.end)
+    return {"span_us": round(last - t0, 1), "kernel_us": round(busy, 1),
+            "host_us": round(host[1], 1), "kernels": rows}
 
 
 def floors_us(op, params, rows: int, bandwidth_gbps: float) -> dict:
@@ -265,6 +324,9 @@ def bench_op(op_name: str, sizes: list[int], device: torch.device, args, interpr
         rows_list = rows_list[:2]
     result: dict[str, Any] = {"params": dataclasses.asdict(params), "sizes": {}}
     ours = variants(op_name, params, interpreted)
+    if args.variants:
+        keep = {"default"} | {v.strip() for v in args.variants.split(",")}
+        ours = {name: fn for name, fn in ours.items() if name in keep}
     others = competitors(op_name, params, device)
     for rows in rows_list:
         inputs = op.make_inputs(params, rows, SEED_INPUT, device)
@@ -281,7 +343,7 @@ def bench_op(op_name: str, sizes: list[int], device: torch.device, args, interpr
             try:
                 record, outputs = measure_row(op, params, fn, inputs, grad_outs, ref,
                                               default_out if name in ours else None, device, args.warmup,
-                                              args.reps)
+                                              args.reps, timeline=args.timeline)
             except Exception as exc:  # a failing variant is a line in the table, not the end of the call
                 size["rows"][label] = {"error": f"{type(exc).__name__}: {exc}"[-2000:],
                                        "traceback": traceback.format_exc()[-4000:]}
@@ -296,7 +358,20 @@ def bench_op(op_name: str, sizes: list[int], device: torch.device, args, interpr
             torch.cuda.empty_cache()
         result["sizes"][str(rows)] = size
         log(table(op_name, rows, size))
+        log(timelines(size))
     return result
+
+
+def timelines(size: dict) -> str:
+    """Each row's kernels, one line each: name, GPU us, the idle gap before it."""
+    lines = []
+    for label, rec in size["rows"].items():
+        tl = rec.get("timeline") if isinstance(rec, dict) else None
+        if not tl or "kernels" not in tl:
+            continue
+        lines.append(f"  {label}: span {tl['span_us']} us, kernels {tl['kernel_us']} us, host {tl['host_us']} us")
+        lines += [f"    {k['us']:8.1f} us (gap {k['gap_before_us']:6.1f})  {k['kernel']}" for k in tl["kernels"]]
+    return "\n".join(lines)
 
 
 def table(op_name: str, rows: int, size: dict) -> str:

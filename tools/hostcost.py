@@ -168,6 +168,43 @@ def timeline(dev, rows: int) -> list[str]:
     return lines
 
 
+def sinusoid_pieces(dev) -> dict[str, float]:
+    """Host us per call of the timestep_sinusoid row and of each piece of its path, next to SGLang's row
+    (when it loads): the op moves at most 2 MB, so its per-sample latency is this host path."""
+    from kernels import timestep_sinusoid as S
+    from kernels.common import launch
+
+    t = torch.zeros(1, dtype=torch.float32, device=dev)
+    out = S.timestep_sinusoid(t)
+    freqs = S.frequencies(dev, 128, 10000, 0.0)
+    cfg = S.config_for(256, False)
+    kernel, grid = S._sinusoid_kernel, (1,)
+    meta = dict(HALF=128, BLOCK_K=128, ROWS=cfg.rows, INTERPRETED=False, num_warps=cfg.warps)
+    res = {"whole call (T=1)": host_us(lambda: S.timestep_sinusoid(t)),
+           "_check": host_us(lambda: S._check(t, 256, 10000, 0.0)),
+           "torch.empty [1, 256] fp32": host_us(lambda: torch.empty((1, 256), dtype=torch.float32, device=dev)),
+           "torch.cuda.current_device": host_us(torch.cuda.current_device),
+           "kernels.common.launch": host_us(lambda: launch(kernel, grid, t, freqs, out, 1, 1, **meta)),
+           "kernel[grid] (triton's path)": host_us(lambda: kernel[grid](t, freqs, out, 1, 1, **meta))}
+    binder = kernel.device_caches[torch.cuda.current_device()][4]
+    res["binder only"] = host_us(lambda: binder(t, freqs, out, 1, 1, **meta))
+    compiled = kernel[grid](t, freqs, out, 1, 1, **meta)
+    bound = binder(t, freqs, out, 1, 1, **meta)[0]
+    stream = torch.cuda.current_stream().cuda_stream
+    res["compiled.run only"] = host_us(lambda: compiled.run(1, 1, 1, stream, compiled.function,
+                                                           compiled.packed_metadata, None, None, None,
+                                                           *bound.values()))
+    try:
+        from adapters.timestep_sinusoid.sglang import ADAPTER
+        from harness.ops.timestep_sinusoid import TimestepSinusoidParams
+
+        loaded = ADAPTER.try_load(dev, TimestepSinusoidParams(256, 10000, 0.0))
+        res["sglang row (T=1)"] = host_us(lambda: loaded.fn(t)) if not isinstance(loaded, str) else loaded
+    except Exception as exc:  # a diagnostic: say why, go on
+        res["sglang row (T=1)"] = f"{type(exc).__name__}: {exc}"
+    return res
+
+
 def main() -> None:
     global HIDDEN, TABLE_ROWS
     ap = argparse.ArgumentParser()
@@ -176,11 +213,16 @@ def main() -> None:
     ap.add_argument("--table-rows", type=int, default=TABLE_ROWS)
     ap.add_argument("--out", default=None)
     ap.add_argument("--breakdown-only", action="store_true")
+    ap.add_argument("--sinusoid-only", action="store_true", help="only timestep_sinusoid's host path")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("tools.hostcost measures host time around CUDA launches and needs a CUDA GPU")
     HIDDEN, TABLE_ROWS = args.hidden, args.table_rows
     dev = torch.device("cuda")
+    if args.sinusoid_only:
+        for key, val in sinusoid_pieces(dev).items():
+            print(f"sinusoid   {key:45s} {val}", flush=True)
+        return
     report = {"breakdown": breakdown(dev)}
     if not args.breakdown_only:
         report.update(primitives=primitives(dev), iteration=iteration(dev, args.rows))

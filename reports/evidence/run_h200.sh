@@ -17,11 +17,14 @@
 #                  H3BENCH_OPS picks some)
 #   modes          timestep_mlp and adaln_projection under every global mode (the diffusers row: the modes
 #                  patch aten, which our Triton row does not use), each mode in its own child process;
-#                  H3BENCH_MODE_OPS picks one
+#                  H3BENCH_MODE_OPS picks one, H3BENCH_MODES some modes (the file then gets the suffix
+#                  H3BENCH_MODES_TAG; `h3bench merge` joins the parts of calls that split the modes)
 #   kernel-tests   our kernels' tests on the GPU
 #   sweep          tools/sweep_norm_modulate.py (norm_modulate over widths, table sizes, dtypes)
 #   sweep-variants its launch-config variants only
-#   bench-memory   tools/bench_memory_ops.py;  bench-gemm: tools/bench_gemm.py (launch-config variants)
+#   bench-memory   tools/bench_memory_ops.py (H3BENCH_BENCH_ARGS: its arguments, e.g. --ops/--sizes/--timeline);
+#                  bench-gemm: tools/bench_gemm.py (launch-config variants)
+#   hostcost-sinusoid  tools/hostcost.py --sinusoid-only: the host path of timestep_sinusoid's row and SGLang's
 # `install` is idempotent: a later call on the same (warm) machine skips what is there already. With
 # H3BENCH_DEADLINE_S set, a step that would start after that many seconds of the call is skipped and the
 # tools get only the time left, so the call returns what it finished inside the device's command limit.
@@ -118,8 +121,8 @@ step_modes() {
   for op in ${H3BENCH_MODE_OPS:-timestep_mlp adaln_projection}; do
     # the RFC's seven modes (`all` would add torch's deterministic switch, which the RFC does not compare)
     run_ops "$MODES_PATH" "$op" --adapters diffusers --mode-timeout 300 \
-      --mode plain,vllm,sglang,sglang_ieee,megatron_te_native,megatron_triton,megatron_triton_ieee \
-      --out "$OUT/work/${op}_modes_h200.json"
+      --mode "${H3BENCH_MODES:-plain,vllm,sglang,sglang_ieee,megatron_te_native,megatron_triton,megatron_triton_ieee}" \
+      --out "$OUT/work/${op}_modes_h200${H3BENCH_MODES_TAG:+_$H3BENCH_MODES_TAG}.json"
   done
 }
 
@@ -140,7 +143,13 @@ step_sweep-variants() {  # the launch-config variants only (the sweep's last sec
 }
 
 step_bench-memory() {
-  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.bench_memory_ops --out "$OUT/work/bench_memory_ops.json"
+  # shellcheck disable=SC2086  # the arguments are words
+  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.bench_memory_ops ${H3BENCH_BENCH_ARGS:-} \
+    --out "$OUT/work/bench_memory_ops.json"
+}
+
+step_hostcost-sinusoid() {
+  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.hostcost --sinusoid-only
 }
 
 step_bench-gemm() {
