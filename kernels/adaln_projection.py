@@ -45,11 +45,12 @@ class ProjectionConfigs:
             raise ValueError("the forward and dW configs take no split-K")
 
 
-# Defaults (kernels/notes/gemm.md: predictions; not yet measured on a GPU).
+# Defaults: the fastest of tools/bench_gemm.py's candidates on the H200 (kernels/notes/gemm.md, v2):
+# 4 pipeline stages for the forward and dW (3 before: -16 and -56 us at T = 2048).
 DEFAULT = ProjectionConfigs(
-    fwd=C(128, 256, 64, num_warps=8, num_stages=3, group_m=16),
+    fwd=C(128, 256, 64, num_warps=8, num_stages=4, group_m=16),
     dx=C(128, 128, 64, num_warps=8, num_stages=4, group_m=8, split_k=DX_SPLIT),
-    dw=C(128, 256, 64, num_warps=8, num_stages=3, group_m=8),
+    dw=C(128, 256, 64, num_warps=8, num_stages=4, group_m=8),
 )
 # One config per GEMM for every T there too (the interpreter steps through programs one by one: large tiles).
 INTERPRETER = ProjectionConfigs(fwd=C(32, 64, 32), dx=C(32, 64, 32, split_k=DX_SPLIT), dw=C(32, 64, 32))

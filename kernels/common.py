@@ -88,6 +88,92 @@ def _launch_fast(kernel, grid, device: int, args, meta) -> None:
                  compiled.packed_metadata, None, None, None, *bound.values())
 
 
+# --- launching a kernel whose compiled code depends on dtypes only ----------------------------------------
+#
+# For an op whose whole cost is its host path (timestep_sinusoid: 2 MB at most), even triton's binder
+# (3.5 us on the H200 VM, tools/hostcost.py --sinusoid-only) is worth skipping. That is only safe for a
+# kernel whose compiled code cannot depend on an argument's value: every integer argument in
+# `do_not_specialize`, every pointer the caller does not allocate itself in
+# `do_not_specialize_on_alignment` (the others the caller guarantees 16-byte aligned: fresh torch
+# allocations). Its compiled kernel then depends on the caller's `key` (the tensors' dtypes), the device
+# and the constexprs only; `launch_ready` checks this once per key, through the binder's own
+# specialization, and takes the plain path for anything it cannot prove (an integer beyond int32, a
+# hook, the interpreter, H3BENCH_FAST_LAUNCH=0).
+
+_READY: dict = {}
+_I32 = (-(1 << 31), (1 << 31) - 1)
+
+
+class NotReady(Exception):
+    """The kernel's specialization is not fixed by the key: launch it the plain way."""
+
+
+def launch_ready(kernel, grid: tuple[int, ...], device: int, key, args: tuple, meta: tuple) -> None:
+    """`launch(kernel, grid, *args, **dict(meta))` on the current CUDA device `device`, the binder run
+    once per (kernel, device, key, meta): `args` are the kernel's runtime arguments in its parameter order,
+    `meta` its constexprs and launch options as a tuple of (name, value) pairs (hashable, so callers keep
+    it). `key` must determine every dtype among `args`."""
+    if not ENABLED or INTERPRETED:
+        kernel[grid](*args, **dict(meta))
+        return
+    entry = _READY.get((kernel, device, key, meta))
+    if entry is None or _hooks_installed() or not _ints_fit(args, entry[2]):
+        _launch_fast(kernel, grid, device, args, dict(meta))
+        if entry is None:
+            _make_ready(kernel, device, key, args, meta)
+        return
+    compiled, tail, _ = entry
+    g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
+    compiled.run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(device), compiled.function,
+                 compiled.packed_metadata, None, None, None, *args, *tail)
+
+
+def _ints_fit(args: tuple, int_positions: tuple[int, ...]) -> bool:
+    lo, hi = _I32
+    return all(lo <= args[i] <= hi for i in int_positions)
+
+
+def _make_ready(kernel, device: int, key, args: tuple, meta: tuple) -> None:
+    """Remember the compiled kernel of this launch for (kernel, device, key, meta), if its specialization
+    provably depends on nothing but dtypes (`ready_specialization`); a kernel that does not qualify is
+    launched the plain way every time."""
+    try:
+        binder = kernel.device_caches[device][4]
+        bound, specialization, _ = binder(*args, **dict(meta))
+        names = list(bound)
+        tail, ints = ready_specialization(kernel, names, specialization, len(args), meta)
+        compiled = _COMPILED.get((kernel, device, tuple(specialization), meta))
+    except (NotReady, Exception):  # a kernel that does not qualify, or a triton whose internals differ
+        return
+    if compiled is not None:
+        _READY[(kernel, device, key, meta)] = (compiled, tail, ints)
+
+
+def ready_specialization(kernel, names: list, specialization: list, n_args: int, meta: tuple
+                         ) -> tuple[tuple, tuple[int, ...]]:
+    """(the constexpr values that follow the runtime arguments, the positions of the integer arguments),
+    or NotReady unless: the runtime arguments come first and the constexprs after them, in `meta`'s
+    order; every integer argument is a non-specialized int32; every pointer is either non-specialized on
+    alignment or specialized as 16-byte aligned (the caller's own allocations)."""
+    params = {p.name: p for p in kernel.params}
+    given = dict(meta)
+    if names[n_args:] != [n for n in given if n in params] or any(params[n].is_constexpr for n in names[:n_args]):
+        raise NotReady("runtime arguments first, then the constexprs")
+    ints = []
+    for i, (name, spec) in enumerate(zip(names[:n_args], specialization[:n_args])):
+        kind, attr = spec[0], spec[1] if len(spec) > 1 else None
+        if kind in ("i32", "i64", "u64", "i1"):
+            if kind != "i32" or not params[name].do_not_specialize:
+                raise NotReady(f"{name}: {kind}, specialized on its value")
+            ints.append(i)
+        elif kind.startswith("*"):
+            if attr not in (None, "", "D") or (attr != "D" and not params[name].do_not_specialize_on_alignment):
+                raise NotReady(f"{name}: pointer specialization {attr!r}")
+        else:
+            raise NotReady(f"{name}: {kind}")
+    return tuple(given[n] for n in names[n_args:]), tuple(ints)
+
+
 def interpreter_active() -> bool:
     """TRITON_INTERPRET is on: kernels run on the CPU, and bf16 stores are rounded by hand."""
     return INTERPRETED

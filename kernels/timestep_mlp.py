@@ -56,7 +56,8 @@ class MLPConfigs:
 
 
 BIG = 1 << 62
-# Defaults (kernels/notes/gemm.md: predictions; not yet measured on a GPU). Every tier keeps >= ~100
+# Defaults (kernels/notes/gemm.md). The T > 512 tier is the fastest of tools/bench_gemm.py's candidates on
+# the H200 for fwd2, dh, dw2 and dw1 (v2 there); the smaller tiers are predictions. Every tier keeps >= ~100
 # programs at its row counts. Small T: the forward streams the weights (tiles short in M, narrow in N);
 # large T: FMA-bound, and the forward multiplies by a transposed copy of W (LaunchConfig.transpose_w).
 DEFAULT = MLPConfigs(
@@ -67,15 +68,15 @@ DEFAULT = MLPConfigs(
     fwd2=((4, C(4, 16, 128, num_warps=1, num_stages=4)), (8, C(8, 16, 128, num_warps=1, num_stages=4)),
           (32, C(32, 16, 64, num_warps=2, num_stages=4)), (128, C(32, 32, 32, num_warps=4, num_stages=3)),
           (512, C(64, 64, 16, num_warps=4, num_stages=3, transpose_w=True)),
-          (BIG, C(128, 128, 16, num_warps=8, num_stages=3, transpose_w=True))),
+          (BIG, C(64, 128, 16, num_warps=4, num_stages=3, transpose_w=True))),
     dh=((4, C(4, 32, 64, num_warps=1, num_stages=4)), (8, C(8, 32, 64, num_warps=1, num_stages=4)),
         (32, C(32, 32, 32, num_warps=2, num_stages=3)), (128, C(32, 64, 32, num_warps=4, num_stages=3)),
-        (512, C(64, 64, 16, num_warps=4, num_stages=3)), (BIG, C(128, 128, 16, num_warps=8, num_stages=3))),
+        (512, C(64, 64, 16, num_warps=4, num_stages=3)), (BIG, C(64, 128, 16, num_warps=4, num_stages=3))),
     dx=((16, C(16, 16, 64, num_warps=1, num_stages=4, split_k=DX_SPLIT)),
         (128, C(32, 32, 32, num_warps=2, num_stages=3, split_k=DX_SPLIT)),
         (BIG, C(64, 64, 32, num_warps=4, num_stages=3, split_k=DX_SPLIT))),
-    dw2=((16, C(32, 64, 16, num_warps=4, num_stages=2)), (BIG, C(128, 128, 16, num_warps=8, num_stages=3))),
-    dw1=((16, C(32, 64, 16, num_warps=4, num_stages=2)), (BIG, C(64, 64, 32, num_warps=4, num_stages=3))),
+    dw2=((16, C(32, 64, 16, num_warps=4, num_stages=2)), (BIG, C(128, 64, 16, num_warps=4, num_stages=3))),
+    dw1=((16, C(32, 64, 16, num_warps=4, num_stages=2)), (BIG, C(128, 64, 16, num_warps=8, num_stages=3))),
 )
 # Under the interpreter a dot is numpy's matmul, not the FMA chain: the row-count independence of
 # the order then holds only with one tile shape for all T, so every GEMM uses one small config there.

@@ -14,8 +14,12 @@ angle 1, before the sine's own error.)
 Grid: one program per ROWS rows; each computes a [ROWS, BLOCK_K] block of angles and stores the cosines
 at columns k and the sines at half + k. Every element is one fixed sequence of operations on (t_r, f_k):
 bitwise the same alone or in any batch. float64 costs little here: 2 x 128 sin/cos per row, on an H200
-(~34 fp64 TFLOPS) ~1 us of arithmetic at T = 2048; at small T the cost is the launch itself, so the host
-path is one dictionary lookup, one `torch.empty` and the launch (`kernels.common.launch`).
+(~34 fp64 TFLOPS) ~1 us of arithmetic at T = 2048; at every T the cost is the host path (the H200 VM:
+33 us per call through `kernels.common.launch`, SGLang's JIT kernel 15 us; tools/hostcost.py
+--sinusoid-only). So after the first call per (device, constants) a call is: one dictionary lookup,
+the dtype and rank of t, one allocation and `kernels.common.launch_ready` (no binder: the kernel's
+compiled code depends on t's dtype alone: its integers are not specialized, t's pointer not on
+alignment, and the frequencies and the output are our own fresh allocations).
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ import triton
 import triton.language as tl
 
 from kernels import checks
-from kernels.common import INTERPRETED, launch
+from kernels.common import INTERPRETED, launch_ready
 
 try:
     from triton.language.extra import libdevice
@@ -58,7 +62,7 @@ def config_for(freq_dim: int, interpreted: bool) -> LaunchConfig:
     return LaunchConfig(rows=max(1, (65536 if interpreted else 1024) // half_p2), warps=4)
 
 
-@triton.jit(do_not_specialize=["n_rows"])
+@triton.jit(do_not_specialize=["n_rows", "stride_t"], do_not_specialize_on_alignment=["T"])
 def _sinusoid_kernel(T, FREQ, OUT, n_rows, stride_t, HALF: tl.constexpr, BLOCK_K: tl.constexpr,
                      ROWS: tl.constexpr, INTERPRETED: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
@@ -107,24 +111,42 @@ def _check(t, freq_dim, max_period, shift) -> None:
         raise ValueError(f"downscale_freq_shift must be < freq_dim / 2 = {freq_dim // 2}, got {shift!r}")
 
 
+# (device, freq_dim, max_period, shift, config) -> (frequencies, rows per program, the kernel's constexprs)
+_RECIPES: dict = {}
+
+
 def timestep_sinusoid(t: torch.Tensor, freq_dim: int = 256, max_period: float = 10000,
                       downscale_freq_shift: float = 0.0, config: Optional[LaunchConfig] = None) -> torch.Tensor:
     """[T, freq_dim] fp32: [cos(t f), sin(t f)] with f_k = exp(-ln(max_period) k / (freq_dim/2 - shift))
     (diffusers' Timesteps(freq_dim, flip_sin_to_cos=True, downscale_freq_shift=shift)). t: [T], any
     float dtype, any stride. No gradient (the op is forward only)."""
-    _check(t, freq_dim, max_period, downscale_freq_shift)
+    # A call like an earlier checked one (same device and constants, t a 1-D tensor of an allowed dtype)
+    # skips the checks that call made; anything else takes the checked path.
+    recipe = (_RECIPES.get((t.device, freq_dim, max_period, downscale_freq_shift, config))
+              if isinstance(t, torch.Tensor) and type(freq_dim) is int else None)
+    if recipe is None or t.dtype not in _T_DTYPES or t.dim() != 1:
+        recipe = _checked_recipe(t, freq_dim, max_period, downscale_freq_shift, config)
     device = t.device
     if device.type == "cuda" and device.index != torch.cuda.current_device():
         with torch.cuda.device(device):  # triton launches on the current device
             return timestep_sinusoid(t, freq_dim, max_period, downscale_freq_shift, config)
-    half = freq_dim // 2
-    freqs = _FREQS.get((device, half, max_period, downscale_freq_shift))
-    if freqs is None:
-        freqs = frequencies(device, half, max_period, downscale_freq_shift)
+    freqs, rows_per_program, meta = recipe
     rows = t.shape[0]
-    out = torch.empty((rows, freq_dim), dtype=torch.float32, device=device)
+    out = t.new_empty((rows, freq_dim), dtype=torch.float32)
     if rows:
-        cfg = config or launch_config(freq_dim)
-        launch(_sinusoid_kernel, (triton.cdiv(rows, cfg.rows),), t, freqs, out, rows, t.stride(0), HALF=half,
-               BLOCK_K=triton.next_power_of_2(half), ROWS=cfg.rows, INTERPRETED=INTERPRETED, num_warps=cfg.warps)
+        launch_ready(_sinusoid_kernel, ((rows + rows_per_program - 1) // rows_per_program,), device.index,
+                     t.dtype, (t, freqs, out, rows, t.stride(0)), meta)
     return out
+
+
+def _checked_recipe(t, freq_dim, max_period, downscale_freq_shift, config) -> tuple:
+    """Every check, then what later calls with this device and these constants reuse: the frequencies,
+    the rows per program and the kernel's constexprs."""
+    _check(t, freq_dim, max_period, downscale_freq_shift)
+    half = freq_dim // 2
+    cfg = config or launch_config(freq_dim)
+    meta = (("HALF", half), ("BLOCK_K", triton.next_power_of_2(half)), ("ROWS", cfg.rows),
+            ("INTERPRETED", INTERPRETED), ("num_warps", cfg.warps))
+    recipe = (frequencies(t.device, half, max_period, downscale_freq_shift), cfg.rows, meta)
+    _RECIPES[(t.device, freq_dim, max_period, downscale_freq_shift, config)] = recipe
+    return recipe

@@ -172,7 +172,7 @@ def sinusoid_pieces(dev) -> dict[str, float]:
     """Host us per call of the timestep_sinusoid row and of each piece of its path, next to SGLang's row
     (when it loads): the op moves at most 2 MB, so its per-sample latency is this host path."""
     from kernels import timestep_sinusoid as S
-    from kernels.common import launch
+    from kernels.common import launch, launch_ready
 
     t = torch.zeros(1, dtype=torch.float32, device=dev)
     out = S.timestep_sinusoid(t)
@@ -185,7 +185,10 @@ def sinusoid_pieces(dev) -> dict[str, float]:
            "torch.empty [1, 256] fp32": host_us(lambda: torch.empty((1, 256), dtype=torch.float32, device=dev)),
            "torch.cuda.current_device": host_us(torch.cuda.current_device),
            "kernels.common.launch": host_us(lambda: launch(kernel, grid, t, freqs, out, 1, 1, **meta)),
-           "kernel[grid] (triton's path)": host_us(lambda: kernel[grid](t, freqs, out, 1, 1, **meta))}
+           "kernel[grid] (triton's path)": host_us(lambda: kernel[grid](t, freqs, out, 1, 1, **meta)),
+           "kernels.common.launch_ready": host_us(lambda: launch_ready(kernel, grid, torch.cuda.current_device(),
+                                                                     t.dtype, (t, freqs, out, 1, 1),
+                                                                     tuple(meta.items())))}
     binder = kernel.device_caches[torch.cuda.current_device()][4]
     res["binder only"] = host_us(lambda: binder(t, freqs, out, 1, 1, **meta))
     compiled = kernel[grid](t, freqs, out, 1, 1, **meta)

@@ -19,7 +19,9 @@
 #                  patch aten, which our Triton row does not use), each mode in its own child process;
 #                  H3BENCH_MODE_OPS picks one, H3BENCH_MODES some modes (the file then gets the suffix
 #                  H3BENCH_MODES_TAG; `h3bench merge` joins the parts of calls that split the modes)
-#   kernel-tests   our kernels' tests on the GPU
+#   all            `h3bench run --op all`: the seven ops in one process, full plan, mode plain, every row (the
+#                  suite's wall time), one evidence file per op under $OUT/work/all/
+#   kernel-tests   our kernels' tests on the GPU (H3BENCH_KERNEL_TESTS: test files, default every kernel's)
 #   sweep          tools/sweep_norm_modulate.py (norm_modulate over widths, table sizes, dtypes)
 #   sweep-variants its launch-config variants only
 #   bench-memory   tools/bench_memory_ops.py (H3BENCH_BENCH_ARGS: its arguments, e.g. --ops/--sizes/--timeline);
@@ -117,6 +119,10 @@ step_ops() {
   done
 }
 
+step_all() {
+  run_ops "$FULL_PATH" all --out "$OUT/work/all"
+}
+
 step_modes() {
   for op in ${H3BENCH_MODE_OPS:-timestep_mlp adaln_projection}; do
     # the RFC's seven modes (`all` would add torch's deterministic switch, which the RFC does not compare)
@@ -128,8 +134,9 @@ step_modes() {
 
 step_kernel-tests() {
   # the full report goes to a file (a failure's reason must come back, not only its name)
-  PYTHONPATH=$FULL_PATH H3BENCH_TEST_DEVICE=cuda timeout 200 python3 -m pytest -q -rf --tb=short tests/test_kernel*.py \
-    tests/test_row_gather.py > "$OUT/work/kernel_tests.log" 2>&1
+  # shellcheck disable=SC2086  # the file list is words
+  PYTHONPATH=$FULL_PATH H3BENCH_TEST_DEVICE=cuda timeout "$(( $(left) < 200 ? $(left) : 200 ))" python3 -m pytest -q -rf \
+    --tb=short ${H3BENCH_KERNEL_TESTS:-tests/test_kernel*.py tests/test_row_gather.py} > "$OUT/work/kernel_tests.log" 2>&1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/work/kernel_tests.log" | tail -30
 }
 
