@@ -50,7 +50,7 @@ class LaunchConfig:
     """How the kernels are launched for one H. The backward's split is part of the gate gradient's
     summation order (a function of H and the device only); tools/bench_memory_ops.py passes variants."""
 
-    block_c: int                 # columns per program, forward and backward
+    block_c: int                 # columns per program, forward (and backward unless bwd_block_c)
     fwd_rows: int                # forward: rows per tile
     fwd_tiles: int               # forward: tiles per program
     fwd_warps: int
@@ -61,6 +61,13 @@ class LaunchConfig:
     dres_from_kernel: bool = True
     reduce_cols: int = 64        # gate-gradient stage: columns per program
     param_tile: int = 256        # gate-gradient stage: partial rows per tl.sum, at most
+    # backward columns per program when they differ from the forward's (the H200 variants: 512-column
+    # backward steps were the fastest backward, 256-column tiles the fastest forward)
+    bwd_block_c: Optional[int] = None
+
+    @property
+    def bwd_columns(self) -> int:
+        return self.bwd_block_c or self.block_c
 
 
 @functools.lru_cache(maxsize=64)
@@ -170,7 +177,8 @@ def forward(res: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, idx: torch.T
 
 def backward_split(rows: int, hidden: int, cfg: LaunchConfig, device: torch.device) -> tuple[int, int]:
     """(chunks P, rows per chunk) of the backward: part of the gate gradient's order."""
-    return split_row_chunks(rows, device, cfg.bwd_programs_per_sm, triton.cdiv(hidden, cfg.block_c), cfg.chunk_limit)
+    return split_row_chunks(rows, device, cfg.bwd_programs_per_sm, triton.cdiv(hidden, cfg.bwd_columns),
+                            cfg.chunk_limit)
 
 
 def backward(dy: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, idx: torch.Tensor, need_gate: bool,
@@ -190,11 +198,11 @@ def backward(dy: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, idx: torch.T
         raise ValueError(f"a gate of {table_rows} rows of {hidden} is too large for this kernel's int32 offsets")
     programs, chunk = backward_split(rows, hidden, cfg, device)
     cmax = triton.next_power_of_2(chunk)
-    nb = triton.cdiv(hidden, cfg.block_c)
+    nb = triton.cdiv(hidden, cfg.bwd_columns)
     order = torch.empty((programs * nb * cmax,), dtype=torch.int32, device=device)
     partials = torch.empty((programs, table_rows, hidden), dtype=torch.float32, device=device)
     launch(_bwd_kernel, (programs, nb), dy, y, gate, idx, order, dres, dyo, partials, rows, hidden, table_rows, nb,
-           chunk, dy.stride(0), y.stride(0), gate.stride(0), dres.stride(0), dyo.stride(0), BLOCK_C=cfg.block_c,
+           chunk, dy.stride(0), y.stride(0), gate.stride(0), dres.stride(0), dyo.stride(0), BLOCK_C=cfg.bwd_columns,
            ROWS=cfg.bwd_rows, CMAX=cmax, K_P2=triton.next_power_of_2(table_rows + 2),
            WRITE_DRES=cfg.dres_from_kernel, BY_HAND=BY_HAND, num_warps=cfg.bwd_warps)
     if not need_gate:

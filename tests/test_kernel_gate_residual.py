@@ -109,14 +109,16 @@ def test_gate_gradient_repeats_bitwise_and_unused_rows_get_zero(device):
     assert torch.count_nonzero(first[5]) == 0 and torch.count_nonzero(first[4]) > 0
 
 
-@pytest.mark.parametrize("dres_from_kernel", [True, False])
-def test_many_programs_agree_with_float64(device, dres_from_kernel):
+@pytest.mark.parametrize("dres_from_kernel,bwd_block_c", [(True, None), (False, None), (True, 8), (True, 32)])
+def test_many_programs_agree_with_float64(device, dres_from_kernel, bwd_block_c):
     """Small chunks and narrow column blocks on the GPU's tile shapes: programs that hold no row of some
     table row, or only bad-index rows, still write their (zero) partials; the cross-program sum stays
-    fp32-accurate; dres is dy whether the kernel writes it or not."""
+    fp32-accurate; dres is dy whether the kernel writes it or not; the backward's column blocks may
+    differ from the forward's (narrower, or one block wider than H)."""
     t, dout = case(device, 24, 60, torch.float32)
     gpu = K.config_for(24, interpreted=False)
-    small = dataclasses.replace(gpu, block_c=16, chunk_limit=12, fwd_tiles=2, dres_from_kernel=dres_from_kernel)
+    small = dataclasses.replace(gpu, block_c=16, chunk_limit=12, fwd_tiles=2, dres_from_kernel=dres_from_kernel,
+                                bwd_block_c=bwd_block_c)
     programs, _ = K.backward_split(60, 24, small, device)
     assert programs >= 5
     t["idx"][7] = 9  # a bad row

@@ -128,7 +128,10 @@ def variants(op: str, params: Any, interpreted: bool) -> dict[str, Callable]:
             "dres_is_dy": dataclasses.replace(base, dres_from_kernel=False),
             "cols512": dataclasses.replace(base, block_c=512, fwd_rows=max(1, base.fwd_rows // 2),
                                            bwd_rows=max(1, base.bwd_rows // 2)),
-            "bw16_pps16": dataclasses.replace(base, bwd_rows=2 * base.bwd_rows, bwd_programs_per_sm=16),
+            "bw8_pps8": dataclasses.replace(base, bwd_rows=max(1, base.bwd_rows // 2), bwd_programs_per_sm=8),
+            # 512-column backward steps (cols512's backward was the fastest) under 256-column forward tiles
+            "bwd512": dataclasses.replace(base, bwd_block_c=2 * base.block_c, bwd_rows=max(1, base.bwd_rows // 2)),
+            "bwd512_r4": dataclasses.replace(base, bwd_block_c=2 * base.block_c, bwd_rows=max(1, base.bwd_rows // 4)),
         }
         return {name: (lambda cfg: lambda res, y, gate, idx: gate_residual(res, y, gate, idx, check_index=False,
                                                                          config=cfg))(cfg)
