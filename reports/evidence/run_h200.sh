@@ -8,7 +8,9 @@
 #   stash          copy what the call carries of .devpkgs/part-NN (one big part per call) and .devpkgs-small
 #                  into /root/devpkgs: Transformer Engine and the CuTe DSL are too big for one call
 #                  (adapters/COMPETITORS.md); they live there while the machine stays warm
-#   install        the small wheel set (.devpkgs-small) and, when all 7 big pieces are stashed, the big set
+#   install        the small wheel set (.devpkgs-small) and, when all the big set's pieces are stashed (each
+#                  part's PIECES file says how many: 8 parts of <= 48 MiB, so a part and the working tree fit
+#                  one call's 64 MiB), the big set
 #                  into /tmp/site with TE's torch extension built; the modes carry (.devpkgs-modes) into
 #                  /tmp/modes-site; the RFC's rl-kernel reassembly (.third_party/rl-kernel-h3) built into
 #                  /tmp/rl-kernel-h3 (tools/build_rl_kernel.sh), in parallel with TE's build
@@ -51,11 +53,13 @@ MODES_PATH=$ROOT:$RLK:$M/vllm-0.34.0:$M/sglang-0.5.23:$M/megatron-core-0.19.2:$M
 
 h3bench() { python3 -m reports.cli "$@"; }
 
+big_pieces() { cat /root/devpkgs/PIECES 2>/dev/null || echo "?"; }
+
 step_stash() {  # whatever this call carries: big-set parts, the small set's wheels
   mkdir -p /root/devpkgs
   for part in .devpkgs/part-*; do [ -d "$part" ] && cp -r "$part/." /root/devpkgs/; done
   [ -d .devpkgs-small ] && cp .devpkgs-small/*.whl /root/devpkgs/
-  echo "stashed: $(ls /root/devpkgs | grep -c piece) of 7 pieces, $(ls /root/devpkgs/*.whl 2>/dev/null | wc -l) wheels"
+  echo "stashed: $(ls /root/devpkgs | grep -c piece) of $(big_pieces) pieces, $(ls /root/devpkgs/*.whl 2>/dev/null | wc -l) wheels"
 }
 
 step_install() {
@@ -67,10 +71,12 @@ step_install() {
     bash tools/build_rl_kernel.sh .third_party/rl-kernel-h3 "$RLK" > "$OUT/work/rl_kernel_build.log" 2>&1 &
     local rlk_pid=$!
   fi
-  if [ -d $SITE/transformer_engine ] || { [ -d $SITE/sglang ] && [ "$pieces" != 7 ]; }; then
+  local all
+  all=$(big_pieces)
+  if [ -d $SITE/transformer_engine ] || { [ -d $SITE/sglang ] && [ "$pieces" != "$all" ]; }; then
     echo "wheels already installed in $SITE"
-  elif [ "$pieces" = 7 ] && [ -f /root/devpkgs/transformer_engine_torch-2.20.2.tar.gz ]; then
-    echo "big set: all 7 pieces stashed; installing it with the small set, building TE's torch extension"
+  elif [ "$pieces" = "$all" ] && [ -f /root/devpkgs/transformer_engine_torch-2.20.2.tar.gz ]; then
+    echo "big set: all $all pieces stashed; installing it with the small set, building TE's torch extension"
     bash /root/devpkgs/install.sh
     rm -rf /tmp/tebuild /tmp/tewheel && mkdir -p /tmp/tebuild
     tar xzf /root/devpkgs/transformer_engine_torch-2.20.2.tar.gz -C /tmp/tebuild
@@ -82,7 +88,7 @@ step_install() {
       echo "TE extension build FAILED; last lines:"; tail -25 "$OUT/work/te_build.log"
     fi
   elif [ -d .devpkgs-small ]; then
-    echo "big set not stashed ($pieces of 7 pieces): the small set only (+ apache-tvm-ffi for SGLang's JIT kernels)"
+    echo "big set not stashed ($pieces of $all pieces): the small set only (+ apache-tvm-ffi for SGLang's JIT kernels)"
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE .devpkgs-small/*.whl \
       $(ls "$M"/wheels/apache_tvm_ffi-*.whl 2>/dev/null)
   fi
