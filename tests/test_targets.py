@@ -1,0 +1,63 @@
+"""tools/targets.py: issue 11's targets read from evidence files (the committed H200 files, and edits of
+them that must flip a verdict)."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from harness.schema import load
+from tools import targets
+
+EVIDENCE = Path(__file__).resolve().parent.parent / "reports" / "evidence"
+
+
+def verdicts(op: str, modes: bool = False) -> dict[str, bool | None]:
+    found = targets.checks(load(EVIDENCE / f"{op}_h200.json"),
+                           load(EVIDENCE / f"{op}_modes_h200.json") if modes else None)
+    return {c.target: c.met for c in found}
+
+
+def test_committed_adaln_row_gather_meets_every_target():
+    assert set(verdicts("adaln_row_gather").values()) == {True}
+
+
+def test_committed_gemm_ops_say_what_is_met_and_missed():
+    mlp = verdicts("timestep_mlp", modes=True)
+    assert mlp["net fwd+bwd <= 1.3x plain F.linear (T = 2048, sync)"] is False
+    assert mlp[f"every error within {targets.ERROR_FACTOR}x of the best row's"] is False
+    ada = verdicts("adaln_projection", modes=True)
+    assert ada["net fwd+bwd <= 1.3x plain F.linear (T = 2048, sync)"] is True
+    assert ada["faster than every batch-invariant mode's row (T = 2048, net fwd+bwd, sync)"] is False
+    assert verdicts("adaln_projection")["faster than every batch-invariant mode's row"] is None  # no modes file
+
+
+def test_an_error_above_the_factor_and_a_slower_row_flip_the_verdicts():
+    evidence = load(EVIDENCE / "gate_residual_h200.json")
+    edited = copy.deepcopy(evidence)
+    rows = edited.results["plain"]
+    ours = rows["h3bench_triton"].accuracy_latency["4097"]
+    ours.grad_rel_err["y"] = 1.6 * rows["diffusers"].accuracy_latency["4097"].grad_rel_err["y"]
+    other = rows["torch_addcmul"].accuracy_latency["32768"]
+    other.fwd_bwd_net_stream_us = rows["h3bench_triton"].accuracy_latency["32768"].fwd_bwd_net_stream_us
+    found = {c.target: c for c in targets.checks(edited)}
+    assert found[f"every error within {targets.ERROR_FACTOR}x of the best row's"].met is False
+    assert "y at 4097" in found[f"every error within {targets.ERROR_FACTOR}x of the best row's"].measured
+    fastest = found["fastest row (net fwd+bwd, S = 32768, both timings)"]
+    assert fastest.met is False and "torch_addcmul" in fastest.measured
+    original = {c.target: c.met for c in targets.checks(evidence)}
+    assert original[f"every error within {targets.ERROR_FACTOR}x of the best row's"] is True
+
+
+def test_a_file_without_our_row_is_not_measured():
+    evidence = copy.deepcopy(load(EVIDENCE / "gate_residual_h200.json"))
+    del evidence.results["plain"]["h3bench_triton"]
+    assert [c.met for c in targets.checks(evidence)] == [None]
+
+
+def test_cli_prints_the_table(capsys):
+    found = targets.main([str(EVIDENCE / "timestep_sinusoid_h200.json")])
+    out = capsys.readouterr().out
+    assert out.startswith("| op | target |") and "SGLang" in out
+    assert any(c.met is False for c in found)
