@@ -257,7 +257,40 @@ def _silu_cast_kernel(X, OUT, n_rows, D, stride_x, stride_o, ROWS: tl.constexpr,
              mask=row_ok & (cols < width)[None, :])
 
 
+@triton.jit(do_not_specialize=["n_rows"])
+def _colsum_kernel(X, OUT, n_rows, n_cols, stride_x, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+                   BY_HAND: tl.constexpr):
+    """OUT[c] = sum over rows of X[:, c], in row blocks of ROWS: each block's sum one fixed tl.sum tree,
+    the block sums added in ascending block order from +0 (masked rows add +0), one rounding."""
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    col_ok = cols < n_cols
+    rows = tl.arange(0, ROWS)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for r0 in range(0, n_rows, ROWS):
+        r = r0 + rows
+        tile = tl.load(X + r.to(tl.int64)[:, None] * stride_x + cols[None, :],
+                       mask=(r < n_rows)[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+        acc += tl.sum(tile, axis=0)
+    tl.store(OUT + cols, rounded(acc, OUT.dtype.element_ty, BY_HAND), mask=col_ok)
+
+
 # --- launchers ---------------------------------------------------------------------------------------
+
+COLSUM_ROWS = 128   # rows per tl.sum tree in `column_sums`: part of the bias gradients' order
+
+
+def column_sums(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[T, N] (unit inner stride) -> [N]: each column's sum in blocks of COLSUM_ROWS rows (a tl.sum tree
+    per block, blocks in ascending order). A bias gradient this way adds T / 128 + 7 rounding steps in
+    series where the ones column of `weight_grad` adds T: for T = 2048, 23 against 2048."""
+    rows, cols = x.shape
+    out = torch.empty((cols,), dtype=dtype, device=x.device)
+    if cols:
+        block = 64 if not INTERPRETED else triton.next_power_of_2(cols)
+        launch(_colsum_kernel, (triton.cdiv(cols, block),), x, out, rows, cols, x.stride(0), ROWS=COLSUM_ROWS,
+               BLOCK=block, BY_HAND=BY_HAND, num_warps=4)
+    return out
+
 
 def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_strides: tuple[int, int],
           c: torch.Tensor, c_strides: tuple[int, int], M: int, N: int, K: int, cfg: LaunchConfig, *,
@@ -357,11 +390,16 @@ def input_grad(dy: torch.Tensor, w: torch.Tensor, cfg: LaunchConfig, *, dsilu_of
 
 
 def weight_grad(dy: torch.Tensor, a: torch.Tensor, cfg: LaunchConfig, *, a_ones: str = "virtual",
-                dw_dtype: torch.dtype, db_dtype: Optional[torch.dtype]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+                dw_dtype: torch.dtype, db_dtype: Optional[torch.dtype], db_blocks: bool = False
+                ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """dW = dy^T @ a ([N, K_a]) and db = column sums of dy ([N], when `db_dtype` is given), both
     summed over the rows t = 0, 1, ... in one chain per element. db is the GEMM's extra column
     K_a, a column of ones: `a_ones="stored"` reads it from a's buffer (a is a view of
-    `silu_cast(..., ones_column=True)`), "virtual" makes it in the kernel."""
+    `silu_cast(..., ones_column=True)`), "virtual" makes it in the kernel. With `db_blocks`, db is
+    `column_sums(dy)` instead (blocks of 128 rows: a shorter chain, one launch more)."""
+    if db_blocks and db_dtype is not None and dy.shape[0] and dy.shape[1]:
+        dw, _ = weight_grad(dy, a, cfg, a_ones=a_ones, dw_dtype=dw_dtype, db_dtype=None)
+        return dw, column_sums(dy if dy.stride(1) == 1 else dy.contiguous(), db_dtype)
     T, N = dy.shape
     K_a = a.shape[1]
     dw = torch.empty((N, K_a), dtype=dw_dtype, device=dy.device)

@@ -44,6 +44,10 @@ class MLPConfigs:
     dx: Tiers
     dw2: Tiers
     dw1: Tiers
+    # db1, db2 as `gemm.column_sums` (128-row tl.sum trees, blocks in order) instead of the dW GEMM's
+    # ones column (one chain over T): ~10x less rounding at T = 2048 on the CPU (tests), one launch more
+    # each; off until the H200 bench times it (tools/bench_gemm.py, variant `db_blocks`)
+    db_blocks: bool = False
 
     def __post_init__(self):
         for limit, cfg in self.dx:
@@ -147,14 +151,14 @@ class _TimestepMLP(torch.autograd.Function):
         dw2 = db2 = dx = dw1 = db1 = None
         if need_w2 or need_b2:
             dw2, db2 = gemm.weight_grad(dy, h, pick(cfg.dw2, rows), dw_dtype=torch.float32,
-                                        db_dtype=torch.float32 if need_b2 else None)
+                                        db_dtype=torch.float32 if need_b2 else None, db_blocks=cfg.db_blocks)
         if need_x or need_w1 or need_b1:
             dz1 = gemm.input_grad(dy, w2, pick(cfg.dh, rows), dsilu_of=z1)
             if need_x:
                 dx = gemm.input_grad(dz1, w1, pick(cfg.dx, rows))
             if need_w1 or need_b1:
                 dw1, db1 = gemm.weight_grad(dz1, x, pick(cfg.dw1, rows), dw_dtype=torch.float32,
-                                            db_dtype=torch.float32 if need_b1 else None)
+                                            db_dtype=torch.float32 if need_b1 else None, db_blocks=cfg.db_blocks)
         return dx, (dw1 if need_w1 else None), db1, (dw2 if need_w2 else None), db2
 
 

@@ -200,6 +200,47 @@ def test_weight_grad_db_column_virtual_and_stored_agree(device):
     assert rel_err(db_s, dy.double().sum(0)) <= BF16_U
 
 
+def test_column_sums_bias_gradient_is_close_to_float64_and_repeats(device):
+    """db_blocks: db from 128-row tl.sum trees added in order. At T = 2048 a one-chain db (the GPU's
+    ones column, written out here as the sequential sum it is there) errs ~1.2e-6; the blocks stay
+    within 1.5x of torch's own sum (1.6e-7). dW is the same GEMM either way; both repeat bitwise."""
+    g = torch.Generator().manual_seed(5)
+    dy = (torch.randn(2048, 48, generator=g) + 0.5).to(device)   # a non-zero mean: the sums grow
+    a = torch.randn(2048, 8, generator=g).to(device)
+    cfg = gemm.LaunchConfig(32, 64, 32)
+    dw_chain, _ = gemm.weight_grad(dy, a, cfg, dw_dtype=torch.float32, db_dtype=torch.float32)
+    dw, db = gemm.weight_grad(dy, a, cfg, dw_dtype=torch.float32, db_dtype=torch.float32, db_blocks=True)
+    ref = dy.double().sum(0)
+    chain = torch.zeros(48, dtype=torch.float32, device=device)
+    for row in dy:  # one rounding per row, as the ones column's fma chain on the GPU
+        chain = chain + row
+    assert rel_err(db, ref) <= 1.5 * max(rel_err(dy.sum(0), ref), U32) < rel_err(chain, ref)
+    assert torch.equal(as_bits(dw), as_bits(dw_chain))
+    again = gemm.weight_grad(dy, a, cfg, dw_dtype=torch.float32, db_dtype=torch.float32, db_blocks=True)[1]
+    assert torch.equal(as_bits(db), as_bits(again))
+    strided = gemm.weight_grad(dy.t().contiguous().t(), a, cfg, dw_dtype=torch.float32, db_dtype=torch.float32,
+                               db_blocks=True)[1]
+    assert torch.equal(as_bits(strided), as_bits(db))
+
+
+def test_timestep_mlp_with_block_bias_gradients(device, monkeypatch):
+    """The `db_blocks` config changes db1 and db2 only, and they still match float64."""
+    from kernels import timestep_mlp as TM
+
+    inputs, dy = mlp_case(device, 70)
+    _, base = run_op(timestep_mlp, MLP_NAMES, inputs, dy)
+    for name in ("INTERPRETER", "DEFAULT"):
+        monkeypatch.setattr(TM, name, dataclasses.replace(getattr(TM, name), db_blocks=True))
+    monkeypatch.setattr(TM, "_CONFIGS", [TM.DEFAULT])
+    _, grads = run_op(timestep_mlp, MLP_NAMES, inputs, dy)
+    ref = MLP.reference(MLP_PARAMS, inputs, (dy,), MLP_NAMES, MLP.name)
+    for name in MLP_NAMES:
+        if name in ("b1", "b2"):
+            assert rel_err(grads[name], ref.grads[name]) <= FP32_TOL, name
+        else:
+            assert torch.equal(as_bits(grads[name]), as_bits(base[name])), name
+
+
 def test_tiers_and_configs_are_checked():
     a, b = gemm.LaunchConfig(4, 16, 64), gemm.LaunchConfig(64, 64, 32)
     tiers = ((4, a), (1 << 40, b))

@@ -211,6 +211,37 @@ def repeatability(op_name, op, params, names) -> dict:
     return {n: bool(torch.equal(as_bits(a), as_bits(b))) for n, a, b in zip(names, runs[0], runs[1])}
 
 
+def db_blocks_section(args) -> dict:
+    """timestep_mlp with the bias gradients as 128-row block sums (`MLPConfigs.db_blocks`) against the
+    default ones column: b1 / b2 errors and the backward's time, at T = 1 and the largest T."""
+    import dataclasses
+
+    op, params = get_op("timestep_mlp"), params_of("timestep_mlp")
+    names = op.input_names
+    result = {}
+    try:
+        for rows in (1, BIG):
+            inputs = op.make_inputs(params, rows, 11, DEV)
+            (dy,) = op.make_grad_outs(params, rows, 9, DEV)
+            ref = op.reference(params, inputs, (dy,), names, "timestep_mlp")
+            for flag in (False, True):
+                TM.use_configs(dataclasses.replace(TM.DEFAULT, db_blocks=flag))
+                leaves = leaves_of(inputs, names)
+                out = TM.timestep_mlp(*leaves)
+                grads = dict(zip(names, torch.autograd.grad(out, leaves, dy, retain_graph=True)))
+
+                def bwd():
+                    torch.autograd.grad(out, leaves, dy, retain_graph=True)
+                result[f"T{rows}_{'blocks' if flag else 'column'}"] = {
+                    "b1_err": rel_err(grads["b1"], ref.grads["b1"]), "b2_err": rel_err(grads["b2"], ref.grads["b2"]),
+                    "bwd_us": timed(bwd, args.warmup, args.reps)}
+                del out, grads, leaves
+            del inputs, ref, dy
+    finally:
+        TM.use_configs(TM.DEFAULT)
+    return result
+
+
 # --- config candidates ---------------------------------------------------------------------------------
 
 def c(bm: int, bn: int, bk: int, warps: int, stages: int, **more) -> C:
@@ -382,6 +413,13 @@ def table(report: dict) -> str:
         inv = sec.get("invariance", {})
         lines.append(f"   invariance (rows alone / slices vs T=2048, bitwise): {inv.get('all_equal', inv)}")
         lines.append(f"   weight grads repeat: {sec.get('repeat')}")
+    blocks = report.get("db_blocks", {})
+    lines.append("== timestep_mlp bias gradients: ones column (default) against 128-row block sums")
+    for key, rec in blocks.items():
+        if isinstance(rec, dict) and "b1_err" in rec:
+            lines.append(f"   {key:>16}: b1 {rec['b1_err']:.2e}  b2 {rec['b2_err']:.2e}  bwd {best(rec['bwd_us']):.1f} us")
+        else:
+            lines.append(f"   {key}: {rec}")
     lines.append("== config candidates (best stream us; * = default)")
     for rec in report.get("configs", {}).get("timestep_mlp", []) + report.get("configs", {}).get("adaln_projection", []):
         mark = "*" if rec.get("default") else " "
@@ -424,6 +462,7 @@ def main() -> None:
         guard(report, op_name, lambda: op_section(op_name, args))
         if DEV.type == "cuda":
             torch.cuda.empty_cache()
+    guard(report, "db_blocks", lambda: db_blocks_section(args))
     report["configs"] = {}
     if not args.skip_configs:  # the bf16 op first: its three kernels carry most of the T = 2048 time
         guard(report["configs"], "adaln_projection", lambda: ada_configs(args))
