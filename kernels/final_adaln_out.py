@@ -33,16 +33,29 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from kernels import checks
+from kernels import checks, gemm
 from kernels.norm_modulate_api import norm_modulate
 
 
 @dataclass(frozen=True)
 class LaunchConfig:
     """The row kernel's launch configuration is norm_modulate's own tuned default (its public function
-    takes none); what is chosen here is how the projection is differentiated."""
+    takes none); what is chosen here is how the projection runs and is differentiated."""
 
     projection_node: bool = True  # one autograd Function for silu + cast + linear (False: autograd's four)
+    # the projection's forward as one launch of kernels/gemm.py (silu and the cast fused into its A load)
+    # instead of torch's three (silu, cast, F.linear): the H200 timeline shows the GPU idle while the host
+    # issues those (kernels/notes/final_adaln_out.md); off until timed there (`triton_projection` variant)
+    triton_projection: bool = False
+
+    def __post_init__(self):
+        if self.triton_projection and not self.projection_node:
+            raise ValueError("triton_projection needs projection_node: the Triton forward's backward lives there")
+
+
+# One config whatever T is: the projection's input has T rows for every batch, so its order never
+# depends on S. 16-row tiles (mma.sync) for T = 3: 2H / 64 programs stream W.
+PROJECTION_GEMM = gemm.LaunchConfig(16, 64, 64, num_warps=4, num_stages=4)
 
 
 @functools.lru_cache(maxsize=64)
@@ -50,20 +63,37 @@ def launch_config(hidden: int) -> LaunchConfig:
     return LaunchConfig()
 
 
+def _triton_projection(temb, w, b):
+    """F.linear(silu(temb).to(w.dtype), w, b) in one launch: silu in fp32 and one rounding to w's dtype as
+    the GEMM loads temb, fp32 accumulation, + b, one rounding."""
+    temb = temb if temb.stride(-1) == 1 else temb.contiguous()
+    return gemm.forward(temb, w, b, PROJECTION_GEMM, out_dtype=w.dtype, a_silu=True)[0]
+
+
 class _Projection(torch.autograd.Function):
     """proj = F.linear(silu(temb).to(W.dtype), W, b) as one node. Backward (each a fixed-shape torch
-    call, independent of S): dW = dproj^T a, db = sum of dproj's T rows, dtemb = silu'(temb) (dproj W)."""
+    call, independent of S): dW = dproj^T a, db = sum of dproj's T rows, dtemb = silu'(temb) (dproj W).
+    With the Triton forward, a is made again in the backward by `gemm.silu_cast` (the same fp32 silu
+    and rounding as the forward's fused load)."""
 
     @staticmethod
-    def forward(ctx, temb, w, b):
+    def forward(ctx, temb, w, b, triton_projection=False):
+        ctx.triton_projection = triton_projection
+        if triton_projection:
+            ctx.save_for_backward(temb, w)
+            return _triton_projection(temb, w, b)
         a = F.silu(temb).to(w.dtype)
         ctx.save_for_backward(temb, a, w)
         return F.linear(a, w, b)
 
     @staticmethod
     def backward(ctx, dproj):
-        temb, a, w = ctx.saved_tensors
-        need_temb, need_w, need_b = ctx.needs_input_grad
+        if ctx.triton_projection:
+            temb, w = ctx.saved_tensors
+            a = gemm.silu_cast(temb if temb.stride(-1) == 1 else temb.contiguous(), w.dtype)
+        else:
+            temb, a, w = ctx.saved_tensors
+        need_temb, need_w, need_b = ctx.needs_input_grad[:3]
         dproj = dproj.contiguous()
         dtemb = dw = db = None
         if need_w:
@@ -73,7 +103,7 @@ class _Projection(torch.autograd.Function):
         if need_temb:
             # as autograd's ToCopyBackward + SiluBackward: the bf16 product cast up, then silu' in temb's dtype
             dtemb = torch.ops.aten.silu_backward(dproj.mm(w).to(temb.dtype), temb)
-        return dtemb, dw, db
+        return dtemb, dw, db, None
 
 
 def _projection_autograd(temb, w, b):
@@ -122,8 +152,11 @@ def final_adaln_out(x: torch.Tensor, nw: torch.Tensor, temb: torch.Tensor, w: to
     if check_index:
         checks.index_range("ti", ti, temb.shape[0], rows_of="temb")
     cfg = config or launch_config(x.shape[-1])
-    if cfg.projection_node and torch.is_grad_enabled() and (temb.requires_grad or w.requires_grad or b.requires_grad):
-        proj = _Projection.apply(temb, w, b)
+    wants_grad = torch.is_grad_enabled() and (temb.requires_grad or w.requires_grad or b.requires_grad)
+    if cfg.projection_node and wants_grad:
+        proj = _Projection.apply(temb, w, b, cfg.triton_projection)
+    elif cfg.triton_projection and not wants_grad:
+        proj = _triton_projection(temb, w, b)
     else:
         proj = _projection_autograd(temb, w, b)
     shift, scale = proj.chunk(2, dim=-1)

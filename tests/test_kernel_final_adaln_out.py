@@ -108,6 +108,35 @@ def test_strided_inputs_leading_dims_and_autograd_projection(device):
     assert torch.equal(as_bits(plain), as_bits(flat_out))
 
 
+TRITON_PROJECTION = LaunchConfig(triton_projection=True)
+
+
+@pytest.mark.parametrize("hidden,rows,dtype", [(64, 300, "bfloat16"), (3, 40, "float16"), (40, 7, "float32")])
+def test_triton_projection_matches_float64_and_repeats(device, hidden, rows, dtype):
+    """The projection's forward as one gemm launch (silu and cast fused into its load): the same bounds
+    against float64, parameter gradients that repeat, strided temb, inference without autograd."""
+    p, t, dout = case(device, hidden, rows, dtype)
+    out, grads = run(t, dout, config=TRITON_PROJECTION)
+    ref = reference(p, t, dout)
+    assert rel_err(out, ref.outputs[0]) <= tol(p.torch_dtype)
+    for name in NAMES:
+        assert grads[name].dtype == t[name].dtype and rel_err(grads[name], ref.grads[name]) <= tol(p.torch_dtype), name
+    again = run(t, dout, config=TRITON_PROJECTION)[1]
+    for name in PARAMS:
+        assert torch.equal(as_bits(again[name]), as_bits(grads[name])), name
+    wide_temb = torch.cat([t["temb"], t["temb"]], dim=1)[:, :t["temb"].shape[1]]
+    strided_out, _ = run(dict(t, temb=wide_temb), dout, config=TRITON_PROJECTION)
+    assert torch.equal(as_bits(strided_out), as_bits(out))
+    with torch.no_grad():
+        plain = final_adaln_out(*t.values(), EPS, config=TRITON_PROJECTION)
+    assert torch.equal(as_bits(plain), as_bits(out))
+
+
+def test_triton_projection_needs_the_projection_node():
+    with pytest.raises(ValueError, match="needs projection_node"):
+        LaunchConfig(projection_node=False, triton_projection=True)
+
+
 def test_row_alone_equals_row_in_batch(device):
     p, t, dout = case(device, 40, 70)
     out, grads = run(t, dout)

@@ -140,7 +140,8 @@ def variants(op: str, params: Any, interpreted: bool) -> dict[str, Callable]:
         from kernels.final_adaln_out import LaunchConfig, final_adaln_out
 
         eps = params.eps
-        configs = {"default": LaunchConfig(projection_node=True), "autograd_projection": LaunchConfig(False)}
+        configs = {"default": LaunchConfig(projection_node=True), "autograd_projection": LaunchConfig(False),
+                   "triton_projection": LaunchConfig(triton_projection=True)}
         return {name: (lambda cfg: lambda x, nw, temb, w, b, ti: final_adaln_out(
             x, nw, temb, w, b, ti, eps, check_index=False, config=cfg))(cfg) for name, cfg in configs.items()}
     if op == "timestep_sinusoid":
