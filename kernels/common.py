@@ -143,7 +143,7 @@ def _make_ready(kernel, device: int, key, args: tuple, meta: tuple) -> None:
         names = list(bound)
         tail, ints = ready_specialization(kernel, names, specialization, len(args), meta)
         compiled = _COMPILED.get((kernel, device, tuple(specialization), meta))
-    except (NotReady, Exception):  # a kernel that does not qualify, or a triton whose internals differ
+    except Exception:  # NotReady (a kernel that does not qualify), or a triton whose internals differ
         return
     if compiled is not None:
         _READY[(kernel, device, key, meta)] = (compiled, tail, ints)

@@ -63,10 +63,14 @@ def launch_config(hidden: int) -> LaunchConfig:
     return LaunchConfig()
 
 
+def _unit_inner(temb):
+    """temb with unit inner stride, as `gemm.forward`'s A and `gemm.silu_cast`'s input need it."""
+    return temb if temb.stride(-1) == 1 else temb.contiguous()
+
+
 def _triton_projection(temb, w, b):
     """F.linear(silu(temb).to(w.dtype), w, b) in one launch: silu in fp32 and one rounding to w's dtype as
-    the GEMM loads temb, fp32 accumulation, + b, one rounding."""
-    temb = temb if temb.stride(-1) == 1 else temb.contiguous()
+    the GEMM loads temb (unit inner stride), fp32 accumulation, + b, one rounding."""
     return gemm.forward(temb, w, b, PROJECTION_GEMM, out_dtype=w.dtype, a_silu=True)[0]
 
 
@@ -80,6 +84,7 @@ class _Projection(torch.autograd.Function):
     def forward(ctx, temb, w, b, triton_projection=False):
         ctx.triton_projection = triton_projection
         if triton_projection:
+            temb = _unit_inner(temb)  # the copy, if one is made, serves the backward's silu_cast too
             ctx.save_for_backward(temb, w)
             return _triton_projection(temb, w, b)
         a = F.silu(temb).to(w.dtype)
@@ -90,7 +95,7 @@ class _Projection(torch.autograd.Function):
     def backward(ctx, dproj):
         if ctx.triton_projection:
             temb, w = ctx.saved_tensors
-            a = gemm.silu_cast(temb if temb.stride(-1) == 1 else temb.contiguous(), w.dtype)
+            a = gemm.silu_cast(temb, w.dtype)
         else:
             temb, a, w = ctx.saved_tensors
         need_temb, need_w, need_b = ctx.needs_input_grad[:3]
@@ -155,8 +160,8 @@ def final_adaln_out(x: torch.Tensor, nw: torch.Tensor, temb: torch.Tensor, w: to
     wants_grad = torch.is_grad_enabled() and (temb.requires_grad or w.requires_grad or b.requires_grad)
     if cfg.projection_node and wants_grad:
         proj = _Projection.apply(temb, w, b, cfg.triton_projection)
-    elif cfg.triton_projection and not wants_grad:
-        proj = _triton_projection(temb, w, b)
+    elif cfg.triton_projection:  # it implies projection_node: no gradient is wanted here
+        proj = _triton_projection(_unit_inner(temb), w, b)
     else:
         proj = _projection_autograd(temb, w, b)
     shift, scale = proj.chunk(2, dim=-1)

@@ -180,15 +180,15 @@ def sinusoid_pieces(dev) -> dict[str, float]:
     cfg = S.config_for(256, False)
     kernel, grid = S._sinusoid_kernel, (1,)
     meta = dict(HALF=128, BLOCK_K=128, ROWS=cfg.rows, INTERPRETED=False, num_warps=cfg.warps)
+    meta_items, index = tuple(meta.items()), torch.cuda.current_device()  # made once, as the op keeps them
     res = {"whole call (T=1)": host_us(lambda: S.timestep_sinusoid(t)),
            "_check": host_us(lambda: S._check(t, 256, 10000, 0.0)),
            "torch.empty [1, 256] fp32": host_us(lambda: torch.empty((1, 256), dtype=torch.float32, device=dev)),
            "torch.cuda.current_device": host_us(torch.cuda.current_device),
            "kernels.common.launch": host_us(lambda: launch(kernel, grid, t, freqs, out, 1, 1, **meta)),
            "kernel[grid] (triton's path)": host_us(lambda: kernel[grid](t, freqs, out, 1, 1, **meta)),
-           "kernels.common.launch_ready": host_us(lambda: launch_ready(kernel, grid, torch.cuda.current_device(),
-                                                                     t.dtype, (t, freqs, out, 1, 1),
-                                                                     tuple(meta.items())))}
+           "kernels.common.launch_ready": host_us(lambda: launch_ready(kernel, grid, index, t.dtype,
+                                                                     (t, freqs, out, 1, 1), meta_items))}
     binder = kernel.device_caches[torch.cuda.current_device()][4]
     res["binder only"] = host_us(lambda: binder(t, freqs, out, 1, 1, **meta))
     compiled = kernel[grid](t, freqs, out, 1, 1, **meta)

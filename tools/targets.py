@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from harness import schema
-from harness.schema import RowResult, UnavailableMode
+from harness.schema import RowResult
 
 OURS = "h3bench_triton"
 ERROR_FACTOR = 1.5        # every output and gradient within 1.5x of the best row's error
@@ -42,10 +42,7 @@ class Check:
 
 
 def measured_rows(evidence: schema.Evidence, mode: str = "plain") -> dict[str, RowResult]:
-    rows = evidence.results.get(mode)
-    if rows is None or isinstance(rows, UnavailableMode):
-        return {}
-    return {name: row for name, row in rows.items() if isinstance(row, RowResult)}
+    return {name: row for name, row in evidence.rows(mode).items() if isinstance(row, RowResult)}
 
 
 def _largest(evidence: schema.Evidence) -> str:

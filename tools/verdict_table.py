@@ -28,15 +28,10 @@ def verdict(row) -> tuple[Optional[bool], str]:
     return False, f"NOT invariant: {failure_summary(row)}"
 
 
-def rows_of(evidence: schema.Evidence, mode: str) -> dict:
-    found = evidence.results.get(mode)
-    return {} if found is None or isinstance(found, UnavailableMode) else found
-
-
 def table(prior: schema.Evidence, ours: schema.Evidence, prior_label: str, label: str) -> str:
     out = [f"| mode | row | {prior_label} | {label} | same verdict? |", "| --- | --- | --- | --- | --- |"]
     for mode in list(prior.results) + [m for m in ours.results if m not in prior.results]:
-        a, b = rows_of(prior, mode), rows_of(ours, mode)
+        a, b = prior.rows(mode), ours.rows(mode)
         if isinstance(ours.results.get(mode), UnavailableMode):
             out.append(f"| {mode} | (all) | - | mode unavailable: {ours.results[mode].unavailable} | - |")
         for name in list(a) + [n for n in b if n not in a]:
