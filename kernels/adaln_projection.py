@@ -52,6 +52,14 @@ DEFAULT = ProjectionConfigs(
     dx=C(128, 128, 64, num_warps=8, num_stages=4, group_m=8, split_k=DX_SPLIT),
     dw=C(128, 256, 64, num_warps=8, num_stages=4, group_m=8),
 )
+# Persistent candidates (kernels/notes/gemm.md v4): the forward and dW tiles above, one program per SM
+# looping over tiles with the next tile's loads pipelined under this one's epilogue (vllm's batch-invariant
+# matmul, the fastest invariant row of the H200 modes run, is such a kernel); tools/bench_gemm.py times them.
+PERSISTENT = ProjectionConfigs(
+    fwd=C(128, 256, 64, num_warps=8, num_stages=3, group_m=16, persistent=True),
+    dx=DEFAULT.dx,
+    dw=C(128, 256, 64, num_warps=8, num_stages=3, group_m=8, persistent=True),
+)
 # One config per GEMM for every T there too (the interpreter steps through programs one by one: large tiles).
 INTERPRETER = ProjectionConfigs(fwd=C(32, 64, 32), dx=C(32, 64, 32, split_k=DX_SPLIT), dw=C(32, 64, 32))
 _CONFIGS: list[ProjectionConfigs] = [DEFAULT]

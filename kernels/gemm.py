@@ -56,6 +56,7 @@ import triton.language as tl
 
 from kernels.common import BY_HAND, INTERPRETED, launch, rounded
 
+PRECISIONS = ("ieee", "tf32x3")   # fp32 dots; bf16 is always wgmma
 KALIGN = 128   # split-K chunk boundaries are multiples of this; every BLOCK_K used divides it
 _KALIGN = tl.constexpr(KALIGN)
 
@@ -78,6 +79,15 @@ class LaunchConfig:
     # warp on the same banks (32-way conflicts); the copy costs one read and write of W (~27 us for
     # timestep_mlp's W2), worth it only at large T. It changes no arithmetic (the chain is the same).
     transpose_w: bool = False
+    # fp32 only: "ieee" (the FMA chains above) or "tf32x3" (tensor cores: each operand split as
+    # hi = tf32(v), lo = tf32(v - hi), and the dot taken as hi*hi + hi*lo + lo*hi in fp32; the products
+    # are exact to ~2^-22 relative, the sums fp32). tf32x3 has no tile-independence proof, so a kernel
+    # on it takes ONE config for every row count, as bf16 does (`MLPConfigs` enforces it).
+    precision: str = "ieee"
+    # one program per SM slot looping over output tiles (tl.range(..., flatten=True): the next tile's
+    # loads are software-pipelined under this tile's epilogue); each tile's arithmetic is unchanged, so
+    # the order of every element is the non-persistent one. split_k == 1 only.
+    persistent: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "block_k"):
@@ -88,10 +98,15 @@ class LaunchConfig:
             raise ValueError(f"with split_k > 1, block_k must divide KALIGN = {KALIGN}, got {self.block_k}")
         if self.split_k < 1:
             raise ValueError(f"split_k must be >= 1, got {self.split_k}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.persistent and self.split_k > 1:
+            raise ValueError("a persistent config takes no split-K")
 
     def short(self) -> str:
         s = f"{self.block_m}x{self.block_n}x{self.block_k}/w{self.num_warps}/s{self.num_stages}"
-        return s + (f"/k{self.split_k}" if self.split_k > 1 else "") + ("/wT" if self.transpose_w else "")
+        return (s + (f"/k{self.split_k}" if self.split_k > 1 else "") + ("/wT" if self.transpose_w else "")
+                + ("/tf32x3" if self.precision == "tf32x3" else "") + ("/P" if self.persistent else ""))
 
 
 Tiers = Sequence[tuple[int, LaunchConfig]]   # (largest row count, config), ascending; last = the rest
@@ -155,44 +170,23 @@ def _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stri
         tl.store(EXTRA + rm64[:, None] + 0 * rn[None, :], rounded(acc, EXTRA.dtype.element_ty, BY_HAND), mask=extra)
 
 
-@triton.jit(do_not_specialize=["M", "K", "chunk", "plane"])
-def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
-                 M, N, K, n_main, n_load, chunk, plane,
-                 stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                 stride_zm, stride_zn, stride_om, stride_on,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                 SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, MASK_M: tl.constexpr, MASK_N: tl.constexpr,
-                 PRECISION: tl.constexpr, DOT_F32: tl.constexpr,
-                 A_SILU: tl.constexpr, ONES: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr,
-                 OUT_SILU: tl.constexpr, SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr,
-                 BY_HAND: tl.constexpr):
-    """One [BLOCK_M, BLOCK_N] tile of C (or, with SPLIT_K > 1, one K chunk of it). Columns
-    n_load .. N - 1 of B are not read: with ONES they are ones (the db column), else zeros."""
-    pid = tl.program_id(0)
-    num_m = tl.cdiv(M, BLOCK_M)
-    num_n = tl.cdiv(N, BLOCK_N)
-    tile = pid % (num_m * num_n)   # split-major: all tiles of chunk 0 first (its operands share L2)
-    split = pid // (num_m * num_n)
+@triton.jit
+def _tile_of(tile, num_m, num_n, GROUP_M: tl.constexpr):
+    """Output tile `tile` -> (row block, column block) in grouped order: GROUP_M row blocks share each
+    column block's B tile while it is in L2."""
     width = GROUP_M * num_n
     first_m = (tile // width) * GROUP_M
     group_size = tl.minimum(num_m - first_m, GROUP_M)
-    pid_m = first_m + (tile % width) % group_size
-    pid_n = (tile % width) // group_size
+    return first_m + (tile % width) % group_size, (tile % width) // group_size
 
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+
+@triton.jit
+def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+              PRECISION: tl.constexpr, DOT_F32: tl.constexpr, A_SILU: tl.constexpr, ONES: tl.constexpr,
+              BY_HAND: tl.constexpr):
+    """The fp32 accumulator of one tile over k in [k_lo, k_hi), ascending, BLOCK_K a step (the order)."""
     rk = tl.arange(0, BLOCK_K)
-    # MASK_M is False only when M is a weight dimension that BLOCK_M divides (weight_grad); rows of T
-    # are always masked, so the compiled forward and input-gradient kernels are the same for every T.
-    # Without MASK_N (n_load a multiple of BLOCK_N: the weights' shape) the column mask folds to true.
-    row_ok = (rm < M) | (not MASK_M)
-    load_ok = (rn < n_load) | (not MASK_N)
-    if SPLIT_K == 1:
-        k_lo = 0
-        k_hi = K
-    else:  # chunk is a multiple of KALIGN: saying so keeps the loads vectorized
-        k_lo = tl.multiple_of(split * chunk, _KALIGN)
-        k_hi = tl.minimum(K, k_lo + chunk)
     a_ptrs = A + rm.to(tl.int64)[:, None] * stride_am + (k_lo + rk).to(tl.int64)[None, :] * stride_ak
     b_ptrs = B + (k_lo + rk).to(tl.int64)[:, None] * stride_bk + rn.to(tl.int64)[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -218,6 +212,55 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
+    return acc
+
+
+@triton.jit(do_not_specialize=["M", "K", "chunk", "plane"])
+def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
+                 M, N, K, n_main, n_load, chunk, plane,
+                 stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                 stride_zm, stride_zn, stride_om, stride_on,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                 SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, MASK_M: tl.constexpr, MASK_N: tl.constexpr,
+                 PRECISION: tl.constexpr, DOT_F32: tl.constexpr, PERSISTENT: tl.constexpr,
+                 A_SILU: tl.constexpr, ONES: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr,
+                 OUT_SILU: tl.constexpr, SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr,
+                 BY_HAND: tl.constexpr):
+    """One [BLOCK_M, BLOCK_N] tile of C (or, with SPLIT_K > 1, one K chunk of it; or, PERSISTENT, the
+    tiles pid, pid + programs, ...). Columns n_load .. N - 1 of B are not read: with ONES they are ones
+    (the db column), else zeros."""
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    # MASK_M is False only when M is a weight dimension that BLOCK_M divides (weight_grad); rows of T
+    # are always masked, so the compiled forward and input-gradient kernels are the same for every T.
+    # Without MASK_N (n_load a multiple of BLOCK_N: the weights' shape) the column mask folds to true.
+    if PERSISTENT:
+        for tile in tl.range(pid, num_m * num_n, tl.num_programs(0), flatten=True):
+            pid_m, pid_n = _tile_of(tile, num_m, num_n, GROUP_M)
+            rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            acc = _mainloop(A, B, rm, rn, 0, K, n_main, (rm < M) | (not MASK_M), (rn < n_load) | (not MASK_N),
+                            stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
+                            PRECISION, DOT_F32, A_SILU, ONES, BY_HAND)
+            _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm,
+                      stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, BY_HAND)
+        return
+    tile = pid % (num_m * num_n)   # split-major: all tiles of chunk 0 first (its operands share L2)
+    split = pid // (num_m * num_n)
+    pid_m, pid_n = _tile_of(tile, num_m, num_n, GROUP_M)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = (rm < M) | (not MASK_M)
+    load_ok = (rn < n_load) | (not MASK_N)
+    if SPLIT_K == 1:
+        k_lo = 0
+        k_hi = K
+    else:  # chunk is a multiple of KALIGN: saying so keeps the loads vectorized
+        k_lo = tl.multiple_of(split * chunk, _KALIGN)
+        k_hi = tl.minimum(K, k_lo + chunk)
+    acc = _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
+                    BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES, BY_HAND)
 
     if SPLIT_K == 1:
         _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm, stride_zn,
@@ -292,6 +335,20 @@ def column_sums(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return out
 
 
+_PROGRAMS: dict = {}
+
+
+def persistent_programs(device: torch.device) -> int:
+    """Programs of a persistent launch: one per SM (the tiles the configs use fill one SM's shared
+    memory); under the interpreter 3, so the tile loop runs several times in the tests."""
+    if INTERPRETED or device.type != "cuda":
+        return 3
+    count = _PROGRAMS.get(device.index)
+    if count is None:
+        count = _PROGRAMS[device.index] = torch.cuda.get_device_properties(device).multi_processor_count
+    return count
+
+
 def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_strides: tuple[int, int],
           c: torch.Tensor, c_strides: tuple[int, int], M: int, N: int, K: int, cfg: LaunchConfig, *,
           n_main: Optional[int] = None, n_load: Optional[int] = None, bias=None, zin=None, zout=None,
@@ -307,6 +364,7 @@ def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_stride
     mask_n = column_mask_needed(N, n_load, cfg.block_n)
     mask_m = not (m_fixed and M % cfg.block_m == 0)   # M of T rows: always masked (one kernel for all T)
     num_tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
+    programs = min(num_tiles, persistent_programs(device)) if cfg.persistent else num_tiles * split
     dummy = c  # stands in for every pointer a constexpr flag leaves unused (never dereferenced)
     if split > 1:
         part = torch.empty((split, M, N), dtype=torch.float32, device=device)
@@ -319,12 +377,12 @@ def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_stride
 
     zs = (zin.stride(0), zin.stride(1)) if zin is not None else (0, 0)
     os_ = (zout.stride(0), zout.stride(1)) if zout is not None else (0, 0)
-    launch(_gemm_kernel, (num_tiles * split,), a, b, c, ptr(bias), ptr(zin), ptr(zout), ptr(extra), part, counts,
+    launch(_gemm_kernel, (programs,), a, b, c, ptr(bias), ptr(zin), ptr(zout), ptr(extra), part, counts,
            M, N, K, n_main, n_load, chunk, M * N, a_strides[0], a_strides[1], b_strides[0], b_strides[1],
            c_strides[0], c_strides[1], zs[0], zs[1], os_[0], os_[1],
            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, SPLIT_K=split,
-           EVEN_K=even_k, MASK_M=mask_m, MASK_N=mask_n, PRECISION="ieee" if fp32 else "tf32",
-           DOT_F32=INTERPRETED and not fp32,
+           EVEN_K=even_k, MASK_M=mask_m, MASK_N=mask_n, PRECISION=cfg.precision if fp32 else "tf32",
+           DOT_F32=INTERPRETED and not fp32, PERSISTENT=cfg.persistent,
            A_SILU=a_silu, ONES=ones, HAS_BIAS=bias is not None, MUL_DSILU=zin is not None, OUT_SILU=out_silu,
            SAVE_PRE=zout is not None, EXTRA_COL=extra is not None, BY_HAND=BY_HAND,
            num_warps=cfg.num_warps, num_stages=cfg.num_stages)

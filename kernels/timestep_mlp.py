@@ -57,6 +57,11 @@ class MLPConfigs:
             for limit, cfg in getattr(self, name):
                 if cfg.split_k != 1:
                     raise ValueError(f"{name} configs take no split-K, got {cfg}")
+        for name in ("fwd1", "fwd2", "dh", "dx"):  # the row-wise GEMMs: their order must not depend on T
+            tiers = getattr(self, name)
+            if any(cfg.precision != "ieee" for _, cfg in tiers) and len({cfg for _, cfg in tiers}) > 1:
+                raise ValueError(f"{name}: a tensor-core (tf32x3) kernel needs one config for every row count, "
+                                 f"got {[cfg.short() for _, cfg in tiers]}")
 
 
 BIG = 1 << 62
@@ -82,6 +87,28 @@ DEFAULT = MLPConfigs(
     dw2=((16, C(32, 64, 16, num_warps=4, num_stages=2)), (BIG, C(128, 64, 16, num_warps=4, num_stages=3))),
     dw1=((16, C(32, 64, 16, num_warps=4, num_stages=2)), (BIG, C(128, 64, 16, num_warps=8, num_stages=3))),
 )
+
+
+def uniform(fwd1: C, fwd2: C, dh: C, dx: C, dw2: C, dw1: C, db_blocks: bool = False) -> MLPConfigs:
+    """One config per GEMM for every row count (what tf32x3 kernels need: no proof covers two tiles)."""
+    return MLPConfigs(fwd1=((BIG, fwd1),), fwd2=((BIG, fwd2),), dh=((BIG, dh),), dx=((BIG, dx),),
+                      dw2=((BIG, dw2),), dw1=((BIG, dw1),), db_blocks=db_blocks)
+
+
+# Tensor-core candidates (kernels/notes/gemm.md v4): every GEMM in tf32x3 on wgmma (BLOCK_M 64 or 128,
+# warps a multiple of 4), one config each for every T; tools/bench_gemm.py times them end to end.
+_T3 = {"precision": "tf32x3"}
+TF32X3 = uniform(fwd1=C(64, 128, 32, num_warps=4, num_stages=3, **_T3), fwd2=C(64, 128, 32, num_warps=4, num_stages=3, **_T3),
+                 dh=C(64, 128, 32, num_warps=4, num_stages=3, **_T3),
+                 dx=C(64, 128, 32, num_warps=4, num_stages=3, split_k=DX_SPLIT, **_T3),
+                 dw2=C(128, 128, 32, num_warps=8, num_stages=3, **_T3), dw1=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
+                 db_blocks=True)
+TF32X3_WIDE = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
+                      fwd2=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
+                      dh=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
+                      dx=C(128, 64, 32, num_warps=4, num_stages=3, split_k=DX_SPLIT, **_T3),
+                      dw2=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
+                      dw1=C(128, 64, 32, num_warps=4, num_stages=3, **_T3), db_blocks=True)
 # Under the interpreter a dot is numpy's matmul, not the FMA chain: the row-count independence of
 # the order then holds only with one tile shape for all T, so every GEMM uses one small config there.
 # Tiles as large as the interpreter runs fast with (it steps through programs one by one).

@@ -45,6 +45,10 @@ _T_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 @dataclass(frozen=True)
 class LaunchConfig:
+    """The block shape: [rows, next_pow2(freq_dim / 2)] angles per program on `warps` warps (both powers of
+    two). Any shape gives the same bits (each element is one fixed float64 sequence); smaller blocks mean
+    more programs and fewer float64 cos/sin per thread (notes: version 3, tools/bench_memory_ops.py's
+    `rows2_w2`, `rows1_w2`, `rows1_w4`)."""
     rows: int    # rows per program
     warps: int
 
@@ -122,17 +126,20 @@ def timestep_sinusoid(t: torch.Tensor, freq_dim: int = 256, max_period: float = 
     float dtype, any stride. No gradient (the op is forward only)."""
     # A call like an earlier checked one (same device and constants, t a 1-D tensor of an allowed dtype)
     # skips the checks that call made; anything else takes the checked path.
-    recipe = (_RECIPES.get((t.device, freq_dim, max_period, downscale_freq_shift, config))
-              if isinstance(t, torch.Tensor) and type(freq_dim) is int else None)
+    recipe = None
+    if isinstance(t, torch.Tensor) and type(freq_dim) is int:
+        device = t.device  # read once: each read makes a new torch.device
+        recipe = _RECIPES.get((device, freq_dim, max_period, downscale_freq_shift, config))
     if recipe is None or t.dtype not in _T_DTYPES or t.dim() != 1:
         recipe = _checked_recipe(t, freq_dim, max_period, downscale_freq_shift, config)
-    device = t.device
-    if device.type == "cuda" and device.index != torch.cuda.current_device():
+        device = t.device
+    if t.is_cuda and device.index != torch.cuda.current_device():  # is_cuda: no string made, as device.type
         with torch.cuda.device(device):  # triton launches on the current device
             return timestep_sinusoid(t, freq_dim, max_period, downscale_freq_shift, config)
     freqs, rows_per_program, meta = recipe
     rows = t.shape[0]
-    out = t.new_empty((rows, freq_dim), dtype=torch.float32)
+    # the size as two ints, not a tuple: torch's argument parser takes ~0.5 us less (CPU-measured)
+    out = t.new_empty(rows, freq_dim, dtype=torch.float32)
     if rows:
         launch_ready(_sinusoid_kernel, ((rows + rows_per_program - 1) // rows_per_program,), device.index,
                      t.dtype, (t, freqs, out, rows, t.stride(0)), meta)
@@ -145,6 +152,10 @@ def _checked_recipe(t, freq_dim, max_period, downscale_freq_shift, config) -> tu
     _check(t, freq_dim, max_period, downscale_freq_shift)
     half = freq_dim // 2
     cfg = config or launch_config(freq_dim)
+    for name in ("rows", "warps"):  # tl.arange and the warp count take powers of two
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value & (value - 1):
+            raise ValueError(f"config.{name} must be a power of two, got {value!r}")
     meta = (("HALF", half), ("BLOCK_K", triton.next_power_of_2(half)), ("ROWS", cfg.rows),
             ("INTERPRETED", INTERPRETED), ("num_warps", cfg.warps))
     recipe = (frequencies(t.device, half, max_period, downscale_freq_shift), cfg.rows, meta)

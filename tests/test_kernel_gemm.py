@@ -256,6 +256,54 @@ def test_tiers_and_configs_are_checked():
     MLPConfigs(fwd1=tiers, fwd2=tiers, dh=tiers, dw2=tiers, dw1=tiers, dx=good_dx)
 
 
+def test_tensor_core_and_persistent_configs_are_checked():
+    from kernels import timestep_mlp as TM
+
+    with pytest.raises(ValueError, match="precision"):
+        gemm.LaunchConfig(64, 64, 32, precision="tf32")
+    with pytest.raises(ValueError, match="persistent"):
+        gemm.LaunchConfig(64, 64, 32, split_k=2, persistent=True)
+    t3 = gemm.LaunchConfig(64, 64, 32, precision="tf32x3")
+    other = gemm.LaunchConfig(64, 128, 32, precision="tf32x3")
+    dx = ((1 << 40, gemm.LaunchConfig(64, 64, 32, split_k=DX_SPLIT, precision="tf32x3")),)
+    one = ((1 << 40, t3),)
+    with pytest.raises(ValueError, match="one config for every row count"):
+        MLPConfigs(fwd1=((4, other), (1 << 40, t3)), fwd2=one, dh=one, dw2=one, dw1=one, dx=dx)
+    # weight gradients reduce over T by nature: their tiers may differ
+    MLPConfigs(fwd1=one, fwd2=one, dh=one, dw2=((4, other), (1 << 40, t3)), dw1=one, dx=dx)
+    assert TM.TF32X3.fwd2[0][1].precision == "tf32x3" and len(TM.TF32X3_WIDE.dh) == 1
+
+
+@pytest.mark.parametrize("dtype,precision", [(torch.float32, "ieee"), (torch.float32, "tf32x3"),
+                                             (torch.bfloat16, "ieee")])   # precision is an fp32 option
+def test_persistent_launch_equals_the_plain_one(device, dtype, precision):
+    """A persistent launch (programs looping over the tiles: 3 under the interpreter) computes every tile
+    as the one-tile-a-program launch does, bitwise: forward (bias, masked rows and columns), input
+    gradient with silu', weight gradient with the db column; tf32x3 stays within fp32's bound of float64."""
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(37, 100, generator=g).to(dtype).to(device)
+    w = torch.randn(70, 100, generator=g).to(dtype).to(device)
+    b = torch.randn(70, generator=g).to(dtype).to(device)
+    dy = torch.randn(37, 70, generator=g).to(dtype).to(device)
+    z = torch.randn(37, 100, generator=g).to(device)
+
+    def outputs(cfg):
+        y, _ = gemm.forward(a, w, b, cfg, out_dtype=torch.float32)
+        dx = gemm.input_grad(dy, w, cfg, dsilu_of=z)
+        dw, db = gemm.weight_grad(dy, a, cfg, dw_dtype=dtype, db_dtype=dtype)
+        return y, dx, dw, db
+
+    tile = dict(block_m=64, block_n=32, block_k=32, precision=precision)
+    plain = outputs(gemm.LaunchConfig(**tile))
+    expect = a.double() @ w.double().T + b.double()
+    assert rel_err(plain[0], expect) <= (FP32_TOL if dtype == torch.float32 else BF16_U)
+    s = torch.sigmoid(z.double())
+    dx_expect = (dy.double() @ w.double()) * (s * (1 + z.double() * (1 - s)))
+    assert rel_err(plain[1], dx_expect) <= (FP32_TOL if dtype == torch.float32 else BF16_U)
+    for got, want in zip(outputs(gemm.LaunchConfig(**tile, persistent=True)), plain):
+        assert torch.equal(as_bits(got), as_bits(want))
+
+
 def _record_launches(monkeypatch) -> list[dict]:
     """Every `_gemm_kernel` launch's sizes and flags, the launch itself still made."""
     seen = []

@@ -59,6 +59,29 @@ def test_row_alone_equals_row_in_batch_and_many_programs(device):
     assert torch.equal(as_bits(timestep_sinusoid(t[7:300])), as_bits(out[7:300]))
 
 
+@pytest.mark.parametrize("rows", [1, 3, 777, 2048])
+def test_bench_variants_equal_the_default_bitwise(device, rows):
+    """Every launch shape tools/bench_memory_ops.py times, with its GPU block sizes ([8|4|16|2|1|1, 128]
+    rows per program), gives the default's bits: each element is the same float64 sequence on (t, f_k)."""
+    from tools.bench_memory_ops import variants
+
+    t = sample_t(device, rows)[-rows:]
+    t[1::2] *= 1000  # angles up to 1000 rad too
+    want = as_bits(timestep_sinusoid(t))
+    found = variants("timestep_sinusoid", MODEL, interpreted=False)
+    assert {"default", "rows2_w2", "rows1_w2", "rows1_w4"} <= set(found)
+    for name, fn in found.items():
+        out = fn(t)
+        assert out.shape == (rows, 256) and torch.equal(as_bits(out), want), name
+
+
+@pytest.mark.parametrize("bad", [LaunchConfig(rows=3, warps=4), LaunchConfig(rows=0, warps=4),
+                                 LaunchConfig(rows=8, warps=3)])
+def test_bad_config_names_the_field(device, bad):
+    with pytest.raises(ValueError, match="must be a power of two"):
+        timestep_sinusoid(torch.rand(4, device=device), config=bad)
+
+
 def test_zero_rows(device):
     out = timestep_sinusoid(torch.zeros(0, device=device))
     assert out.shape == (0, 256) and out.dtype == torch.float32

@@ -126,12 +126,12 @@ def leaves_of(inputs, names):
     return [inputs.tensors[n].detach().requires_grad_() for n in names]
 
 
-def op_section(op_name: str, args) -> dict:
+def op_section(op_name: str, args, row_counts=None) -> dict:
     op = get_op(op_name)
     params = params_of(op_name)
     names = op.input_names
     result = {"rows": {}}
-    for rows in ROWS:
+    for rows in row_counts or ROWS:
         rec: dict = {}
         result["rows"][str(rows)] = rec
         inputs = op.make_inputs(params, rows, 11, DEV)
@@ -211,6 +211,22 @@ def repeatability(op_name, op, params, names) -> dict:
     return {n: bool(torch.equal(as_bits(a), as_bits(b))) for n, a, b in zip(names, runs[0], runs[1])}
 
 
+VARIANT_ROWS = (1, 8, 2048)
+
+
+def variant_section(op_name: str, module, name: str, args) -> dict:
+    """The whole op with another config set of its module (`TM.TF32X3`, `AP.PERSISTENT`, ...) in place
+    of the default: errors, timings against cuBLAS, invariance and repeatability, as `op_section`."""
+    configs = getattr(module, name)
+    module.use_configs(configs)
+    try:
+        result = op_section(op_name, args, tuple(min(r, BIG) for r in VARIANT_ROWS))
+    finally:
+        module.use_configs(module.DEFAULT)
+    result["configs"] = repr(configs)
+    return result
+
+
 def db_blocks_section(args) -> dict:
     """timestep_mlp with the bias gradients as 128-row block sums (`MLPConfigs.db_blocks`) against the
     default ones column: b1 / b2 errors and the backward's time, at T = 1 and the largest T."""
@@ -271,6 +287,15 @@ def mlp_candidates():
         ("dw2", 2048, [gemm.pick(d.dw2, 2048), c(64, 128, 16, 4, 3), c(128, 64, 16, 4, 3), c(128, 128, 32, 8, 2)]),
         ("dw1", 2048, [gemm.pick(d.dw1, 2048), c(128, 64, 16, 8, 3), c(64, 128, 16, 4, 3), c(32, 64, 32, 4, 3)]),
     ]
+    # tf32x3 tiles (tensor cores; not bitwise the FMA default, by design): per-kernel times at T = 2048
+    t3 = {"precision": "tf32x3"}
+    found += [
+        ("fwd2", 2048, [gemm.pick(d.fwd2, 2048), c(64, 128, 32, 4, 3, **t3), c(128, 128, 32, 8, 3, **t3),
+                        c(128, 256, 32, 8, 3, **t3), c(128, 128, 32, 8, 3, persistent=True, **t3)]),
+        ("dh", 2048, [gemm.pick(d.dh, 2048), c(64, 128, 32, 4, 3, **t3), c(128, 128, 32, 8, 3, **t3)]),
+        ("dw2", 2048, [gemm.pick(d.dw2, 2048), c(128, 128, 32, 8, 3, **t3), c(128, 256, 32, 8, 3, **t3),
+                       c(128, 128, 32, 8, 3, persistent=True, **t3)]),
+    ]
     return sorted(found, key=lambda item: -item[1])
 
 
@@ -279,11 +304,12 @@ def ada_candidates():
     d = AP.DEFAULT
     g16 = {"group_m": 16}
     return [
-        ("fwd", [d.fwd, c(128, 128, 64, 4, 4, **g16), c(64, 256, 64, 4, 4, **g16), c(128, 256, 64, 8, 4, **g16),
-                 c(128, 128, 64, 8, 4, **g16), "fused"]),
+        ("fwd", [d.fwd, c(128, 256, 64, 8, 3, persistent=True, **g16), c(128, 256, 64, 8, 4, persistent=True, **g16),
+                 c(128, 128, 64, 8, 4, persistent=True, **g16), c(128, 256, 64, 8, 3, **g16), "fused"]),
         ("dx", [d.dx, c(128, 128, 64, 8, 4, split_k=8), c(128, 128, 64, 8, 4, split_k=12),
                 c(128, 256, 64, 8, 3, split_k=12), c(128, 128, 64, 4, 4, split_k=AP.DX_SPLIT)]),
-        ("dw", [d.dw, c(128, 128, 64, 4, 4), c(256, 128, 64, 8, 3), c(128, 256, 64, 8, 4)]),
+        ("dw", [d.dw, c(128, 256, 64, 8, 3, persistent=True), c(128, 256, 64, 8, 4, persistent=True),
+                c(128, 128, 64, 8, 4, persistent=True)]),
     ]
 
 
@@ -330,7 +356,8 @@ def mlp_configs(args) -> list:
                 y = call()
                 if reference is None:
                     reference = y.clone()
-                rec["bitwise_equal_default"] = bool(torch.equal(as_bits(y), as_bits(reference)))
+                if cfg.precision == cands[0].precision:  # tf32x3 against the FMA default differs by design
+                    rec["bitwise_equal_default"] = bool(torch.equal(as_bits(y), as_bits(reference)))
                 rec["us"] = timed(call, args.warmup, args.reps)
             except Exception as exc:
                 rec["error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
@@ -391,8 +418,12 @@ def ada_configs(args) -> list:
 
 def table(report: dict) -> str:
     lines = []
-    for op_name in ("timestep_mlp", "adaln_projection"):
-        sec = report.get(op_name, {})
+    sections = [(op_name, report.get(op_name, {})) for op_name in ("timestep_mlp", "adaln_projection")]
+    sections += list(report.get("variants", {}).items())
+    for op_name, sec in sections:
+        if not isinstance(sec, dict):
+            lines.append(f"== {op_name}: {sec}")
+            continue
         lines.append(f"== {op_name} (copy {report['copy_gbps']:.0f} GB/s)")
         lines.append(f"{'T':>5} {'fwd us':>9} {'cublas':>9} {'bwd us':>9} {'cublas':>9} {'f+b us':>9} {'cublas':>9} "
                      f"{'f+b x':>6} {'fwd GB/s':>9} {'of copy':>7} {'max err ours/cublas':>22}")
@@ -442,6 +473,10 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=100)
     parser.add_argument("--budget", type=float, default=200.0, help="seconds after which config candidates are skipped")
     parser.add_argument("--skip-configs", action="store_true")
+    parser.add_argument("--mlp-variants", default="TF32X3,TF32X3_WIDE",
+                        help="config sets of kernels/timestep_mlp.py run as the whole op (comma-separated names)")
+    parser.add_argument("--ada-variants", default="PERSISTENT",
+                        help="config sets of kernels/adaln_projection.py run as the whole op")
     parser.add_argument("--dry-run", action="store_true",
                         help="CPU, TRITON_INTERPRET=1 and the quick widths: checks this script, measures nothing")
     args = parser.parse_args()
@@ -463,6 +498,12 @@ def main() -> None:
         if DEV.type == "cuda":
             torch.cuda.empty_cache()
     guard(report, "db_blocks", lambda: db_blocks_section(args))
+    report["variants"] = {}
+    for op_name, module, names in (("timestep_mlp", TM, args.mlp_variants), ("adaln_projection", AP, args.ada_variants)):
+        for name in filter(None, names.split(",")):
+            guard(report["variants"], f"{op_name}:{name}", lambda: variant_section(op_name, module, name, args))
+            if DEV.type == "cuda":
+                torch.cuda.empty_cache()
     report["configs"] = {}
     if not args.skip_configs:  # the bf16 op first: its three kernels carry most of the T = 2048 time
         guard(report["configs"], "adaln_projection", lambda: ada_configs(args))

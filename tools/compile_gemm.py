@@ -97,9 +97,9 @@ def recorded(fn) -> list:
     return calls
 
 
-def launches(op: str, rows: int) -> list[tuple[str, callable]]:
+def launches(op: str, rows: int, mlp: str = "DEFAULT", ada: str = "DEFAULT") -> list[tuple[str, callable]]:
     if op == "timestep_mlp":
-        cf = TM.DEFAULT
+        cf = getattr(TM, mlp)
         x, w1, b1 = torch.randn(rows, 256), torch.randn(5376, 256), torch.randn(5376)
         w2, b2 = torch.randn(2688, 5376), torch.randn(2688)
         h, z, dy = torch.randn(rows, 5376), torch.randn(rows, 5376), torch.randn(rows, 2688)
@@ -114,7 +114,7 @@ def launches(op: str, rows: int) -> list[tuple[str, callable]]:
             ("dw1", lambda: gemm.weight_grad(z, x, gemm.pick(cf.dw1, rows), dw_dtype=torch.float32,
                                              db_dtype=torch.float32)),
         ]
-    cf = AP.DEFAULT
+    cf = getattr(AP, ada)
     n, d = 96768, 2688
     w, b = torch.empty(n, d, dtype=torch.bfloat16), torch.empty(n, dtype=torch.bfloat16)
     temb, dy = torch.randn(rows, d), torch.empty(rows, n, dtype=torch.bfloat16)
@@ -133,11 +133,13 @@ def main() -> None:
     parser.add_argument("--rows", default="1,8,2048")
     parser.add_argument("--arch", type=int, default=90)
     parser.add_argument("--op", default="timestep_mlp,adaln_projection")
+    parser.add_argument("--mlp", default="DEFAULT", help="MLPConfigs of kernels/timestep_mlp.py to compile, by name")
+    parser.add_argument("--ada", default="DEFAULT", help="ProjectionConfigs of kernels/adaln_projection.py, by name")
     args = parser.parse_args()
     print(f"triton {triton.__version__}, target sm_{args.arch}")
     for op in args.op.split(","):
         for rows in (int(r) for r in args.rows.split(",")):
-            for label, fn in launches(op, rows):
+            for label, fn in launches(op, rows, args.mlp, args.ada):
                 for kernel, grid, kargs, meta in recorded(fn):
                     tile = "x".join(str(meta[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K") if k in meta)
                     head = (f"{op} T={rows} {label} grid={grid} {tile} w{meta.get('num_warps')} "

@@ -27,7 +27,8 @@
 #   sweep          tools/sweep_norm_modulate.py (norm_modulate over widths, table sizes, dtypes)
 #   sweep-variants its launch-config variants only
 #   bench-memory   tools/bench_memory_ops.py (H3BENCH_BENCH_ARGS: its arguments, e.g. --ops/--sizes/--timeline);
-#                  bench-gemm: tools/bench_gemm.py (launch-config variants)
+#                  bench-memory2: a second one (H3BENCH_BENCH_ARGS2); bench-gemm: tools/bench_gemm.py
+#                  (launch-config variants; H3BENCH_GEMM_BUDGET: seconds before its candidates are skipped)
 #   hostcost-sinusoid  tools/hostcost.py --sinusoid-only: the host path of timestep_sinusoid's row and SGLang's
 # `install` is idempotent: a later call on the same (warm) machine skips what is there already. With
 # H3BENCH_DEADLINE_S set, a step that would start after that many seconds of the call is skipped and the
@@ -161,12 +162,18 @@ step_bench-memory() {
     --out "$OUT/work/bench_memory_ops.json"
 }
 
+step_bench-memory2() {  # a second bench_memory_ops call (other ops or sizes): H3BENCH_BENCH_ARGS2
+  # shellcheck disable=SC2086  # the arguments are words
+  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.bench_memory_ops ${H3BENCH_BENCH_ARGS2:-} \
+    --out "$OUT/work/bench_memory_ops_2.json"
+}
+
 step_hostcost-sinusoid() {
   PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.hostcost --sinusoid-only
 }
 
 step_bench-gemm() {
-  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.bench_gemm --budget "$(( $(left) - 20 ))" \
+  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.bench_gemm --budget "${H3BENCH_GEMM_BUDGET:-$(( $(left) - 20 ))}" \
     --out "$OUT/work/bench_gemm.json"
 }
 
