@@ -45,18 +45,17 @@ class ProjectionConfigs:
             raise ValueError("the forward and dW configs take no split-K")
 
 
-# Defaults: the fastest of tools/bench_gemm.py's candidates on the H200 (kernels/notes/gemm.md, v2):
-# 4 pipeline stages for the forward and dW (3 before: -16 and -56 us at T = 2048).
+# Defaults: the fastest of tools/bench_gemm.py's candidates on the H200 (kernels/notes/gemm.md, v2 and v4):
+# 4 pipeline stages for dW (3 before: -56 us at T = 2048); the forward persistent (v4: 1593.8 us at
+# T = 2048 against 2108.8, 133.0 against 140.4 at T = 1).
 DEFAULT = ProjectionConfigs(
-    fwd=C(128, 256, 64, num_warps=8, num_stages=4, group_m=16),
+    fwd=C(128, 256, 64, num_warps=8, num_stages=4, group_m=16, persistent=True),
     dx=C(128, 128, 64, num_warps=8, num_stages=4, group_m=8, split_k=DX_SPLIT),
     dw=C(128, 256, 64, num_warps=8, num_stages=4, group_m=8),
 )
-# Persistent candidates (kernels/notes/gemm.md v4): the forward and dW tiles above, one program per SM
-# looping over tiles with the next tile's loads pipelined under this one's epilogue (vllm's batch-invariant
-# matmul, the fastest invariant row of the H200 modes run, is such a kernel); tools/bench_gemm.py times them.
+# The forward and dW persistent (v4 candidate: dW persistent measured slower, 1994 us against 1839).
 PERSISTENT = ProjectionConfigs(
-    fwd=C(128, 256, 64, num_warps=8, num_stages=3, group_m=16, persistent=True),
+    fwd=DEFAULT.fwd,
     dx=DEFAULT.dx,
     dw=C(128, 256, 64, num_warps=8, num_stages=3, group_m=8, persistent=True),
 )

@@ -23,6 +23,14 @@ matmul/sum calls and silu_backward backward) instead of the four autograd makes 
 (silu, cast, linear, transpose): the same kernels, fewer host-side nodes, since at S = 32768 the
 forward+backward is close to host-bound (kernels/NOTES.md). `LaunchConfig.projection_node = False`
 takes the plain autograd composition (for tools/bench_memory_ops.py to compare).
+
+`LaunchConfig.one_node` (off until timed on the H200) goes further: the whole op is one autograd node
+(`_FinalAdaLNOut`) whose forward runs the projection and then norm_modulate's forward launcher directly
+(the arguments were checked here once; shift is passed as the whole [T, 2H] projection, whose row stride
+the kernel takes, scale as a view of its second half), and whose backward has norm_modulate's backward
+launcher write dshift and dscale straight into the halves of one [T, 2H] dproj buffer (no torch.cat),
+then runs the projection's backward on it. The same kernels in the same order: the same bits as the
+two-node path (tests/test_kernel_final_adaln_out.py compares them).
 """
 from __future__ import annotations
 
@@ -34,6 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels import checks, gemm
+from kernels import norm_modulate as NM
 from kernels.norm_modulate_api import norm_modulate
 
 
@@ -47,10 +56,18 @@ class LaunchConfig:
     # instead of torch's three (silu, cast, F.linear): the H200 timeline shows the GPU idle while the host
     # issues those (kernels/notes/final_adaln_out.md); off until timed there (`triton_projection` variant)
     triton_projection: bool = False
+    # the whole op as ONE autograd node (`_FinalAdaLNOut`): the projection, then norm_modulate's launchers
+    # called directly (no second argument check, no chunk views, no second node, no torch.cat of dshift
+    # and dscale: the backward writes them into the halves of one dproj buffer). The same kernels in the
+    # same order, so the same bits; fewer host operations per forward+backward, which is what the H200
+    # timeline is short of (kernels/notes/final_adaln_out.md v3). Off until timed (`one_node` variants).
+    one_node: bool = False
 
     def __post_init__(self):
         if self.triton_projection and not self.projection_node:
             raise ValueError("triton_projection needs projection_node: the Triton forward's backward lives there")
+        if self.one_node and not self.projection_node:
+            raise ValueError("one_node needs projection_node: the projection is part of the one node")
 
 
 # One config whatever T is: the projection's input has T rows for every batch, so its order never
@@ -111,8 +128,123 @@ class _Projection(torch.autograd.Function):
         return dtemb, dw, db, None
 
 
+def _one_node_forward(x, nw, temb, w, b, ti, eps, triton_projection, training):
+    """The projection, then norm_modulate's forward launcher on the rows (arguments already checked by
+    `_check`). Returns (out, temb as the backward needs it, a or None, x2d, nw, ti1d, sc view, rstd, plan,
+    norm_modulate config). The same calls as the two-node path: the projection of `_Projection.forward`,
+    the row layout of `norm_modulate_api._as_rows`, its plan rule (training or inference) and launch.
+    shift is passed as the whole [T, 2H] projection (row stride 2H: the kernel reads its first H
+    columns), scale as the view of its second half."""
+    if triton_projection:
+        temb = _unit_inner(temb)
+        a = None
+        proj = _triton_projection(temb, w, b)
+    else:
+        a = F.silu(temb).to(w.dtype)
+        proj = F.linear(a, w, b)
+    hidden = x.shape[-1]
+    x2d = x if x.dim() == 2 else x.reshape(-1, hidden)
+    if x2d.stride(-1) != 1 and x2d.numel():
+        x2d = x2d.contiguous()
+    if nw.stride(0) != 1:
+        nw = nw.contiguous()
+    if ti.dim() != 1 or ti.stride(0) != 1:
+        ti = ti.reshape(-1).contiguous()
+    sc = proj.narrow(1, hidden, hidden)
+    cfg = NM.launch_config(hidden)
+    table_rows = proj.shape[0]
+    plan = None
+    if table_rows > cfg.local_max and (training or NM.wants_plan(
+            table_rows, hidden, table_rows * hidden * 2 * proj.element_size(), False, cfg)):
+        plan = NM.make_plan(ti)
+    y, rstd = NM.forward(x2d, nw, proj, sc, ti, eps, save_rstd=training, config=cfg, plan=plan)
+    return (y if x.dim() == 2 else y.view(x.shape)), temb, a, x2d, nw, ti, sc, rstd, plan, cfg
+
+
+class _FinalAdaLNOut(torch.autograd.Function):
+    """The whole op as one autograd node (`LaunchConfig.one_node`). Backward: norm_modulate's backward
+    launcher writes dshift and dscale into the two column halves of one [T, 2H] dproj buffer, then the
+    projection's backward of `_Projection.backward` on it (the same torch calls, without its
+    contiguous(): the buffer is contiguous)."""
+
+    @staticmethod
+    def forward(ctx, x, nw, temb, w, b, ti, eps, triton_projection):
+        y, temb, a, x2d, nw, ti, sc, rstd, plan, cfg = _one_node_forward(x, nw, temb, w, b, ti, eps,
+                                                                        triton_projection, True)
+        ctx.save_for_backward(x2d, nw, ti, temb, w)
+        # intermediates, not inputs or outputs: no version check needed
+        ctx.a, ctx.sc, ctx.rstd, ctx.plan, ctx.cfg, ctx.x_shape = a, sc, rstd, plan, cfg, x.shape
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2d, nw, ti, temb, w = ctx.saved_tensors
+        need_x, need_nw, need_temb, need_w, need_b = ctx.needs_input_grad[:5]
+        hidden = x2d.shape[1]
+        dy2d = dy if dy.dim() == 2 else dy.reshape(-1, hidden)
+        if dy2d.stride(-1) != 1 or (dy2d.shape[0] > 1 and dy2d.stride(0) == 0):
+            dy2d = dy2d.contiguous()
+        sc = ctx.sc
+        need_proj = need_temb or need_w or need_b
+        if need_proj:
+            dproj = w.new_empty((sc.shape[0], 2 * hidden))  # [dshift | dscale], in the projection's dtype
+            out = (dproj, dproj.narrow(1, hidden, hidden))
+        else:
+            out = None
+        dx, dnw, _, _ = NM.backward(dy2d, x2d, nw, sc, ti, ctx.rstd, sc.shape[0], sc.dtype, need_nw or need_proj,
+                                    ctx.cfg, ctx.plan, out=out)
+        if need_x and len(ctx.x_shape) != 2:
+            dx = dx.view(ctx.x_shape)
+        dtemb = dw = db = None
+        if need_w:
+            a = ctx.a if ctx.a is not None else gemm.silu_cast(temb, w.dtype)
+            dw = dproj.t().mm(a)
+        if need_b:
+            db = dproj.sum(0)
+        if need_temb:
+            dtemb = torch.ops.aten.silu_backward(dproj.mm(w).to(temb.dtype), temb)
+        return dx if need_x else None, dnw if need_nw else None, dtemb, dw, db, None, None, None
+
+
+def _one_node(x, nw, temb, w, b, ti, eps, triton_projection):
+    if torch.is_grad_enabled() and (x.requires_grad or nw.requires_grad or temb.requires_grad or w.requires_grad
+                                    or b.requires_grad):
+        return _FinalAdaLNOut.apply(x, nw, temb, w, b, ti, eps, triton_projection)
+    return _one_node_forward(x, nw, temb, w, b, ti, eps, triton_projection, False)[0]
+
+
 def _projection_autograd(temb, w, b):
     return F.linear(F.silu(temb).to(w.dtype), w, b)
+
+
+def _well_formed(x, nw, temb, w, b, ti, device: int) -> bool:
+    """What `_check` accepts, as one predicate of attribute reads for the common case (every tensor's
+    get_device() is `device`, ti one entry per row of x flat): True only where `_check` passes; False
+    sends the call through `_check`, which raises naming the argument, or accepts what this does not
+    cover (ti shaped like x's leading dims, zero rows with no timesteps)."""
+    try:
+        hidden = x.shape[-1]
+        dtype = x.dtype
+        return (nw.get_device() == device and temb.get_device() == device and w.get_device() == device
+                and b.get_device() == device and ti.get_device() == device and x.get_device() == device
+                and dtype in checks.FLOATS and nw.dtype == dtype and w.dtype == dtype and b.dtype == dtype
+                and temb.dtype in checks.FLOATS and ti.dtype in checks.INDEX
+                and 0 < hidden <= NM.MAX_HIDDEN and nw.dim() == 1 and nw.shape[0] == hidden
+                and temb.dim() == 2 and temb.shape[0] > 0 and temb.shape[1] > 0
+                and w.dim() == 2 and w.shape[0] == 2 * hidden and w.shape[1] == temb.shape[1]
+                and b.dim() == 1 and b.shape[0] == 2 * hidden and ti.dim() == 1 and ti.shape[0] * hidden == x.numel())
+    except (AttributeError, IndexError, TypeError, RuntimeError):
+        return False
+
+
+def _fast_ok(x, nw, temb, w, b, ti) -> bool:
+    """Every argument well formed and all on one CUDA device (one predicate: the host path is what the
+    H200 timeline is short of)."""
+    try:
+        return (x.is_cuda and nw.is_cuda and temb.is_cuda and w.is_cuda and b.is_cuda and ti.is_cuda
+                and _well_formed(x, nw, temb, w, b, ti, x.get_device()))
+    except AttributeError:
+        return False
 
 
 def _check(x, nw, temb, w, b, ti) -> None:
@@ -141,6 +273,8 @@ def _check(x, nw, temb, w, b, ti) -> None:
         raise ValueError(f"ti must have shape {tuple(x.shape[:-1])} (one entry per row of x), got {tuple(ti.shape)}")
     if rows and steps == 0:
         raise ValueError("temb has no rows (timesteps), so no ti can be valid")
+    if hidden > NM.MAX_HIDDEN:  # norm_modulate's bound (the one-node path calls its launchers unchecked)
+        raise ValueError(f"x has H = {hidden}; this kernel supports H <= {NM.MAX_HIDDEN}")
 
 
 def final_adaln_out(x: torch.Tensor, nw: torch.Tensor, temb: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
@@ -153,10 +287,16 @@ def final_adaln_out(x: torch.Tensor, nw: torch.Tensor, temb: torch.Tensor, w: to
     for x, nw, temb, w and b. `check_index=False` skips the range check (a host sync); a row whose ti is out
     of range then comes out as NaN and adds nothing to the parameter gradients.
     """
-    _check(x, nw, temb, w, b, ti)
+    if not _fast_ok(x, nw, temb, w, b, ti):
+        _check(x, nw, temb, w, b, ti)
     if check_index:
         checks.index_range("ti", ti, temb.shape[0], rows_of="temb")
     cfg = config or launch_config(x.shape[-1])
+    if cfg.one_node:
+        if x.is_cuda and x.get_device() != torch.cuda.current_device():
+            with torch.cuda.device(x.device):  # triton launches on the current device
+                return _one_node(x, nw, temb, w, b, ti, float(eps), cfg.triton_projection)
+        return _one_node(x, nw, temb, w, b, ti, float(eps), cfg.triton_projection)
     wants_grad = torch.is_grad_enabled() and (temb.requires_grad or w.requires_grad or b.requires_grad)
     if cfg.projection_node and wants_grad:
         proj = _Projection.apply(temb, w, b, cfg.triton_projection)

@@ -84,6 +84,11 @@ class LaunchConfig:
     # are exact to ~2^-22 relative, the sums fp32). tf32x3 has no tile-independence proof, so a kernel
     # on it takes ONE config for every row count, as bf16 does (`MLPConfigs` enforces it).
     precision: str = "ieee"
+    # input and weight gradients: multiply transposed copies (W^T for dx; dY^T and A^T for dW) so both
+    # operands are K-contiguous. Hopper's tf32 wgmma reads its shared operands K-major only; an
+    # N-contiguous B goes through a transposing shuffle (measured: dh 1920 us against fwd2's 781 for the
+    # same FLOPs). Each copy is one read and write of the tensor; no arithmetic changes.
+    k_major: bool = False
     # one program per SM slot looping over output tiles (tl.range(..., flatten=True): the next tile's
     # loads are software-pipelined under this tile's epilogue); each tile's arithmetic is unchanged, so
     # the order of every element is the non-persistent one. split_k == 1 only.
@@ -102,11 +107,14 @@ class LaunchConfig:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.persistent and self.split_k > 1:
             raise ValueError("a persistent config takes no split-K")
+        if self.k_major and self.transpose_w:
+            raise ValueError("transpose_w is the forward's k_major for FMA dots: set one of them")
 
     def short(self) -> str:
         s = f"{self.block_m}x{self.block_n}x{self.block_k}/w{self.num_warps}/s{self.num_stages}"
         return (s + (f"/k{self.split_k}" if self.split_k > 1 else "") + ("/wT" if self.transpose_w else "")
-                + ("/tf32x3" if self.precision == "tf32x3" else "") + ("/P" if self.persistent else ""))
+                + ("/tf32x3" if self.precision == "tf32x3" else "") + ("/P" if self.persistent else "")
+                + ("/KM" if self.k_major else ""))
 
 
 Tiers = Sequence[tuple[int, LaunchConfig]]   # (largest row count, config), ascending; last = the rest
@@ -303,16 +311,18 @@ def _silu_cast_kernel(X, OUT, n_rows, D, stride_x, stride_o, ROWS: tl.constexpr,
 @triton.jit(do_not_specialize=["n_rows"])
 def _colsum_kernel(X, OUT, n_rows, n_cols, stride_x, ROWS: tl.constexpr, BLOCK: tl.constexpr,
                    BY_HAND: tl.constexpr):
-    """OUT[c] = sum over rows of X[:, c], in row blocks of ROWS: each block's sum one fixed tl.sum tree,
-    the block sums added in ascending block order from +0 (masked rows add +0), one rounding."""
+    """OUT[c] = sum over rows of X[:, c], in float64, in row blocks of ROWS: each block's sum one fixed
+    tl.sum tree, the block sums added in ascending block order from +0 (masked rows add +0), one rounding
+    to OUT's dtype. fp32 terms are exact in float64 and T * 2^-53 of rounding stays far under the final
+    rounding's 2^-24: the bias gradient's error is that one rounding (the op is memory-bound either way)."""
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     col_ok = cols < n_cols
     rows = tl.arange(0, ROWS)
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK,), dtype=tl.float64)
     for r0 in range(0, n_rows, ROWS):
         r = r0 + rows
         tile = tl.load(X + r.to(tl.int64)[:, None] * stride_x + cols[None, :],
-                       mask=(r < n_rows)[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+                       mask=(r < n_rows)[:, None] & col_ok[None, :], other=0.0).to(tl.float64)
         acc += tl.sum(tile, axis=0)
     tl.store(OUT + cols, rounded(acc, OUT.dtype.element_ty, BY_HAND), mask=col_ok)
 
@@ -323,9 +333,9 @@ COLSUM_ROWS = 128   # rows per tl.sum tree in `column_sums`: part of the bias gr
 
 
 def column_sums(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """[T, N] (unit inner stride) -> [N]: each column's sum in blocks of COLSUM_ROWS rows (a tl.sum tree
-    per block, blocks in ascending order). A bias gradient this way adds T / 128 + 7 rounding steps in
-    series where the ones column of `weight_grad` adds T: for T = 2048, 23 against 2048."""
+    """[T, N] (unit inner stride) -> [N]: each column's sum in float64, in blocks of COLSUM_ROWS rows (a
+    tl.sum tree per block, blocks in ascending order), rounded once: a bias gradient this way is within
+    half an ulp of exact where the ones column of `weight_grad` is a chain of T fp32 roundings."""
     rows, cols = x.shape
     out = torch.empty((cols,), dtype=dtype, device=x.device)
     if cols:
@@ -442,7 +452,13 @@ def input_grad(dy: torch.Tensor, w: torch.Tensor, cfg: LaunchConfig, *, dsilu_of
         return dx
     if N == 0:
         return dx.zero_()
-    _gemm(dy, (dy.stride(0), dy.stride(1)), w, (w.stride(0), w.stride(1)), dx, (dx.stride(0), dx.stride(1)),
+    if cfg.k_major:
+        wt = w.t().contiguous()   # [K, N]: B' = W viewed [N, K] with N (its K) contiguous
+        b_strides = (wt.stride(1), wt.stride(0))
+        w = wt
+    else:
+        b_strides = (w.stride(0), w.stride(1))
+    _gemm(dy, (dy.stride(0), dy.stride(1)), w, b_strides, dx, (dx.stride(0), dx.stride(1)),
           M, K, N, cfg, zin=dsilu_of)
     return dx
 
@@ -471,12 +487,17 @@ def weight_grad(dy: torch.Tensor, a: torch.Tensor, cfg: LaunchConfig, *, a_ones:
         return dw, db
     with_db = db is not None
     cols = K_a + 1 if with_db else K_a
-    stored = with_db and a_ones == "stored"
+    stored = with_db and a_ones == "stored" and not cfg.k_major   # k_major copies a: its ones made in-kernel
     if stored and (a.stride(1) != 1 or a.stride(0) < K_a + 1):
         raise ValueError("a_ones='stored' needs a from silu_cast(..., ones_column=True)")
     # stored: load B up to the buffer's 16-aligned width (its pad columns are zeros, never stored), so
     # the column mask is constant over each 16-element vector and the loads stay vectorized
-    _gemm(dy, (dy.stride(1), dy.stride(0)), a, (a.stride(0), a.stride(1)), dw, (dw.stride(0), dw.stride(1)),
+    if cfg.k_major:  # both operands T-contiguous (K = T here)
+        dyt, at = dy.t().contiguous(), a.t().contiguous()
+        a_op, a_strides, b_op, b_strides = dyt, (dyt.stride(0), dyt.stride(1)), at, (at.stride(1), at.stride(0))
+    else:
+        a_op, a_strides, b_op, b_strides = dy, (dy.stride(1), dy.stride(0)), a, (a.stride(0), a.stride(1))
+    _gemm(a_op, a_strides, b_op, b_strides, dw, (dw.stride(0), dw.stride(1)),
           N, cols, T, cfg, n_main=K_a, n_load=a.stride(0) if stored else K_a, extra=db, ones=with_db and not stored,
           m_fixed=True)
     return dw, db

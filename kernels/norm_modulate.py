@@ -778,13 +778,23 @@ def _bwd_recipe(rows: int, hidden: int, table_rows: int, need_params: bool, cfg:
 
 def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Tensor, idx: torch.Tensor,
              rstd: torch.Tensor, table_rows: int, sh_dtype: torch.dtype, need_params: bool,
-             config: Optional[LaunchConfig] = None, plan: Optional[tuple[torch.Tensor, torch.Tensor]] = None
+             config: Optional[LaunchConfig] = None, plan: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+             out: Optional[tuple[torch.Tensor, torch.Tensor]] = None
              ) -> tuple[torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]]:
     """(dx, dw, dsh, dsc), each in its input's dtype (dsh in sh_dtype); the last three None unless
-    need_params. `plan`: the forward's global plan when M > local_max (made here if not given)."""
+    need_params. `plan`: the forward's global plan when M > local_max (made here if not given).
+    `out`: (dsh, dsc) to write instead of allocating them (with need_params), each [table_rows, >= H]
+    in sh_dtype / sc's dtype with unit inner stride and any row stride; columns [0, H) of each are
+    written (every row: rows no index names get zeros) and the two are returned as given. The AdaLN
+    callers pass the halves of one [M, 2H] buffer: dsh as the whole buffer (row stride 2H), dsc as its
+    second column half, so the gradient of the table [sh | sc] needs no concatenation."""
     rows, hidden = x2d.shape
     dx = torch.empty_like(x2d)
     if rows == 0:
+        if out is not None:
+            for t in out:
+                t.narrow(1, 0, hidden).zero_()
+            return dx, torch.zeros_like(w), out[0], out[1]
         return (dx, torch.zeros_like(w), x2d.new_zeros((table_rows, hidden), dtype=sh_dtype),
                 x2d.new_zeros((table_rows, hidden), dtype=sc.dtype))
     cfg = config or launch_config(hidden)
@@ -800,8 +810,11 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
         # Three allocations: views of one buffer measured 2x slower per fwd+bwd on the host (autograd
         # handles views of a shared buffer at a cost; kernels/NOTES.md v18).
         dw = torch.empty_like(w)
-        dsh = x2d.new_empty((table_rows, hidden), dtype=sh_dtype)
-        dsc = x2d.new_empty((table_rows, hidden), dtype=sc.dtype)
+        if out is None:
+            dsh = x2d.new_empty((table_rows, hidden), dtype=sh_dtype)
+            dsc = x2d.new_empty((table_rows, hidden), dtype=sc.dtype)
+        else:
+            dsh, dsc = out
         strides = (dsh.stride(0), dsc.stride(0))
     else:
         partials = dw = dsh = dsc = None  # never touched (PARAMS is a constexpr)

@@ -96,19 +96,29 @@ def uniform(fwd1: C, fwd2: C, dh: C, dx: C, dw2: C, dw1: C, db_blocks: bool = Fa
 
 
 # Tensor-core candidates (kernels/notes/gemm.md v4): every GEMM in tf32x3 on wgmma (BLOCK_M 64 or 128,
-# warps a multiple of 4), one config each for every T; tools/bench_gemm.py times them end to end.
+# warps a multiple of 4), one config each for every T, bias gradients as float64 column sums; the
+# input and weight gradients on K-major copies of their operands (`k_major`). tools/bench_gemm.py
+# times them end to end.
 _T3 = {"precision": "tf32x3"}
-TF32X3 = uniform(fwd1=C(64, 128, 32, num_warps=4, num_stages=3, **_T3), fwd2=C(64, 128, 32, num_warps=4, num_stages=3, **_T3),
-                 dh=C(64, 128, 32, num_warps=4, num_stages=3, **_T3),
-                 dx=C(64, 128, 32, num_warps=4, num_stages=3, split_k=DX_SPLIT, **_T3),
-                 dw2=C(128, 128, 32, num_warps=8, num_stages=3, **_T3), dw1=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
-                 db_blocks=True)
 TF32X3_WIDE = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
                       fwd2=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
                       dh=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
                       dx=C(128, 64, 32, num_warps=4, num_stages=3, split_k=DX_SPLIT, **_T3),
                       dw2=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
                       dw1=C(128, 64, 32, num_warps=4, num_stages=3, **_T3), db_blocks=True)
+_KM = {"precision": "tf32x3", "k_major": True}
+TF32X3_KM = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
+                    fwd2=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
+                    dh=C(128, 128, 32, num_warps=8, num_stages=3, **_KM),
+                    dx=C(128, 64, 32, num_warps=4, num_stages=3, split_k=DX_SPLIT, **_KM),
+                    dw2=C(128, 128, 32, num_warps=8, num_stages=3, **_KM),
+                    dw1=C(128, 64, 32, num_warps=4, num_stages=3, **_KM), db_blocks=True)
+TF32X3_KM_P = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
+                      fwd2=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
+                      dh=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_KM),
+                      dx=C(128, 64, 32, num_warps=4, num_stages=3, split_k=DX_SPLIT, **_KM),
+                      dw2=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_KM),
+                      dw1=C(128, 128, 32, num_warps=8, num_stages=3, **_KM), db_blocks=True)
 # Under the interpreter a dot is numpy's matmul, not the FMA chain: the row-count independence of
 # the order then holds only with one tile shape for all T, so every GEMM uses one small config there.
 # Tiles as large as the interpreter runs fast with (it steps through programs one by one).

@@ -9,6 +9,7 @@ from harness.config import load_config
 from harness.execute import as_bits
 from harness.ops.final_adaln_out import OP
 from harness.probes.accuracy_latency import rel_err
+from kernels import final_adaln_out as FA
 from kernels.final_adaln_out import LaunchConfig, final_adaln_out
 from tests.helpers import run_quick_plan
 
@@ -137,6 +138,72 @@ def test_triton_projection_needs_the_projection_node():
         LaunchConfig(projection_node=False, triton_projection=True)
 
 
+def run_some(t, dout, wants, config):
+    """`run` with only the inputs named in `wants` requiring grad; (out, every input's .grad or None)."""
+    leaves = {n: (t[n].detach().requires_grad_(n in wants) if n in NAMES else t[n]) for n in t}
+    out = final_adaln_out(*leaves.values(), EPS, config=config)
+    if wants:
+        out.backward(dout.reshape(out.shape))
+    else:
+        assert out.grad_fn is None
+    return out.detach(), {n: leaves[n].grad for n in NAMES}
+
+
+def assert_same_bits(first, second):
+    (out1, grads1), (out2, grads2) = first, second
+    assert out1.shape == out2.shape and torch.equal(as_bits(out1), as_bits(out2))
+    for name in NAMES:
+        g1, g2 = grads1[name], grads2[name]
+        assert (g1 is None) == (g2 is None), name
+        if g1 is not None:
+            assert g1.shape == g2.shape and g1.dtype == g2.dtype and torch.equal(as_bits(g1), as_bits(g2)), name
+
+
+@pytest.mark.parametrize("triton_projection", [False, True])
+@pytest.mark.parametrize("hidden,rows,dtype,timesteps", [
+    (64, 300, "bfloat16", 3),
+    (3, 40, "float16", 3),
+    (40, 7, "float32", 3),
+    (24, 50, "bfloat16", 20),  # M > local_max: norm_modulate's global plan (sorted rows, combine kernel)
+])
+def test_one_node_is_bitwise_the_two_node_path(device, triton_projection, hidden, rows, dtype, timesteps):
+    """LaunchConfig.one_node: one autograd node, norm_modulate's launchers called directly, dshift and
+    dscale written into one dproj buffer: the same output and gradients, bit for bit, for every subset
+    of inputs that wants a gradient, without grad mode, in leading dims and with strided inputs."""
+    p, t, dout = case(device, hidden, rows, dtype)
+    if timesteps != t["temb"].shape[0]:
+        gen = torch.Generator(device=device).manual_seed(5)
+        t["temb"] = torch.randn(timesteps, t["temb"].shape[1], generator=gen, device=device)
+        t["ti"] = torch.randint(0, timesteps, (rows,), generator=gen, device=device)
+    two = LaunchConfig(triton_projection=triton_projection)
+    one = LaunchConfig(one_node=True, triton_projection=triton_projection)
+    for wants in (NAMES, ("x",), ("nw",), ("temb",), ("w", "b"), ("x", "b"), ()):
+        assert_same_bits(run_some(t, dout, wants, two), run_some(t, dout, wants, one))
+    with torch.no_grad():
+        plain = final_adaln_out(*t.values(), EPS, config=one)
+    assert torch.equal(as_bits(plain), as_bits(run_some(t, dout, (), two)[0]))
+    # leading dims, row-strided x, strided temb and ti
+    wide_x = torch.cat([t["x"], t["x"]], dim=1)[:, hidden:]
+    wide_temb = torch.cat([t["temb"], t["temb"]], dim=1)[:, :t["temb"].shape[1]]
+    wide_ti = t["ti"].repeat_interleave(2)[::2]
+    strided = dict(t, x=wide_x, temb=wide_temb, ti=wide_ti)
+    assert_same_bits(run_some(strided, dout, NAMES, two), run_some(strided, dout, NAMES, one))
+    if rows % 2 == 0:
+        folded = dict(t, x=t["x"].reshape(2, rows // 2, hidden), ti=t["ti"].reshape(2, rows // 2))
+        assert_same_bits(run_some(folded, dout, NAMES, two), run_some(folded, dout, NAMES, one))
+
+
+def test_one_node_zero_rows_and_config(device):
+    _, t, dout = case(device, 8, 0)
+    one = LaunchConfig(one_node=True)
+    assert_same_bits(run_some(t, dout, NAMES, LaunchConfig()), run_some(t, dout, NAMES, one))
+    _, grads = run_some(t, dout, NAMES, one)
+    for name in PARAMS:
+        assert torch.count_nonzero(grads[name]) == 0, name
+    with pytest.raises(ValueError, match="one_node needs projection_node"):
+        LaunchConfig(projection_node=False, one_node=True)
+
+
 def test_row_alone_equals_row_in_batch(device):
     p, t, dout = case(device, 40, 70)
     out, grads = run(t, dout)
@@ -214,6 +281,26 @@ def test_bad_input_names_the_argument(device, change, error, match):
     args.update(change(args))
     with pytest.raises(error, match=match):
         final_adaln_out(*args.values(), EPS)
+    # the one-predicate fast check never accepts what `_check` rejects (its device part needs CUDA:
+    # on the CPU it is asked with device -1, which a meta tensor also reports)
+    assert not FA._fast_ok(*args.values())
+    if "meta" not in match:
+        assert not FA._well_formed(*args.values(), -1)
+
+
+def test_fast_check_accepts_the_common_case(device):
+    _, t, _ = case(device, 8, 5)
+    assert FA._well_formed(*t.values(), t["x"].get_device())
+    assert FA._fast_ok(*t.values()) == (device.type == "cuda")
+    # what it leaves to `_check`: ti shaped like x's leading dims; x wider than norm_modulate's bound
+    assert not FA._well_formed(*dict(t, x=t["x"].reshape(5, 1, 8), ti=t["ti"].reshape(5, 1)).values(), -1)
+    wide = torch.empty(1, FA.NM.MAX_HIDDEN + 1, device=device)
+    big = dict(t, x=wide.bfloat16(), nw=torch.ones(wide.shape[1], dtype=torch.bfloat16, device=device),
+               w=torch.zeros(2 * wide.shape[1], 32, dtype=torch.bfloat16, device=device),
+               b=torch.zeros(2 * wide.shape[1], dtype=torch.bfloat16, device=device), ti=t["ti"][:1])
+    assert not FA._well_formed(*big.values(), -1)
+    with pytest.raises(ValueError, match="this kernel supports H <="):
+        final_adaln_out(*big.values(), EPS)
 
 
 def test_quick_plan_through_the_runner(device):

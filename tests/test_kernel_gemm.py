@@ -263,6 +263,8 @@ def test_tensor_core_and_persistent_configs_are_checked():
         gemm.LaunchConfig(64, 64, 32, precision="tf32")
     with pytest.raises(ValueError, match="persistent"):
         gemm.LaunchConfig(64, 64, 32, split_k=2, persistent=True)
+    with pytest.raises(ValueError, match="k_major"):
+        gemm.LaunchConfig(64, 64, 32, transpose_w=True, k_major=True)
     t3 = gemm.LaunchConfig(64, 64, 32, precision="tf32x3")
     other = gemm.LaunchConfig(64, 128, 32, precision="tf32x3")
     dx = ((1 << 40, gemm.LaunchConfig(64, 64, 32, split_k=DX_SPLIT, precision="tf32x3")),)
@@ -271,7 +273,7 @@ def test_tensor_core_and_persistent_configs_are_checked():
         MLPConfigs(fwd1=((4, other), (1 << 40, t3)), fwd2=one, dh=one, dw2=one, dw1=one, dx=dx)
     # weight gradients reduce over T by nature: their tiers may differ
     MLPConfigs(fwd1=one, fwd2=one, dh=one, dw2=((4, other), (1 << 40, t3)), dw1=one, dx=dx)
-    assert TM.TF32X3.fwd2[0][1].precision == "tf32x3" and len(TM.TF32X3_WIDE.dh) == 1
+    assert TM.TF32X3_KM.fwd2[0][1].precision == "tf32x3" and len(TM.TF32X3_KM_P.dh) == 1
 
 
 @pytest.mark.parametrize("dtype,precision", [(torch.float32, "ieee"), (torch.float32, "tf32x3"),
@@ -300,8 +302,24 @@ def test_persistent_launch_equals_the_plain_one(device, dtype, precision):
     s = torch.sigmoid(z.double())
     dx_expect = (dy.double() @ w.double()) * (s * (1 + z.double() * (1 - s)))
     assert rel_err(plain[1], dx_expect) <= (FP32_TOL if dtype == torch.float32 else BF16_U)
-    for got, want in zip(outputs(gemm.LaunchConfig(**tile, persistent=True)), plain):
-        assert torch.equal(as_bits(got), as_bits(want))
+    for variant in (dict(persistent=True), dict(k_major=True), dict(persistent=True, k_major=True)):
+        for got, want in zip(outputs(gemm.LaunchConfig(**tile, **variant)), plain):
+            assert torch.equal(as_bits(got), as_bits(want)), variant
+
+
+def test_k_major_weight_grad_with_a_stored_ones_column(device):
+    """k_major copies a (the silu_cast buffer's view loses its ones column): db is made in-kernel then,
+    and equals the stored column's result bitwise."""
+    g = torch.Generator().manual_seed(9)
+    temb = torch.randn(21, 30, generator=g).to(device)
+    dy = torch.randn(21, 50, generator=g).to(torch.bfloat16).to(device)
+    a = gemm.silu_cast(temb, torch.bfloat16, ones_column=True)
+    cfg = gemm.LaunchConfig(64, 32, 32)
+    want = gemm.weight_grad(dy, a, cfg, a_ones="stored", dw_dtype=torch.bfloat16, db_dtype=torch.bfloat16)
+    got = gemm.weight_grad(dy, a, dataclasses.replace(cfg, k_major=True), a_ones="stored",
+                           dw_dtype=torch.bfloat16, db_dtype=torch.bfloat16)
+    for g_, w_ in zip(got, want):
+        assert torch.equal(as_bits(g_), as_bits(w_))
 
 
 def _record_launches(monkeypatch) -> list[dict]:

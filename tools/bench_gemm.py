@@ -215,7 +215,7 @@ VARIANT_ROWS = (1, 8, 2048)
 
 
 def variant_section(op_name: str, module, name: str, args) -> dict:
-    """The whole op with another config set of its module (`TM.TF32X3`, `AP.PERSISTENT`, ...) in place
+    """The whole op with another config set of its module (`TM.TF32X3_KM`, `AP.PERSISTENT`, ...) in place
     of the default: errors, timings against cuBLAS, invariance and repeatability, as `op_section`."""
     configs = getattr(module, name)
     module.use_configs(configs)
@@ -289,12 +289,21 @@ def mlp_candidates():
     ]
     # tf32x3 tiles (tensor cores; not bitwise the FMA default, by design): per-kernel times at T = 2048
     t3 = {"precision": "tf32x3"}
+    km = {"precision": "tf32x3", "k_major": True}
     found += [
-        ("fwd2", 2048, [gemm.pick(d.fwd2, 2048), c(64, 128, 32, 4, 3, **t3), c(128, 128, 32, 8, 3, **t3),
-                        c(128, 256, 32, 8, 3, **t3), c(128, 128, 32, 8, 3, persistent=True, **t3)]),
-        ("dh", 2048, [gemm.pick(d.dh, 2048), c(64, 128, 32, 4, 3, **t3), c(128, 128, 32, 8, 3, **t3)]),
-        ("dw2", 2048, [gemm.pick(d.dw2, 2048), c(128, 128, 32, 8, 3, **t3), c(128, 256, 32, 8, 3, **t3),
-                       c(128, 128, 32, 8, 3, persistent=True, **t3)]),
+        ("fwd1", 2048, [gemm.pick(d.fwd1, 2048), c(128, 128, 32, 8, 3, **t3), c(128, 128, 32, 8, 3, persistent=True, **t3),
+                        c(128, 64, 32, 4, 3, **t3)]),
+        ("fwd2", 2048, [gemm.pick(d.fwd2, 2048), c(128, 128, 32, 8, 3, persistent=True, **t3),
+                        c(128, 128, 32, 8, 4, persistent=True, **t3), c(128, 256, 32, 8, 3, persistent=True, **t3),
+                        c(128, 128, 64, 8, 2, persistent=True, **t3)]),
+        ("dh", 2048, [gemm.pick(d.dh, 2048), c(128, 128, 32, 8, 3, **km), c(128, 128, 32, 8, 3, persistent=True, **km),
+                      c(128, 256, 32, 8, 3, **km)]),
+        ("dx", 2048, [gemm.pick(d.dx, 2048), c(128, 64, 32, 4, 3, split_k=k6, **t3), c(128, 64, 32, 4, 3, split_k=k6, **km),
+                      c(64, 64, 32, 4, 3, split_k=k6, **km)]),
+        ("dw2", 2048, [gemm.pick(d.dw2, 2048), c(128, 128, 32, 8, 3, **km), c(128, 128, 32, 8, 3, persistent=True, **km),
+                       c(128, 256, 32, 8, 3, **km)]),
+        ("dw1", 2048, [gemm.pick(d.dw1, 2048), c(128, 64, 32, 4, 3, **t3), c(128, 64, 32, 4, 3, **km),
+                       c(128, 128, 32, 8, 3, **km)]),
     ]
     return sorted(found, key=lambda item: -item[1])
 
@@ -304,12 +313,11 @@ def ada_candidates():
     d = AP.DEFAULT
     g16 = {"group_m": 16}
     return [
-        ("fwd", [d.fwd, c(128, 256, 64, 8, 3, persistent=True, **g16), c(128, 256, 64, 8, 4, persistent=True, **g16),
-                 c(128, 128, 64, 8, 4, persistent=True, **g16), c(128, 256, 64, 8, 3, **g16), "fused"]),
+        ("fwd", [d.fwd, c(128, 256, 64, 8, 4, **g16), c(128, 256, 64, 8, 4, persistent=True, group_m=8),
+                 c(128, 256, 64, 8, 4, persistent=True, group_m=32)]),
         ("dx", [d.dx, c(128, 128, 64, 8, 4, split_k=8), c(128, 128, 64, 8, 4, split_k=12),
                 c(128, 256, 64, 8, 3, split_k=12), c(128, 128, 64, 4, 4, split_k=AP.DX_SPLIT)]),
-        ("dw", [d.dw, c(128, 256, 64, 8, 3, persistent=True), c(128, 256, 64, 8, 4, persistent=True),
-                c(128, 128, 64, 8, 4, persistent=True)]),
+        ("dw", [d.dw, c(128, 256, 64, 8, 3, group_m=16), c(256, 128, 64, 8, 4), c(128, 256, 64, 8, 4, group_m=32)]),
     ]
 
 
@@ -473,9 +481,10 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=100)
     parser.add_argument("--budget", type=float, default=200.0, help="seconds after which config candidates are skipped")
     parser.add_argument("--skip-configs", action="store_true")
-    parser.add_argument("--mlp-variants", default="TF32X3,TF32X3_WIDE",
+    parser.add_argument("--skip-ops", action="store_true", help="skip the default configs' op sections and db_blocks")
+    parser.add_argument("--mlp-variants", default="TF32X3_KM,TF32X3_KM_P",
                         help="config sets of kernels/timestep_mlp.py run as the whole op (comma-separated names)")
-    parser.add_argument("--ada-variants", default="PERSISTENT",
+    parser.add_argument("--ada-variants", default="DEFAULT",
                         help="config sets of kernels/adaln_projection.py run as the whole op")
     parser.add_argument("--dry-run", action="store_true",
                         help="CPU, TRITON_INTERPRET=1 and the quick widths: checks this script, measures nothing")
@@ -493,11 +502,12 @@ def main() -> None:
     args.copy_gbps = measure_copy_bandwidth(DEV)[0]
     report["copy_gbps"] = round(args.copy_gbps, 1)
     report["defaults"] = {"timestep_mlp": repr(TM.DEFAULT), "adaln_projection": repr(AP.DEFAULT)}
-    for op_name in ("timestep_mlp", "adaln_projection"):
+    for op_name in () if args.skip_ops else ("timestep_mlp", "adaln_projection"):
         guard(report, op_name, lambda: op_section(op_name, args))
         if DEV.type == "cuda":
             torch.cuda.empty_cache()
-    guard(report, "db_blocks", lambda: db_blocks_section(args))
+    if not args.skip_ops:
+        guard(report, "db_blocks", lambda: db_blocks_section(args))
     report["variants"] = {}
     for op_name, module, names in (("timestep_mlp", TM, args.mlp_variants), ("adaln_projection", AP, args.ada_variants)):
         for name in filter(None, names.split(",")):

@@ -141,7 +141,10 @@ def variants(op: str, params: Any, interpreted: bool) -> dict[str, Callable]:
 
         eps = params.eps
         configs = {"default": LaunchConfig(projection_node=True), "autograd_projection": LaunchConfig(False),
-                   "triton_projection": LaunchConfig(triton_projection=True)}
+                   "triton_projection": LaunchConfig(triton_projection=True),
+                   # the whole op as one autograd node, norm_modulate's launchers called directly
+                   "one_node": LaunchConfig(one_node=True),
+                   "one_node_triton": LaunchConfig(one_node=True, triton_projection=True)}
         return {name: (lambda cfg: lambda x, nw, temb, w, b, ti: final_adaln_out(
             x, nw, temb, w, b, ti, eps, check_index=False, config=cfg))(cfg) for name, cfg in configs.items()}
     if op == "timestep_sinusoid":
@@ -149,7 +152,12 @@ def variants(op: str, params: Any, interpreted: bool) -> dict[str, Callable]:
 
         base = K.config_for(params.freq_dim, interpreted)
         configs = {"default": base, "rows4_w2": K.LaunchConfig(rows=max(1, base.rows // 2), warps=2),
-                   "rows16_w4": K.LaunchConfig(rows=2 * base.rows, warps=4)}
+                   "rows16_w4": K.LaunchConfig(rows=2 * base.rows, warps=4),
+                   # more programs and warps at large T, fewer float64 cos/sin per thread (notes, version 3):
+                   # 4, 2 and 1 angles per thread against the default's 8 (GPU: [2|1|1, 128] blocks)
+                   "rows2_w2": K.LaunchConfig(rows=max(1, base.rows // 4), warps=2),
+                   "rows1_w2": K.LaunchConfig(rows=max(1, base.rows // 8), warps=2),
+                   "rows1_w4": K.LaunchConfig(rows=max(1, base.rows // 8), warps=4)}
         dim, period, shift = params.freq_dim, params.max_period, params.downscale_freq_shift
         return {name: (lambda cfg: lambda t: K.timestep_sinusoid(t, dim, period, shift, config=cfg))(cfg)
                 for name, cfg in configs.items()}
