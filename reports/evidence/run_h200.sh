@@ -28,7 +28,7 @@
 #   sweep-variants its launch-config variants only
 #   bench-memory   tools/bench_memory_ops.py (H3BENCH_BENCH_ARGS: its arguments, e.g. --ops/--sizes/--timeline);
 #                  bench-memory2: a second one (H3BENCH_BENCH_ARGS2); bench-gemm: tools/bench_gemm.py
-#                  (launch-config variants; H3BENCH_GEMM_BUDGET: seconds before its candidates are skipped)
+#                  (H3BENCH_GEMM_ARGS: its arguments; H3BENCH_GEMM_BUDGET: seconds before candidates are skipped)
 #   hostcost-sinusoid  tools/hostcost.py --sinusoid-only: the host path of timestep_sinusoid's row and SGLang's
 # `install` is idempotent: a later call on the same (warm) machine skips what is there already. With
 # H3BENCH_DEADLINE_S set, a step that would start after that many seconds of the call is skipped and the
@@ -173,8 +173,9 @@ step_hostcost-sinusoid() {
 }
 
 step_bench-gemm() {
+  # shellcheck disable=SC2086  # the arguments are words
   PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.bench_gemm --budget "${H3BENCH_GEMM_BUDGET:-$(( $(left) - 20 ))}" \
-    --out "$OUT/work/bench_gemm.json"
+    ${H3BENCH_GEMM_ARGS:-} --out "$OUT/work/bench_gemm.json"
 }
 
 mkdir -p "$OUT/work"
