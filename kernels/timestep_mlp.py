@@ -21,6 +21,7 @@ re-read W1 and redo GEMM1 (5.6 GFLOP at T = 2048, ~0.1-0.2 ms of FMA work) to sa
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -53,10 +54,12 @@ class MLPConfigs:
         for limit, cfg in self.dx:
             if cfg.split_k != DX_SPLIT:
                 raise ValueError(f"every dx config needs split_k = {DX_SPLIT} (the order of dx), got {cfg}")
-        for name in ("fwd1", "fwd2", "dh", "dw2", "dw1"):
+        for name in ("fwd1", "dh", "dw2", "dw1"):
             for limit, cfg in getattr(self, name):
                 if cfg.split_k != 1:
                     raise ValueError(f"{name} configs take no split-K, got {cfg}")
+        if len({cfg.split_k for _, cfg in self.fwd2}) > 1:  # the split is part of the order, as dx's
+            raise ValueError(f"fwd2's split_k must be the same in every tier, got {[c.short() for _, c in self.fwd2]}")
         for name in ("fwd1", "fwd2", "dh", "dx"):  # the row-wise GEMMs: their order must not depend on T
             tiers = getattr(self, name)
             if any(cfg.precision != "ieee" for _, cfg in tiers) and len({cfg for _, cfg in tiers}) > 1:
@@ -113,6 +116,9 @@ TF32X3_KM = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
                     dx=C(128, 64, 32, num_warps=4, num_stages=3, split_k=DX_SPLIT, **_KM),
                     dw2=C(128, 128, 32, num_warps=8, num_stages=3, **_KM),
                     dw1=C(128, 64, 32, num_warps=4, num_stages=3, **_KM), db_blocks=True)
+# GEMM2's K = 5376 as 8 fixed chunks (split-K): each output's fp32 chain is 8x shorter; its forward error
+# at T <= 8 is 2-4x cuBLAS's (gemv, tree-reduced) with one chain (H200, v4).
+TF32X3_KM_S8 = dataclasses.replace(TF32X3_KM, fwd2=((BIG, C(128, 128, 32, num_warps=8, num_stages=3, split_k=8, **_T3)),))
 TF32X3_KM_P = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
                       fwd2=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
                       dh=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_KM),

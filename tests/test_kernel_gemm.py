@@ -274,6 +274,13 @@ def test_tensor_core_and_persistent_configs_are_checked():
     # weight gradients reduce over T by nature: their tiers may differ
     MLPConfigs(fwd1=one, fwd2=one, dh=one, dw2=((4, other), (1 << 40, t3)), dw1=one, dx=dx)
     assert TM.TF32X3_KM.fwd2[0][1].precision == "tf32x3" and len(TM.TF32X3_KM_P.dh) == 1
+    split = gemm.LaunchConfig(64, 64, 32, split_k=8)
+    MLPConfigs(fwd1=one, fwd2=((1 << 40, split),), dh=one, dw2=one, dw1=one, dx=dx)
+    with pytest.raises(ValueError, match="fwd2's split_k"):   # a split is part of the order, like a tile
+        MLPConfigs(fwd1=one, fwd2=((4, gemm.LaunchConfig(64, 64, 32)), (1 << 40, split)), dh=one, dw2=one,
+                   dw1=one, dx=dx)
+    with pytest.raises(ValueError, match="no split-K"):
+        MLPConfigs(fwd1=((1 << 40, split),), fwd2=one, dh=one, dw2=one, dw1=one, dx=dx)
 
 
 @pytest.mark.parametrize("dtype,precision", [(torch.float32, "ieee"), (torch.float32, "tf32x3"),
