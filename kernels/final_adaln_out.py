@@ -24,7 +24,7 @@ matmul/sum calls and silu_backward backward) instead of the four autograd makes 
 forward+backward is close to host-bound (kernels/NOTES.md). `LaunchConfig.projection_node = False`
 takes the plain autograd composition (for tools/bench_memory_ops.py to compare).
 
-`LaunchConfig.one_node` (off until timed on the H200) goes further: the whole op is one autograd node
+`LaunchConfig.one_node` (the default since the H200 timed it, v3 in the notes) goes further: the whole op is one autograd node
 (`_FinalAdaLNOut`) whose forward runs the projection and then norm_modulate's forward launcher directly
 (the arguments were checked here once; shift is passed as the whole [T, 2H] projection, whose row stride
 the kernel takes, scale as a view of its second half), and whose backward has norm_modulate's backward
@@ -60,14 +60,16 @@ class LaunchConfig:
     # called directly (no second argument check, no chunk views, no second node, no torch.cat of dshift
     # and dscale: the backward writes them into the halves of one dproj buffer). The same kernels in the
     # same order, so the same bits; fewer host operations per forward+backward, which is what the H200
-    # timeline is short of (kernels/notes/final_adaln_out.md v3). Off until timed (`one_node` variants).
-    one_node: bool = False
+    # timeline is short of (kernels/notes/final_adaln_out.md v3: H200 fwd+bwd stream 1043 us against 1528,
+    # host per step 1308 against 1443; both still host-bound).
+    one_node: bool = True
 
     def __post_init__(self):
         if self.triton_projection and not self.projection_node:
             raise ValueError("triton_projection needs projection_node: the Triton forward's backward lives there")
         if self.one_node and not self.projection_node:
-            raise ValueError("one_node needs projection_node: the projection is part of the one node")
+            raise ValueError("one_node needs projection_node: the projection is part of the one node "
+                             "(LaunchConfig(projection_node=False, one_node=False) for autograd's composition)")
 
 
 # One config whatever T is: the projection's input has T rows for every batch, so its order never

@@ -78,14 +78,18 @@ def launch_config(hidden: int) -> LaunchConfig:
 
 def config_for(hidden: int, interpreted: bool) -> LaunchConfig:
     """On a GPU: [16, 256] forward tiles, 8 per program (4 warps: 32 elements per thread, 16-byte
-    accesses); [16, 256] backward steps, 16 programs per SM, chunks of at most 512 rows (v2 in
-    kernels/notes/gate_residual.md: measured against [8, 256] with 8 per SM). The interpreter
+    accesses); backward: [4, 512] steps from H = 512 up (v3 in kernels/notes/gate_residual.md, the H200's
+    variants `bwd512_r4` against [16, 256]), [16, 256] below; 16 programs per SM, chunks of at most 512
+    rows (v2: measured against [8, 256] with 8 per SM). The interpreter
     runs programs and operations one after another at a fixed Python cost each: few, large tiles there."""
     block_c = min(256, triton.next_power_of_2(hidden))
     if interpreted:
         rows = max(1, min(256, 16384 // block_c))
         return LaunchConfig(block_c=block_c, fwd_rows=rows, fwd_tiles=1, fwd_warps=4, bwd_rows=min(rows, 32),
                             bwd_warps=4, bwd_programs_per_sm=8, reduce_cols=min(4096, triton.next_power_of_2(hidden)))
+    if hidden >= 512:  # v3: 512-column backward steps of 4 rows (H200, H = 5376: backward kernel 408 us against 515)
+        return LaunchConfig(block_c=block_c, fwd_rows=max(1, min(64, 4096 // block_c)), fwd_tiles=8, fwd_warps=4,
+                            bwd_rows=4, bwd_warps=4, bwd_programs_per_sm=16, bwd_block_c=512)
     return LaunchConfig(block_c=block_c, fwd_rows=max(1, min(64, 4096 // block_c)), fwd_tiles=8, fwd_warps=4,
                         bwd_rows=max(1, min(64, 4096 // block_c)), bwd_warps=4, bwd_programs_per_sm=16)
 

@@ -32,6 +32,15 @@ invariance checks rerun):
   16 exact products of a k16 slice to the fp32 accumulator in one instruction. No proof covers two
   different instructions (wgmma against mma.sync, or different k slicing), so every bf16 kernel has
   ONE config for all row counts: BLOCK_M >= 64 and num_warps a multiple of 4 keep Triton on wgmma.
+* fp32 operands with `precision="tf32x3"` (LaunchConfig.precision) use the tensor cores: Triton splits
+  each operand v into hi = tf32(v) and lo = tf32(v - hi) and takes hi*hi + hi*lo + lo*hi as three
+  wgmma's per k8 slice into the same fp32 accumulator (products good to ~2^-22 relative; each slice's
+  sum rounded into the accumulator once, a chain 8x shorter than the FMA chain). Like bf16 this has
+  no tile-independence proof: such a kernel takes ONE config for every row count.
+* A persistent config (LaunchConfig.persistent) runs the same per-tile loop for tiles pid, pid + P,
+  ... (P programs): which program computes a tile changes, the tile's arithmetic does not.
+* `k_major` (input and weight gradients) multiplies K-contiguous copies of the operands: the same
+  values in the same order, only the memory layout the kernel reads differs.
 * Split-K is fixed, never chosen by shape: with SPLIT_K = S > 1 the K range is cut at multiples of
   `k_chunk` (a function of K and S only: ceil(K / S) rounded up to KALIGN, which every BLOCK_K
   divides), each chunk s is accumulated as above from +0 into an fp32 partial P[s], and the last

@@ -14,15 +14,22 @@ from kernels import norm_modulate as K
 
 
 def _fast_ok(x, w, sh, sc, idx) -> bool:
-    """Every argument well formed, all on the same CUDA device (the common case, checked cheaply). False
-    sends the call through `_check`, which raises naming the argument, or accepts what this one does not
-    cover (CPU under the interpreter, zero rows with an empty table, idx shaped like x's leading dims)."""
+    """Every argument well formed, all on the same CUDA device, or all on the CPU under the interpreter
+    (the common cases, checked cheaply: the CPU case so the tests and tools/hostcost_cpu.py take the
+    path a GPU call takes). False sends the call through `_check`, which raises naming the argument, or
+    accepts what this one does not cover (other devices under the interpreter, zero rows with an empty
+    table, idx shaped like x's leading dims). True only where `_check` passes (tests/test_kernel.py)."""
     try:
         hidden = x.shape[-1]
         device = x.get_device()
-        return (device >= 0 and x.is_cuda and w.is_cuda and sh.is_cuda and sc.is_cuda and idx.is_cuda
-                and w.get_device() == device and sh.get_device() == device and sc.get_device() == device
-                and idx.get_device() == device
+        if device >= 0:
+            same = (x.is_cuda and w.is_cuda and sh.is_cuda and sc.is_cuda and idx.is_cuda
+                    and w.get_device() == device and sh.get_device() == device and sc.get_device() == device
+                    and idx.get_device() == device)
+        else:  # `_check` takes CPU tensors under the interpreter only
+            same = (x.is_cpu and w.is_cpu and sh.is_cpu and sc.is_cpu and idx.is_cpu
+                    and checks.interpreter_active())
+        return (same
                 and x.dtype in checks.FLOATS and w.dtype in checks.FLOATS and sh.dtype in checks.FLOATS
                 and sc.dtype in checks.FLOATS and idx.dtype in checks.INDEX
                 and 0 < hidden <= K.MAX_HIDDEN and w.dim() == 1 and w.shape[0] == hidden
@@ -63,15 +70,16 @@ def _check(x, w, sh, sc, idx) -> None:
 
 def _unit_inner(t: torch.Tensor) -> torch.Tensor:
     """Row-strided views (AdaLN table chunks) pass as they are; anything else is made contiguous."""
-    return t if t.stride(-1) == 1 or t.numel() == 0 else t.contiguous()
+    return t if t.stride()[-1] == 1 or t.numel() == 0 else t.contiguous()
 
 
 def _as_rows(x, w, sh, sc, idx):
     """The launchers' layout: x as [R, H] rows, idx flat, unit inner strides. No tensor call where the
-    caller already passes rows (each costs a few us of host time on the H200 VM: kernels/NOTES.md)."""
+    caller already passes rows (each costs a few us of host time on the H200 VM: kernels/NOTES.md).
+    (`t.stride()[i]`, not `t.stride(i)`: the argument parser makes the latter ~0.1 us dearer.)"""
     x2d = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
-    return (_unit_inner(x2d), w if w.stride(0) == 1 else w.contiguous(), _unit_inner(sh), _unit_inner(sc),
-            idx if idx.dim() == 1 and idx.stride(0) == 1 else idx.reshape(-1).contiguous())
+    return (_unit_inner(x2d), w if w.stride()[0] == 1 else w.contiguous(), _unit_inner(sh), _unit_inner(sc),
+            idx if idx.dim() == 1 and idx.stride()[0] == 1 else idx.reshape(-1).contiguous())
 
 
 class _NormModulate(torch.autograd.Function):
@@ -86,21 +94,23 @@ class _NormModulate(torch.autograd.Function):
         plan = K.make_plan(idx1d) if table_rows > cfg.local_max else None
         y, rstd = K.forward(x2d, w_, sh_, sc_, idx1d, eps, config=cfg, plan=plan)
         ctx.save_for_backward(x2d, w_, sc_, idx1d)
-        ctx.rstd, ctx.plan, ctx.cfg = rstd, plan, cfg  # intermediates, not inputs or outputs: no version check
-        ctx.table_rows, ctx.sh_dtype, ctx.x_shape = table_rows, sh.dtype, x.shape
+        # intermediates, not inputs or outputs (no version check), as one attribute: one ctx write, one read
+        ctx.state = (rstd, plan, cfg, table_rows, sh.dtype, None if x.dim() == 2 else x.shape)
         return y if x.dim() == 2 else y.view(x.shape)
 
     @staticmethod
     def backward(ctx, dy):
         x2d, w, sc, idx = ctx.saved_tensors
+        rstd, plan, cfg, table_rows, sh_dtype, x_shape = ctx.state
         need_x, need_w, need_sh, need_sc = ctx.needs_input_grad[:4]
         dy2d = dy if dy.dim() == 2 else dy.reshape(-1, x2d.shape[1])
-        if dy2d.stride(-1) != 1 or (dy2d.shape[0] > 1 and dy2d.stride(0) == 0):
+        strides = dy2d.stride()
+        if strides[-1] != 1 or (strides[0] == 0 and dy2d.shape[0] > 1):
             dy2d = dy2d.contiguous()
-        dx, dw, dsh, dsc = K.backward(dy2d, x2d, w, sc, idx, ctx.rstd, ctx.table_rows, ctx.sh_dtype,
-                                      need_w or need_sh or need_sc, ctx.cfg, ctx.plan)
-        if need_x and len(ctx.x_shape) != 2:
-            dx = dx.view(ctx.x_shape)
+        dx, dw, dsh, dsc = K.backward(dy2d, x2d, w, sc, idx, rstd, table_rows, sh_dtype,
+                                      need_w or need_sh or need_sc, cfg, plan)
+        if need_x and x_shape is not None:
+            dx = dx.view(x_shape)
         return (dx if need_x else None, dw if need_w else None, dsh if need_sh else None,
                 dsc if need_sc else None, None, None)
 

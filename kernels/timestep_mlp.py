@@ -1,18 +1,20 @@
 """`timestep_mlp(x, w1, b1, w2, b2)` = W2 silu(W1 x + b1) + b2, fp32, batch-invariant, deterministic.
 
-Five launches of `kernels.gemm._gemm_kernel`, every product an IEEE fp32 FMA chain (TF32 off):
+Launches of `kernels.gemm._gemm_kernel` (TF32 off: fp32 accuracy throughout):
 
     forward   z1 = x W1^T + b1, h = silu(z1)          GEMM1 (epilogue: bias, silu; z1 kept for a backward)
-              out = h W2^T + b2                       GEMM2 (epilogue: bias)
+              out = h W2^T + b2                       GEMM2 (epilogue: bias; 8 fixed K chunks)
     backward  dz1 = (dy W2) * silu'(z1)               `gemm.input_grad` (epilogue: silu')
-              dW2 = dy^T h, db2 = colsum(dy)          `gemm.weight_grad` (db2 = the ones column)
+              dW2 = dy^T h, db2 = colsum(dy)          `gemm.weight_grad`, `gemm.column_sums` (float64)
               dx = dz1 W1                              `gemm.input_grad`, fixed split-K (DX_SPLIT chunks)
-              dW1 = dz1^T x, db1 = colsum(dz1)        `gemm.weight_grad`
+              dW1 = dz1^T x, db1 = colsum(dz1)        `gemm.weight_grad`, `gemm.column_sums`
 
-Reduction orders: kernels/gemm.py. Every output element of out, h, dz1 and dx is one fma chain over
-its K in ascending order (dx: DX_SPLIT fixed chunks, added in chunk order), so a row's bits do not
-depend on T, and the tile config may change with T (`pick`: proof in kernels/gemm.py). The weight
-and bias gradients are chains over t ascending: they repeat bitwise run to run.
+Reduction orders (kernels/gemm.py): GEMM1 is IEEE fma chains over K ascending, so its tile config may
+change with T (`pick`, the proof in kernels/gemm.py); GEMM2, dz1 and dx run on tensor cores in tf32x3
+(each operand split into two tf32 halves, three products a k8 slice, fp32 accumulation), each with ONE
+tile config and one K split for every T (`MLPConfigs` refuses anything else for tensor-core kernels):
+a row's bits do not depend on T. The weight gradients are sums over t, one fixed order per T (FMA chains
+up to T = 64, tf32x3 above), the bias gradients float64 column sums: they repeat bitwise run to run.
 
 What the backward keeps (decided by bytes, kernels/notes/gemm.md): h (fp32 [T, 5376]) is written by
 GEMM1 anyway, since GEMM2 reads it, and dW2 needs it; z1 (another 21.5 KB a row) is written only
@@ -68,11 +70,9 @@ class MLPConfigs:
 
 
 BIG = 1 << 62
-# Defaults (kernels/notes/gemm.md). The T > 512 tier is the fastest of tools/bench_gemm.py's candidates on
-# the H200 for fwd2, dh, dw2 and dw1 (v2 there); the smaller tiers are predictions. Every tier keeps >= ~100
-# programs at its row counts. Small T: the forward streams the weights (tiles short in M, narrow in N);
-# large T: FMA-bound, and the forward multiplies by a transposed copy of W (LaunchConfig.transpose_w).
-DEFAULT = MLPConfigs(
+# The FMA-chain configs (v1-v2 in kernels/notes/gemm.md): ieee fp32, tiers by T, bitwise the same for every
+# tier (the proof in kernels/gemm.py). fwd1 (K = 256) and the small-T weight gradients keep them below.
+IEEE = MLPConfigs(
     fwd1=((4, C(4, 32, 64, num_warps=1, num_stages=3)), (8, C(8, 32, 64, num_warps=1, num_stages=3)),
           (32, C(32, 32, 32, num_warps=2, num_stages=3)), (128, C(32, 64, 32, num_warps=4, num_stages=3)),
           (512, C(64, 64, 16, num_warps=4, num_stages=3, transpose_w=True)),
@@ -90,6 +90,24 @@ DEFAULT = MLPConfigs(
     dw2=((16, C(32, 64, 16, num_warps=4, num_stages=2)), (BIG, C(128, 64, 16, num_warps=4, num_stages=3))),
     dw1=((16, C(32, 64, 16, num_warps=4, num_stages=2)), (BIG, C(128, 64, 16, num_warps=8, num_stages=3))),
 )
+_T3 = {"precision": "tf32x3"}
+_KM = {"precision": "tf32x3", "k_major": True}
+# Defaults (v4 in kernels/notes/gemm.md, from the H200 runs of tools/bench_gemm.py at commits 7ffb2da and
+# c7acaa3): the long-K GEMMs on tensor cores in tf32x3, one config each for every T (fwd2 in 8 fixed K
+# chunks: its forward error at T <= 8 was 2-4x cuBLAS's with one chain); fwd1 (K = 256: tf32x3's ~2^-22
+# product error would dominate a short sum) as the FMA chains; the weight gradients (any order per T)
+# FMA chains up to T = 64, where a dW element is a sum of few exact products, tf32x3 above; the bias
+# gradients as float64 column sums. T = 2048 kernels (stream us): fwd1 209.9, fwd2 836.2, dh 993.1,
+# dx 118.5, dw2 868.3, dw1 163.6.
+DEFAULT = MLPConfigs(
+    fwd1=IEEE.fwd1,
+    fwd2=((BIG, C(128, 128, 32, num_warps=8, num_stages=3, split_k=8, **_T3)),),
+    dh=((BIG, C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_KM)),),
+    dx=((BIG, C(64, 64, 32, num_warps=4, num_stages=3, split_k=DX_SPLIT, **_KM)),),
+    dw2=(IEEE.dw2[0], (64, IEEE.dw2[1][1]), (BIG, C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_KM))),
+    dw1=(IEEE.dw1[0], (64, IEEE.dw1[1][1]), (BIG, C(128, 64, 32, num_warps=4, num_stages=3, **_T3))),
+    db_blocks=True,
+)
 
 
 def uniform(fwd1: C, fwd2: C, dh: C, dx: C, dw2: C, dw1: C, db_blocks: bool = False) -> MLPConfigs:
@@ -102,14 +120,12 @@ def uniform(fwd1: C, fwd2: C, dh: C, dx: C, dw2: C, dw1: C, db_blocks: bool = Fa
 # warps a multiple of 4), one config each for every T, bias gradients as float64 column sums; the
 # input and weight gradients on K-major copies of their operands (`k_major`). tools/bench_gemm.py
 # times them end to end.
-_T3 = {"precision": "tf32x3"}
 TF32X3_WIDE = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
                       fwd2=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
                       dh=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
                       dx=C(128, 64, 32, num_warps=4, num_stages=3, split_k=DX_SPLIT, **_T3),
                       dw2=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
                       dw1=C(128, 64, 32, num_warps=4, num_stages=3, **_T3), db_blocks=True)
-_KM = {"precision": "tf32x3", "k_major": True}
 TF32X3_KM = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
                     fwd2=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
                     dh=C(128, 128, 32, num_warps=8, num_stages=3, **_KM),

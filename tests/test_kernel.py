@@ -157,6 +157,67 @@ def test_bad_input_names_the_argument(device, change, error, match):
         norm_modulate(args["x"], args["w"], args["sh"], args["sc"], args["idx"])
 
 
+BAD_INPUTS = [
+    (lambda t: {"w": t["w"][:-1]}, ValueError, "w must have shape"),
+    (lambda t: {"sh": t["sh"][:, :-1]}, ValueError, "sh must have shape"),
+    (lambda t: {"sc": t["sc"][None]}, ValueError, "sc must have shape"),
+    (lambda t: {"sc": t["sc"][:-1]}, ValueError, "same number of table rows"),
+    (lambda t: {"idx": t["idx"][:-1]}, ValueError, "idx must have shape"),
+    (lambda t: {"x": t["x"][:-1]}, ValueError, "idx must have shape"),
+    (lambda t: {"w": t["w"].double()}, TypeError, "w has dtype"),
+    (lambda t: {"sh": t["sh"].double()}, TypeError, "sh has dtype"),
+    (lambda t: {"sc": t["sc"].to(torch.int32)}, TypeError, "sc has dtype"),
+    (lambda t: {"x": t["x"].to(torch.int32)}, TypeError, "x has dtype"),
+    (lambda t: {"idx": t["idx"].float()}, TypeError, "idx has dtype"),
+    (lambda t: {"idx": t["idx"].to(torch.int16)}, TypeError, "idx has dtype"),
+    (lambda t: {"sc": t["sc"].to("meta")}, ValueError, "sc is on meta"),
+    (lambda t: {"idx": t["idx"].to("meta")}, ValueError, "idx is on meta"),
+    (lambda t: {"sh": t["sh"].tolist()}, TypeError, "sh must be a torch.Tensor"),
+    (lambda t: {"x": t["x"][:, :0], "w": t["w"][:0]}, ValueError, "H >= 1"),
+    (lambda t: {"x": t["x"].new_zeros(1, 32769), "w": t["w"].new_zeros(32769), "idx": t["idx"][:1]}, ValueError,
+     "H <= 32768"),
+]
+
+
+@pytest.mark.parametrize("change,error,match", BAD_INPUTS)
+def test_a_call_unlike_a_good_one_leaves_the_fast_path_and_raises(device, change, error, match):
+    """The one-predicate check (`_fast_ok`: CUDA, or the CPU under the interpreter) accepts a well-formed
+    call, and a call that differs from it in any checked property (shape, dtype, device, type, H bounds)
+    fails it and raises the detailed check's error, also right after a good call."""
+    from kernels import norm_modulate_api as api
+    _, inputs, _ = case(device, 8, 5)
+    good = {**inputs.tensors}
+    names = ("x", "w", "sh", "sc", "idx")
+    assert api._fast_ok(*(good[n] for n in names))
+    norm_modulate(*(good[n] for n in names))
+    bad = {**good, **change(good)}
+    assert not api._fast_ok(*(bad[n] for n in names))
+    with pytest.raises(error, match=match):
+        norm_modulate(*(bad[n] for n in names))
+
+
+def test_fast_predicate_only_where_the_detailed_check_passes(device, monkeypatch):
+    """`_fast_ok` True implies `_check` passes (mixed dtypes, int32 indices, row-strided tables); on the CPU it
+    holds only under the interpreter, as `_check`'s device rule."""
+    from kernels import common
+    from kernels import norm_modulate_api as api
+    _, inputs, _ = case(device, 8, 5)
+    t = inputs.tensors
+    table = torch.randn(9, 16, device=device)
+    variants = [dict(t), dict(t, idx=t["idx"].int()), dict(t, x=t["x"].float(), sh=t["sh"].half()),
+                dict(t, sh=table[:, :8], sc=table[:, 8:]), dict(t, x=t["x"].reshape(5, 1, 8)),
+                dict(t, x=t["x"].reshape(5, 1, 8), idx=t["idx"].reshape(5, 1))]
+    names = ("x", "w", "sh", "sc", "idx")
+    for args in variants:
+        assert api._fast_ok(*(args[n] for n in names)) == (args["idx"].dim() == 1)
+        api._check(*(args[n] for n in names))  # passes: the fast predicate accepted nothing it refuses
+    if device.type == "cpu":
+        monkeypatch.setattr(common, "INTERPRETED", False)
+        assert not api._fast_ok(*(t[n] for n in names))
+        with pytest.raises(ValueError, match="x is on cpu"):
+            norm_modulate(*(t[n] for n in names))
+
+
 @pytest.mark.parametrize("hidden,rows", [(2048, 9), (3000, 20), (5376, 6)])
 def test_wide_rows_path(device, hidden, rows):
     """Wide H: whole rows in registers, one or two rows per backward step (prefetched); the walk forward

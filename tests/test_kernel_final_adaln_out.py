@@ -100,7 +100,7 @@ def test_strided_inputs_leading_dims_and_autograd_projection(device):
     assert out.shape == (3, 4, 16) and torch.equal(as_bits(out.reshape(12, 16)), as_bits(flat_out))
     assert torch.equal(as_bits(grads["x"].reshape(12, 16)), as_bits(flat_grads["x"]))
     # the projection as autograd's composition: the same kernels, the same bits
-    out2, grads2 = run(t, dout, config=LaunchConfig(projection_node=False))
+    out2, grads2 = run(t, dout, config=LaunchConfig(projection_node=False, one_node=False))
     assert torch.equal(as_bits(out2), as_bits(flat_out))
     for name in NAMES:
         assert torch.equal(as_bits(grads2[name]), as_bits(flat_grads[name])), name
@@ -135,7 +135,7 @@ def test_triton_projection_matches_float64_and_repeats(device, hidden, rows, dty
 
 def test_triton_projection_needs_the_projection_node():
     with pytest.raises(ValueError, match="needs projection_node"):
-        LaunchConfig(projection_node=False, triton_projection=True)
+        LaunchConfig(projection_node=False, one_node=False, triton_projection=True)
 
 
 def run_some(t, dout, wants, config):
@@ -175,7 +175,7 @@ def test_one_node_is_bitwise_the_two_node_path(device, triton_projection, hidden
         gen = torch.Generator(device=device).manual_seed(5)
         t["temb"] = torch.randn(timesteps, t["temb"].shape[1], generator=gen, device=device)
         t["ti"] = torch.randint(0, timesteps, (rows,), generator=gen, device=device)
-    two = LaunchConfig(triton_projection=triton_projection)
+    two = LaunchConfig(one_node=False, triton_projection=triton_projection)
     one = LaunchConfig(one_node=True, triton_projection=triton_projection)
     for wants in (NAMES, ("x",), ("nw",), ("temb",), ("w", "b"), ("x", "b"), ()):
         assert_same_bits(run_some(t, dout, wants, two), run_some(t, dout, wants, one))
@@ -196,7 +196,7 @@ def test_one_node_is_bitwise_the_two_node_path(device, triton_projection, hidden
 def test_one_node_zero_rows_and_config(device):
     _, t, dout = case(device, 8, 0)
     one = LaunchConfig(one_node=True)
-    assert_same_bits(run_some(t, dout, NAMES, LaunchConfig()), run_some(t, dout, NAMES, one))
+    assert_same_bits(run_some(t, dout, NAMES, LaunchConfig(one_node=False)), run_some(t, dout, NAMES, one))
     _, grads = run_some(t, dout, NAMES, one)
     for name in PARAMS:
         assert torch.count_nonzero(grads[name]) == 0, name

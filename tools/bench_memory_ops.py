@@ -140,11 +140,11 @@ def variants(op: str, params: Any, interpreted: bool) -> dict[str, Callable]:
         from kernels.final_adaln_out import LaunchConfig, final_adaln_out
 
         eps = params.eps
-        configs = {"default": LaunchConfig(projection_node=True), "autograd_projection": LaunchConfig(False),
+        # default: the whole op as one autograd node; two_nodes: the projection's node + norm_modulate's
+        configs = {"default": LaunchConfig(), "two_nodes": LaunchConfig(one_node=False),
+                   "autograd_projection": LaunchConfig(False, one_node=False),
                    "triton_projection": LaunchConfig(triton_projection=True),
-                   # the whole op as one autograd node, norm_modulate's launchers called directly
-                   "one_node": LaunchConfig(one_node=True),
-                   "one_node_triton": LaunchConfig(one_node=True, triton_projection=True)}
+                   "two_nodes_triton": LaunchConfig(one_node=False, triton_projection=True)}
         return {name: (lambda cfg: lambda x, nw, temb, w, b, ti: final_adaln_out(
             x, nw, temb, w, b, ti, eps, check_index=False, config=cfg))(cfg) for name, cfg in configs.items()}
     if op == "timestep_sinusoid":

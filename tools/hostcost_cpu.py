@@ -1,0 +1,215 @@
+"""Host cost of norm_modulate / final_adaln_out calls on a CPU-only machine, every Triton launch a no-op.
+
+    TRITON_INTERPRET=1 python -m tools.hostcost_cpu [--op norm_modulate|final_adaln_out] [--rows 8]
+        [--hidden 64] [--table-rows 9] [--dtype bf16,fp32] [--calls 200] [--blocks 25] [--profile]
+        [--check-index] [--json FILE]
+
+(TRITON_INTERPRET=1 is set here if unset, before triton is imported: the kernels' modules import on a
+machine without a GPU only under the interpreter.)
+
+What it measures: the Python and torch host path of a call, the part that on the lent H200 VM costs
+tens of microseconds per operation and makes small and medium sizes host-bound. Every launch the
+launchers make (`kernels.common.launch`, `launch_on`, `launch_ready`, wherever a kernels module bound
+them) is replaced by a no-op; allocations, views, checks, recipe lookups, the autograd Function and
+every torch call stay real. Each case is timed as the best of `--blocks` blocks of `--calls` calls
+(time.perf_counter around the block, the garbage collector off as in timeit), in microseconds per call:
+
+* fwd: the call with x, w, sh, sc (final_adaln_out: x, nw, temb, w, b) requiring grad (an autograd
+  node is made, rstd saved), output dropped.
+* fwd+bwd: the same, then `.backward(dy)`, the leaves' .grad reset to None before each call (as the
+  harness's fwd_bwd_net step).
+* fwd (no grad): an inference call under torch.no_grad().
+
+`--op final_adaln_out` times kernels.final_adaln_out.final_adaln_out with its default config and with
+LaunchConfig(one_node=True). `--profile` adds a cProfile of the fwd+bwd loop per case (top functions by
+own time and by cumulative time). Calls pass check_index=False (the harness does), unless --check-index.
+
+Differences from the GPU: no launch cost at all (on the H200 a fast launch, binder + compiled.run, is
+~10 us of host each), no CUDA caching allocator (CPU allocations instead), and CPU tensors take the
+same branches as CUDA ones except the device checks (the current-device test is skipped for CPU
+tensors). The H200 VM's host has measured ~2-3x this machine's per operation.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import argparse  # noqa: E402
+import cProfile  # noqa: E402
+import gc  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import pstats  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from typing import Callable  # noqa: E402
+
+import torch  # noqa: E402
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def stub_launches() -> Callable[[], None]:
+    """Replace every launch function of kernels.common, and each kernels module's binding of one, by a
+    no-op. Returns the function that puts them back."""
+    from kernels import common
+
+    def noop(*args, **kwargs):
+        return None
+
+    originals = {common.launch, common.launch_on, common.launch_ready}
+    undo = []
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "kernels" or name.startswith("kernels.")):
+            continue
+        for attr, value in list(vars(module).items()):
+            if callable(value) and value in originals:
+                undo.append((module, attr, value))
+                setattr(module, attr, noop)
+
+    def restore():
+        for module, attr, value in undo:
+            setattr(module, attr, value)
+    return restore
+
+
+def best_us(fn: Callable[[], None], calls: int, blocks: int) -> float:
+    for _ in range(min(calls, 30)):
+        fn()
+    best = float("inf")
+    enabled = gc.isenabled()
+    gc.disable()  # as timeit: a collection inside a block is noise
+    try:
+        for _ in range(blocks):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        if enabled:
+            gc.enable()
+    return round(best / calls * 1e6, 2)
+
+
+def _leaf(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().requires_grad_()
+
+
+def norm_modulate_case(rows: int, hidden: int, table_rows: int, dtype: torch.dtype, check_index: bool
+                       ) -> dict[str, Callable[[], None]]:
+    """The harness's layout: sh and sc are the column halves of one [M, 2H] AdaLN table (row-strided views)."""
+    from kernels.norm_modulate_api import norm_modulate
+    g = torch.Generator().manual_seed(0)
+    x = _leaf(2 * torch.randn(rows, hidden, generator=g).to(dtype))
+    w = _leaf((0.5 + torch.rand(hidden, generator=g)).to(dtype))
+    table = (0.1 * torch.randn(table_rows, 2 * hidden, generator=g)).to(dtype)
+    sh, sc = (_leaf(t) for t in table.chunk(2, dim=1))
+    idx = torch.randint(0, table_rows, (rows,), generator=g)
+    dy = torch.randn(rows, hidden, generator=g).to(dtype)
+    leaves = (x, w, sh, sc)
+
+    def fwd():
+        norm_modulate(x, w, sh, sc, idx, check_index=check_index)
+
+    def fwd_bwd():
+        for t in leaves:
+            t.grad = None
+        norm_modulate(x, w, sh, sc, idx, check_index=check_index).backward(dy)
+
+    def fwd_nograd():
+        with torch.no_grad():
+            norm_modulate(x, w, sh, sc, idx, check_index=check_index)
+    return {"fwd": fwd, "fwd+bwd": fwd_bwd, "fwd (no grad)": fwd_nograd}
+
+
+def final_adaln_out_case(rows: int, hidden: int, table_rows: int, dtype: torch.dtype, check_index: bool,
+                         one_node: bool, temb_dim: int = 64) -> dict[str, Callable[[], None]]:
+    from kernels.final_adaln_out import LaunchConfig, final_adaln_out
+    g = torch.Generator().manual_seed(0)
+    x = _leaf(2 * torch.randn(rows, hidden, generator=g).to(dtype))
+    nw = _leaf((0.5 + torch.rand(hidden, generator=g)).to(dtype))
+    temb = _leaf(torch.randn(table_rows, temb_dim, generator=g))
+    w = _leaf((0.05 * torch.randn(2 * hidden, temb_dim, generator=g)).to(dtype))
+    b = _leaf((0.05 * torch.randn(2 * hidden, generator=g)).to(dtype))
+    ti = torch.randint(0, table_rows, (rows,), generator=g)
+    dy = torch.randn(rows, hidden, generator=g).to(dtype)
+    leaves = (x, nw, temb, w, b)
+    cfg = LaunchConfig(one_node=True) if one_node else None
+
+    def fwd():
+        final_adaln_out(x, nw, temb, w, b, ti, check_index=check_index, config=cfg)
+
+    def fwd_bwd():
+        for t in leaves:
+            t.grad = None
+        final_adaln_out(x, nw, temb, w, b, ti, check_index=check_index, config=cfg).backward(dy)
+
+    def fwd_nograd():
+        with torch.no_grad():
+            final_adaln_out(x, nw, temb, w, b, ti, check_index=check_index, config=cfg)
+    return {"fwd": fwd, "fwd+bwd": fwd_bwd, "fwd (no grad)": fwd_nograd}
+
+
+def profile_text(fn: Callable[[], None], calls: int, top: int) -> str:
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(prof, stream=out)
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+    return out.getvalue()
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--op", choices=("norm_modulate", "final_adaln_out"), default="norm_modulate")
+    ap.add_argument("--rows", type=int, default=8)
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--table-rows", type=int, default=9)
+    ap.add_argument("--dtype", default="bf16,fp32", help="comma-separated: bf16, fp16, fp32")
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--blocks", type=int, default=25)
+    ap.add_argument("--check-index", action="store_true", help="calls with check_index=True (default False)")
+    ap.add_argument("--profile", action="store_true", help="cProfile the fwd+bwd loop of each case")
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args(argv)
+
+    torch.set_num_threads(1)
+    import kernels.final_adaln_out  # noqa: F401  (every launcher's module, so stub_launches sees them)
+    import kernels.norm_modulate_api  # noqa: F401
+    restore = stub_launches()
+    try:
+        cases = []
+        for name in args.dtype.split(","):
+            dtype = DTYPES[name.strip()]
+            if args.op == "norm_modulate":
+                cases.append((f"norm_modulate {name}", norm_modulate_case(
+                    args.rows, args.hidden, args.table_rows, dtype, args.check_index)))
+            else:
+                for one_node in (False, True):
+                    label = f"final_adaln_out {name} {'one_node' if one_node else 'default'}"
+                    cases.append((label, final_adaln_out_case(args.rows, args.hidden, args.table_rows, dtype,
+                                                              args.check_index, one_node)))
+        results = {}
+        for label, steps in cases:
+            results[label] = {step: best_us(fn, args.calls, args.blocks) for step, fn in steps.items()}
+            print(f"{label:40s} " + "  ".join(f"{k} {v:8.2f} us" for k, v in results[label].items()), flush=True)
+            if args.profile:
+                print(profile_text(steps["fwd+bwd"], args.calls, args.top))
+    finally:
+        restore()
+    out = {"shape": {"rows": args.rows, "hidden": args.hidden, "table_rows": args.table_rows},
+           "calls": args.calls, "blocks": args.blocks, "us_per_call": results}
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(out, handle, indent=1)
+    return out
+
+
+if __name__ == "__main__":
+    main()
