@@ -318,11 +318,10 @@ def _silu_cast_kernel(X, OUT, n_rows, D, stride_x, stride_o, ROWS: tl.constexpr,
 
 
 @triton.jit(do_not_specialize=["n_rows"])
-def _colsum_kernel(X, OUT, n_rows, n_cols, stride_x, ROWS: tl.constexpr, BLOCK: tl.constexpr,
-                   BY_HAND: tl.constexpr):
+def _colsum_kernel(X, OUT, n_rows, n_cols, stride_x, ROWS: tl.constexpr, BLOCK: tl.constexpr):
     """OUT[c] = sum over rows of X[:, c], in float64, in row blocks of ROWS: each block's sum one fixed
     tl.sum tree, the block sums added in ascending block order from +0 (masked rows add +0), one rounding
-    to OUT's dtype. fp32 terms are exact in float64 and T * 2^-53 of rounding stays far under the final
+    to float32 (OUT). fp32 terms are exact in float64 and T * 2^-53 of rounding stays far under the final
     rounding's 2^-24: the bias gradient's error is that one rounding (the op is memory-bound either way)."""
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     col_ok = cols < n_cols
@@ -333,7 +332,7 @@ def _colsum_kernel(X, OUT, n_rows, n_cols, stride_x, ROWS: tl.constexpr, BLOCK: 
         tile = tl.load(X + r.to(tl.int64)[:, None] * stride_x + cols[None, :],
                        mask=(r < n_rows)[:, None] & col_ok[None, :], other=0.0).to(tl.float64)
         acc += tl.sum(tile, axis=0)
-    tl.store(OUT + cols, rounded(acc, OUT.dtype.element_ty, BY_HAND), mask=col_ok)
+    tl.store(OUT + cols, acc.to(tl.float32), mask=col_ok)   # float64 -> float32: one rounding, to nearest even
 
 
 # --- launchers ---------------------------------------------------------------------------------------
@@ -345,12 +344,14 @@ def column_sums(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """[T, N] (unit inner stride) -> [N]: each column's sum in float64, in blocks of COLSUM_ROWS rows (a
     tl.sum tree per block, blocks in ascending order), rounded once: a bias gradient this way is within
     half an ulp of exact where the ones column of `weight_grad` is a chain of T fp32 roundings."""
+    if dtype != torch.float32:  # float64 -> a 16-bit type in one rounding is not what `rounded` does
+        raise ValueError(f"column_sums writes float32 sums (the fp32 op's bias gradients), got {dtype}")
     rows, cols = x.shape
     out = torch.empty((cols,), dtype=dtype, device=x.device)
     if cols:
         block = 64 if not INTERPRETED else triton.next_power_of_2(cols)
         launch(_colsum_kernel, (triton.cdiv(cols, block),), x, out, rows, cols, x.stride(0), ROWS=COLSUM_ROWS,
-               BLOCK=block, BY_HAND=BY_HAND, num_warps=4)
+               BLOCK=block, num_warps=4)
     return out
 
 
