@@ -137,6 +137,20 @@ def test_many_programs_agree_with_float64(device, dres_from_kernel, bwd_block_c)
     assert torch.equal(as_bits(grads["gate"]), as_bits(again))
 
 
+def test_the_gpu_default_for_wide_rows_agrees_with_float64(device):
+    """From H = 512 up the GPU default steps the backward through 512 columns and 4 sorted rows at a time
+    (v3), wider than the forward's 256-column tiles: with H = 600 the second column block is partial."""
+    t, dout = case(device, 600, 20, torch.float32)
+    gpu = K.config_for(600, interpreted=False)
+    assert (gpu.bwd_block_c, gpu.bwd_rows, gpu.block_c) == (512, 4, 256)
+    out, grads = run(t, dout, config=gpu)
+    ref, ref_grads = reference(t, dout)
+    assert rel_err(out, ref) <= TOL[torch.float32]
+    for name in ("y", "gate"):
+        assert rel_err(grads[name], ref_grads[name]) <= TOL[torch.float32], name
+    assert torch.equal(as_bits(run(t, dout, config=gpu)[1]["gate"]), as_bits(grads["gate"]))
+
+
 def test_out_of_range_index(device):
     t, dout = case(device, 8, 5)
     bad = dict(t)
