@@ -70,6 +70,25 @@ def test_timestep_mlp_matches_float64(device, rows):
         assert rel_err(grads[name], ref.grads[name]) <= FP32_TOL, name
 
 
+@pytest.mark.parametrize("rows", [1, 70])
+def test_timestep_mlp_gpu_default_plumbing_matches_float64(device, monkeypatch, rows):
+    """The GPU's default configs run through the launchers (the interpreter's dots stand in for tf32x3):
+    GEMM2's 8 fixed K chunks, K-major copies, persistent programs, FMA tiers by T, the float64 column
+    sums, the T <= 64 / > 64 weight-gradient tiers. Values against float64, weight gradients twice."""
+    from kernels import timestep_mlp as TM
+
+    monkeypatch.setattr(TM, "configs", lambda: TM.DEFAULT)
+    inputs, dy = mlp_case(device, rows)
+    y, grads = run_op(timestep_mlp, MLP_NAMES, inputs, dy)
+    ref = MLP.reference(MLP_PARAMS, inputs, (dy,), MLP_NAMES, MLP.name)
+    assert rel_err(y, ref.outputs[0]) <= FP32_TOL
+    for name in MLP_NAMES:
+        assert rel_err(grads[name], ref.grads[name]) <= FP32_TOL, name
+    _, again = run_op(timestep_mlp, MLP_NAMES, inputs, dy)
+    for name in ("w1", "b1", "w2", "b2"):
+        assert torch.equal(as_bits(again[name]), as_bits(grads[name])), name
+
+
 def _silu64(t):
     t = t.double()
     return t * torch.sigmoid(t)
