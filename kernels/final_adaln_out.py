@@ -24,8 +24,8 @@ matmul/sum calls and silu_backward backward) instead of the four autograd makes 
 forward+backward is close to host-bound (kernels/NOTES.md). `LaunchConfig.projection_node = False`
 takes the plain autograd composition (for tools/bench_memory_ops.py to compare).
 
-`LaunchConfig.one_node` (the default since the H200 timed it, v3 in the notes) goes further: the whole op is one autograd node
-(`_FinalAdaLNOut`) whose forward runs the projection and then norm_modulate's forward launcher directly
+`LaunchConfig.one_node` (the default since the H200 timed it, v3 in the notes) goes further: the whole
+op is one autograd node (`_FinalAdaLNOut`) whose forward runs the projection and then norm_modulate's forward launcher directly
 (the arguments were checked here once; shift is passed as the whole [T, 2H] projection, whose row stride
 the kernel takes, scale as a view of its second half), and whose backward has norm_modulate's backward
 launcher write dshift and dscale straight into the halves of one [T, 2H] dproj buffer (no torch.cat),
@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 from kernels import checks, gemm
 from kernels import norm_modulate as NM
-from kernels.norm_modulate_api import norm_modulate
+from kernels.norm_modulate_api import as_rows, global_plan, norm_modulate
 
 
 @dataclass(frozen=True)
@@ -93,81 +93,67 @@ def _triton_projection(temb, w, b):
     return gemm.forward(temb, w, b, PROJECTION_GEMM, out_dtype=w.dtype, a_silu=True)[0]
 
 
+def _project(temb, w, b, triton_projection):
+    """(temb as the backward reads it, a = cast(silu(temb)) or None, proj): torch's silu, cast and
+    F.linear, or the one gemm launch (temb made unit-stride once: the backward's silu_cast reads it)."""
+    if triton_projection:
+        temb = _unit_inner(temb)
+        return temb, None, _triton_projection(temb, w, b)
+    a = F.silu(temb).to(w.dtype)
+    return temb, a, F.linear(a, w, b)
+
+
+def _projection_grads(dproj, temb, a, w, need_temb, need_w, need_b):
+    """(dtemb, dW, db) of proj = F.linear(cast(silu(temb)), W, b) from a contiguous dproj, each a fixed-shape
+    torch call independent of S: dW = dproj^T a (a made again by `gemm.silu_cast` when the forward fused
+    it: the same fp32 silu and rounding), db = the sum of dproj's T rows, dtemb = silu'(temb) (dproj W)."""
+    dtemb = dw = db = None
+    if need_w:
+        dw = dproj.t().mm(a if a is not None else gemm.silu_cast(temb, w.dtype))
+    if need_b:
+        db = dproj.sum(0)
+    if need_temb:
+        # as autograd's ToCopyBackward + SiluBackward: the bf16 product cast up, then silu' in temb's dtype
+        dtemb = torch.ops.aten.silu_backward(dproj.mm(w).to(temb.dtype), temb)
+    return dtemb, dw, db
+
+
 class _Projection(torch.autograd.Function):
-    """proj = F.linear(silu(temb).to(W.dtype), W, b) as one node. Backward (each a fixed-shape torch
-    call, independent of S): dW = dproj^T a, db = sum of dproj's T rows, dtemb = silu'(temb) (dproj W).
-    With the Triton forward, a is made again in the backward by `gemm.silu_cast` (the same fp32 silu
-    and rounding as the forward's fused load)."""
+    """proj = F.linear(silu(temb).to(W.dtype), W, b) as one node (`_project`, `_projection_grads`)."""
 
     @staticmethod
     def forward(ctx, temb, w, b, triton_projection=False):
-        ctx.triton_projection = triton_projection
-        if triton_projection:
-            temb = _unit_inner(temb)  # the copy, if one is made, serves the backward's silu_cast too
-            ctx.save_for_backward(temb, w)
-            return _triton_projection(temb, w, b)
-        a = F.silu(temb).to(w.dtype)
-        ctx.save_for_backward(temb, a, w)
-        return F.linear(a, w, b)
+        temb, a, proj = _project(temb, w, b, triton_projection)
+        ctx.save_for_backward(temb, w)
+        ctx.a = a  # an intermediate (no version check), None with the Triton forward
+        return proj
 
     @staticmethod
     def backward(ctx, dproj):
-        if ctx.triton_projection:
-            temb, w = ctx.saved_tensors
-            a = gemm.silu_cast(temb, w.dtype)
-        else:
-            temb, a, w = ctx.saved_tensors
-        need_temb, need_w, need_b = ctx.needs_input_grad[:3]
-        dproj = dproj.contiguous()
-        dtemb = dw = db = None
-        if need_w:
-            dw = dproj.t().mm(a)
-        if need_b:
-            db = dproj.sum(0)
-        if need_temb:
-            # as autograd's ToCopyBackward + SiluBackward: the bf16 product cast up, then silu' in temb's dtype
-            dtemb = torch.ops.aten.silu_backward(dproj.mm(w).to(temb.dtype), temb)
-        return dtemb, dw, db, None
+        temb, w = ctx.saved_tensors
+        return (*_projection_grads(dproj.contiguous(), temb, ctx.a, w, *ctx.needs_input_grad[:3]), None)
 
 
 def _one_node_forward(x, nw, temb, w, b, ti, eps, triton_projection, training):
     """The projection, then norm_modulate's forward launcher on the rows (arguments already checked by
     `_check`). Returns (out, temb as the backward needs it, a or None, x2d, nw, ti1d, sc view, rstd, plan,
-    norm_modulate config). The same calls as the two-node path: the projection of `_Projection.forward`,
-    the row layout of `norm_modulate_api._as_rows`, its plan rule (training or inference) and launch.
-    shift is passed as the whole [T, 2H] projection (row stride 2H: the kernel reads its first H
-    columns), scale as the view of its second half."""
-    if triton_projection:
-        temb = _unit_inner(temb)
-        a = None
-        proj = _triton_projection(temb, w, b)
-    else:
-        a = F.silu(temb).to(w.dtype)
-        proj = F.linear(a, w, b)
+    norm_modulate config). The same calls as the two-node path: `_project`, norm_modulate_api's row
+    layout (`as_rows`), plan rule (`global_plan`) and launch. shift is passed as the whole [T, 2H]
+    projection (row stride 2H: the kernel reads its first H columns), scale as the view of its second half."""
+    temb, a, proj = _project(temb, w, b, triton_projection)
     hidden = x.shape[-1]
-    x2d = x if x.dim() == 2 else x.reshape(-1, hidden)
-    if x2d.stride(-1) != 1 and x2d.numel():
-        x2d = x2d.contiguous()
-    if nw.stride(0) != 1:
-        nw = nw.contiguous()
-    if ti.dim() != 1 or ti.stride(0) != 1:
-        ti = ti.reshape(-1).contiguous()
-    sc = proj.narrow(1, hidden, hidden)
+    x2d, nw, proj, sc, ti = as_rows(x, nw, proj, proj.narrow(1, hidden, hidden), ti)
     cfg = NM.launch_config(hidden)
     table_rows = proj.shape[0]
-    plan = None
-    if table_rows > cfg.local_max and (training or NM.wants_plan(
-            table_rows, hidden, table_rows * hidden * 2 * proj.element_size(), False, cfg)):
-        plan = NM.make_plan(ti)
+    plan = global_plan(ti, table_rows, hidden, table_rows * hidden * 2 * proj.element_size(), cfg, training)
     y, rstd = NM.forward(x2d, nw, proj, sc, ti, eps, save_rstd=training, config=cfg, plan=plan)
     return (y if x.dim() == 2 else y.view(x.shape)), temb, a, x2d, nw, ti, sc, rstd, plan, cfg
 
 
 class _FinalAdaLNOut(torch.autograd.Function):
     """The whole op as one autograd node (`LaunchConfig.one_node`). Backward: norm_modulate's backward
-    launcher writes dshift and dscale into the two column halves of one [T, 2H] dproj buffer, then the
-    projection's backward of `_Projection.backward` on it (the same torch calls, without its
-    contiguous(): the buffer is contiguous)."""
+    launcher writes dshift and dscale into the two column halves of one [T, 2H] dproj buffer, then
+    `_projection_grads` on it (as `_Projection.backward`; the buffer is contiguous already)."""
 
     @staticmethod
     def forward(ctx, x, nw, temb, w, b, ti, eps, triton_projection):
@@ -197,14 +183,8 @@ class _FinalAdaLNOut(torch.autograd.Function):
                                     ctx.cfg, ctx.plan, out=out)
         if need_x and len(ctx.x_shape) != 2:
             dx = dx.view(ctx.x_shape)
-        dtemb = dw = db = None
-        if need_w:
-            a = ctx.a if ctx.a is not None else gemm.silu_cast(temb, w.dtype)
-            dw = dproj.t().mm(a)
-        if need_b:
-            db = dproj.sum(0)
-        if need_temb:
-            dtemb = torch.ops.aten.silu_backward(dproj.mm(w).to(temb.dtype), temb)
+        dtemb, dw, db = (_projection_grads(dproj, temb, ctx.a, w, need_temb, need_w, need_b) if need_proj
+                         else (None, None, None))
         return dx if need_x else None, dnw if need_nw else None, dtemb, dw, db, None, None, None
 
 

@@ -73,7 +73,7 @@ def _unit_inner(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride()[-1] == 1 or t.numel() == 0 else t.contiguous()
 
 
-def _as_rows(x, w, sh, sc, idx):
+def as_rows(x, w, sh, sc, idx):
     """The launchers' layout: x as [R, H] rows, idx flat, unit inner strides. No tensor call where the
     caller already passes rows (each costs a few us of host time on the H200 VM: kernels/NOTES.md).
     (`t.stride()[i]`, not `t.stride(i)`: the argument parser makes the latter ~0.1 us dearer.)"""
@@ -82,16 +82,26 @@ def _as_rows(x, w, sh, sc, idx):
             idx if idx.dim() == 1 and idx.stride()[0] == 1 else idx.reshape(-1).contiguous())
 
 
+def global_plan(idx1d, table_rows: int, hidden: int, table_bytes: int, cfg, training: bool):
+    """The global plan (rows sorted once by table row) when M > local_max, else None: always when a
+    backward will follow (the forward and the backward share it), for inference only when `K.wants_plan`
+    says the sorted walk pays for the sort (`table_bytes`: sh's and sc's bytes, unused when training)."""
+    if table_rows <= cfg.local_max:
+        return None
+    if training or K.wants_plan(table_rows, hidden, table_bytes, False, cfg):
+        return K.make_plan(idx1d)
+    return None
+
+
 class _NormModulate(torch.autograd.Function):
     # The host path is kept short on purpose: on the H200 VM the backward is host-bound and each
     # tensor call or saved tensor costs microseconds (kernels/NOTES.md, v12).
     @staticmethod
     def forward(ctx, x, w, sh, sc, idx, eps):
-        x2d, w_, sh_, sc_, idx1d = _as_rows(x, w, sh, sc, idx)
+        x2d, w_, sh_, sc_, idx1d = as_rows(x, w, sh, sc, idx)
         cfg = K.launch_config(x2d.shape[1])
         table_rows = sh.shape[0]
-        # M > local_max: rows sorted once (the global plan), used by the forward and the backward.
-        plan = K.make_plan(idx1d) if table_rows > cfg.local_max else None
+        plan = global_plan(idx1d, table_rows, x2d.shape[1], 0, cfg, training=True)
         y, rstd = K.forward(x2d, w_, sh_, sc_, idx1d, eps, config=cfg, plan=plan)
         ctx.save_for_backward(x2d, w_, sc_, idx1d)
         # intermediates, not inputs or outputs (no version check), as one attribute: one ctx write, one read
@@ -136,13 +146,10 @@ def norm_modulate(x: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or sh.requires_grad or sc.requires_grad):
         return _NormModulate.apply(x, w, sh, sc, idx, float(eps))
     # Inference: no autograd node and no saved rstd (each costs host time, the rstd store 5 us).
-    x2d, w_, sh_, sc_, idx1d = _as_rows(x, w, sh, sc, idx)
+    x2d, w_, sh_, sc_, idx1d = as_rows(x, w, sh, sc, idx)
     cfg = K.launch_config(x2d.shape[1])
     table_rows = sh.shape[0]
-    plan = None
-    if table_rows > cfg.local_max and K.wants_plan(table_rows, x2d.shape[1],
-                                                   table_rows * x2d.shape[1] * (sh.element_size() + sc.element_size()),
-                                                   False, cfg):
-        plan = K.make_plan(idx1d)
+    table_bytes = table_rows * x2d.shape[1] * (sh.element_size() + sc.element_size())
+    plan = global_plan(idx1d, table_rows, x2d.shape[1], table_bytes, cfg, training=False)
     y, _ = K.forward(x2d, w_, sh_, sc_, idx1d, float(eps), save_rstd=False, config=cfg, plan=plan)
     return y if x.dim() == 2 else y.view(x.shape)

@@ -267,7 +267,7 @@ def breakdown(dev, rows: int = 8, reps: int = 200) -> dict[str, float]:
 
     patches = [timed(K, "forward", "K.forward"), timed(K, "backward", "K.backward"),
                timed(api, "_fast_ok", "api._fast_ok"), timed(api, "_check", "api._check (detailed, on failure)"),
-               timed(api, "_as_rows", "api._as_rows"),
+               timed(api, "as_rows", "api.as_rows"),
                timed(K, "launch_on", "kernels.common.launch_on (all launches)"),
                timed(common, "_launch_fast", "kernels.common._launch_fast (fast path)"),
                timed(K, "launch_config", "launch_config"), timed(K, "_fwd_recipe", "K._fwd_recipe"),
