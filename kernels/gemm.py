@@ -188,13 +188,19 @@ def _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stri
 
 
 @triton.jit
-def _tile_of(tile, num_m, num_n, GROUP_M: tl.constexpr):
-    """Output tile `tile` -> (row block, column block) in grouped order: GROUP_M row blocks share each
-    column block's B tile while it is in L2."""
+def _tile_of(tile, M, n_load, num_m, num_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
+             MASK_M: tl.constexpr, MASK_N: tl.constexpr):
+    """Output tile `tile` -> its rows, columns, row mask and B-column load mask. Tiles go in grouped
+    order: GROUP_M row blocks share each column block's B tile while it is in L2. MASK_M is False only
+    when M is a weight dimension that BLOCK_M divides (weight_grad); rows of T are always masked, so the
+    compiled forward and input-gradient kernels are the same for every T. Without MASK_N (n_load a
+    multiple of BLOCK_N: the weights' shape) the column mask folds to true."""
     width = GROUP_M * num_n
     first_m = (tile // width) * GROUP_M
     group_size = tl.minimum(num_m - first_m, GROUP_M)
-    return first_m + (tile % width) % group_size, (tile % width) // group_size
+    rm = (first_m + (tile % width) % group_size) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = ((tile % width) // group_size) * BLOCK_N + tl.arange(0, BLOCK_N)
+    return rm, rn, (rm < M) | (not MASK_M), (rn < n_load) | (not MASK_N)
 
 
 @triton.jit
@@ -249,27 +255,18 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
     pid = tl.program_id(0)
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = tl.cdiv(N, BLOCK_N)
-    # MASK_M is False only when M is a weight dimension that BLOCK_M divides (weight_grad); rows of T
-    # are always masked, so the compiled forward and input-gradient kernels are the same for every T.
-    # Without MASK_N (n_load a multiple of BLOCK_N: the weights' shape) the column mask folds to true.
     if PERSISTENT:
         for tile in tl.range(pid, num_m * num_n, tl.num_programs(0), flatten=True):
-            pid_m, pid_n = _tile_of(tile, num_m, num_n, GROUP_M)
-            rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-            rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-            acc = _mainloop(A, B, rm, rn, 0, K, n_main, (rm < M) | (not MASK_M), (rn < n_load) | (not MASK_N),
-                            stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
-                            PRECISION, DOT_F32, A_SILU, ONES, BY_HAND)
+            rm, rn, row_ok, load_ok = _tile_of(tile, M, n_load, num_m, num_n, BLOCK_M, BLOCK_N, GROUP_M, MASK_M,
+                                               MASK_N)
+            acc = _mainloop(A, B, rm, rn, 0, K, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
+                            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES, BY_HAND)
             _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm,
                       stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, BY_HAND)
         return
     tile = pid % (num_m * num_n)   # split-major: all tiles of chunk 0 first (its operands share L2)
     split = pid // (num_m * num_n)
-    pid_m, pid_n = _tile_of(tile, num_m, num_n, GROUP_M)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = (rm < M) | (not MASK_M)
-    load_ok = (rn < n_load) | (not MASK_N)
+    rm, rn, row_ok, load_ok = _tile_of(tile, M, n_load, num_m, num_n, BLOCK_M, BLOCK_N, GROUP_M, MASK_M, MASK_N)
     if SPLIT_K == 1:
         k_lo = 0
         k_hi = K
@@ -480,7 +477,7 @@ def weight_grad(dy: torch.Tensor, a: torch.Tensor, cfg: LaunchConfig, *, a_ones:
     summed over the rows t = 0, 1, ... in one chain per element. db is the GEMM's extra column
     K_a, a column of ones: `a_ones="stored"` reads it from a's buffer (a is a view of
     `silu_cast(..., ones_column=True)`), "virtual" makes it in the kernel. With `db_blocks`, db is
-    `column_sums(dy)` instead (blocks of 128 rows: a shorter chain, one launch more)."""
+    `column_sums(dy)` instead (fp32 output only: float64 sums rounded once, one launch more)."""
     if db_blocks and db_dtype is not None and dy.shape[0] and dy.shape[1]:
         dw, _ = weight_grad(dy, a, cfg, a_ones=a_ones, dw_dtype=dw_dtype, db_dtype=None)
         return dw, column_sums(dy if dy.stride(1) == 1 else dy.contiguous(), db_dtype)

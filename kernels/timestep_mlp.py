@@ -38,8 +38,9 @@ DX_SPLIT = 6   # dx = dz1 W1 over K = hidden: fixed chunks, the same for every T
 
 @dataclass(frozen=True)
 class MLPConfigs:
-    """Tile configs of the five GEMMs, by row count (fp32: any tier may differ, see kernels/gemm.py),
-    except `dx`, whose split_k is part of the order and must be DX_SPLIT in every tier."""
+    """Tile configs of the GEMMs, by row count. IEEE (FMA-chain) tiers may differ, see kernels/gemm.py;
+    a split is part of the order (dx: DX_SPLIT in every tier; fwd2: one split in every tier; the others
+    none), and a row-wise GEMM on tensor cores (tf32x3) takes one config for every row count."""
 
     fwd1: Tiers
     fwd2: Tiers
@@ -47,9 +48,8 @@ class MLPConfigs:
     dx: Tiers
     dw2: Tiers
     dw1: Tiers
-    # db1, db2 as `gemm.column_sums` (128-row tl.sum trees, blocks in order) instead of the dW GEMM's
-    # ones column (one chain over T): ~10x less rounding at T = 2048 on the CPU (tests), one launch more
-    # each; off until the H200 bench times it (tools/bench_gemm.py, variant `db_blocks`)
+    # db1, db2 as `gemm.column_sums` (float64, rounded once) instead of the dW GEMM's ones column (one
+    # fp32 chain over T): one launch more each; the default's choice (H200: b2 2.9e-8 against 1.4e-6)
     db_blocks: bool = False
 
     def __post_init__(self):
@@ -120,12 +120,6 @@ def uniform(fwd1: C, fwd2: C, dh: C, dx: C, dw2: C, dw1: C, db_blocks: bool = Fa
 # warps a multiple of 4), one config each for every T, bias gradients as float64 column sums; the
 # input and weight gradients on K-major copies of their operands (`k_major`). tools/bench_gemm.py
 # times them end to end.
-TF32X3_WIDE = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
-                      fwd2=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
-                      dh=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
-                      dx=C(128, 64, 32, num_warps=4, num_stages=3, split_k=DX_SPLIT, **_T3),
-                      dw2=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
-                      dw1=C(128, 64, 32, num_warps=4, num_stages=3, **_T3), db_blocks=True)
 TF32X3_KM = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
                     fwd2=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
                     dh=C(128, 128, 32, num_warps=8, num_stages=3, **_KM),
@@ -134,7 +128,7 @@ TF32X3_KM = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
                     dw1=C(128, 64, 32, num_warps=4, num_stages=3, **_KM), db_blocks=True)
 # GEMM2's K = 5376 as 8 fixed chunks (split-K): each output's fp32 chain is 8x shorter; its forward error
 # at T <= 8 is 2-4x cuBLAS's (gemv, tree-reduced) with one chain (H200, v4).
-TF32X3_KM_S8 = dataclasses.replace(TF32X3_KM, fwd2=((BIG, C(128, 128, 32, num_warps=8, num_stages=3, split_k=8, **_T3)),))
+TF32X3_KM_S8 = dataclasses.replace(TF32X3_KM, fwd2=DEFAULT.fwd2)   # the default's GEMM2 (8 K chunks)
 TF32X3_KM_P = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
                       fwd2=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
                       dh=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_KM),
