@@ -156,17 +156,15 @@ step_sweep-variants() {  # the launch-config variants only (the sweep's last sec
     --out "$OUT/work/sweep_variants_norm_modulate.json"
 }
 
-step_bench-memory() {
+bench_memory() {  # bench_memory OUT_NAME ARGS: one tools/bench_memory_ops call
+  local name=$1
   # shellcheck disable=SC2086  # the arguments are words
-  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.bench_memory_ops ${H3BENCH_BENCH_ARGS:-} \
-    --out "$OUT/work/bench_memory_ops.json"
+  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.bench_memory_ops $2 --out "$OUT/work/$name.json"
 }
 
-step_bench-memory2() {  # a second bench_memory_ops call (other ops or sizes): H3BENCH_BENCH_ARGS2
-  # shellcheck disable=SC2086  # the arguments are words
-  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.bench_memory_ops ${H3BENCH_BENCH_ARGS2:-} \
-    --out "$OUT/work/bench_memory_ops_2.json"
-}
+step_bench-memory() { bench_memory bench_memory_ops "${H3BENCH_BENCH_ARGS:-}"; }
+
+step_bench-memory2() { bench_memory bench_memory_ops_2 "${H3BENCH_BENCH_ARGS2:-}"; }  # other ops or sizes
 
 step_hostcost-sinusoid() {
   PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.hostcost --sinusoid-only
