@@ -20,8 +20,9 @@ every torch call stay real. Each case is timed as the best of `--blocks` blocks 
   harness's fwd_bwd_net step).
 * fwd (no grad): an inference call under torch.no_grad().
 
-`--op final_adaln_out` times kernels.final_adaln_out.final_adaln_out with its default config and with
-LaunchConfig(one_node=True). `--profile` adds a cProfile of the fwd+bwd loop per case (top functions by
+`--op final_adaln_out` times kernels.final_adaln_out.final_adaln_out with its default config
+(LaunchConfig(one_node=True)) and with LaunchConfig(one_node=False) (the projection's node and
+norm_modulate's). `--profile` adds a cProfile of the fwd+bwd loop per case (top functions by
 own time and by cumulative time). Calls pass check_index=False (the harness does), unless --check-index.
 
 Differences from the GPU: no launch cost at all (on the H200 a fast launch, binder + compiled.run, is
@@ -96,6 +97,20 @@ def _leaf(t: torch.Tensor) -> torch.Tensor:
     return t.detach().requires_grad_()
 
 
+def _steps(call: Callable[[], torch.Tensor], leaves: tuple, dy: torch.Tensor) -> dict[str, Callable[[], None]]:
+    """The three timed steps of one call: with grad, with its backward (leaves' .grad reset first, as
+    the harness's fwd_bwd_net step), and under no_grad."""
+    def fwd_bwd():
+        for t in leaves:
+            t.grad = None
+        call().backward(dy)
+
+    def fwd_nograd():
+        with torch.no_grad():
+            call()
+    return {"fwd": call, "fwd+bwd": fwd_bwd, "fwd (no grad)": fwd_nograd}
+
+
 def norm_modulate_case(rows: int, hidden: int, table_rows: int, dtype: torch.dtype, check_index: bool
                        ) -> dict[str, Callable[[], None]]:
     """The harness's layout: sh and sc are the column halves of one [M, 2H] AdaLN table (row-strided views)."""
@@ -107,20 +122,7 @@ def norm_modulate_case(rows: int, hidden: int, table_rows: int, dtype: torch.dty
     sh, sc = (_leaf(t) for t in table.chunk(2, dim=1))
     idx = torch.randint(0, table_rows, (rows,), generator=g)
     dy = torch.randn(rows, hidden, generator=g).to(dtype)
-    leaves = (x, w, sh, sc)
-
-    def fwd():
-        norm_modulate(x, w, sh, sc, idx, check_index=check_index)
-
-    def fwd_bwd():
-        for t in leaves:
-            t.grad = None
-        norm_modulate(x, w, sh, sc, idx, check_index=check_index).backward(dy)
-
-    def fwd_nograd():
-        with torch.no_grad():
-            norm_modulate(x, w, sh, sc, idx, check_index=check_index)
-    return {"fwd": fwd, "fwd+bwd": fwd_bwd, "fwd (no grad)": fwd_nograd}
+    return _steps(lambda: norm_modulate(x, w, sh, sc, idx, check_index=check_index), (x, w, sh, sc), dy)
 
 
 def final_adaln_out_case(rows: int, hidden: int, table_rows: int, dtype: torch.dtype, check_index: bool,
@@ -134,21 +136,9 @@ def final_adaln_out_case(rows: int, hidden: int, table_rows: int, dtype: torch.d
     b = _leaf((0.05 * torch.randn(2 * hidden, generator=g)).to(dtype))
     ti = torch.randint(0, table_rows, (rows,), generator=g)
     dy = torch.randn(rows, hidden, generator=g).to(dtype)
-    leaves = (x, nw, temb, w, b)
-    cfg = LaunchConfig(one_node=True) if one_node else None
-
-    def fwd():
-        final_adaln_out(x, nw, temb, w, b, ti, check_index=check_index, config=cfg)
-
-    def fwd_bwd():
-        for t in leaves:
-            t.grad = None
-        final_adaln_out(x, nw, temb, w, b, ti, check_index=check_index, config=cfg).backward(dy)
-
-    def fwd_nograd():
-        with torch.no_grad():
-            final_adaln_out(x, nw, temb, w, b, ti, check_index=check_index, config=cfg)
-    return {"fwd": fwd, "fwd+bwd": fwd_bwd, "fwd (no grad)": fwd_nograd}
+    cfg = LaunchConfig(one_node=one_node)
+    return _steps(lambda: final_adaln_out(x, nw, temb, w, b, ti, check_index=check_index, config=cfg),
+                  (x, nw, temb, w, b), dy)
 
 
 def profile_text(fn: Callable[[], None], calls: int, top: int) -> str:
@@ -192,7 +182,7 @@ def main(argv=None) -> dict:
                     args.rows, args.hidden, args.table_rows, dtype, args.check_index)))
             else:
                 for one_node in (False, True):
-                    label = f"final_adaln_out {name} {'one_node' if one_node else 'default'}"
+                    label = f"final_adaln_out {name} {'one_node (default)' if one_node else 'two_nodes'}"
                     cases.append((label, final_adaln_out_case(args.rows, args.hidden, args.table_rows, dtype,
                                                               args.check_index, one_node)))
         results = {}
