@@ -87,11 +87,11 @@ def config_for(hidden: int, interpreted: bool) -> LaunchConfig:
         rows = max(1, min(256, 16384 // block_c))
         return LaunchConfig(block_c=block_c, fwd_rows=rows, fwd_tiles=1, fwd_warps=4, bwd_rows=min(rows, 32),
                             bwd_warps=4, bwd_programs_per_sm=8, reduce_cols=min(4096, triton.next_power_of_2(hidden)))
+    rows = max(1, min(64, 4096 // block_c))
+    common = dict(block_c=block_c, fwd_rows=rows, fwd_tiles=8, fwd_warps=4, bwd_warps=4, bwd_programs_per_sm=16)
     if hidden >= 512:  # v3: 512-column backward steps of 4 rows (H200, H = 5376: backward kernel 408 us against 515)
-        return LaunchConfig(block_c=block_c, fwd_rows=max(1, min(64, 4096 // block_c)), fwd_tiles=8, fwd_warps=4,
-                            bwd_rows=4, bwd_warps=4, bwd_programs_per_sm=16, bwd_block_c=512)
-    return LaunchConfig(block_c=block_c, fwd_rows=max(1, min(64, 4096 // block_c)), fwd_tiles=8, fwd_warps=4,
-                        bwd_rows=max(1, min(64, 4096 // block_c)), bwd_warps=4, bwd_programs_per_sm=16)
+        return LaunchConfig(**common, bwd_rows=4, bwd_block_c=512)
+    return LaunchConfig(**common, bwd_rows=rows)
 
 
 # --- forward -----------------------------------------------------------------------------------------
