@@ -65,7 +65,7 @@ import triton.language as tl
 
 from kernels.common import BY_HAND, INTERPRETED, launch, rounded
 
-PRECISIONS = ("ieee", "tf32x3")   # fp32 dots; bf16 is always wgmma
+PRECISIONS = ("ieee", "tf32x3", "fp64")   # fp32 dots; bf16 is always wgmma
 KALIGN = 128   # split-K chunk boundaries are multiples of this; every BLOCK_K used divides it
 _KALIGN = tl.constexpr(KALIGN)
 
@@ -92,7 +92,7 @@ class LaunchConfig:
     # hi = tf32(v), lo = tf32(v - hi), and the dot taken as hi*hi + hi*lo + lo*hi in fp32; the products
     # are exact to ~2^-22 relative, the sums fp32). tf32x3 has no tile-independence proof, so a kernel
     # on it takes ONE config for every row count, as bf16 does (`MLPConfigs` enforces it).
-    precision: str = "ieee"
+    precision: str = "ieee"   # or "fp64": float64 products and sums, one rounding at the store (above)
     # input and weight gradients: multiply transposed copies (W^T for dx; dY^T and A^T for dW) so both
     # operands are K-contiguous. Hopper's tf32 wgmma reads its shared operands K-major only; an
     # N-contiguous B goes through a transposing shuffle (measured: dh 1920 us against fwd2's 781 for the
@@ -114,6 +114,8 @@ class LaunchConfig:
             raise ValueError(f"split_k must be >= 1, got {self.split_k}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.precision == "fp64" and self.split_k > 1:
+            raise ValueError("an fp64 config takes no split-K (its partials would be rounded to fp32)")
         if self.persistent and self.split_k > 1:
             raise ValueError("a persistent config takes no split-K")
         if self.k_major and self.transpose_w:
@@ -122,7 +124,7 @@ class LaunchConfig:
     def short(self) -> str:
         s = f"{self.block_m}x{self.block_n}x{self.block_k}/w{self.num_warps}/s{self.num_stages}"
         return (s + (f"/k{self.split_k}" if self.split_k > 1 else "") + ("/wT" if self.transpose_w else "")
-                + ("/tf32x3" if self.precision == "tf32x3" else "") + ("/P" if self.persistent else "")
+                + (f"/{self.precision}" if self.precision != "ieee" else "") + ("/P" if self.persistent else "")
                 + ("/KM" if self.k_major else ""))
 
 
@@ -163,7 +165,8 @@ def _sigmoid(z):
 def _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm, stride_zn,
               stride_om, stride_on, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr, OUT_SILU: tl.constexpr,
               SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr, BY_HAND: tl.constexpr):
-    """fp32 accumulator -> outputs: bias, silu' or silu in fp32, one rounding per stored value."""
+    """Accumulator -> outputs: bias, silu' or silu in the accumulator's type (fp32; float64 for fp64
+    configs), one rounding per stored value."""
     row_ok = rm < M
     col_ok = rn < n_main
     mask = row_ok[:, None] & col_ok[None, :]
@@ -208,11 +211,12 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
               PRECISION: tl.constexpr, DOT_F32: tl.constexpr, A_SILU: tl.constexpr, ONES: tl.constexpr,
               BY_HAND: tl.constexpr):
-    """The fp32 accumulator of one tile over k in [k_lo, k_hi), ascending, BLOCK_K a step (the order)."""
+    """The accumulator of one tile over k in [k_lo, k_hi), ascending, BLOCK_K a step (the order): fp32, or
+    float64 for PRECISION "fp64"."""
     rk = tl.arange(0, BLOCK_K)
     a_ptrs = A + rm.to(tl.int64)[:, None] * stride_am + (k_lo + rk).to(tl.int64)[None, :] * stride_ak
     b_ptrs = B + (k_lo + rk).to(tl.int64)[:, None] * stride_bk + rn.to(tl.int64)[None, :] * stride_bn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64 if PRECISION == "fp64" else tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         if EVEN_K:
             a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
@@ -231,6 +235,8 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
                 b = tl.where(k_ok[:, None] & (rn == n_main)[None, :], 1.0, b).to(b.dtype)
         if DOT_F32:  # the interpreter's bf16 dot is wrong; bf16 x bf16 products are exact in fp32
             acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+        elif PRECISION == "fp64":
+            acc = tl.dot(a.to(tl.float64), b.to(tl.float64), acc, input_precision="ieee", out_dtype=tl.float64)
         else:
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
         a_ptrs += BLOCK_K * stride_ak

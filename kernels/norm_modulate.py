@@ -94,6 +94,10 @@ class LaunchConfig:
     bwd_chunk: int = 0             # 0: whole rows in registers; else the chunked backward's column chunk
     fwd_programs_per_sm: int = 2   # "walk" only
     fwd_l1_tables: bool = False    # "rows" only: x read past L1 (.cg), y stored evict_first, tables kept
+    # "rows" only, global plan (M > local_max): programs take rows in the plan's order (rows of one table
+    # row together, so their sh[m], sc[m] are shared in L2) or, False, in row order (one dependent load
+    # less per row: the plan's position -> the row). Rows are independent: y and rstd are the same bits.
+    fwd_ordered: bool = True
     local_max: int = LOCAL_MAX     # M <= local_max: local plan; above: global plan
     chunk_limit: int = 1024        # rows per program at most (the local sort is a [CMAX, M + 2] one-hot)
     param_cols: int = 32           # parameter stage: columns per program (no effect on any sum's order)
@@ -696,7 +700,8 @@ def _fwd_recipe(rows: int, hidden: int, table_rows: int, global_plan: bool, save
     """(kernel, grid, constexprs and warps, scratch int32 elements, CHUNK) of a forward launch."""
     if cfg.fwd_kernel == "rows":
         head, tail = _head_tail(hidden)
-        meta = dict(ROWS=cfg.fwd_rows, HEAD=head, TAIL=tail, ORDERED=global_plan, L1_TABLES=cfg.fwd_l1_tables,
+        meta = dict(ROWS=cfg.fwd_rows, HEAD=head, TAIL=tail, ORDERED=global_plan and cfg.fwd_ordered,
+                    L1_TABLES=cfg.fwd_l1_tables,
                     SAVE_RSTD=save_rstd, BY_HAND=BY_HAND, num_warps=cfg.fwd_warps)
         return _fwd_rows_kernel, (triton.cdiv(rows, cfg.fwd_rows),), meta, 0, 0
     programs, chunk, cmax = _geometry(rows, device, cfg.fwd_programs_per_sm, cfg.chunk_limit)

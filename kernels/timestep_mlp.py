@@ -39,8 +39,9 @@ DX_SPLIT = 6   # dx = dz1 W1 over K = hidden: fixed chunks, the same for every T
 @dataclass(frozen=True)
 class MLPConfigs:
     """Tile configs of the GEMMs, by row count. IEEE (FMA-chain) tiers may differ, see kernels/gemm.py;
-    a split is part of the order (dx: DX_SPLIT in every tier; fwd2: one split in every tier; the others
-    none), and a row-wise GEMM on tensor cores (tf32x3) takes one config for every row count."""
+    a split is part of the order (dx: DX_SPLIT in every tier; fwd2: one split in every tier; fwd1 and dh
+    none; the weight gradients, whose order is one per T by nature, any), and a row-wise GEMM on tensor
+    cores (tf32x3) or in float64 (fp64) takes one config for every row count."""
 
     fwd1: Tiers
     fwd2: Tiers
@@ -56,7 +57,7 @@ class MLPConfigs:
         for limit, cfg in self.dx:
             if cfg.split_k != DX_SPLIT:
                 raise ValueError(f"every dx config needs split_k = {DX_SPLIT} (the order of dx), got {cfg}")
-        for name in ("fwd1", "dh", "dw2", "dw1"):
+        for name in ("fwd1", "dh"):   # (the weight gradients may split T: their order is one per T anyway)
             for limit, cfg in getattr(self, name):
                 if cfg.split_k != 1:
                     raise ValueError(f"{name} configs take no split-K, got {cfg}")
@@ -65,7 +66,7 @@ class MLPConfigs:
         for name in ("fwd1", "fwd2", "dh", "dx"):  # the row-wise GEMMs: their order must not depend on T
             tiers = getattr(self, name)
             if any(cfg.precision != "ieee" for _, cfg in tiers) and len({cfg for _, cfg in tiers}) > 1:
-                raise ValueError(f"{name}: a tensor-core (tf32x3) kernel needs one config for every row count, "
+                raise ValueError(f"{name}: a tf32x3 or fp64 kernel needs one config for every row count, "
                                  f"got {[cfg.short() for _, cfg in tiers]}")
 
 
@@ -129,6 +130,13 @@ TF32X3_KM = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
 # GEMM2's K = 5376 as 8 fixed chunks (split-K): each output's fp32 chain is 8x shorter; its forward error
 # at T <= 8 is 2-4x cuBLAS's (gemv, tree-reduced) with one chain (H200, v4).
 TF32X3_KM_S8 = dataclasses.replace(TF32X3_KM, fwd2=DEFAULT.fwd2)   # the default's GEMM2 (8 K chunks)
+# The default with GEMM1 (K = 256) in float64 (products exact, sums 29 bits wider, one rounding of z1 and
+# of h): h is then within ~half an ulp of exact. With GEMM1's fp32 FMA chain, h carries ~3x cuBLAS's
+# error, and at T = 1 a dW2 element is dy * h (one exact product): w2's error was 3.08x cuBLAS's (the
+# default's evidence at commit 296b918). fp64 MMA runs at ~1/7 of tf32's rate on the H200: GEMM1 is
+# 5.6 GFLOP at T = 2048, so its tile is chosen by time (tools/bench_gemm.py).
+_F64 = {"precision": "fp64"}
+TF32X3_F64 = dataclasses.replace(DEFAULT, fwd1=((BIG, C(64, 64, 32, num_warps=4, num_stages=3, **_F64)),))
 TF32X3_KM_P = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
                       fwd2=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
                       dh=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_KM),

@@ -470,6 +470,24 @@ def test_variants_are_batch_invariant(device, monkeypatch, changes):
         assert torch.equal(as_bits(g1["x"][0]), as_bits(grads["x"][r]))
 
 
+@pytest.mark.parametrize("table_rows", [9, 40])
+def test_forward_row_order_equals_plan_order(device, monkeypatch, table_rows):
+    """fwd_ordered=False (the per-row forward in row order under the global plan, M = 40 > local_max)
+    gives the plan-ordered forward's bits; at M = 9 (no plan) it is the same launch."""
+    from kernels import norm_modulate as K
+    params, inputs, grad_out = _table_case(device, 24, 30, table_rows)
+    outs = []
+    for ordered in (True, False):
+        _config(monkeypatch, 24, chunk_limit=6, local_max=16, fwd_kernel="rows", fwd_rows=2, fwd_ordered=ordered)
+        outs.append(run(inputs, grad_out))
+        assert K.launch_config(24).fwd_ordered is ordered
+    (y_plan, g_plan), (y_rows, g_rows) = outs
+    assert torch.equal(as_bits(y_plan), as_bits(y_rows))
+    for name in g_plan:
+        assert torch.equal(as_bits(g_plan[name]), as_bits(g_rows[name])), name
+    assert_bf16_matches_float64(params, inputs, grad_out, y_rows, g_rows)
+
+
 # --- tools/sweep_norm_modulate.py: importable and checked on the CPU ---------------------------------
 
 def test_sweep_tool_arguments_floors_and_refusal(monkeypatch):
@@ -483,8 +501,13 @@ def test_sweep_tool_arguments_floors_and_refusal(monkeypatch):
     # floors: 4RH and 10RH bytes over the bandwidth (kernels/NOTES.md: 165.8 and 414.5 us at 4250 GB/s)
     assert sweep.floor_us(5376, 32768, False, 4250) == pytest.approx(165.8, abs=0.1)
     assert sweep.floor_us(5376, 32768, True, 4250) == pytest.approx(414.5, abs=0.1)
-    for name, hidden, config in sweep.variant_grid(list(sweep.VARIANT_NAMES), [1024, 8192]):
-        assert name != "default" and config.block_h == triton.next_power_of_2(hidden)
+    from kernels.norm_modulate import launch_config
+    grid = sweep.variant_grid(list(sweep.VARIANT_NAMES), [1024, 8192], [9, 64])
+    for name, hidden, table_rows, config in grid:
+        assert config.block_h == triton.next_power_of_2(hidden) and table_rows in (9, 64)
+        # a preset equal to the default is timed only when it is asked for as "default"
+        assert name == "default" or config != launch_config(hidden)
+    assert {(name, m) for name, _, m, _ in grid} >= {("default", 9), ("default", 64), ("fwd-row-order", 64)}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         sweep.main(["--out", "unused.json"])
@@ -519,10 +542,12 @@ def test_sweep_tool_variants_only(device, tmp_path):
     from tools import sweep_norm_modulate as sweep
     out = tmp_path / "variants.json"
     report = sweep.main(["--allow-cpu", "--out", str(out), "--rows", "5", "--hidden", "", "--table-rows", "",
-                         "--no-dtypes", "--variants", "gather", "--variant-hidden", "16", "--warmup", "0",
+                         "--no-dtypes", "--variants", "gather,default", "--variant-hidden", "16",
+                         "--variant-table-rows", "9,20", "--warmup", "0",
                          "--reps", "1", "--small-rows", "3", "--small-hidden", "16", "--host-reps", "1"])
     assert report["hidden_sweep"] == [] and report["table_rows_sweep"] == []
-    assert [v["variant"] for v in report["variants"]] == ["gather"]
+    assert [(v["variant"], v["table_rows"]) for v in report["variants"]] == [
+        ("gather", 9), ("default", 9), ("gather", 20), ("default", 20)]
     assert out.with_suffix(".png").stat().st_size > 0
     partial = dict(report)
     del partial["wall_s"]   # as a run cut short leaves it

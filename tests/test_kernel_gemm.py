@@ -306,6 +306,55 @@ def test_tensor_core_and_persistent_configs_are_checked():
                    dw1=one, dx=dx)
     with pytest.raises(ValueError, match="no split-K"):
         MLPConfigs(fwd1=((1 << 40, split),), fwd2=one, dh=one, dw2=one, dw1=one, dx=dx)
+    # a weight gradient may split T (its order is one per T anyway)
+    MLPConfigs(fwd1=one, fwd2=one, dh=one, dw2=one, dw1=((1 << 40, gemm.LaunchConfig(64, 64, 32, split_k=4)),), dx=dx)
+
+
+def test_fp64_gemm_rounds_once_from_float64(device):
+    """precision="fp64": float64 products and sums and a float64 epilogue (bias, silu), one rounding per
+    output: z and silu(z) within half an ulp of the float64 reference (bitwise equal to it rounded, but
+    for the rare sum within ~2^-50 of a rounding tie), a row alone bitwise equal to it in the batch, the
+    weight gradient within fp32's bound. fp64 takes no split-K; one config for every row count."""
+    from kernels import timestep_mlp as TM
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(37, 256, generator=g).to(device)
+    w = (torch.randn(70, 256, generator=g) / 16).to(device)
+    b = torch.randn(70, generator=g).to(device)
+    cfg = gemm.LaunchConfig(32, 64, 32, precision="fp64")
+    h, z = gemm.forward(x, w, b, cfg, out_dtype=torch.float32, out_silu=True, save_pre=True)
+    z_ref = x.double() @ w.double().T + b.double()
+    h_ref = z_ref * torch.sigmoid(z_ref)
+    for got, ref in ((z, z_ref), (h, h_ref)):
+        half_ulp = torch.abs(ref.float()).double() * U32   # half an ulp is 2^-24 relative at most
+        assert bool(((got.double() - ref).abs() <= half_ulp * 1.0001 + 1e-45).all())
+        assert (got != ref.float()).sum() <= 1   # a correctly rounded sum misses only at a near-tie
+    h1, _ = gemm.forward(x[5:6], w, b, cfg, out_dtype=torch.float32, out_silu=True, save_pre=True)
+    assert torch.equal(as_bits(h1[0]), as_bits(h[5]))
+    dy = torch.randn(37, 70, generator=g).to(device)
+    dw, _ = gemm.weight_grad(dy, x, cfg, dw_dtype=torch.float32, db_dtype=None)
+    assert rel_err(dw, dy.double().T @ x.double()) <= U32
+    with pytest.raises(ValueError, match="fp64 config takes no split-K"):
+        gemm.LaunchConfig(64, 64, 32, split_k=2, precision="fp64")
+    other = gemm.LaunchConfig(64, 64, 32, precision="fp64")
+    with pytest.raises(ValueError, match="one config for every row count"):
+        dataclasses.replace(TM.DEFAULT, fwd1=((4, cfg), (1 << 40, other)))
+    assert TM.TF32X3_F64.fwd1[0][1].precision == "fp64" and TM.TF32X3_F64.fwd2 == TM.DEFAULT.fwd2
+
+
+@pytest.mark.parametrize("db_blocks", [False, True])
+def test_weight_grad_split_over_t(device, db_blocks):
+    """A weight gradient split over T (chunks of 128 rows, the last one short): within fp32's bound of
+    float64 with the db column made in the kernel's last chunk or by column sums; repeats bitwise."""
+    g = torch.Generator().manual_seed(6)
+    dy = torch.randn(300, 45, generator=g).to(device)
+    a = torch.randn(300, 33, generator=g).to(device)
+    cfg = gemm.LaunchConfig(32, 64, 32, split_k=3)
+    dw, db = gemm.weight_grad(dy, a, cfg, dw_dtype=torch.float32, db_dtype=torch.float32, db_blocks=db_blocks)
+    assert rel_err(dw, dy.double().T @ a.double()) <= FP32_TOL
+    assert rel_err(db, dy.double().sum(0)) <= FP32_TOL
+    again = gemm.weight_grad(dy, a, cfg, dw_dtype=torch.float32, db_dtype=torch.float32, db_blocks=db_blocks)
+    assert torch.equal(as_bits(again[0]), as_bits(dw)) and torch.equal(as_bits(again[1]), as_bits(db))
 
 
 @pytest.mark.parametrize("dtype,precision", [(torch.float32, "ieee"), (torch.float32, "tf32x3"),

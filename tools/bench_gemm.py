@@ -288,26 +288,35 @@ def mlp_candidates():
         ("dw2", 2048, [gemm.pick(d.dw2, 2048), c(64, 128, 16, 4, 3), c(128, 64, 16, 4, 3), c(128, 128, 32, 8, 2)]),
         ("dw1", 2048, [gemm.pick(d.dw1, 2048), c(128, 64, 16, 8, 3), c(64, 128, 16, 4, 3), c(32, 64, 32, 4, 3)]),
     ]
-    # tf32x3 tiles (tensor cores; not bitwise the FMA chains, by design): per-kernel times at T = 2048,
-    # each list headed by the default's config
+    # tf32x3 tiles (tensor cores; not bitwise the FMA chains, by design) and fp64 ones (GEMM1: float64
+    # products and sums): per-kernel times at T = 2048, each list headed by the default's config
     d = TM.DEFAULT
     t3 = {"precision": "tf32x3"}
     km = {"precision": "tf32x3", "k_major": True}
+    f64 = {"precision": "fp64"}
     found += [
-        ("fwd1", 2048, [gemm.pick(d.fwd1, 2048), c(128, 128, 32, 8, 3, **t3), c(128, 128, 32, 8, 3, persistent=True, **t3),
-                        c(128, 64, 32, 4, 3, **t3)]),
+        ("fwd1", 2048, [gemm.pick(d.fwd1, 2048), c(128, 128, 32, 8, 3, **t3), c(128, 128, 64, 8, 2, **t3),
+                        c(64, 128, 32, 4, 3, **t3), c(128, 256, 32, 8, 3, **t3), c(64, 256, 32, 8, 3, **t3),
+                        c(64, 64, 32, 4, 3, **f64), c(32, 64, 32, 4, 3, **f64), c(64, 128, 32, 8, 3, **f64),
+                        c(128, 64, 16, 8, 3, **f64), c(64, 64, 16, 4, 4, **f64), c(128, 128, 16, 8, 3, **f64),
+                        c(64, 64, 32, 8, 3, **f64)]),
         ("fwd2", 2048, [gemm.pick(d.fwd2, 2048), c(128, 128, 32, 8, 3, persistent=True, **t3),
                         c(128, 128, 32, 8, 4, persistent=True, **t3), c(128, 256, 32, 8, 3, persistent=True, **t3),
                         c(128, 128, 64, 8, 2, persistent=True, **t3), c(128, 128, 32, 8, 3, split_k=4, **t3),
                         c(128, 128, 32, 8, 3, split_k=8, **t3), c(64, 128, 32, 4, 3, split_k=8, **t3)]),
-        ("dh", 2048, [gemm.pick(d.dh, 2048), c(128, 128, 32, 8, 3, **km), c(128, 128, 32, 8, 3, persistent=True, **km),
-                      c(128, 256, 32, 8, 3, **km)]),
-        ("dx", 2048, [gemm.pick(d.dx, 2048), c(128, 64, 32, 4, 3, split_k=k6, **t3), c(128, 64, 32, 4, 3, split_k=k6, **km),
-                      c(64, 64, 32, 4, 3, split_k=k6, **km)]),
-        ("dw2", 2048, [gemm.pick(d.dw2, 2048), c(128, 128, 32, 8, 3, **km), c(128, 128, 32, 8, 3, persistent=True, **km),
-                       c(128, 256, 32, 8, 3, **km)]),
-        ("dw1", 2048, [gemm.pick(d.dw1, 2048), c(128, 64, 32, 4, 3, **t3), c(128, 64, 32, 4, 3, **km),
-                       c(128, 128, 32, 8, 3, **km)]),
+        ("dh", 2048, [gemm.pick(d.dh, 2048), c(128, 128, 32, 8, 3, **km), c(128, 128, 32, 8, 4, persistent=True, **km),
+                      c(128, 128, 64, 8, 2, persistent=True, **km), c(64, 256, 32, 8, 3, persistent=True, **km)]),
+        ("dx", 2048, [gemm.pick(d.dx, 2048), c(128, 64, 32, 4, 3, split_k=k6, **km), c(128, 128, 32, 8, 3, split_k=k6, **km),
+                      c(64, 128, 32, 4, 3, split_k=k6, **km), c(64, 64, 64, 4, 3, split_k=k6, **km),
+                      c(64, 64, 32, 4, 4, split_k=k6, **km)]),
+        ("dw2", 2048, [gemm.pick(d.dw2, 2048), c(128, 128, 32, 8, 3, **km), c(128, 128, 32, 8, 4, persistent=True, **km),
+                       c(128, 128, 64, 8, 2, persistent=True, **km)]),
+        # dW1 = dz1^T x is [5376, 256]: 168 tiles of 128 x 64 for 132 SMs; a split of T (weight gradients
+        # may take one: their order is one per T anyway) or smaller tiles fill the machine
+        ("dw1", 2048, [gemm.pick(d.dw1, 2048), c(128, 64, 32, 4, 3, **km), c(64, 64, 32, 4, 3, **t3),
+                       c(64, 128, 32, 4, 3, **t3), c(128, 64, 32, 4, 3, split_k=2, **t3),
+                       c(128, 64, 32, 4, 3, split_k=4, **t3), c(64, 64, 32, 4, 3, split_k=2, **t3),
+                       c(128, 128, 32, 8, 3, split_k=4, **t3)]),
     ]
     # a candidate equal to its list's reference (the defaults moved since the lists were written) is timed once
     found = [(kernel, rows, [cands[0]] + [x for x in cands[1:] if x != cands[0]]) for kernel, rows, cands in found]
@@ -321,8 +330,9 @@ def ada_candidates():
     return [
         ("fwd", [d.fwd, c(128, 256, 64, 8, 4, **g16), c(128, 256, 64, 8, 4, persistent=True, group_m=8),
                  c(128, 256, 64, 8, 4, persistent=True, group_m=32)]),
-        ("dx", [d.dx, c(128, 128, 64, 8, 4, split_k=8), c(128, 128, 64, 8, 4, split_k=12),
-                c(128, 256, 64, 8, 3, split_k=12), c(128, 128, 64, 4, 4, split_k=AP.DX_SPLIT)]),
+        # fewer K chunks: less partial traffic at T = 2048 (6 x 2048 x 2688 fp32 written and read back)
+        ("dx", [d.dx, c(128, 128, 64, 8, 4, split_k=3), c(128, 128, 64, 8, 4, split_k=4),
+                c(128, 256, 64, 8, 4, split_k=4), c(128, 128, 64, 8, 3, split_k=4)]),
         ("dw", [d.dw, c(128, 256, 64, 8, 3, group_m=16), c(256, 128, 64, 8, 4), c(128, 256, 64, 8, 4, group_m=32)]),
     ]
 
@@ -489,7 +499,7 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=200.0, help="seconds after which config candidates are skipped")
     parser.add_argument("--skip-configs", action="store_true")
     parser.add_argument("--skip-ops", action="store_true", help="skip the default configs' op sections and db_blocks")
-    parser.add_argument("--mlp-variants", default="TF32X3_KM,TF32X3_KM_S8,TF32X3_KM_P",
+    parser.add_argument("--mlp-variants", default="DEFAULT,TF32X3_F64",
                         help="config sets of kernels/timestep_mlp.py run as the whole op (comma-separated names)")
     parser.add_argument("--ada-variants", default="DEFAULT",
                         help="config sets of kernels/adaln_projection.py run as the whole op")

@@ -30,7 +30,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -65,13 +65,14 @@ def _variant(name: str, hidden: int):
                          fwd_warps=8, fwd_programs_per_sm=1),
         "bwd-chunked": dict(bwd_chunk=2048, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1),
         "bwd-registers": dict(bwd_chunk=0, bwd_rows=max(1, 4096 // block_h), bwd_warps=8, bwd_programs_per_sm=1),
+        "fwd-row-order": dict(fwd_ordered=False),   # the per-row forward in row order under the global plan
     }
     if name not in presets:
         raise ValueError(f"unknown variant {name!r}; known: {', '.join(presets)}")
     return dataclasses.replace(base, **presets[name])
 
 
-VARIANT_NAMES = ("default", "gather", "gather-l1", "walk", "walk-1sm", "bwd-chunked", "bwd-registers")
+VARIANT_NAMES = ("default", "gather", "gather-l1", "walk", "walk-1sm", "bwd-chunked", "bwd-registers", "fwd-row-order")
 
 
 def _ints(text: str) -> list[int]:
@@ -90,6 +91,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                         help=f"LaunchConfig presets timed beside the default at each --variant-hidden (presets "
                              f"identical to the default there are skipped): {', '.join(VARIANT_NAMES)}; '' for none")
     parser.add_argument("--variant-hidden", type=_ints, default=[1024, 4096, 8192])
+    parser.add_argument("--variant-table-rows", type=_ints, default=[9],
+                        help="table rows M of the variants' cases (fwd-row-order differs from the default above 16)")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--reps", type=int, default=100)
     parser.add_argument("--small-rows", type=int, default=SMALL_ROWS, help="step 4's R")
@@ -253,16 +256,19 @@ def small_batch(device, rows: int, hidden: int, warmup: int, reps: int, host_rep
     return out
 
 
-def variant_grid(names: list[str], hiddens: list[int]) -> list[tuple[str, int, object]]:
-    """(preset, H, LaunchConfig) to time: each preset at each H, unless it is the default config there."""
+def variant_grid(names: list[str], hiddens: list[int], table_rows: Sequence[int] = (9,)
+                 ) -> list[tuple[str, int, int, object]]:
+    """(preset, H, M, LaunchConfig) to time: each preset at each H and M, unless it is the default config
+    there (named as "default", the default is timed too)."""
     from kernels import norm_modulate as K
     grid = []
     for hidden in hiddens:
         default = dataclasses.asdict(K.launch_config(hidden))
-        for name in names:
-            config = _variant(name, hidden)
-            if dataclasses.asdict(config) != default:
-                grid.append((name, hidden, config))
+        for m in table_rows:
+            for name in names:
+                config = _variant(name, hidden)
+                if name == "default" or dataclasses.asdict(config) != default:
+                    grid.append((name, hidden, m, config))
     return grid
 
 
@@ -362,7 +368,7 @@ def summary(report: dict) -> str:
                          + ", ".join(goals))
     for v in report.get("variants", []):
         ours = v["rows"].get("ours", {})
-        lines.append(f"{v['variant'][:9]:>9} H={v['hidden']:<5}| {_cell(ours, 'fwd'):9.1f} "
+        lines.append(f"{v['variant'][:13]:>13} H={v['hidden']} M={v.get('table_rows', 9)} | {_cell(ours, 'fwd'):9.1f} "
                      f"{'':8} {'':8} {v['floor_fwd_us'] / _cell(ours, 'fwd'):6.1%} | {_cell(ours, 'fwd_bwd_net'):9.1f}"
                      f" {'':8} {'':8} {v['floor_fwd_bwd_us'] / _cell(ours, 'fwd_bwd_net'):6.1%} |")
     small = report.get("small_batch")
@@ -425,14 +431,15 @@ def main(argv: Optional[list[str]] = None) -> dict:
         save()
     # the launch-config variants last: under a time limit the goals' numbers come first
     cases = {}
-    for name, hidden, config in variant_grid(args.variants, args.variant_hidden):
-        if hidden not in cases:
-            cases = {hidden: make_case(device, hidden, args.rows, 9)[1]}  # one case in memory at a time
-        entry = {"variant": name, "hidden": hidden, "config": dataclasses.asdict(config),
-                 "rows": time_rows(device, cases[hidden], ("ours",), args.warmup, args.reps, eps, config=config)}
+    for name, hidden, table_rows, config in variant_grid(args.variants, args.variant_hidden, args.variant_table_rows):
+        if (hidden, table_rows) not in cases:  # one case in memory at a time
+            cases = {(hidden, table_rows): make_case(device, hidden, args.rows, table_rows)[1]}
+        entry = {"variant": name, "hidden": hidden, "table_rows": table_rows, "config": dataclasses.asdict(config),
+                 "rows": time_rows(device, cases[hidden, table_rows], ("ours",), args.warmup, args.reps, eps,
+                                   config=config)}
         report["variants"].append(_with_floors(entry, hidden, args.rows, bandwidth))
         save()
-        print(f"variant {name} at H={hidden} done ({time.perf_counter() - started:.0f} s)", flush=True)
+        print(f"variant {name} at H={hidden} M={table_rows} done ({time.perf_counter() - started:.0f} s)", flush=True)
     cases.clear()
     report["bandwidth_end_gbps"] = round(measure_copy_bandwidth(device)[0], 1)
     report["wall_s"] = round(time.perf_counter() - started, 1)

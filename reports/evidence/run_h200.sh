@@ -25,10 +25,12 @@
 #                  suite's wall time), one evidence file per op under $OUT/work/all/
 #   kernel-tests   our kernels' tests on the GPU (H3BENCH_KERNEL_TESTS: test files, default every kernel's)
 #   sweep          tools/sweep_norm_modulate.py (norm_modulate over widths, table sizes, dtypes)
-#   sweep-variants its launch-config variants only
+#   sweep-variants its launch-config variants only (H3BENCH_SWEEP_ARGS: more arguments, e.g. --variants,
+#                  --variant-hidden, --variant-table-rows)
 #   bench-memory   tools/bench_memory_ops.py (H3BENCH_BENCH_ARGS: its arguments, e.g. --ops/--sizes/--timeline);
 #                  bench-memory2: a second one (H3BENCH_BENCH_ARGS2); bench-gemm: tools/bench_gemm.py
 #                  (H3BENCH_GEMM_ARGS: its arguments; H3BENCH_GEMM_BUDGET: seconds before candidates are skipped)
+#   hostcost       tools/hostcost.py --breakdown-only: a norm_modulate fwd+bwd's host time by piece
 #   hostcost-sinusoid  tools/hostcost.py --sinusoid-only: the host path of timestep_sinusoid's row and SGLang's
 # `install` is idempotent: a later call on the same (warm) machine skips what is there already. With
 # H3BENCH_DEADLINE_S set, a step that would start after that many seconds of the call is skipped and the
@@ -151,9 +153,10 @@ step_sweep() {
   PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.sweep_norm_modulate --out "$OUT/work/sweep_norm_modulate.json"
 }
 
-step_sweep-variants() {  # the launch-config variants only (the sweep's last section)
+step_sweep-variants() {  # the launch-config variants only (the sweep's last section), and R = 4097's host time
+  # shellcheck disable=SC2086  # the arguments are words
   PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.sweep_norm_modulate --hidden '' --table-rows '' --no-dtypes \
-    --out "$OUT/work/sweep_variants_norm_modulate.json"
+    ${H3BENCH_SWEEP_ARGS:-} --out "$OUT/work/sweep_variants_norm_modulate.json"
 }
 
 bench_memory() {  # bench_memory OUT_NAME ARGS: one tools/bench_memory_ops call
@@ -165,6 +168,10 @@ bench_memory() {  # bench_memory OUT_NAME ARGS: one tools/bench_memory_ops call
 step_bench-memory() { bench_memory bench_memory_ops "${H3BENCH_BENCH_ARGS:-}"; }
 
 step_bench-memory2() { bench_memory bench_memory_ops_2 "${H3BENCH_BENCH_ARGS2:-}"; }  # other ops or sizes
+
+step_hostcost() {  # where a norm_modulate fwd+bwd's host time goes, piece by piece (R = 8)
+  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.hostcost --breakdown-only --out "$OUT/work"
+}
 
 step_hostcost-sinusoid() {
   PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.hostcost --sinusoid-only
