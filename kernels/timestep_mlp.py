@@ -2,24 +2,24 @@
 
 Launches of `kernels.gemm._gemm_kernel` (TF32 off: fp32 accuracy throughout):
 
-    forward   z1 = x W1^T + b1, h = silu(z1)          GEMM1 (epilogue: bias, silu; z1 kept for a backward)
+    forward   z1 = x W1^T + b1, h = silu(z1)          GEMM1 (float64; epilogue: bias, silu; z1 kept for a backward)
               out = h W2^T + b2                       GEMM2 (epilogue: bias; 8 fixed K chunks)
     backward  dz1 = (dy W2) * silu'(z1)               `gemm.input_grad` (epilogue: silu')
               dW2 = dy^T h, db2 = colsum(dy)          `gemm.weight_grad`, `gemm.column_sums` (float64)
               dx = dz1 W1                              `gemm.input_grad`, fixed split-K (DX_SPLIT chunks)
               dW1 = dz1^T x, db1 = colsum(dz1)        `gemm.weight_grad`, `gemm.column_sums`
 
-Reduction orders (kernels/gemm.py): GEMM1 is IEEE fma chains over K ascending, so its tile config may
-change with T (`pick`, the proof in kernels/gemm.py); GEMM2, dz1 and dx run on tensor cores in tf32x3
-(each operand split into two tf32 halves, three products a k8 slice, fp32 accumulation), each with ONE
-tile config and one K split for every T (`MLPConfigs` refuses anything else for tensor-core kernels):
-a row's bits do not depend on T. The weight gradients are sums over t, one fixed order per T (FMA chains
+Reduction orders (kernels/gemm.py): GEMM1 runs in float64 (fp64 MMA: exact products, float64 sums,
+bias and silu, one rounding of z1 and of h); GEMM2, dz1 and dx run on tensor cores in tf32x3 (each
+operand split into two tf32 halves, three products a k8 slice, fp32 accumulation); each with ONE tile
+config and one K split for every T (`MLPConfigs` refuses anything else for fp64 and tensor-core
+kernels): a row's bits do not depend on T. The weight gradients are sums over t, one fixed order per T (FMA chains
 up to T = 64, tf32x3 above), the bias gradients float64 column sums: they repeat bitwise run to run.
 
 What the backward keeps (decided by bytes, kernels/notes/gemm.md): h (fp32 [T, 5376]) is written by
 GEMM1 anyway, since GEMM2 reads it, and dW2 needs it; z1 (another 21.5 KB a row) is written only
 when a gradient will be asked for, because silu'(z1) cannot be had from h, and recomputing z1 would
-re-read W1 and redo GEMM1 (5.6 GFLOP at T = 2048, ~0.1-0.2 ms of FMA work) to save ~10 us of writes.
+re-read W1 and redo GEMM1 (5.6 GFLOP at T = 2048, ~0.15 ms of fp64 MMA work) to save ~10 us of writes.
 """
 from __future__ import annotations
 
@@ -39,9 +39,9 @@ DX_SPLIT = 6   # dx = dz1 W1 over K = hidden: fixed chunks, the same for every T
 @dataclass(frozen=True)
 class MLPConfigs:
     """Tile configs of the GEMMs, by row count. IEEE (FMA-chain) tiers may differ, see kernels/gemm.py;
-    a split is part of the order (dx: DX_SPLIT in every tier; fwd2: one split in every tier; fwd1 and dh
-    none; the weight gradients, whose order is one per T by nature, any), and a row-wise GEMM on tensor
-    cores (tf32x3) or in float64 (fp64) takes one config for every row count."""
+    a split is part of the order (dx: DX_SPLIT in every tier; fwd2 and dh: one split each, the same in
+    every tier; fwd1 none; the weight gradients, whose order is one per T by nature, any), and a row-wise
+    GEMM on tensor cores (tf32x3) or in float64 (fp64) takes one config for every row count."""
 
     fwd1: Tiers
     fwd2: Tiers
@@ -57,12 +57,13 @@ class MLPConfigs:
         for limit, cfg in self.dx:
             if cfg.split_k != DX_SPLIT:
                 raise ValueError(f"every dx config needs split_k = {DX_SPLIT} (the order of dx), got {cfg}")
-        for name in ("fwd1", "dh"):   # (the weight gradients may split T: their order is one per T anyway)
-            for limit, cfg in getattr(self, name):
-                if cfg.split_k != 1:
-                    raise ValueError(f"{name} configs take no split-K, got {cfg}")
-        if len({cfg.split_k for _, cfg in self.fwd2}) > 1:  # the split is part of the order, as dx's
-            raise ValueError(f"fwd2's split_k must be the same in every tier, got {[c.short() for _, c in self.fwd2]}")
+        for limit, cfg in self.fwd1:   # (the weight gradients may split T: their order is one per T anyway)
+            if cfg.split_k != 1:
+                raise ValueError(f"fwd1 configs take no split-K, got {cfg}")
+        for name in ("fwd2", "dh"):   # the split is part of the order, as dx's
+            tiers = getattr(self, name)
+            if len({cfg.split_k for _, cfg in tiers}) > 1:
+                raise ValueError(f"{name}'s split_k must be the same in every tier, got {[c.short() for _, c in tiers]}")
         for name in ("fwd1", "fwd2", "dh", "dx"):  # the row-wise GEMMs: their order must not depend on T
             tiers = getattr(self, name)
             if any(cfg.precision != "ieee" for _, cfg in tiers) and len({cfg for _, cfg in tiers}) > 1:
@@ -93,15 +94,17 @@ IEEE = MLPConfigs(
 )
 _T3 = {"precision": "tf32x3"}
 _KM = {"precision": "tf32x3", "k_major": True}
-# Defaults (v4 in kernels/notes/gemm.md, from the H200 runs of tools/bench_gemm.py at commits 7ffb2da and
-# c7acaa3): the long-K GEMMs on tensor cores in tf32x3, one config each for every T (fwd2 in 8 fixed K
-# chunks: its forward error at T <= 8 was 2-4x cuBLAS's with one chain); fwd1 (K = 256: tf32x3's ~2^-22
-# product error would dominate a short sum) as the FMA chains; the weight gradients (any order per T)
-# FMA chains up to T = 64, where a dW element is a sum of few exact products, tf32x3 above; the bias
-# gradients as float64 column sums. T = 2048 kernels (stream us): fwd1 209.9, fwd2 836.2, dh 993.1,
-# dx 118.5, dw2 868.3, dw1 163.6.
+_F64 = {"precision": "fp64"}
+# Defaults (v4-v5 in kernels/notes/gemm.md, from the H200 runs of tools/bench_gemm.py at commits 7ffb2da,
+# c7acaa3 and 081f3f4): GEMM1 (K = 256) in float64 (v5: products exact, sums 29 bits wider than fp32, z1 and
+# h each rounded once: within ~half an ulp of exact, and 150.6 us at T = 2048 against the FMA chains'
+# 209.4); the long-K GEMMs on tensor cores in tf32x3, one config each for every T (fwd2 in 8 fixed K
+# chunks: its forward error at T <= 8 was 2-4x cuBLAS's with one chain); the weight gradients (any order
+# per T) FMA chains up to T = 64, where a dW element is a sum of few exact products, tf32x3 above; the
+# bias gradients as float64 column sums. T = 2048 kernels (stream us): fwd1 150.6, fwd2 832.5, dh 995.9,
+# dx 118.5-171.2, dw2 866.5, dw1 165.5.
 DEFAULT = MLPConfigs(
-    fwd1=IEEE.fwd1,
+    fwd1=((BIG, C(32, 64, 32, num_warps=4, num_stages=3, **_F64)),),
     fwd2=((BIG, C(128, 128, 32, num_warps=8, num_stages=3, split_k=8, **_T3)),),
     dh=((BIG, C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_KM)),),
     dx=((BIG, C(64, 64, 32, num_warps=4, num_stages=3, split_k=DX_SPLIT, **_KM)),),
@@ -109,6 +112,9 @@ DEFAULT = MLPConfigs(
     dw1=(IEEE.dw1[0], (64, IEEE.dw1[1][1]), (BIG, C(128, 64, 32, num_warps=4, num_stages=3, **_T3))),
     db_blocks=True,
 )
+# v4's default: GEMM1 as the FMA chains (IEEE.fwd1, tiers by T). Its h carries ~3x cuBLAS's error, which
+# at T = 1 is dW2's whole error (a dW2 element is dy * h there): w2 3.08x cuBLAS's (evidence at 296b918).
+FMA_FWD1 = dataclasses.replace(DEFAULT, fwd1=IEEE.fwd1)
 
 
 def uniform(fwd1: C, fwd2: C, dh: C, dx: C, dw2: C, dw1: C, db_blocks: bool = False) -> MLPConfigs:
@@ -130,13 +136,10 @@ TF32X3_KM = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
 # GEMM2's K = 5376 as 8 fixed chunks (split-K): each output's fp32 chain is 8x shorter; its forward error
 # at T <= 8 is 2-4x cuBLAS's (gemv, tree-reduced) with one chain (H200, v4).
 TF32X3_KM_S8 = dataclasses.replace(TF32X3_KM, fwd2=DEFAULT.fwd2)   # the default's GEMM2 (8 K chunks)
-# The default with GEMM1 (K = 256) in float64 (products exact, sums 29 bits wider, one rounding of z1 and
-# of h): h is then within ~half an ulp of exact. With GEMM1's fp32 FMA chain, h carries ~3x cuBLAS's
-# error, and at T = 1 a dW2 element is dy * h (one exact product): w2's error was 3.08x cuBLAS's (the
-# default's evidence at commit 296b918). fp64 MMA runs at ~1/7 of tf32's rate on the H200: GEMM1 is
-# 5.6 GFLOP at T = 2048, so its tile is chosen by time (tools/bench_gemm.py).
-_F64 = {"precision": "fp64"}
-TF32X3_F64 = dataclasses.replace(DEFAULT, fwd1=((BIG, C(64, 64, 32, num_warps=4, num_stages=3, **_F64)),))
+# dz1 = (dy W2) silu'(z1) in 2 fixed K chunks: its 672 output tiles of 128 x 128 are 5.09 waves of 132 SMs
+# (the sixth nearly empty: ~15% of dh idle); 2 x 672 programs fill 10.2 of 11 (93%), for 88 MB of fp32
+# partials written and read back (~40 us at T = 2048).
+DH_SPLIT2 = dataclasses.replace(DEFAULT, dh=((BIG, C(128, 128, 32, num_warps=8, num_stages=3, split_k=2, **_KM)),))
 TF32X3_KM_P = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
                       fwd2=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
                       dh=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_KM),

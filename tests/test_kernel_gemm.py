@@ -70,14 +70,16 @@ def test_timestep_mlp_matches_float64(device, rows):
         assert rel_err(grads[name], ref.grads[name]) <= FP32_TOL, name
 
 
+@pytest.mark.parametrize("configs", ["DEFAULT", "DH_SPLIT2"])
 @pytest.mark.parametrize("rows", [1, 70])
-def test_timestep_mlp_gpu_default_plumbing_matches_float64(device, monkeypatch, rows):
-    """The GPU's default configs run through the launchers (the interpreter's dots stand in for tf32x3):
-    GEMM2's 8 fixed K chunks, K-major copies, persistent programs, FMA tiers by T, the float64 column
-    sums, the T <= 64 / > 64 weight-gradient tiers. Values against float64, weight gradients twice."""
+def test_timestep_mlp_gpu_default_plumbing_matches_float64(device, monkeypatch, rows, configs):
+    """The GPU's default configs (and the dz1-split candidate) run through the launchers (the
+    interpreter's dots stand in for tf32x3): GEMM1 in float64, GEMM2's 8 fixed K chunks, K-major copies,
+    persistent programs, the float64 column sums, the T <= 64 / > 64 weight-gradient tiers. Values
+    against float64, weight gradients twice."""
     from kernels import timestep_mlp as TM
 
-    monkeypatch.setattr(TM, "configs", lambda: TM.DEFAULT)
+    monkeypatch.setattr(TM, "configs", lambda: getattr(TM, configs))
     inputs, dy = mlp_case(device, rows)
     y, grads = run_op(timestep_mlp, MLP_NAMES, inputs, dy)
     ref = MLP.reference(MLP_PARAMS, inputs, (dy,), MLP_NAMES, MLP.name)
@@ -306,6 +308,10 @@ def test_tensor_core_and_persistent_configs_are_checked():
                    dw1=one, dx=dx)
     with pytest.raises(ValueError, match="no split-K"):
         MLPConfigs(fwd1=((1 << 40, split),), fwd2=one, dh=one, dw2=one, dw1=one, dx=dx)
+    MLPConfigs(fwd1=one, fwd2=one, dh=((1 << 40, split),), dw2=one, dw1=one, dx=dx)   # dz1 too: one split
+    with pytest.raises(ValueError, match="dh's split_k"):
+        MLPConfigs(fwd1=one, fwd2=one, dh=((4, gemm.LaunchConfig(64, 64, 32)), (1 << 40, split)), dw2=one,
+                   dw1=one, dx=dx)
     # a weight gradient may split T (its order is one per T anyway)
     MLPConfigs(fwd1=one, fwd2=one, dh=one, dw2=one, dw1=((1 << 40, gemm.LaunchConfig(64, 64, 32, split_k=4)),), dx=dx)
 
@@ -339,7 +345,23 @@ def test_fp64_gemm_rounds_once_from_float64(device):
     other = gemm.LaunchConfig(64, 64, 32, precision="fp64")
     with pytest.raises(ValueError, match="one config for every row count"):
         dataclasses.replace(TM.DEFAULT, fwd1=((4, cfg), (1 << 40, other)))
-    assert TM.TF32X3_F64.fwd1[0][1].precision == "fp64" and TM.TF32X3_F64.fwd2 == TM.DEFAULT.fwd2
+    assert TM.DEFAULT.fwd1[0][1].precision == "fp64" and TM.FMA_FWD1.fwd1 == TM.IEEE.fwd1
+
+
+@pytest.mark.parametrize("k_major", [False, True])
+def test_input_grad_split_with_dsilu(device, k_major):
+    """dz1's split (fixed K chunks of 128, the last one short) with the silu' epilogue in the last
+    chunk's program: within fp32's bound of float64; a row alone bitwise equal to it in the batch."""
+    g = torch.Generator().manual_seed(8)
+    dy = torch.randn(37, 300, generator=g).to(device)
+    w = torch.randn(300, 45, generator=g).to(device)
+    z = torch.randn(37, 45, generator=g).to(device)
+    cfg = gemm.LaunchConfig(32, 64, 32, split_k=3, k_major=k_major, precision="tf32x3" if k_major else "ieee")
+    dz = gemm.input_grad(dy, w, cfg, dsilu_of=z)
+    s = torch.sigmoid(z.double())
+    assert rel_err(dz, (dy.double() @ w.double()) * (s * (1 + z.double() * (1 - s)))) <= FP32_TOL
+    one = gemm.input_grad(dy[20:21], w, cfg, dsilu_of=z[20:21])
+    assert torch.equal(as_bits(one[0]), as_bits(dz[20]))
 
 
 @pytest.mark.parametrize("db_blocks", [False, True])

@@ -66,13 +66,16 @@ def _variant(name: str, hidden: int):
         "bwd-chunked": dict(bwd_chunk=2048, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1),
         "bwd-registers": dict(bwd_chunk=0, bwd_rows=max(1, 4096 // block_h), bwd_warps=8, bwd_programs_per_sm=1),
         "fwd-row-order": dict(fwd_ordered=False),   # the per-row forward in row order under the global plan
+        "fwd-row-order-l1": dict(fwd_kernel="rows", fwd_rows=old_rows, fwd_warps=old_warps, fwd_l1_tables=True,
+                                 fwd_ordered=False),   # and x, y streamed past the tables (evict_last)
     }
     if name not in presets:
         raise ValueError(f"unknown variant {name!r}; known: {', '.join(presets)}")
     return dataclasses.replace(base, **presets[name])
 
 
-VARIANT_NAMES = ("default", "gather", "gather-l1", "walk", "walk-1sm", "bwd-chunked", "bwd-registers", "fwd-row-order")
+VARIANT_NAMES = ("default", "gather", "gather-l1", "walk", "walk-1sm", "bwd-chunked", "bwd-registers", "fwd-row-order",
+                 "fwd-row-order-l1")
 
 
 def _ints(text: str) -> list[int]:
