@@ -94,10 +94,12 @@ class LaunchConfig:
     bwd_chunk: int = 0             # 0: whole rows in registers; else the chunked backward's column chunk
     fwd_programs_per_sm: int = 2   # "walk" only
     fwd_l1_tables: bool = False    # "rows" only: x read past L1 (.cg), y stored evict_first, tables kept
-    # "rows" only, global plan (M > local_max): programs take rows in the plan's order (rows of one table
-    # row together, so their sh[m], sc[m] are shared in L2) or, False, in row order (one dependent load
-    # less per row: the plan's position -> the row). Rows are independent: y and rstd are the same bits.
-    fwd_ordered: bool = True
+    # "rows" only, global plan (M > local_max): programs take rows in the plan's order (True: rows of one
+    # table row together, so their sh[m], sc[m] are shared in L2) or in row order (False, the default:
+    # one dependent load less per row, the plan's position -> the row; H200 at H = 5376, R = 32768,
+    # stream: M = 1024 forward 352-365 us against 420, M = 4096 422-426 against 432, kernels/NOTES.md v22).
+    # Rows are independent: y and rstd are the same bits either way.
+    fwd_ordered: bool = False
     local_max: int = LOCAL_MAX     # M <= local_max: local plan; above: global plan
     chunk_limit: int = 1024        # rows per program at most (the local sort is a [CMAX, M + 2] one-hot)
     param_cols: int = 32           # parameter stage: columns per program (no effect on any sum's order)
@@ -114,7 +116,10 @@ class LaunchConfig:
 
 # Interpreter: one parameter program per 1024 columns (each interpreted program costs milliseconds).
 _PARAM_COLS = 1024 if INTERPRETED else 32
-CHUNKED_FROM = 8192    # default: H from this up takes the chunked backward (whole rows spill registers)
+# default: H above this takes the chunked backward. At H = 8192 the whole-row backward spills ~120 B a
+# thread and still ran 904.6 / 815.1 us net fwd+bwd (sync / stream) against the chunked one's 1538.8 /
+# 1317.7 (H200, kernels/NOTES.md v21-v22); at 16384 lanes a row it would spill several times that.
+CHUNKED_ABOVE = 8192
 
 
 @functools.lru_cache(maxsize=64)
@@ -122,17 +127,19 @@ def launch_config(hidden: int) -> LaunchConfig:
     """The default launch configuration for rows of `hidden` elements (kernels/NOTES.md, v14-v17).
 
     Registers per thread (sm_90, `python -m tools.compile_norm_modulate`) set the shapes: each kernel
-    spill-free with 16-32 KB of loads in flight per SM. Narrow H (<= 4096): the sorted walk forward,
-    [ROWS, BLOCK_H] steps of 8K elements (two programs per SM); wide H: the per-row forward (v13).
-    Backward: whole rows in registers up to H < 8192, one program per SM; chunked from 8192 up."""
+    spill-free with 16-32 KB of loads in flight per SM. Forward: the per-row kernel (v13), at narrow H
+    (<= 4096) with the tables kept in L1 and x, y streamed past them (`fwd_l1_tables`, v22: the sorted
+    walk forward of v17 measured slower there). Backward: whole rows in registers up to H <= 8192, one
+    program per SM; chunked above."""
     block_h = triton.next_power_of_2(hidden)
     common = dict(block_h=block_h, bwd_programs_per_sm=1, param_cols=_PARAM_COLS)
     if block_h <= 4096:
-        rows = max(1, min(64, 8192 // block_h)) if block_h <= 2048 else 1
-        fwd = dict(fwd_kernel="walk", fwd_rows=rows, fwd_warps=_warps(rows * block_h), fwd_programs_per_sm=2)
+        rows = max(1, 4096 // block_h) if block_h < 2048 else 1   # v13's narrow tile: 4K elements a program
+        fwd = dict(fwd_kernel="rows", fwd_rows=rows, fwd_warps=max(1, min(8, rows * block_h // 512)) if rows > 1
+                   else 4, fwd_l1_tables=True)
     else:
         fwd = dict(fwd_kernel="rows", fwd_rows=1, fwd_warps=4 if block_h <= 8192 else 8)  # 16 warps spill at 32768
-    if hidden >= CHUNKED_FROM:
+    if hidden > CHUNKED_ABOVE:
         bwd = dict(bwd_rows=4, bwd_warps=8, bwd_chunk=2048)
     else:
         rows = max(1, min(64, 8192 // block_h)) if block_h <= 1024 else max(1, 4096 // block_h)
@@ -675,10 +682,11 @@ def make_plan(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def wants_plan(table_rows: int, hidden: int, table_bytes: int, training: bool, cfg: LaunchConfig) -> bool:
     """The global plan is used when M > local_max: always for a backward; for an inference call when the
-    walk forward needs it, or when sh + sc outgrow L2 (sorted rows then share table rows in L2)."""
+    walk forward needs it, or when sh + sc outgrow L2 and the per-row forward takes rows in the plan's
+    order (`fwd_ordered`: sorted rows then share table rows in L2)."""
     if table_rows <= cfg.local_max:
         return False
-    return training or cfg.fwd_kernel == "walk" or table_bytes > INFERENCE_SORT_BYTES
+    return training or cfg.fwd_kernel == "walk" or (cfg.fwd_ordered and table_bytes > INFERENCE_SORT_BYTES)
 
 
 @functools.lru_cache(maxsize=64)

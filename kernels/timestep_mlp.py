@@ -4,7 +4,7 @@ Launches of `kernels.gemm._gemm_kernel` (TF32 off: fp32 accuracy throughout):
 
     forward   z1 = x W1^T + b1, h = silu(z1)          GEMM1 (float64; epilogue: bias, silu; z1 kept for a backward)
               out = h W2^T + b2                       GEMM2 (epilogue: bias; 8 fixed K chunks)
-    backward  dz1 = (dy W2) * silu'(z1)               `gemm.input_grad` (epilogue: silu')
+    backward  dz1 = (dy W2) * silu'(z1)               `gemm.input_grad` (epilogue: silu'; 2 fixed K chunks)
               dW2 = dy^T h, db2 = colsum(dy)          `gemm.weight_grad`, `gemm.column_sums` (float64)
               dx = dz1 W1                              `gemm.input_grad`, fixed split-K (DX_SPLIT chunks)
               dW1 = dz1^T x, db1 = colsum(dz1)        `gemm.weight_grad`, `gemm.column_sums`
@@ -96,17 +96,18 @@ _T3 = {"precision": "tf32x3"}
 _KM = {"precision": "tf32x3", "k_major": True}
 _F64 = {"precision": "fp64"}
 # Defaults (v4-v5 in kernels/notes/gemm.md, from the H200 runs of tools/bench_gemm.py at commits 7ffb2da,
-# c7acaa3 and 081f3f4): GEMM1 (K = 256) in float64 (v5: products exact, sums 29 bits wider than fp32, z1 and
-# h each rounded once: within ~half an ulp of exact, and 150.6 us at T = 2048 against the FMA chains'
-# 209.4); the long-K GEMMs on tensor cores in tf32x3, one config each for every T (fwd2 in 8 fixed K
-# chunks: its forward error at T <= 8 was 2-4x cuBLAS's with one chain); the weight gradients (any order
-# per T) FMA chains up to T = 64, where a dW element is a sum of few exact products, tf32x3 above; the
-# bias gradients as float64 column sums. T = 2048 kernels (stream us): fwd1 150.6, fwd2 832.5, dh 995.9,
-# dx 118.5-171.2, dw2 866.5, dw1 165.5.
+# c7acaa3, 081f3f4 and fcfe379): GEMM1 (K = 256) in float64 (v5: products exact, sums 29 bits wider than
+# fp32, z1 and h each rounded once: within ~half an ulp of exact, and 150.6 us at T = 2048 against the FMA
+# chains' 209.4); the long-K GEMMs on tensor cores in tf32x3, one config each for every T (fwd2 in 8 fixed
+# K chunks: its forward error at T <= 8 was 2-4x cuBLAS's with one chain; dz1 in 2: its 672 output tiles
+# of 128 x 128 are 5.09 waves of 132 SMs, 2 x 672 programs fill 10.2 of 11); the weight gradients (any
+# order per T) FMA chains up to T = 64, where a dW element is a sum of few exact products, tf32x3 above;
+# the bias gradients as float64 column sums. T = 2048 kernels (stream us): fwd1 150.6, fwd2 832.5, dh
+# 963.2 (one chunk, persistent: 995.9), dx 118.5-171.2, dw2 866.5, dw1 165.3.
 DEFAULT = MLPConfigs(
     fwd1=((BIG, C(32, 64, 32, num_warps=4, num_stages=3, **_F64)),),
     fwd2=((BIG, C(128, 128, 32, num_warps=8, num_stages=3, split_k=8, **_T3)),),
-    dh=((BIG, C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_KM)),),
+    dh=((BIG, C(128, 128, 32, num_warps=8, num_stages=3, split_k=2, **_KM)),),
     dx=((BIG, C(64, 64, 32, num_warps=4, num_stages=3, split_k=DX_SPLIT, **_KM)),),
     dw2=(IEEE.dw2[0], (64, IEEE.dw2[1][1]), (BIG, C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_KM))),
     dw1=(IEEE.dw1[0], (64, IEEE.dw1[1][1]), (BIG, C(128, 64, 32, num_warps=4, num_stages=3, **_T3))),
@@ -136,10 +137,9 @@ TF32X3_KM = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
 # GEMM2's K = 5376 as 8 fixed chunks (split-K): each output's fp32 chain is 8x shorter; its forward error
 # at T <= 8 is 2-4x cuBLAS's (gemv, tree-reduced) with one chain (H200, v4).
 TF32X3_KM_S8 = dataclasses.replace(TF32X3_KM, fwd2=DEFAULT.fwd2)   # the default's GEMM2 (8 K chunks)
-# dz1 = (dy W2) silu'(z1) in 2 fixed K chunks: its 672 output tiles of 128 x 128 are 5.09 waves of 132 SMs
-# (the sixth nearly empty: ~15% of dh idle); 2 x 672 programs fill 10.2 of 11 (93%), for 88 MB of fp32
-# partials written and read back (~40 us at T = 2048).
-DH_SPLIT2 = dataclasses.replace(DEFAULT, dh=((BIG, C(128, 128, 32, num_warps=8, num_stages=3, split_k=2, **_KM)),))
+# v5's first default: dz1 in one K chunk, persistent (995.9 us at T = 2048 against the split's 963.2)
+DH_PERSISTENT = dataclasses.replace(DEFAULT, dh=((BIG, C(128, 128, 32, num_warps=8, num_stages=3, persistent=True,
+                                                         **_KM)),))
 TF32X3_KM_P = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
                       fwd2=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
                       dh=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_KM),

@@ -507,7 +507,7 @@ def test_sweep_tool_arguments_floors_and_refusal(monkeypatch):
         assert config.block_h == triton.next_power_of_2(hidden) and table_rows in (9, 64)
         # a preset equal to the default is timed only when it is asked for as "default"
         assert name == "default" or config != launch_config(hidden)
-    assert {(name, m) for name, _, m, _ in grid} >= {("default", 9), ("default", 64), ("fwd-row-order", 64)}
+    assert {(name, m) for name, _, m, _ in grid} >= {("default", 9), ("default", 64), ("fwd-plan-order", 64)}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         sweep.main(["--out", "unused.json"])

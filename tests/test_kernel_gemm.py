@@ -70,13 +70,13 @@ def test_timestep_mlp_matches_float64(device, rows):
         assert rel_err(grads[name], ref.grads[name]) <= FP32_TOL, name
 
 
-@pytest.mark.parametrize("configs", ["DEFAULT", "DH_SPLIT2"])
+@pytest.mark.parametrize("configs", ["DEFAULT", "FMA_FWD1"])
 @pytest.mark.parametrize("rows", [1, 70])
 def test_timestep_mlp_gpu_default_plumbing_matches_float64(device, monkeypatch, rows, configs):
-    """The GPU's default configs (and the dz1-split candidate) run through the launchers (the
-    interpreter's dots stand in for tf32x3): GEMM1 in float64, GEMM2's 8 fixed K chunks, K-major copies,
-    persistent programs, the float64 column sums, the T <= 64 / > 64 weight-gradient tiers. Values
-    against float64, weight gradients twice."""
+    """The GPU's default configs (and v4's, GEMM1 as FMA tiers) run through the launchers (the
+    interpreter's dots stand in for tf32x3 and fp64 MMA): GEMM1 in float64, GEMM2's 8 and dz1's 2 fixed
+    K chunks, K-major copies, persistent programs, the float64 column sums, the T <= 64 / > 64
+    weight-gradient tiers. Values against float64, weight gradients twice."""
     from kernels import timestep_mlp as TM
 
     monkeypatch.setattr(TM, "configs", lambda: getattr(TM, configs))

@@ -500,7 +500,7 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=200.0, help="seconds after which config candidates are skipped")
     parser.add_argument("--skip-configs", action="store_true")
     parser.add_argument("--skip-ops", action="store_true", help="skip the default configs' op sections and db_blocks")
-    parser.add_argument("--mlp-variants", default="DEFAULT,DH_SPLIT2",
+    parser.add_argument("--mlp-variants", default="DEFAULT,DH_PERSISTENT",
                         help="config sets of kernels/timestep_mlp.py run as the whole op (comma-separated names)")
     parser.add_argument("--ada-variants", default="DEFAULT",
                         help="config sets of kernels/adaln_projection.py run as the whole op")

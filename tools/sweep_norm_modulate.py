@@ -57,7 +57,7 @@ def _variant(name: str, hidden: int):
     old_warps = max(1, min(8, old_rows * block_h // 512)) if block_h < 2048 else 4
     presets = {
         "default": {},
-        "gather": dict(fwd_kernel="rows", fwd_rows=old_rows, fwd_warps=old_warps),
+        "gather": dict(fwd_kernel="rows", fwd_rows=old_rows, fwd_warps=old_warps, fwd_l1_tables=False),
         "gather-l1": dict(fwd_kernel="rows", fwd_rows=old_rows, fwd_warps=old_warps, fwd_l1_tables=True),
         "walk": dict(fwd_kernel="walk", fwd_rows=max(1, min(64, 8192 // block_h)) if block_h <= 2048 else 1,
                      fwd_warps=8, fwd_programs_per_sm=2),
@@ -65,16 +65,18 @@ def _variant(name: str, hidden: int):
                          fwd_warps=8, fwd_programs_per_sm=1),
         "bwd-chunked": dict(bwd_chunk=2048, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1),
         "bwd-registers": dict(bwd_chunk=0, bwd_rows=max(1, 4096 // block_h), bwd_warps=8, bwd_programs_per_sm=1),
-        "fwd-row-order": dict(fwd_ordered=False),   # the per-row forward in row order under the global plan
+        # the per-row forward under the global plan in the plan's order (v15), and in row order (v22's
+        # default) with x, y streamed past the tables (evict_last)
+        "fwd-plan-order": dict(fwd_ordered=True),
         "fwd-row-order-l1": dict(fwd_kernel="rows", fwd_rows=old_rows, fwd_warps=old_warps, fwd_l1_tables=True,
-                                 fwd_ordered=False),   # and x, y streamed past the tables (evict_last)
+                                 fwd_ordered=False),
     }
     if name not in presets:
         raise ValueError(f"unknown variant {name!r}; known: {', '.join(presets)}")
     return dataclasses.replace(base, **presets[name])
 
 
-VARIANT_NAMES = ("default", "gather", "gather-l1", "walk", "walk-1sm", "bwd-chunked", "bwd-registers", "fwd-row-order",
+VARIANT_NAMES = ("default", "gather", "gather-l1", "walk", "walk-1sm", "bwd-chunked", "bwd-registers", "fwd-plan-order",
                  "fwd-row-order-l1")
 
 
@@ -95,7 +97,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                              f"identical to the default there are skipped): {', '.join(VARIANT_NAMES)}; '' for none")
     parser.add_argument("--variant-hidden", type=_ints, default=[1024, 4096, 8192])
     parser.add_argument("--variant-table-rows", type=_ints, default=[9],
-                        help="table rows M of the variants' cases (fwd-row-order differs from the default above 16)")
+                        help="table rows M of the variants' cases (fwd-plan-order differs from the default above 16)")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--reps", type=int, default=100)
     parser.add_argument("--small-rows", type=int, default=SMALL_ROWS, help="step 4's R")

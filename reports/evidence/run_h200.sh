@@ -24,7 +24,7 @@
 #   all            `h3bench run --op all`: the seven ops in one process, full plan, mode plain, every row (the
 #                  suite's wall time), one evidence file per op under $OUT/work/all/
 #   kernel-tests   our kernels' tests on the GPU (H3BENCH_KERNEL_TESTS: test files, default every kernel's)
-#   sweep          tools/sweep_norm_modulate.py (norm_modulate over widths, table sizes, dtypes)
+#   sweep          tools/sweep_norm_modulate.py (norm_modulate over widths, table sizes, dtypes; H3BENCH_SWEEP_ARGS)
 #   sweep-variants its launch-config variants only (H3BENCH_SWEEP_ARGS: more arguments, e.g. --variants,
 #                  --variant-hidden, --variant-table-rows)
 #   bench-memory   tools/bench_memory_ops.py (H3BENCH_BENCH_ARGS: its arguments, e.g. --ops/--sizes/--timeline);
@@ -150,7 +150,9 @@ step_kernel-tests() {
 }
 
 step_sweep() {
-  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.sweep_norm_modulate --out "$OUT/work/sweep_norm_modulate.json"
+  # shellcheck disable=SC2086  # the arguments are words
+  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.sweep_norm_modulate ${H3BENCH_SWEEP_ARGS:-} \
+    --out "$OUT/work/sweep_norm_modulate.json"
 }
 
 step_sweep-variants() {  # the launch-config variants only (the sweep's last section), and R = 4097's host time
