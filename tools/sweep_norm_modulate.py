@@ -65,6 +65,9 @@ def _variant(name: str, hidden: int):
                          fwd_warps=8, fwd_programs_per_sm=1),
         "bwd-chunked": dict(bwd_chunk=2048, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1),
         "bwd-registers": dict(bwd_chunk=0, bwd_rows=max(1, 4096 // block_h), bwd_warps=8, bwd_programs_per_sm=1),
+        # wide H: whole rows with 16 warps (half the registers a thread, so fewer spilled), or wider chunks
+        "bwd-registers-w16": dict(bwd_chunk=0, bwd_rows=max(1, 4096 // block_h), bwd_warps=16, bwd_programs_per_sm=1),
+        "bwd-chunk4096": dict(bwd_chunk=4096, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1),
         # the per-row forward under the global plan in the plan's order (v15), and in row order (v22's
         # default) with x, y streamed past the tables (evict_last)
         "fwd-plan-order": dict(fwd_ordered=True),
@@ -76,8 +79,8 @@ def _variant(name: str, hidden: int):
     return dataclasses.replace(base, **presets[name])
 
 
-VARIANT_NAMES = ("default", "gather", "gather-l1", "walk", "walk-1sm", "bwd-chunked", "bwd-registers", "fwd-plan-order",
-                 "fwd-row-order-l1")
+VARIANT_NAMES = ("default", "gather", "gather-l1", "walk", "walk-1sm", "bwd-chunked", "bwd-registers",
+                 "bwd-registers-w16", "bwd-chunk4096", "fwd-plan-order", "fwd-row-order-l1")
 
 
 def _ints(text: str) -> list[int]:
