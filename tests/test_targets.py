@@ -13,9 +13,9 @@ from tools import targets
 EVIDENCE = Path(__file__).resolve().parent.parent / "reports" / "evidence"
 
 
-def verdicts(op: str, modes: bool = False) -> dict[str, bool | None]:
+def verdicts(op: str, modes: bool = False, modes_file: str = "") -> dict[str, bool | None]:
     found = targets.checks(load(EVIDENCE / f"{op}_h200.json"),
-                           load(EVIDENCE / f"{op}_modes_h200.json") if modes else None)
+                           load(EVIDENCE / (modes_file or f"{op}_modes_h200.json")) if modes else None)
     return {c.target: c.met for c in found}
 
 
@@ -24,10 +24,13 @@ def test_committed_adaln_row_gather_meets_every_target():
 
 
 def test_committed_gemm_ops_say_what_is_met_and_missed():
-    mlp = verdicts("timestep_mlp", modes=True)   # the tf32x3 kernels (296b918): 0.76x cuBLAS
-    assert mlp["net fwd+bwd <= 1.3x plain F.linear (T = 2048, sync)"] is True
-    assert mlp["faster than every batch-invariant mode's row (T = 2048, net fwd+bwd, sync)"] is False
-    assert mlp[f"every error within {targets.ERROR_FACTOR}x of the best row's"] is False   # w2 at T <= 4
+    # GEMM1 in fp64, the rest tf32x3 (c3e19f2): 0.73x cuBLAS, errors within 1.28x of the best row's; against
+    # the modes measured in the same call (and the 86fad52 file's sglang row) 6% slower
+    for modes_file in ("timestep_mlp_modes_c3e19f2_h200.json", "timestep_mlp_modes_h200.json"):
+        mlp = verdicts("timestep_mlp", modes=True, modes_file=modes_file)
+        assert mlp["net fwd+bwd <= 1.3x plain F.linear (T = 2048, sync)"] is True
+        assert mlp["faster than every batch-invariant mode's row (T = 2048, net fwd+bwd, sync)"] is False
+        assert mlp[f"every error within {targets.ERROR_FACTOR}x of the best row's"] is True
     ada = verdicts("adaln_projection", modes=True)
     assert ada["net fwd+bwd <= 1.3x plain F.linear (T = 2048, sync)"] is True
     assert ada["faster than every batch-invariant mode's row (T = 2048, net fwd+bwd, sync)"] is False
