@@ -420,6 +420,26 @@ def test_bad_indices_give_nan_rows_and_no_contribution(device, monkeypatch, kern
         assert rel_err(leaf.grad, ref.grads[name]) <= TOL["bfloat16"] * 1.2, name
 
 
+def test_local_plan_for_more_table_rows(device, monkeypatch):
+    """local_max raised above M (the sweep's local-max-64 preset): the local plan at M = 40 matches
+    float64, gives unused table rows exact zeros, repeats bitwise, and keeps a row alone equal to it in
+    the batch."""
+    from kernels import norm_modulate as K
+    cfg = _config(monkeypatch, 20, chunk_limit=4, local_max=64)
+    assert not K.wants_plan(40, 20, 0, True, cfg)
+    params, inputs, grad_out = _table_case(device, 20, 26, 40)
+    y, grads = run(inputs, grad_out)
+    assert_bf16_matches_float64(params, inputs, grad_out, y, grads)
+    unused = torch.ones(40, dtype=torch.bool, device=device)
+    unused[inputs.tensors["idx"]] = False
+    assert torch.count_nonzero(grads["sh"][unused]) == 0
+    _, again = run(inputs, grad_out)
+    for name in ("w", "sh", "sc"):
+        assert torch.equal(as_bits(grads[name]), as_bits(again[name])), name
+    y1, g1 = run(inputs.select_rows(torch.tensor([9], device=device)), grad_out[9:10])
+    assert torch.equal(as_bits(y1[0]), as_bits(y[9])) and torch.equal(as_bits(g1["x"][0]), as_bits(grads["x"][9]))
+
+
 def test_many_table_rows_row_alone_equals_row_in_batch(device, monkeypatch):
     _config(monkeypatch, 24, chunk_limit=6)
     params, inputs, grad_out = _table_case(device, 24, 30, 120)

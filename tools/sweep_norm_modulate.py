@@ -68,6 +68,9 @@ def _variant(name: str, hidden: int):
         # wide H: whole rows with 16 warps (half the registers a thread, so fewer spilled), or wider chunks
         "bwd-registers-w16": dict(bwd_chunk=0, bwd_rows=max(1, 4096 // block_h), bwd_warps=16, bwd_programs_per_sm=1),
         "bwd-chunk4096": dict(bwd_chunk=4096, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1),
+        # the local plan up to M = 64 (no sort, no position -> row loads, no combine launch; partials
+        # 4 P (2M + 1) H bytes: 366 MB at M = 64, H = 5376, P = 132; sm_90: 56 B spilled, 132 KB shared)
+        "local-max-64": dict(local_max=64),
         # the per-row forward under the global plan in the plan's order (v15), and in row order (v22's
         # default) with x, y streamed past the tables (evict_last)
         "fwd-plan-order": dict(fwd_ordered=True),
@@ -80,7 +83,7 @@ def _variant(name: str, hidden: int):
 
 
 VARIANT_NAMES = ("default", "gather", "gather-l1", "walk", "walk-1sm", "bwd-chunked", "bwd-registers",
-                 "bwd-registers-w16", "bwd-chunk4096", "fwd-plan-order", "fwd-row-order-l1")
+                 "bwd-registers-w16", "bwd-chunk4096", "local-max-64", "fwd-plan-order", "fwd-row-order-l1")
 
 
 def _ints(text: str) -> list[int]:
