@@ -134,9 +134,8 @@ def launch_config(hidden: int) -> LaunchConfig:
     block_h = triton.next_power_of_2(hidden)
     common = dict(block_h=block_h, bwd_programs_per_sm=1, param_cols=_PARAM_COLS)
     if block_h <= 4096:
-        rows = max(1, 4096 // block_h) if block_h < 2048 else 1   # v13's narrow tile: 4K elements a program
-        fwd = dict(fwd_kernel="rows", fwd_rows=rows, fwd_warps=max(1, min(8, rows * block_h // 512)) if rows > 1
-                   else 4, fwd_l1_tables=True)
+        rows, warps = row_tile(block_h)
+        fwd = dict(fwd_kernel="rows", fwd_rows=rows, fwd_warps=warps, fwd_l1_tables=True)
     else:
         fwd = dict(fwd_kernel="rows", fwd_rows=1, fwd_warps=4 if block_h <= 8192 else 8)  # 16 warps spill at 32768
     if hidden > CHUNKED_ABOVE:
@@ -145,6 +144,15 @@ def launch_config(hidden: int) -> LaunchConfig:
         rows = max(1, min(64, 8192 // block_h)) if block_h <= 1024 else max(1, 4096 // block_h)
         bwd = dict(bwd_rows=rows, bwd_warps=_warps(rows * block_h))
     return LaunchConfig(**common, **fwd, **bwd)
+
+
+def row_tile(block_h: int) -> tuple[int, int]:
+    """(rows, warps) of v13's per-row forward tile: 4K elements a program below 2048 lanes a row, one
+    row and 4 warps from there."""
+    if block_h < 2048:
+        rows = max(1, 4096 // block_h)
+        return rows, _warps(rows * block_h)
+    return 1, 4
 
 
 def _warps(tile_elements: int) -> int:

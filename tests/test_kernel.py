@@ -387,14 +387,21 @@ def test_table_sizes_match_float64(device, monkeypatch, kernels, table_rows, lay
     elif layout == "sorted":
         inputs = _with_idx(inputs, torch.arange(26, device=device) // 4 * 3)
     assert K.backward_split(26, cfg, device)[0] >= 7  # 7 on the CPU (one program per 4 rows), 26 on a GPU
+    _matches_float64_zero_unused_repeats(params, inputs, grad_out, table_rows)
+
+
+def _matches_float64_zero_unused_repeats(params, inputs, grad_out, table_rows):
+    """y and the gradients against float64, exact zeros for table rows no index names, parameter
+    gradients bitwise equal on a second run; returns (y, grads)."""
     y, grads = run(inputs, grad_out)
     assert_bf16_matches_float64(params, inputs, grad_out, y, grads)
-    unused = torch.ones(table_rows, dtype=torch.bool, device=device)
+    unused = torch.ones(table_rows, dtype=torch.bool, device=y.device)
     unused[inputs.tensors["idx"]] = False
     assert torch.count_nonzero(grads["sh"][unused]) == 0 and torch.count_nonzero(grads["sc"][unused]) == 0
     _, again = run(inputs, grad_out)
     for name in ("w", "sh", "sc"):
         assert torch.equal(as_bits(grads[name]), as_bits(again[name])), name
+    return y, grads
 
 
 @pytest.mark.parametrize("kernels", KERNEL_SETS)
@@ -428,14 +435,7 @@ def test_local_plan_for_more_table_rows(device, monkeypatch):
     cfg = _config(monkeypatch, 20, chunk_limit=4, local_max=64)
     assert not K.wants_plan(40, 20, 0, True, cfg)
     params, inputs, grad_out = _table_case(device, 20, 26, 40)
-    y, grads = run(inputs, grad_out)
-    assert_bf16_matches_float64(params, inputs, grad_out, y, grads)
-    unused = torch.ones(40, dtype=torch.bool, device=device)
-    unused[inputs.tensors["idx"]] = False
-    assert torch.count_nonzero(grads["sh"][unused]) == 0
-    _, again = run(inputs, grad_out)
-    for name in ("w", "sh", "sc"):
-        assert torch.equal(as_bits(grads[name]), as_bits(again[name])), name
+    y, grads = _matches_float64_zero_unused_repeats(params, inputs, grad_out, 40)
     y1, g1 = run(inputs.select_rows(torch.tensor([9], device=device)), grad_out[9:10])
     assert torch.equal(as_bits(y1[0]), as_bits(y[9])) and torch.equal(as_bits(g1["x"][0]), as_bits(grads["x"][9]))
 

@@ -53,8 +53,8 @@ def _variant(name: str, hidden: int):
     from kernels import norm_modulate as K
     base = K.launch_config(hidden)
     block_h = base.block_h
-    old_rows = max(1, 4096 // block_h) if block_h < 2048 else 1   # v13's narrow tile / wide row shape
-    old_warps = max(1, min(8, old_rows * block_h // 512)) if block_h < 2048 else 4
+    old_rows, old_warps = K.row_tile(block_h)   # v13's narrow tile / wide row shape
+    whole_rows = dict(bwd_chunk=0, bwd_rows=max(1, 4096 // block_h), bwd_programs_per_sm=1)
     presets = {
         "default": {},
         "gather": dict(fwd_kernel="rows", fwd_rows=old_rows, fwd_warps=old_warps, fwd_l1_tables=False),
@@ -64,18 +64,16 @@ def _variant(name: str, hidden: int):
         "walk-1sm": dict(fwd_kernel="walk", fwd_rows=max(1, min(64, 16384 // block_h)) if block_h <= 2048 else 1,
                          fwd_warps=8, fwd_programs_per_sm=1),
         "bwd-chunked": dict(bwd_chunk=2048, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1),
-        "bwd-registers": dict(bwd_chunk=0, bwd_rows=max(1, 4096 // block_h), bwd_warps=8, bwd_programs_per_sm=1),
+        "bwd-registers": dict(whole_rows, bwd_warps=8),
         # wide H: whole rows with 16 warps (half the registers a thread, so fewer spilled), or wider chunks
-        "bwd-registers-w16": dict(bwd_chunk=0, bwd_rows=max(1, 4096 // block_h), bwd_warps=16, bwd_programs_per_sm=1),
+        "bwd-registers-w16": dict(whole_rows, bwd_warps=16),
         "bwd-chunk4096": dict(bwd_chunk=4096, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1),
         # the local plan up to M = 64 (no sort, no position -> row loads, no combine launch; partials
         # 4 P (2M + 1) H bytes: 366 MB at M = 64, H = 5376, P = 132; sm_90: 56 B spilled, 132 KB shared)
         "local-max-64": dict(local_max=64),
-        # the per-row forward under the global plan in the plan's order (v15), and in row order (v22's
-        # default) with x, y streamed past the tables (evict_last)
+        # the per-row forward under the global plan in the plan's order (v15; row order is v22's default,
+        # and with the tables in L1 it is `gather-l1`, timed as fwd-row-order-l1 before v22)
         "fwd-plan-order": dict(fwd_ordered=True),
-        "fwd-row-order-l1": dict(fwd_kernel="rows", fwd_rows=old_rows, fwd_warps=old_warps, fwd_l1_tables=True,
-                                 fwd_ordered=False),
     }
     if name not in presets:
         raise ValueError(f"unknown variant {name!r}; known: {', '.join(presets)}")
@@ -83,7 +81,7 @@ def _variant(name: str, hidden: int):
 
 
 VARIANT_NAMES = ("default", "gather", "gather-l1", "walk", "walk-1sm", "bwd-chunked", "bwd-registers",
-                 "bwd-registers-w16", "bwd-chunk4096", "local-max-64", "fwd-plan-order", "fwd-row-order-l1")
+                 "bwd-registers-w16", "bwd-chunk4096", "local-max-64", "fwd-plan-order")
 
 
 def _ints(text: str) -> list[int]:
@@ -275,11 +273,9 @@ def variant_grid(names: list[str], hiddens: list[int], table_rows: Sequence[int]
     grid = []
     for hidden in hiddens:
         default = dataclasses.asdict(K.launch_config(hidden))
-        for m in table_rows:
-            for name in names:
-                config = _variant(name, hidden)
-                if name == "default" or dataclasses.asdict(config) != default:
-                    grid.append((name, hidden, m, config))
+        timed = [(name, config) for name, config in ((name, _variant(name, hidden)) for name in names)
+                 if name == "default" or dataclasses.asdict(config) != default]
+        grid += [(name, hidden, m, config) for m in table_rows for name, config in timed]
     return grid
 
 

@@ -149,17 +149,17 @@ step_kernel-tests() {
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/work/kernel_tests.log" | tail -30
 }
 
-step_sweep() {
+sweep() {  # sweep OUT_NAME [ARGS...]: one tools/sweep_norm_modulate call, H3BENCH_SWEEP_ARGS after ARGS
+  local name=$1; shift
   # shellcheck disable=SC2086  # the arguments are words
-  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.sweep_norm_modulate ${H3BENCH_SWEEP_ARGS:-} \
-    --out "$OUT/work/sweep_norm_modulate.json"
+  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.sweep_norm_modulate "$@" ${H3BENCH_SWEEP_ARGS:-} \
+    --out "$OUT/work/$name.json"
 }
 
-step_sweep-variants() {  # the launch-config variants only (the sweep's last section), and R = 4097's host time
-  # shellcheck disable=SC2086  # the arguments are words
-  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.sweep_norm_modulate --hidden '' --table-rows '' --no-dtypes \
-    ${H3BENCH_SWEEP_ARGS:-} --out "$OUT/work/sweep_variants_norm_modulate.json"
-}
+step_sweep() { sweep sweep_norm_modulate; }
+
+# the launch-config variants only (the sweep's last section), and R = 4097's host time
+step_sweep-variants() { sweep sweep_variants_norm_modulate --hidden '' --table-rows '' --no-dtypes; }
 
 bench_memory() {  # bench_memory OUT_NAME ARGS: one tools/bench_memory_ops call
   local name=$1
