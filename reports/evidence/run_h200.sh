@@ -32,6 +32,7 @@
 #                  (H3BENCH_GEMM_ARGS: its arguments; H3BENCH_GEMM_BUDGET: seconds before candidates are skipped)
 #   hostcost       tools/hostcost.py --breakdown-only: a norm_modulate fwd+bwd's host time by piece
 #   hostcost-sinusoid  tools/hostcost.py --sinusoid-only: the host path of timestep_sinusoid's row and SGLang's
+#   probe-fp16x3   tools/probe_fp16x3.py: timestep_mlp's large GEMMs as three fp16 products against tf32x3
 # `install` is idempotent: a later call on the same (warm) machine skips what is there already. With
 # H3BENCH_DEADLINE_S set, a step that would start after that many seconds of the call is skipped and the
 # tools get only the time left, so the call returns what it finished inside the device's command limit.
@@ -183,6 +184,10 @@ step_bench-gemm() {
   # shellcheck disable=SC2086  # the arguments are words
   PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.bench_gemm --budget "${H3BENCH_GEMM_BUDGET:-$(( $(left) - 20 ))}" \
     ${H3BENCH_GEMM_ARGS:-} --out "$OUT/work/bench_gemm.json"
+}
+
+step_probe-fp16x3() {
+  PYTHONPATH=$ROOT timeout "$(left)" python3 -m tools.probe_fp16x3 --budget "$(( $(left) - 60 ))" --out "$OUT/work"
 }
 
 mkdir -p "$OUT/work"
