@@ -193,10 +193,10 @@ def scales_for(name, a, b):
 
 
 def probe(dev, t: int, d: int, reps: int, configs, budget: float) -> dict:
-    start = time.time()
     out: dict = {}
     for name, (a, a_st, b, b_st, M, N, K) in shapes(dev, t, d).items():
         rec = out[name] = {}
+        shape_start = time.time()   # each of the three shapes gets a third of the budget
         av = torch.as_strided(a, (M, K), a_st)
         bv = torch.as_strided(b, (K, N), b_st)
         ref = av.double() @ bv.double()
@@ -210,7 +210,7 @@ def probe(dev, t: int, d: int, reps: int, configs, budget: float) -> dict:
         pre = (a_hi, a_lo, b_hi, b_lo)
         pre_st = ((K, 1), (N, 1))
         for cfg in configs:
-            if time.time() - start > budget:
+            if time.time() - shape_start > budget / 3:
                 rec["skipped"] = "budget"
                 break
             for way in ("inreg", "pre"):
