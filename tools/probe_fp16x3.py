@@ -87,9 +87,13 @@ def split(x: torch.Tensor, scales: torch.Tensor, by_columns: bool = False):
 @triton.jit
 def _fp16x3_kernel(A, B, AL, BL, C, SA, SB, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                    stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   GROUP_M: tl.constexpr, PRE: tl.constexpr):
+                   GROUP_M: tl.constexpr, PRE: tl.constexpr, SUM: tl.constexpr):
     """C = A' B' in fp16x3. A' [M, K] rows scaled by SA[m], B' [K, N] columns by SB[n]. PRE: A and B are
-    the fp16 hi parts and AL, BL the lo parts (already scaled); else A, B are fp32 and split here."""
+    the fp16 hi parts and AL, BL the lo parts (already scaled); else A, B are fp32 and split here.
+    SUM: "mma" (every product into the one accumulator the tensor core carries), "step" (each BLOCK_K
+    step's three products into a fresh tensor-core accumulator, added to the fp32 total on the CUDA
+    cores: the FP8 recipe's promotion), "split" (as step, the small terms and hi*hi in two fresh
+    accumulators), "tf32x3" (control: the same kernel on fp32 operands with Triton's tf32x3 dot)."""
     pid = tl.program_id(0)
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = tl.cdiv(N, BLOCK_N)
@@ -115,13 +119,27 @@ def _fp16x3_kernel(A, B, AL, BL, C, SA, SB, M, N, K, stride_am, stride_ak, strid
         else:
             a = tl.load(A + a_off, mask=row_ok[:, None], other=0.0) * sa[:, None]
             b = tl.load(B + b_off, mask=col_ok[None, :], other=0.0) * sb[None, :]
-            a_hi = a.to(tl.float16)
-            a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)
-            b_hi = b.to(tl.float16)
-            b_lo = (b - b_hi.to(tl.float32)).to(tl.float16)
-        acc = tl.dot(a_lo, b_hi, acc)   # the small terms first
-        acc = tl.dot(a_hi, b_lo, acc)
-        acc = tl.dot(a_hi, b_hi, acc)
+            if SUM != "tf32x3":
+                a_hi = a.to(tl.float16)
+                a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)
+                b_hi = b.to(tl.float16)
+                b_lo = (b - b_hi.to(tl.float32)).to(tl.float16)
+        if SUM == "mma":
+            acc = tl.dot(a_lo, b_hi, acc)   # the small terms first
+            acc = tl.dot(a_hi, b_lo, acc)
+            acc = tl.dot(a_hi, b_hi, acc)
+        elif SUM == "step":
+            part = tl.dot(a_lo, b_hi)
+            part = tl.dot(a_hi, b_lo, part)
+            part = tl.dot(a_hi, b_hi, part)
+            acc += part
+        elif SUM == "split":
+            small = tl.dot(a_lo, b_hi)
+            small = tl.dot(a_hi, b_lo, small)
+            acc += small
+            acc += tl.dot(a_hi, b_hi)
+        else:
+            acc = tl.dot(a, b, acc, input_precision="tf32x3")
         a_off += BLOCK_K * stride_ak
         b_off += BLOCK_K * stride_bk
     acc = acc * (1.0 / sa)[:, None]   # powers of two: exact
@@ -130,7 +148,7 @@ def _fp16x3_kernel(A, B, AL, BL, C, SA, SB, M, N, K, stride_am, stride_ak, strid
              mask=row_ok[:, None] & col_ok[None, :])
 
 
-def fp16x3(a, a_strides, b, b_strides, sa, sb, M, N, K, cfg, pre=None):
+def fp16x3(a, a_strides, b, b_strides, sa, sb, M, N, K, cfg, pre=None, how="mma"):
     """C[M, N] = A'[M, K] B'[K, N] (views by strides); `pre` = (a_hi, a_lo, b_hi, b_lo) with the same
     strides, or None (split in registers). K must be a multiple of cfg's block_k (the probe's shapes)."""
     bm, bn, bk, warps, stages = cfg
@@ -140,7 +158,7 @@ def fp16x3(a, a_strides, b, b_strides, sa, sb, M, N, K, cfg, pre=None):
     args = (pre[0], pre[2], pre[1], pre[3]) if pre else (a, b, a, b)
     grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
     _fp16x3_kernel[grid](*args, c, sa, sb, M, N, K, *a_strides, *b_strides, c.stride(0), c.stride(1),
-                         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, PRE=pre is not None,
+                         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, PRE=pre is not None, SUM=how,
                          num_warps=warps, num_stages=stages)
     return c
 
@@ -157,24 +175,26 @@ def timed_us(fn, dev, reps: int) -> list[float]:
     return [round(median(take(fn, dev, STREAM, reps)), 1) for _ in range(2)]
 
 
-CONFIGS = [(128, 128, 32, 8, 3), (128, 128, 64, 8, 3), (128, 128, 32, 8, 4), (128, 256, 32, 8, 3),
-           (64, 128, 64, 4, 4)]
+CONFIGS = [(128, 256, 32, 8, 3), (128, 128, 64, 8, 3), (128, 256, 64, 8, 2)]
+# (where the operands come from, how the products are summed); call 1 (da3cf34) timed pre/mma and
+# inreg/mma: 2.2e-5 of error against tf32x3's 2.4e-7 at the same speed ratio as below
+WAYS = [("pre", "mma"), ("pre", "step"), ("pre", "split"), ("inreg", "step"), ("inreg", "tf32x3")]
 
 
-def shapes(dev, t: int, d: int):
-    """The three GEMMs of timestep_mlp's large half: name -> (A', strides, B', strides, M, N, K, how
-    the scales go: A' per row / per tensor, B' per column / per tensor)."""
+def shapes(dev, t: int, d: int, d_out: int):
+    """The three GEMMs of timestep_mlp's large half (hidden d, out d_out): name -> (A', strides, B',
+    strides, M, N, K)."""
     g = torch.Generator(device=dev).manual_seed(3)
     h = torch.nn.functional.silu(torch.randn(t, d, generator=g, device=dev))
-    w2 = torch.randn(d, d, generator=g, device=dev) * d ** -0.5
-    dy = torch.randn(t, d, generator=g, device=dev)
+    w2 = torch.randn(d_out, d, generator=g, device=dev) * d ** -0.5
+    dy = torch.randn(t, d_out, generator=g, device=dev)
     return {
-        # fwd2: out = h W2^T: A' = h [T, K], B' = W2^T (B'[k, n] = W2[n, k])
-        "fwd2": (h, (h.stride(0), h.stride(1)), w2, (w2.stride(1), w2.stride(0)), t, d, d),
-        # dh: dy W2: A' = dy [T, N], B' = W2 [N, K] as it is
-        "dh": (dy, (dy.stride(0), dy.stride(1)), w2, (w2.stride(0), w2.stride(1)), t, d, d),
-        # dW2 = dy^T h: A' = dy^T [N, T], B' = h [T, K]
-        "dw2": (dy, (dy.stride(1), dy.stride(0)), h, (h.stride(0), h.stride(1)), d, d, t),
+        # fwd2: out = h W2^T: A' = h [T, d], B' = W2^T (B'[k, n] = W2[n, k])
+        "fwd2": (h, (h.stride(0), h.stride(1)), w2, (w2.stride(1), w2.stride(0)), t, d_out, d),
+        # dh: dy W2: A' = dy [T, d_out], B' = W2 [d_out, d] as it is
+        "dh": (dy, (dy.stride(0), dy.stride(1)), w2, (w2.stride(0), w2.stride(1)), t, d, d_out),
+        # dW2 = dy^T h: A' = dy^T [d_out, T], B' = h [T, d]
+        "dw2": (dy, (dy.stride(1), dy.stride(0)), h, (h.stride(0), h.stride(1)), d_out, d, t),
     }
 
 
@@ -192,9 +212,9 @@ def scales_for(name, a, b):
     return sa, sb
 
 
-def probe(dev, t: int, d: int, reps: int, configs, budget: float) -> dict:
+def probe(dev, t: int, d: int, d_out: int, reps: int, configs, budget: float) -> dict:
     out: dict = {}
-    for name, (a, a_st, b, b_st, M, N, K) in shapes(dev, t, d).items():
+    for name, (a, a_st, b, b_st, M, N, K) in shapes(dev, t, d, d_out).items():
         rec = out[name] = {}
         shape_start = time.time()   # each of the three shapes gets a third of the budget
         av = torch.as_strided(a, (M, K), a_st)
@@ -213,13 +233,14 @@ def probe(dev, t: int, d: int, reps: int, configs, budget: float) -> dict:
             if time.time() - shape_start > budget / 3:
                 rec["skipped"] = "budget"
                 break
-            for way in ("inreg", "pre"):
-                key = f"{way} {'x'.join(map(str, cfg[:3]))}/w{cfg[3]}/s{cfg[4]}"
+            for way, how in WAYS:
+                key = f"{way}/{how} {'x'.join(map(str, cfg[:3]))}/w{cfg[3]}/s{cfg[4]}"
                 try:
                     if way == "pre":
-                        fn = lambda cfg=cfg: fp16x3(a_hi, pre_st[0], b_hi, pre_st[1], sa, sb, M, N, K, cfg, pre)
+                        fn = lambda cfg=cfg, how=how: fp16x3(a_hi, pre_st[0], b_hi, pre_st[1], sa, sb, M, N, K, cfg,
+                                                             pre, how)
                     else:
-                        fn = lambda cfg=cfg: fp16x3(a, a_st, b, b_st, sa, sb, M, N, K, cfg)
+                        fn = lambda cfg=cfg, how=how: fp16x3(a, a_st, b, b_st, sa, sb, M, N, K, cfg, None, how)
                     rec[key] = {"err": rel(fn(), ref), "us": timed_us(fn, dev, reps)}
                 except Exception as exc:
                     rec[key] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
@@ -253,15 +274,15 @@ def main() -> None:
     ap.add_argument("--dry-run", action="store_true", help="CPU, interpreter, tiny shapes: checks the script")
     args = ap.parse_args()
     if args.dry_run:
-        dev, t, d, configs = torch.device("cpu"), 32, 64, [(16, 16, 32, 4, 2)]
+        dev, t, d, d_out, configs = torch.device("cpu"), 32, 64, 32, [(16, 16, 32, 4, 2)]
     else:
         if not torch.cuda.is_available():
             raise SystemExit("tools.probe_fp16x3 times tensor-core GEMMs and needs a CUDA GPU (or --dry-run)")
-        dev, t, d, configs = torch.device("cuda"), 2048, 5376, CONFIGS
+        dev, t, d, d_out, configs = torch.device("cuda"), 2048, 5376, 2688, CONFIGS
     torch.backends.cuda.matmul.allow_tf32 = False
-    report = {"T": t, "hidden": d}
+    report = {"T": t, "hidden": d, "out": d_out}
     try:
-        report.update(probe(dev, t, d, args.reps, configs, args.budget))
+        report.update(probe(dev, t, d, d_out, args.reps, configs, args.budget))
     except Exception:
         report["error"] = traceback.format_exc()[-3000:]
         print(report["error"])
