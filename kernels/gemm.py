@@ -37,6 +37,19 @@ invariance checks rerun):
   wgmma's per k8 slice into the same fp32 accumulator (products good to ~2^-22 relative; each slice's
   sum rounded into the accumulator once, a chain 8x shorter than the FMA chain). Like bf16 this has
   no tile-independence proof: such a kernel takes ONE config for every row count.
+* fp32 operands with `precision="fp16x3"` use fp16 tensor cores (twice tf32's rate): each operand is
+  first scaled by a power of two (exact) so that its largest magnitude lies in [2^13, 2^14) (fp16's
+  range: max 65504), then split as hi = fp16(v s), lo = fp16(v s - hi), and each BLOCK_K step adds
+  lo*hi, hi*lo, hi*hi (in that order, wgmma k16 slices) into a FRESH tensor-core accumulator, which
+  is then added to the fp32 total on the CUDA cores (round to nearest); the total is scaled back
+  (exact). Hopper's tensor cores keep fewer bits than fp32 when they carry a long accumulation: the
+  same products accumulated across steps in the MMA's accumulator measured 2.2e-5 of error against
+  the per-step sum's 4.9e-7 (tools/probe_fp16x3.py on the H200, 1a5da06). The scales: a row of an
+  activation operand gets its own (from that row's max|v|: batch-invariant), a weight's rows their own
+  in the forward, and where the scaled axis would be the batch (weight gradients) or the reduction,
+  one scale for the whole tensor (`row_maxima` gives the maxima; `_pow2_scale` the scale). Magnitudes
+  below 2^-24 of the scaled maximum (fp16 subnormals' spacing) lose bits: an absolute error of at most
+  ~2^-38 of that maximum per element. One config for every row count, as tf32x3.
 * A persistent config (LaunchConfig.persistent) runs the same per-tile loop for tiles pid, pid + P,
   ... (P programs): which program computes a tile changes, the tile's arithmetic does not.
 * `k_major` (input and weight gradients) multiplies K-contiguous copies of the operands: the same
@@ -65,7 +78,8 @@ import triton.language as tl
 
 from kernels.common import BY_HAND, INTERPRETED, launch, rounded
 
-PRECISIONS = ("ieee", "tf32x3", "fp64")   # fp32 dots; bf16 is always wgmma
+PRECISIONS = ("ieee", "tf32x3", "fp64", "fp16x3")   # fp32 dots; bf16 is always wgmma
+SCALED = "fp16x3"   # the precision whose operands carry power-of-two scales (row maxima)
 KALIGN = 128   # split-K chunk boundaries are multiples of this; every BLOCK_K used divides it
 _KALIGN = tl.constexpr(KALIGN)
 
@@ -118,6 +132,8 @@ class LaunchConfig:
             raise ValueError("an fp64 config takes no split-K (its partials would be rounded to fp32)")
         if self.persistent and self.split_k > 1:
             raise ValueError("a persistent config takes no split-K")
+        if self.precision == SCALED and (self.k_major or self.transpose_w):
+            raise ValueError("an fp16x3 config reads its operands as they are (no k_major / transpose_w copies)")
         if self.k_major and self.transpose_w:
             raise ValueError("transpose_w is the forward's k_major for FMA dots: set one of them")
 
@@ -155,6 +171,50 @@ def k_chunk(k: int, split_k: int) -> int:
 
 
 # --- Triton ------------------------------------------------------------------------------------------
+
+@triton.jit
+def _pow2_scale(mx):
+    """2^(13 - e) for e the exponent of mx >= 0 (bits, not log2: exact), clamped to fp32's normal
+    range: mx * scale lies in [2^13, 2^14) for every normal mx."""
+    e = (mx.to(tl.int32, bitcast=True) >> 23) & 0xFF
+    se = tl.minimum(tl.maximum(13 - (e - 127) + 127, 1), 254)
+    return (se << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _operand_scale(S, idx, ok, n, ALL: tl.constexpr, BLOCK: tl.constexpr):
+    """[BLOCK] scales of an fp16x3 operand: from the maxima S[idx] (a row's own), or with ALL from the
+    max of S[0 .. n-1] (one scale for the tensor; max is exact, so any order gives the same bits)."""
+    if ALL:
+        m = tl.zeros((1024,), tl.float32)
+        for i0 in range(0, n, 1024):
+            i = i0 + tl.arange(0, 1024)
+            m = tl.maximum(m, tl.load(S + i, mask=i < n, other=0.0))
+        return tl.zeros((BLOCK,), tl.float32) + _pow2_scale(tl.max(m, 0))
+    return _pow2_scale(tl.load(S + idx, mask=ok, other=0.0))
+
+
+@triton.jit
+def _rowmax_kernel(X, Y, OX, OY, rows_x, cols_x, stride_x, rows_y, cols_y, stride_y, ROWS: tl.constexpr,
+                   BLOCK: tl.constexpr):
+    """OX[r] = max_c |X[r, c]| for the first cdiv(rows_x, ROWS) programs, then OY for Y's rows: two
+    tensors' row maxima in one launch."""
+    pid = tl.program_id(0)
+    x_programs = tl.cdiv(rows_x, ROWS)
+    if pid < x_programs:
+        src, dst, first, n_rows, n_cols, stride = X, OX, pid * ROWS, rows_x, cols_x, stride_x
+    else:
+        src, dst, first, n_rows, n_cols, stride = Y, OY, (pid - x_programs) * ROWS, rows_y, cols_y, stride_y
+    rows = first + tl.arange(0, ROWS)
+    row_ok = rows < n_rows
+    m = tl.zeros((ROWS, BLOCK), tl.float32)
+    for c0 in range(0, n_cols, BLOCK):
+        c = c0 + tl.arange(0, BLOCK)
+        v = tl.load(src + rows.to(tl.int64)[:, None] * stride + c[None, :],
+                    mask=row_ok[:, None] & (c < n_cols)[None, :], other=0.0)
+        m = tl.maximum(m, tl.abs(v))
+    tl.store(dst + rows, tl.max(m, 1), mask=row_ok)
+
 
 @triton.jit
 def _sigmoid(z):
@@ -208,11 +268,16 @@ def _tile_of(tile, M, n_load, num_m, num_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.c
 
 @triton.jit
 def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
+              SA, SB, n_sa, n_sb,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
               PRECISION: tl.constexpr, DOT_F32: tl.constexpr, A_SILU: tl.constexpr, ONES: tl.constexpr,
-              BY_HAND: tl.constexpr):
+              SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, BY_HAND: tl.constexpr):
     """The accumulator of one tile over k in [k_lo, k_hi), ascending, BLOCK_K a step (the order): fp32, or
-    float64 for PRECISION "fp64"."""
+    float64 for PRECISION "fp64". fp16x3: SA / SB hold the maxima its scales come from (A's rows, B's
+    columns; SA_ALL / SB_ALL: one scale from all n_sa / n_sb of them)."""
+    if PRECISION == "fp16x3":
+        sa = _operand_scale(SA, rm, row_ok, n_sa, SA_ALL, BLOCK_M)
+        sb = _operand_scale(SB, rn, load_ok, n_sb, SB_ALL, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     a_ptrs = A + rm.to(tl.int64)[:, None] * stride_am + (k_lo + rk).to(tl.int64)[None, :] * stride_ak
     b_ptrs = B + (k_lo + rk).to(tl.int64)[:, None] * stride_bk + rn.to(tl.int64)[None, :] * stride_bn
@@ -237,16 +302,30 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
             acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
         elif PRECISION == "fp64":
             acc = tl.dot(a.to(tl.float64), b.to(tl.float64), acc, input_precision="ieee", out_dtype=tl.float64)
+        elif PRECISION == "fp16x3":
+            a = a * sa[:, None]   # powers of two: exact
+            b = b * sb[None, :]
+            a_hi = a.to(tl.float16)
+            a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)
+            b_hi = b.to(tl.float16)
+            b_lo = (b - b_hi.to(tl.float32)).to(tl.float16)
+            step = tl.dot(a_lo, b_hi)   # a fresh accumulator per step, the small terms first
+            step = tl.dot(a_hi, b_lo, step)
+            step = tl.dot(a_hi, b_hi, step)
+            acc += step
         else:
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
+    if PRECISION == "fp16x3":
+        acc = acc * (1.0 / sa)[:, None]   # exact: 1 / 2^j
+        acc = acc * (1.0 / sb)[None, :]
     return acc
 
 
-@triton.jit(do_not_specialize=["M", "K", "chunk", "plane"])
-def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
-                 M, N, K, n_main, n_load, chunk, plane,
+@triton.jit(do_not_specialize=["M", "K", "chunk", "plane", "n_sa", "n_sb"])
+def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
+                 M, N, K, n_main, n_load, chunk, plane, n_sa, n_sb,
                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                  stride_zm, stride_zn, stride_om, stride_on,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -254,7 +333,7 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
                  PRECISION: tl.constexpr, DOT_F32: tl.constexpr, PERSISTENT: tl.constexpr,
                  A_SILU: tl.constexpr, ONES: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr,
                  OUT_SILU: tl.constexpr, SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr,
-                 BY_HAND: tl.constexpr):
+                 SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, BY_HAND: tl.constexpr):
     """One [BLOCK_M, BLOCK_N] tile of C (or, with SPLIT_K > 1, one K chunk of it; or, PERSISTENT, the
     tiles pid, pid + programs, ...). Columns n_load .. N - 1 of B are not read: with ONES they are ones
     (the db column), else zeros."""
@@ -266,7 +345,8 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
             rm, rn, row_ok, load_ok = _tile_of(tile, M, n_load, num_m, num_n, BLOCK_M, BLOCK_N, GROUP_M, MASK_M,
                                                MASK_N)
             acc = _mainloop(A, B, rm, rn, 0, K, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
-                            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES, BY_HAND)
+                            SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
+                            SA_ALL, SB_ALL, BY_HAND)
             _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm,
                       stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, BY_HAND)
         return
@@ -280,7 +360,8 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
         k_lo = tl.multiple_of(split * chunk, _KALIGN)
         k_hi = tl.minimum(K, k_lo + chunk)
     acc = _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
-                    BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES, BY_HAND)
+                    SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
+                    SA_ALL, SB_ALL, BY_HAND)
 
     if SPLIT_K == 1:
         _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm, stride_zn,
@@ -358,6 +439,43 @@ def column_sums(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return out
 
 
+@dataclass(frozen=True)
+class Scales:
+    """What an fp16x3 GEMM's operand scales come from: `a` the maxima of A's rows (or, `a_all`, any
+    maxima whose max is the whole operand's), `b` of B's columns (or `b_all`)."""
+    a: torch.Tensor
+    b: torch.Tensor
+    a_all: bool = False
+    b_all: bool = False
+
+
+def row_maxima(x: torch.Tensor, y: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """max |row| of x [R, C] (fp32, unit inner stride) as an fp32 [R] tensor, and of y when given: one
+    launch for both. Exact (a max rounds nothing): the fp16x3 scales built from them repeat bitwise."""
+    outs = []
+    grid = 0
+    rows_per = 64 if INTERPRETED else 4
+    for t in (x, y):
+        if t is None:
+            outs.append(None)
+            continue
+        if t.dim() != 2 or t.stride(1) != 1 or t.dtype != torch.float32:
+            raise ValueError(f"row_maxima takes fp32 [R, C] with unit inner stride, got {t.dtype} "
+                             f"{tuple(t.shape)} strides {t.stride()}")
+        outs.append(torch.empty((t.shape[0],), dtype=torch.float32, device=t.device))
+        grid += triton.cdiv(t.shape[0], rows_per)
+    if grid:
+        other = y if y is not None else x
+        launch(_rowmax_kernel, (grid,), x, other, outs[0], outs[1] if y is not None else outs[0], x.shape[0],
+               x.shape[1], x.stride(0), y.shape[0] if y is not None else 0, other.shape[1], other.stride(0),
+               ROWS=rows_per, BLOCK=1024 if not INTERPRETED else 256, num_warps=4)
+    return outs[0], outs[1]
+
+
+def _maxima(t: torch.Tensor, given: Optional[torch.Tensor]) -> torch.Tensor:
+    return given if given is not None else row_maxima(t if t.stride(-1) == 1 else t.contiguous())[0]
+
+
 _PROGRAMS: dict = {}
 
 
@@ -375,8 +493,14 @@ def persistent_programs(device: torch.device) -> int:
 def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_strides: tuple[int, int],
           c: torch.Tensor, c_strides: tuple[int, int], M: int, N: int, K: int, cfg: LaunchConfig, *,
           n_main: Optional[int] = None, n_load: Optional[int] = None, bias=None, zin=None, zout=None,
-          extra=None, a_silu=False, ones=False, out_silu=False, m_fixed: bool = False) -> None:
-    """Launch `_gemm_kernel` for C[M, N] = A'[M, K] @ B'[K, N] (views given by pointer + strides)."""
+          extra=None, a_silu=False, ones=False, out_silu=False, m_fixed: bool = False,
+          scales: Optional["Scales"] = None) -> None:
+    """Launch `_gemm_kernel` for C[M, N] = A'[M, K] @ B'[K, N] (views given by pointer + strides);
+    an fp16x3 config needs `scales`."""
+    if (cfg.precision == SCALED) != (scales is not None):
+        raise ValueError(f"an {SCALED} config needs its operands' maxima (scales), others none: {cfg.short()}")
+    if scales is not None and (a_silu or ones):
+        raise ValueError(f"an {SCALED} GEMM takes no prologue silu and no ones column (its scales are of the operands)")
     device = c.device
     n_main = N if n_main is None else n_main
     n_load = N if n_load is None else n_load
@@ -398,16 +522,18 @@ def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_stride
     def ptr(t):
         return dummy if t is None else t
 
+    sa, sb, sa_all, sb_all = (scales.a, scales.b, scales.a_all, scales.b_all) if scales is not None else (
+        dummy, dummy, False, False)
     zs = (zin.stride(0), zin.stride(1)) if zin is not None else (0, 0)
     os_ = (zout.stride(0), zout.stride(1)) if zout is not None else (0, 0)
-    launch(_gemm_kernel, (programs,), a, b, c, ptr(bias), ptr(zin), ptr(zout), ptr(extra), part, counts,
-           M, N, K, n_main, n_load, chunk, M * N, a_strides[0], a_strides[1], b_strides[0], b_strides[1],
+    launch(_gemm_kernel, (programs,), a, b, c, ptr(bias), ptr(zin), ptr(zout), ptr(extra), part, counts, sa, sb,
+           M, N, K, n_main, n_load, chunk, M * N, sa.numel() if scales else 0, sb.numel() if scales else 0, a_strides[0], a_strides[1], b_strides[0], b_strides[1],
            c_strides[0], c_strides[1], zs[0], zs[1], os_[0], os_[1],
            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, SPLIT_K=split,
            EVEN_K=even_k, MASK_M=mask_m, MASK_N=mask_n, PRECISION=cfg.precision if fp32 else "tf32",
            DOT_F32=INTERPRETED and not fp32, PERSISTENT=cfg.persistent,
            A_SILU=a_silu, ONES=ones, HAS_BIAS=bias is not None, MUL_DSILU=zin is not None, OUT_SILU=out_silu,
-           SAVE_PRE=zout is not None, EXTRA_COL=extra is not None, BY_HAND=BY_HAND,
+           SAVE_PRE=zout is not None, EXTRA_COL=extra is not None, SA_ALL=sa_all, SB_ALL=sb_all, BY_HAND=BY_HAND,
            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
@@ -430,12 +556,15 @@ def silu_cast(x: torch.Tensor, dtype: torch.dtype, ones_column: bool = False) ->
 
 
 def forward(a: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], cfg: LaunchConfig, *,
-            out_dtype: torch.dtype, a_silu: bool = False, out_silu: bool = False, save_pre: bool = False
+            out_dtype: torch.dtype, a_silu: bool = False, out_silu: bool = False, save_pre: bool = False,
+            a_max: Optional[torch.Tensor] = None, w_max: Optional[torch.Tensor] = None
             ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """y = epi(act(a) @ w^T + bias): a [M, K] (unit inner stride), w [N, K] row-major, bias [N] or None.
 
     `a_silu`: a is replaced by cast(silu(a)) to w's dtype as it is loaded (fp32 silu, one rounding).
     `out_silu`: y = silu(z) with z = a @ w^T + bias in fp32; `save_pre` also returns z (fp32).
+    fp16x3: a row of a is scaled by its own max, a row of w (a column of B) by its own; `a_max` /
+    `w_max` are `row_maxima` of a / w when the caller has them (else made here).
     Returns (y, z or None)."""
     M, K = a.shape
     N = w.shape[0]
@@ -450,14 +579,18 @@ def forward(a: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], cfg:
         b_strides = (w.stride(0), w.stride(1))
     else:
         b_strides = (w.stride(1), w.stride(0))
+    scales = Scales(_maxima(a, a_max), _maxima(w, w_max)) if cfg.precision == SCALED else None
     _gemm(a, (a.stride(0), a.stride(1)), w, b_strides, y, (y.stride(0), y.stride(1)), M, N, K, cfg,
-          bias=bias, zout=pre, a_silu=a_silu, out_silu=out_silu)
+          bias=bias, zout=pre, a_silu=a_silu, out_silu=out_silu, scales=scales)
     return y, pre
 
 
 def input_grad(dy: torch.Tensor, w: torch.Tensor, cfg: LaunchConfig, *, dsilu_of: Optional[torch.Tensor] = None,
-               out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """dx = (dy @ w) * silu'(z): dy [M, N], w [N, K], z = `dsilu_of` [M, K] fp32 (or no factor)."""
+               out_dtype: torch.dtype = torch.float32, dy_max: Optional[torch.Tensor] = None,
+               w_max: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """dx = (dy @ w) * silu'(z): dy [M, N], w [N, K], z = `dsilu_of` [M, K] fp32 (or no factor).
+    fp16x3: a row of dy is scaled by its own max, w by its whole max (w's rows are the reduction axis);
+    `dy_max` / `w_max`: `row_maxima` of dy / w when the caller has them."""
     M, N = dy.shape
     K = w.shape[1]
     dx = torch.empty((M, K), dtype=out_dtype, device=dy.device)
@@ -471,21 +604,25 @@ def input_grad(dy: torch.Tensor, w: torch.Tensor, cfg: LaunchConfig, *, dsilu_of
         w = wt
     else:
         b_strides = (w.stride(0), w.stride(1))
+    scales = Scales(_maxima(dy, dy_max), _maxima(w, w_max), b_all=True) if cfg.precision == SCALED else None
     _gemm(dy, (dy.stride(0), dy.stride(1)), w, b_strides, dx, (dx.stride(0), dx.stride(1)),
-          M, K, N, cfg, zin=dsilu_of)
+          M, K, N, cfg, zin=dsilu_of, scales=scales)
     return dx
 
 
 def weight_grad(dy: torch.Tensor, a: torch.Tensor, cfg: LaunchConfig, *, a_ones: str = "virtual",
-                dw_dtype: torch.dtype, db_dtype: Optional[torch.dtype], db_blocks: bool = False
+                dw_dtype: torch.dtype, db_dtype: Optional[torch.dtype], db_blocks: bool = False,
+                dy_max: Optional[torch.Tensor] = None, a_max: Optional[torch.Tensor] = None
                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """dW = dy^T @ a ([N, K_a]) and db = column sums of dy ([N], when `db_dtype` is given), both
     summed over the rows t = 0, 1, ... in one chain per element. db is the GEMM's extra column
     K_a, a column of ones: `a_ones="stored"` reads it from a's buffer (a is a view of
     `silu_cast(..., ones_column=True)`), "virtual" makes it in the kernel. With `db_blocks`, db is
-    `column_sums(dy)` instead (fp32 output only: float64 sums rounded once, one launch more)."""
+    `column_sums(dy)` instead (fp32 output only: float64 sums rounded once, one launch more).
+    fp16x3 (db as column sums only): dy and a each scaled by its whole max (their rows are the
+    reduction axis; a weight gradient's order is one per T anyway); `dy_max` / `a_max`: `row_maxima`."""
     if db_blocks and db_dtype is not None and dy.shape[0] and dy.shape[1]:
-        dw, _ = weight_grad(dy, a, cfg, a_ones=a_ones, dw_dtype=dw_dtype, db_dtype=None)
+        dw, _ = weight_grad(dy, a, cfg, a_ones=a_ones, dw_dtype=dw_dtype, db_dtype=None, dy_max=dy_max, a_max=a_max)
         return dw, column_sums(dy if dy.stride(1) == 1 else dy.contiguous(), db_dtype)
     T, N = dy.shape
     K_a = a.shape[1]
@@ -510,9 +647,14 @@ def weight_grad(dy: torch.Tensor, a: torch.Tensor, cfg: LaunchConfig, *, a_ones:
         a_op, a_strides, b_op, b_strides = dyt, (dyt.stride(0), dyt.stride(1)), at, (at.stride(1), at.stride(0))
     else:
         a_op, a_strides, b_op, b_strides = dy, (dy.stride(1), dy.stride(0)), a, (a.stride(0), a.stride(1))
+    scales = None
+    if cfg.precision == SCALED:
+        if with_db:
+            raise ValueError(f"an {SCALED} weight gradient takes db as column sums (db_blocks=True)")
+        scales = Scales(_maxima(dy, dy_max), _maxima(a, a_max), a_all=True, b_all=True)
     _gemm(a_op, a_strides, b_op, b_strides, dw, (dw.stride(0), dw.stride(1)),
           N, cols, T, cfg, n_main=K_a, n_load=a.stride(0) if stored else K_a, extra=db, ones=with_db and not stored,
-          m_fixed=True)
+          m_fixed=True, scales=scales)
     return dw, db
 
 

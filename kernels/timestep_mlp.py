@@ -113,6 +113,19 @@ DEFAULT = MLPConfigs(
     dw1=(IEEE.dw1[0], (64, IEEE.dw1[1][1]), (BIG, C(128, 64, 32, num_warps=4, num_stages=3, **_T3))),
     db_blocks=True,
 )
+_H3 = {"precision": "fp16x3"}
+# v6 (kernels/notes/gemm.md): the three large GEMMs as three fp16 products per k64 step with power-of-two
+# scaled operands (tools/probe_fp16x3.py at 1a5da06, H200, T = 2048: 332 / 345 / 332 us against tf32x3's
+# 831 / 928 / 841, errors 4.9e-7 / 3.6e-7 / 3.0e-7 against 2.5e-7 / 2.6e-7 / 4.1e-7 and cuBLAS fp32's
+# 1.4e-6 / 2.3e-6 / 1.1e-6); dx's tf32x3 with 4 stages (same order; 119.5-152.0 us against 171.2-185.8).
+FP16X3 = dataclasses.replace(
+    DEFAULT,
+    fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=2, **_H3)),),
+    dh=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, **_H3)),),
+    dx=((BIG, C(64, 64, 32, num_warps=4, num_stages=4, split_k=DX_SPLIT, **_KM)),),
+    dw2=(IEEE.dw2[0], (64, IEEE.dw2[1][1]), (BIG, C(128, 128, 64, num_warps=8, num_stages=3, **_H3))))
+FP16X3_K1 = dataclasses.replace(FP16X3, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, **_H3)),))
+FP16X3_K8 = dataclasses.replace(FP16X3, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=8, **_H3)),))
 # v4's default: GEMM1 as the FMA chains (IEEE.fwd1, tiers by T). Its h carries ~3x cuBLAS's error, which
 # at T = 1 is dW2's whole error (a dW2 element is dy * h there): w2 3.08x cuBLAS's (evidence at 296b918).
 FMA_FWD1 = dataclasses.replace(DEFAULT, fwd1=IEEE.fwd1)
@@ -189,35 +202,47 @@ def _check(x, w1, b1, w2, b2) -> None:
 
 # --- autograd ------------------------------------------------------------------------------------------
 
+def _scaled(*configs: C) -> bool:
+    return any(cfg.precision == gemm.SCALED for cfg in configs)
+
+
 def _forward(x, w1, b1, w2, b2, keep_pre: bool):
+    """(out, h, z1, maxima of h's and w2's rows or None): the maxima, one launch for both, when GEMM2 or
+    (keep_pre: a backward will follow) dz1 or dW2 runs in fp16x3, so the backward does not redo them."""
     cfg = configs()
     rows = x.shape[0]
     h, z1 = gemm.forward(x, w1, b1, pick(cfg.fwd1, rows), out_dtype=torch.float32, out_silu=True, save_pre=keep_pre)
-    out, _ = gemm.forward(h, w2, b2, pick(cfg.fwd2, rows), out_dtype=torch.float32)
-    return out, h, z1
+    fwd2 = pick(cfg.fwd2, rows)
+    maxima = (None, None)
+    if rows and (_scaled(fwd2) or (keep_pre and _scaled(pick(cfg.dh, rows), pick(cfg.dw2, rows)))):
+        maxima = gemm.row_maxima(h, w2)
+    out, _ = gemm.forward(h, w2, b2, fwd2, out_dtype=torch.float32, a_max=maxima[0], w_max=maxima[1])
+    return out, h, z1, maxima
 
 
 class _TimestepMLP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w1, b1, w2, b2):
-        out, h, z1 = _forward(x, w1, b1, w2, b2, keep_pre=True)
-        ctx.save_for_backward(x, w1, w2, h, z1)
+        out, h, z1, (h_max, w2_max) = _forward(x, w1, b1, w2, b2, keep_pre=True)
+        ctx.save_for_backward(x, w1, w2, h, z1, h_max, w2_max)
         return out
 
     @staticmethod
     def backward(ctx, dy):
-        x, w1, w2, h, z1 = ctx.saved_tensors
+        x, w1, w2, h, z1, h_max, w2_max = ctx.saved_tensors
         need_x, need_w1, need_b1, need_w2, need_b2 = ctx.needs_input_grad[:5]
         if dy.stride(-1) != 1 or (dy.shape[0] > 1 and dy.stride(0) == 0):
             dy = dy.contiguous()
         cfg = configs()
         rows = x.shape[0]
+        cfg_dw2, cfg_dh = pick(cfg.dw2, rows), pick(cfg.dh, rows)
+        dy_max = gemm.row_maxima(dy)[0] if rows and _scaled(cfg_dw2, cfg_dh) else None
         dw2 = db2 = dx = dw1 = db1 = None
         if need_w2 or need_b2:
-            dw2, db2 = gemm.weight_grad(dy, h, pick(cfg.dw2, rows), dw_dtype=torch.float32,
-                                        db_dtype=torch.float32 if need_b2 else None, db_blocks=cfg.db_blocks)
+            dw2, db2 = gemm.weight_grad(dy, h, cfg_dw2, dw_dtype=torch.float32, db_dtype=torch.float32 if need_b2 else None,
+                                        db_blocks=cfg.db_blocks, dy_max=dy_max, a_max=h_max)
         if need_x or need_w1 or need_b1:
-            dz1 = gemm.input_grad(dy, w2, pick(cfg.dh, rows), dsilu_of=z1)
+            dz1 = gemm.input_grad(dy, w2, cfg_dh, dsilu_of=z1, dy_max=dy_max, w_max=w2_max)
             if need_x:
                 dx = gemm.input_grad(dz1, w1, pick(cfg.dx, rows))
             if need_w1 or need_b1:

@@ -70,7 +70,7 @@ def test_timestep_mlp_matches_float64(device, rows):
         assert rel_err(grads[name], ref.grads[name]) <= FP32_TOL, name
 
 
-@pytest.mark.parametrize("configs", ["DEFAULT", "FMA_FWD1"])
+@pytest.mark.parametrize("configs", ["DEFAULT", "FMA_FWD1", "FP16X3"])
 @pytest.mark.parametrize("rows", [1, 70])
 def test_timestep_mlp_gpu_default_plumbing_matches_float64(device, monkeypatch, rows, configs):
     """The GPU's default configs (and v4's, GEMM1 as FMA tiers) run through the launchers (the
@@ -346,6 +346,85 @@ def test_fp64_gemm_rounds_once_from_float64(device):
     with pytest.raises(ValueError, match="one config for every row count"):
         dataclasses.replace(TM.DEFAULT, fwd1=((4, cfg), (1 << 40, other)))
     assert TM.DEFAULT.fwd1[0][1].precision == "fp64" and TM.FMA_FWD1.fwd1 == TM.IEEE.fwd1
+
+
+FP16X3 = gemm.LaunchConfig(32, 64, 32, precision="fp16x3")
+
+
+@pytest.mark.parametrize("split_k", [1, 2])
+def test_fp16x3_gemms_match_float64_and_a_row_alone(device, split_k):
+    """precision="fp16x3" (three fp16 products a step, power-of-two scaled operands): forward, input and
+    weight gradient within fp32's bound of float64 at odd sizes; a row alone bitwise equal to it in the
+    batch (its scale is its own row's); the weight gradient twice bitwise."""
+    cfg = dataclasses.replace(FP16X3, split_k=split_k)
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(37, 300, generator=g).to(device)
+    w = (torch.randn(70, 300, generator=g) / 40).to(device)
+    b = torch.randn(70, generator=g).to(device)
+    y, _ = gemm.forward(a, w, b, cfg, out_dtype=torch.float32)
+    assert rel_err(y, a.double() @ w.double().T + b.double()) <= FP32_TOL
+    y1, _ = gemm.forward(a[11:12], w, b, cfg, out_dtype=torch.float32)
+    assert torch.equal(as_bits(y1[0]), as_bits(y[11]))
+    dy = torch.randn(37, 70, generator=g).to(device)
+    z = torch.randn(37, 300, generator=g).to(device)
+    dx = gemm.input_grad(dy, w, cfg, dsilu_of=z)
+    s = torch.sigmoid(z.double())
+    assert rel_err(dx, (dy.double() @ w.double()) * (s * (1 + z.double() * (1 - s)))) <= FP32_TOL
+    dx1 = gemm.input_grad(dy[3:4], w, cfg, dsilu_of=z[3:4])
+    assert torch.equal(as_bits(dx1[0]), as_bits(dx[3]))
+    dw, db = gemm.weight_grad(dy, a, cfg, dw_dtype=torch.float32, db_dtype=torch.float32, db_blocks=True)
+    assert rel_err(dw, dy.double().T @ a.double()) <= FP32_TOL
+    assert rel_err(db, dy.double().sum(0)) <= U32
+    dw2, _ = gemm.weight_grad(dy, a, cfg, dw_dtype=torch.float32, db_dtype=None)
+    assert torch.equal(as_bits(dw2), as_bits(dw))
+
+
+def test_fp16x3_scales_reach_fp32_range_and_propagate_nonfinite(device):
+    """Rows 1e-30 and 1e25 times the others (far outside fp16's range unscaled) and a zero row: each row's
+    error within fp32's bound of its own size; a NaN or an inf in a row makes that row's outputs
+    non-finite, as in fp32, and leaves the other rows' bits alone."""
+    g = torch.Generator().manual_seed(6)
+    a = torch.randn(6, 200, generator=g)
+    a[0] *= 1e-30
+    a[1] *= 1e25
+    a[2] = 0.0
+    a = a.to(device)
+    w = (torch.randn(40, 200, generator=g) * 1e-6).to(device)
+    y, _ = gemm.forward(a, w, None, FP16X3, out_dtype=torch.float32)
+    ref = a.double() @ w.double().T
+    for r in (0, 1, 3, 4, 5):
+        assert rel_err(y[r], ref[r]) <= FP32_TOL, r
+    assert torch.equal(y[2], torch.zeros_like(y[2]))
+    bad = a.clone()
+    bad[4, 7] = float("nan")
+    bad[5, 9] = float("inf")
+    yb, _ = gemm.forward(bad, w, None, FP16X3, out_dtype=torch.float32)
+    assert not torch.isfinite(yb[4]).any() and not torch.isfinite(yb[5]).any()
+    assert torch.equal(as_bits(yb[:4]), as_bits(y[:4]))
+
+
+def test_fp16x3_configs_and_row_maxima(device):
+    """fp16x3 reads its operands as they are (no K-major or transposed copies), takes db only as column
+    sums, no prologue silu; `row_maxima` is exact, for one tensor or two in one launch."""
+    for copy in ({"k_major": True}, {"transpose_w": True}):
+        with pytest.raises(ValueError, match="reads its operands as they are"):
+            gemm.LaunchConfig(64, 64, 32, precision="fp16x3", **copy)
+    g = torch.Generator().manual_seed(7)
+    a = torch.randn(9, 50, generator=g).to(device)
+    w = torch.randn(12, 50, generator=g).to(device)
+    dy = torch.randn(9, 12, generator=g).to(device)
+    with pytest.raises(ValueError, match="db as column sums"):
+        gemm.weight_grad(dy, a, FP16X3, dw_dtype=torch.float32, db_dtype=torch.float32)
+    with pytest.raises(ValueError, match="no prologue silu"):
+        gemm.forward(a, w, None, FP16X3, out_dtype=torch.float32, a_silu=True)
+    ma, mw = gemm.row_maxima(a[:, 3:], w)
+    assert torch.equal(ma, a[:, 3:].abs().amax(1)) and torch.equal(mw, w.abs().amax(1))
+    (only, none) = gemm.row_maxima(w)
+    assert torch.equal(only, mw) and none is None
+    with pytest.raises(ValueError, match="unit inner stride"):
+        gemm.row_maxima(a.T)
+    with pytest.raises(ValueError, match="fp32"):
+        gemm.row_maxima(a.double())
 
 
 @pytest.mark.parametrize("k_major", [False, True])

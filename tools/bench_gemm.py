@@ -319,6 +319,21 @@ def mlp_candidates():
                        c(128, 64, 32, 4, 3, split_k=4, **t3), c(64, 64, 32, 4, 3, split_k=2, **t3),
                        c(128, 64, 32, 4, 3, split_k=3, **t3)]),
     ]
+    # fp16x3 (three fp16 products per step, power-of-two scaled operands; tools/probe_fp16x3.py): the three
+    # large GEMMs, K chunks and tiles, each list headed by the default's config
+    h3 = {"precision": "fp16x3"}
+    found += [
+        ("fwd2", 2048, [gemm.pick(d.fwd2, 2048), c(128, 128, 64, 8, 3, **h3), c(128, 128, 64, 8, 4, **h3),
+                        c(128, 128, 128, 8, 2, **h3), c(128, 128, 64, 8, 3, split_k=2, **h3),
+                        c(128, 128, 64, 8, 3, split_k=4, **h3), c(128, 128, 64, 8, 3, split_k=8, **h3),
+                        c(128, 128, 64, 8, 3, persistent=True, **h3), c(128, 64, 64, 4, 3, **h3)]),
+        ("fwd2", 1, [gemm.pick(d.fwd2, 1), c(128, 128, 64, 8, 3, **h3), c(128, 128, 64, 8, 3, split_k=2, **h3),
+                     c(128, 128, 64, 8, 3, split_k=4, **h3), c(128, 128, 64, 8, 3, split_k=8, **h3)]),
+        ("dh", 2048, [gemm.pick(d.dh, 2048), c(128, 128, 64, 8, 3, **h3), c(128, 128, 64, 8, 3, split_k=2, **h3),
+                      c(128, 128, 64, 8, 4, **h3), c(128, 128, 64, 8, 3, persistent=True, **h3)]),
+        ("dw2", 2048, [gemm.pick(d.dw2, 2048), c(128, 128, 64, 8, 3, **h3), c(128, 128, 64, 8, 4, **h3),
+                       c(128, 128, 64, 8, 3, persistent=True, **h3), c(128, 128, 64, 8, 3, split_k=2, **h3)]),
+    ]
     # a candidate equal to its list's reference (the defaults moved since the lists were written) is timed once
     found = [(kernel, rows, [cands[0]] + [x for x in cands[1:] if x != cands[0]]) for kernel, rows, cands in found]
     return sorted(found, key=lambda item: -item[1])
@@ -345,9 +360,21 @@ def mlp_kernel_call(kernel: str, rows: int, cfg: C, t: dict) -> Callable[[], tor
         "fwd2": lambda: gemm.forward(h, w2, b2, cfg, out_dtype=torch.float32)[0],
         "dh": lambda: gemm.input_grad(dy, w2, cfg, dsilu_of=z),
         "dx": lambda: gemm.input_grad(z, w1, cfg),
-        "dw2": lambda: gemm.weight_grad(dy, h, cfg, dw_dtype=torch.float32, db_dtype=torch.float32)[0],
-        "dw1": lambda: gemm.weight_grad(z, x, cfg, dw_dtype=torch.float32, db_dtype=torch.float32)[0],
+        # fp16x3 takes db as column sums (its own launch, as in the op)
+        "dw2": lambda: gemm.weight_grad(dy, h, cfg, dw_dtype=torch.float32, db_dtype=torch.float32,
+                                        db_blocks=cfg.precision == gemm.SCALED)[0],
+        "dw1": lambda: gemm.weight_grad(z, x, cfg, dw_dtype=torch.float32, db_dtype=torch.float32,
+                                        db_blocks=cfg.precision == gemm.SCALED)[0],
     }[kernel]
+
+
+def mlp_kernel_reference(kernel: str, t: dict) -> torch.Tensor:
+    """The float64 value of `mlp_kernel_call(kernel, ...)`'s output."""
+    x, w1, b1, w2, b2, h, z, dy = (t[k].double() for k in ("x", "w1", "b1", "w2", "b2", "h", "z", "dy"))
+    s = torch.sigmoid(z)
+    return {"fwd1": lambda: F.silu(x @ w1.t() + b1), "fwd2": lambda: h @ w2.t() + b2,
+            "dh": lambda: (dy @ w2) * (s * (1 + z * (1 - s))), "dx": lambda: z @ w1,
+            "dw2": lambda: dy.t() @ h, "dw1": lambda: z.t() @ x}[kernel]()
 
 
 def mlp_tensors(rows: int) -> dict:
@@ -364,12 +391,16 @@ def mlp_tensors(rows: int) -> dict:
 def mlp_configs(args) -> list:
     out = []
     cache = {}
+    wanted = set(filter(None, args.mlp_precisions.split(",")))
     for kernel, rows, cands in mlp_candidates():
+        if wanted and not any(cfg.precision in wanted for cfg in cands):
+            continue
         rows = min(rows, BIG)
         if rows not in cache:
             cache[rows] = mlp_tensors(rows)
         t = cache[rows]
         reference = None
+        exact = mlp_kernel_reference(kernel, t)
         for i, cfg in enumerate(cands):
             rec = {"kernel": kernel, "rows": rows, "config": cfg.short(), "default": i == 0, **asdict(cfg)}
             out.append(rec)
@@ -383,6 +414,7 @@ def mlp_configs(args) -> list:
                     reference = y.clone()
                 if cfg.precision == cands[0].precision == "ieee":  # the FMA-chain claim; tf32x3 has none
                     rec["bitwise_equal_default"] = bool(torch.equal(as_bits(y), as_bits(reference)))
+                rec["err"] = rel_err(y, exact)
                 rec["us"] = timed(call, args.warmup, args.reps)
             except Exception as exc:
                 rec["error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
@@ -487,7 +519,8 @@ def table(report: dict) -> str:
         else:
             t = rec.get("error") or rec.get("skipped", "")
         check = rec.get("bitwise_equal_default", rec.get("row_alone_equal", ""))
-        lines.append(f" {mark} {rec['kernel']:5s} {rec['config']:32s} {t}  {check}")
+        err = f"err {rec['err']:.2e}" if "err" in rec else ""
+        lines.append(f" {mark} {rec['kernel']:5s} {rec['config']:32s} {t}  {err}  {check}")
     lines.append(f"total {elapsed():.0f} s")
     return "\n".join(lines)
 
@@ -504,6 +537,10 @@ def main() -> None:
                         help="config sets of kernels/timestep_mlp.py run as the whole op (comma-separated names)")
     parser.add_argument("--ada-variants", default="DEFAULT",
                         help="config sets of kernels/adaln_projection.py run as the whole op")
+    parser.add_argument("--mlp-precisions", default="",
+                        help="only the timestep_mlp candidate lists holding a config of these precisions (e.g. fp16x3)")
+    parser.add_argument("--configs-of", default="adaln_projection,timestep_mlp",
+                        help="whose candidate lists to time")
     parser.add_argument("--dry-run", action="store_true",
                         help="CPU, TRITON_INTERPRET=1 and the quick widths: checks this script, measures nothing")
     args = parser.parse_args()
@@ -534,8 +571,10 @@ def main() -> None:
                 torch.cuda.empty_cache()
     report["configs"] = {}
     if not args.skip_configs:  # the bf16 op first: its three kernels carry most of the T = 2048 time
-        guard(report["configs"], "adaln_projection", lambda: ada_configs(args))
-        guard(report["configs"], "timestep_mlp", lambda: mlp_configs(args))
+        if "adaln_projection" in args.configs_of:
+            guard(report["configs"], "adaln_projection", lambda: ada_configs(args))
+        if "timestep_mlp" in args.configs_of:
+            guard(report["configs"], "timestep_mlp", lambda: mlp_configs(args))
     report["seconds"] = round(elapsed(), 1)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1, default=str)

@@ -110,9 +110,9 @@ def launches(op: str, rows: int, mlp: str = "DEFAULT", ada: str = "DEFAULT") -> 
             ("dh", lambda: gemm.input_grad(dy, w2, gemm.pick(cf.dh, rows), dsilu_of=z)),
             ("dx", lambda: gemm.input_grad(z, w1, gemm.pick(cf.dx, rows))),
             ("dw2", lambda: gemm.weight_grad(dy, h, gemm.pick(cf.dw2, rows), dw_dtype=torch.float32,
-                                             db_dtype=torch.float32)),
+                                             db_dtype=torch.float32, db_blocks=cf.db_blocks)),
             ("dw1", lambda: gemm.weight_grad(z, x, gemm.pick(cf.dw1, rows), dw_dtype=torch.float32,
-                                             db_dtype=torch.float32)),
+                                             db_dtype=torch.float32, db_blocks=cf.db_blocks)),
         ]
     cf = getattr(AP, ada)
     n, d = 96768, 2688
