@@ -1,20 +1,25 @@
 """`timestep_mlp(x, w1, b1, w2, b2)` = W2 silu(W1 x + b1) + b2, fp32, batch-invariant, deterministic.
 
-Launches of `kernels.gemm._gemm_kernel` (TF32 off: fp32 accuracy throughout):
+Launches of `kernels.gemm._gemm_kernel` (TF32 off: fp32 accuracy throughout), with the default configs:
 
     forward   z1 = x W1^T + b1, h = silu(z1)          GEMM1 (float64; epilogue: bias, silu; z1 kept for a backward)
-              out = h W2^T + b2                       GEMM2 (epilogue: bias; 8 fixed K chunks)
-    backward  dz1 = (dy W2) * silu'(z1)               `gemm.input_grad` (epilogue: silu'; 2 fixed K chunks)
-              dW2 = dy^T h, db2 = colsum(dy)          `gemm.weight_grad`, `gemm.column_sums` (float64)
+              max|h[t]|, max|W2[n]|                    `gemm.row_maxima` (one launch; fp16x3's scales)
+              out = h W2^T + b2                       GEMM2 (fp16x3; epilogue: bias; 4 fixed K chunks)
+    backward  max|dy[t]|                              `gemm.row_maxima`
+              dz1 = (dy W2) * silu'(z1)               `gemm.input_grad` (fp16x3; epilogue: silu'; 2 fixed K chunks)
+              dW2 = dy^T h, db2 = colsum(dy)          `gemm.weight_grad` (fp16x3), `gemm.column_sums` (float64)
               dx = dz1 W1                              `gemm.input_grad`, fixed split-K (DX_SPLIT chunks)
               dW1 = dz1^T x, db1 = colsum(dz1)        `gemm.weight_grad`, `gemm.column_sums`
 
 Reduction orders (kernels/gemm.py): GEMM1 runs in float64 (fp64 MMA: exact products, float64 sums,
-bias and silu, one rounding of z1 and of h); GEMM2, dz1 and dx run on tensor cores in tf32x3 (each
-operand split into two tf32 halves, three products a k8 slice, fp32 accumulation); each with ONE tile
-config and one K split for every T (`MLPConfigs` refuses anything else for fp64 and tensor-core
+bias and silu, one rounding of z1 and of h); GEMM2 and dz1 in fp16x3 (operands scaled by powers of two:
+h's and dy's rows each by their own maximum, W2 by its rows' in GEMM2 and by its whole maximum in dz1;
+each split into fp16 halves, three products a k64 step into a fresh accumulator, steps added in fp32)
+and dx in tf32x3 (each operand split into two tf32 halves, three products a k8 slice, fp32
+accumulation); each with ONE tile config and one K split for every T (`MLPConfigs` refuses anything else for fp64 and tensor-core
 kernels): a row's bits do not depend on T. The weight gradients are sums over t, one fixed order per T (FMA chains
-up to T = 64, tf32x3 above), the bias gradients float64 column sums: they repeat bitwise run to run.
+up to T = 64, fp16x3 (dW2, dy and h each scaled by its whole maximum) or tf32x3 (dW1) above), the bias
+gradients float64 column sums: they repeat bitwise run to run.
 
 What the backward keeps (decided by bytes, kernels/notes/gemm.md): h (fp32 [T, 5376]) is written by
 GEMM1 anyway, since GEMM2 reads it, and dW2 needs it; z1 (another 21.5 KB a row) is written only
@@ -95,7 +100,7 @@ IEEE = MLPConfigs(
 _T3 = {"precision": "tf32x3"}
 _KM = {"precision": "tf32x3", "k_major": True}
 _F64 = {"precision": "fp64"}
-# Defaults (v4-v5 in kernels/notes/gemm.md, from the H200 runs of tools/bench_gemm.py at commits 7ffb2da,
+# v5's defaults (kernels/notes/gemm.md, from the H200 runs of tools/bench_gemm.py at commits 7ffb2da,
 # c7acaa3, 081f3f4 and fcfe379): GEMM1 (K = 256) in float64 (v5: products exact, sums 29 bits wider than
 # fp32, z1 and h each rounded once: within ~half an ulp of exact, and 150.6 us at T = 2048 against the FMA
 # chains' 209.4); the long-K GEMMs on tensor cores in tf32x3, one config each for every T (fwd2 in 8 fixed
@@ -104,7 +109,7 @@ _F64 = {"precision": "fp64"}
 # order per T) FMA chains up to T = 64, where a dW element is a sum of few exact products, tf32x3 above;
 # the bias gradients as float64 column sums. T = 2048 kernels (stream us): fwd1 150.6, fwd2 832.5, dh
 # 963.2 (one chunk, persistent: 995.9), dx 118.5-171.2, dw2 866.5, dw1 165.3.
-DEFAULT = MLPConfigs(
+TF32X3_V5 = MLPConfigs(
     fwd1=((BIG, C(32, 64, 32, num_warps=4, num_stages=3, **_F64)),),
     fwd2=((BIG, C(128, 128, 32, num_warps=8, num_stages=3, split_k=8, **_T3)),),
     dh=((BIG, C(128, 128, 32, num_warps=8, num_stages=3, split_k=2, **_KM)),),
@@ -114,21 +119,24 @@ DEFAULT = MLPConfigs(
     db_blocks=True,
 )
 _H3 = {"precision": "fp16x3"}
-# v6 (kernels/notes/gemm.md): the three large GEMMs as three fp16 products per k64 step with power-of-two
-# scaled operands (tools/probe_fp16x3.py at 1a5da06, H200, T = 2048: 332 / 345 / 332 us against tf32x3's
-# 831 / 928 / 841, errors 4.9e-7 / 3.6e-7 / 3.0e-7 against 2.5e-7 / 2.6e-7 / 4.1e-7 and cuBLAS fp32's
-# 1.4e-6 / 2.3e-6 / 1.1e-6); dx's tf32x3 with 4 stages (same order; 119.5-152.0 us against 171.2-185.8).
-FP16X3 = dataclasses.replace(
-    DEFAULT,
-    fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=2, **_H3)),),
-    dh=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, **_H3)),),
+# The default, v6 (kernels/notes/gemm.md): the three large GEMMs as three fp16 products per k64 step with
+# power-of-two scaled operands (kernels/gemm.py's fp16x3). H200 at 6ecfb00 (tools/bench_gemm.py, stream us
+# at T = 2048, error against float64): GEMM2 in 4 fixed K chunks 579.0 (2.79e-7; tf32x3 in 8: 833.9,
+# 2.62e-7; one chunk 551.2 but 1.6-1.9x cuBLAS's forward error at T <= 8), dz1 in 2 chunks 590.5 (2.68e-7;
+# tf32x3 961.0), dW2 636.8 (3.35e-7; tf32x3 869.4); dx's tf32x3 with 4 stages (the same order as 3:
+# 119.5-152.0 us against 171.2-185.8). The whole op at T = 2048: 2266.6 us fwd+bwd against v5's 3301.9.
+DEFAULT = dataclasses.replace(
+    TF32X3_V5,
+    fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=4, **_H3)),),
+    dh=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=2, **_H3)),),
     dx=((BIG, C(64, 64, 32, num_warps=4, num_stages=4, split_k=DX_SPLIT, **_KM)),),
     dw2=(IEEE.dw2[0], (64, IEEE.dw2[1][1]), (BIG, C(128, 128, 64, num_warps=8, num_stages=3, **_H3))))
-FP16X3_K1 = dataclasses.replace(FP16X3, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, **_H3)),))
-FP16X3_K8 = dataclasses.replace(FP16X3, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=8, **_H3)),))
+# GEMM2 in 2 and 8 K chunks (bench sets: the split is part of the order)
+FP16X3_K2 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=2, **_H3)),))
+FP16X3_K8 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=8, **_H3)),))
 # v4's default: GEMM1 as the FMA chains (IEEE.fwd1, tiers by T). Its h carries ~3x cuBLAS's error, which
 # at T = 1 is dW2's whole error (a dW2 element is dy * h there): w2 3.08x cuBLAS's (evidence at 296b918).
-FMA_FWD1 = dataclasses.replace(DEFAULT, fwd1=IEEE.fwd1)
+FMA_FWD1 = dataclasses.replace(TF32X3_V5, fwd1=IEEE.fwd1)
 
 
 def uniform(fwd1: C, fwd2: C, dh: C, dx: C, dw2: C, dw1: C, db_blocks: bool = False) -> MLPConfigs:
@@ -149,9 +157,9 @@ TF32X3_KM = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, **_T3),
                     dw1=C(128, 64, 32, num_warps=4, num_stages=3, **_KM), db_blocks=True)
 # GEMM2's K = 5376 as 8 fixed chunks (split-K): each output's fp32 chain is 8x shorter; its forward error
 # at T <= 8 is 2-4x cuBLAS's (gemv, tree-reduced) with one chain (H200, v4).
-TF32X3_KM_S8 = dataclasses.replace(TF32X3_KM, fwd2=DEFAULT.fwd2)   # the default's GEMM2 (8 K chunks)
+TF32X3_KM_S8 = dataclasses.replace(TF32X3_KM, fwd2=TF32X3_V5.fwd2)   # the default's GEMM2 (8 K chunks)
 # v5's first default: dz1 in one K chunk, persistent (995.9 us at T = 2048 against the split's 963.2)
-DH_PERSISTENT = dataclasses.replace(DEFAULT, dh=((BIG, C(128, 128, 32, num_warps=8, num_stages=3, persistent=True,
+DH_PERSISTENT = dataclasses.replace(TF32X3_V5, dh=((BIG, C(128, 128, 32, num_warps=8, num_stages=3, persistent=True,
                                                          **_KM)),))
 TF32X3_KM_P = uniform(fwd1=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),
                       fwd2=C(128, 128, 32, num_warps=8, num_stages=3, persistent=True, **_T3),

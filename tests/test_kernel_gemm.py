@@ -70,12 +70,13 @@ def test_timestep_mlp_matches_float64(device, rows):
         assert rel_err(grads[name], ref.grads[name]) <= FP32_TOL, name
 
 
-@pytest.mark.parametrize("configs", ["DEFAULT", "FMA_FWD1", "FP16X3"])
+@pytest.mark.parametrize("configs", ["DEFAULT", "TF32X3_V5", "FMA_FWD1"])
 @pytest.mark.parametrize("rows", [1, 70])
 def test_timestep_mlp_gpu_default_plumbing_matches_float64(device, monkeypatch, rows, configs):
-    """The GPU's default configs (and v4's, GEMM1 as FMA tiers) run through the launchers (the
-    interpreter's dots stand in for tf32x3 and fp64 MMA): GEMM1 in float64, GEMM2's 8 and dz1's 2 fixed
-    K chunks, K-major copies, persistent programs, the float64 column sums, the T <= 64 / > 64
+    """The GPU's default configs (v6: GEMM2, dz1 and dW2 in fp16x3 with the row maxima shared by forward
+    and backward; v5: those in tf32x3; v4: GEMM1 as FMA tiers) run through the launchers (the
+    interpreter's dots stand in for tf32x3 and fp64 MMA): GEMM1 in float64, GEMM2's and dz1's fixed K
+    chunks, K-major copies, persistent programs, the float64 column sums, the T <= 64 / > 64
     weight-gradient tiers. Values against float64, weight gradients twice."""
     from kernels import timestep_mlp as TM
 
@@ -511,8 +512,8 @@ def _record_launches(monkeypatch) -> list[dict]:
 
     def spy(kernel, grid, *args, **meta):
         if kernel is gemm._gemm_kernel:
-            M, N, K, n_main, n_load = args[9:14]
-            seen.append(dict(M=M, N=N, K=K, n_main=n_main, n_load=n_load, **meta))
+            named = dict(zip(kernel.arg_names, args))   # by name: the signature grows
+            seen.append(dict({k: named[k] for k in ("M", "N", "K", "n_main", "n_load")}, **meta))
         real(kernel, grid, *args, **meta)
     monkeypatch.setattr(gemm, "launch", spy)
     return seen
