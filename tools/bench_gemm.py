@@ -334,6 +334,11 @@ def mlp_candidates():
                       c(128, 128, 64, 8, 4, **h3), c(128, 128, 64, 8, 3, persistent=True, **h3)]),
         ("dw2", 2048, [gemm.pick(d.dw2, 2048), c(128, 128, 64, 8, 3, **h3), c(128, 128, 64, 8, 4, **h3),
                        c(128, 128, 64, 8, 3, persistent=True, **h3), c(128, 128, 64, 8, 3, split_k=2, **h3)]),
+        # the two small ones (N = 256): dx over K = 5376 in DX_SPLIT chunks, dW1 over T
+        ("dx", 2048, [gemm.pick(d.dx, 2048), c(64, 64, 64, 4, 3, split_k=k6, **h3), c(128, 64, 64, 4, 3, split_k=k6, **h3),
+                      c(128, 128, 64, 8, 3, split_k=k6, **h3)]),
+        ("dw1", 2048, [gemm.pick(d.dw1, 2048), c(128, 64, 64, 4, 3, **h3), c(128, 128, 64, 8, 3, **h3),
+                       c(64, 64, 64, 4, 3, **h3), c(128, 64, 64, 4, 3, split_k=2, **h3)]),
     ]
     # a candidate equal to its list's reference (the defaults moved since the lists were written) is timed once
     found = [(kernel, rows, [cands[0]] + [x for x in cands[1:] if x != cands[0]]) for kernel, rows, cands in found]

@@ -1,5 +1,7 @@
-"""h3bench's own Triton timestep MLP (kernels/timestep_mlp.py): fp32 GEMMs (GEMM1 in float64, the rest tf32x3 tensor cores; small-T weight gradients IEEE FMA chains), batch-invariant,
-deterministic weight gradients, bias and silu fused into the GEMM epilogues."""
+"""h3bench's own Triton timestep MLP (kernels/timestep_mlp.py): fp32 GEMMs (GEMM1 in float64; GEMM2, dz1 and
+dW2 as three fp16 tensor-core products of power-of-two scaled operands; dx and dW1 tf32x3; small-T weight
+gradients IEEE FMA chains), batch-invariant, deterministic weight gradients, bias and silu fused into the
+GEMM epilogues."""
 from __future__ import annotations
 
 from importlib import metadata
@@ -17,8 +19,10 @@ def _load(device: torch.device, params: TimestepMLPParams) -> Loaded:
     require_triton_device(device)
     where = "Triton interpreter" if interpreter_active() else "CUDA"
     return Loaded(fn=timestep_mlp, source=f"h3bench Triton timestep_mlp (triton {metadata.version('triton')}, "
-                                          f"{where}; fp32 GEMMs: GEMM1 float64, tf32x3 tensor cores, IEEE FMA chains, fixed tile orders)")
+                                          f"{where}; fp32 GEMMs: GEMM1 float64, fp16x3 and tf32x3 tensor cores, IEEE FMA "
+                                          f"chains, fixed tile orders)")
 
 
 ADAPTER = Adapter(name="h3bench_triton", op="timestep_mlp", grads=("x", "w1", "b1", "w2", "b2"), load=_load,
-                  summary="h3bench's batch-invariant Triton GEMMs (fp32 via fp64, tf32x3 and FMA, fused bias/silu epilogues)")
+                  summary="h3bench's batch-invariant Triton GEMMs (fp32 via fp64, fp16x3, tf32x3 and FMA, fused "
+                          "bias/silu epilogues)")
