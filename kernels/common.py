@@ -174,6 +174,57 @@ def ready_specialization(kernel, names: list, specialization: list, n_args: int,
     return tuple(given[n] for n in names[n_args:]), tuple(ints)
 
 
+# --- launching with the caller's own specialization key ----------------------------------------------------
+#
+# A GEMM launch has ~30 runtime arguments, and triton's binder, run on every `launch`, reads each one to
+# find the specialization (int values, pointer alignment, dtypes). A caller that already holds every
+# integer argument and knows which tensors it allocated itself can name the specialization more cheaply:
+# `launch_keyed` takes its key, runs the binder once per key (the plain path, which compiles if needed)
+# and afterwards calls the compiled kernel directly. The key must determine everything the binder looks
+# at: every integer argument's value, the dtype and the 16-byte alignment of every tensor that is not the
+# caller's fresh allocation, the constexprs and launch options (the caller's `meta`), the device.
+
+_KEYED: dict = {}
+KEYED = os.environ.get("H3BENCH_KEYED_LAUNCH", "1") != "0"   # off: `launch`'s binder on every call (A/B timing)
+
+
+def launch_keyed(kernel, grid: tuple[int, ...], device: int, key, args: tuple, meta: dict) -> None:
+    """`launch(kernel, grid, *args, **meta)` on the current CUDA device `device` for a caller whose `key`
+    (hashable) determines the launch's specialization as said above; `args` are the kernel's runtime
+    arguments in its parameter order, `meta` every constexpr by name and the launch options."""
+    if not ENABLED or INTERPRETED:
+        kernel[grid](*args, **meta)
+        return
+    entry = _KEYED.get(key) if KEYED else None
+    if entry is None or _hooks_installed():
+        _launch_fast(kernel, grid, device, args, meta)
+        if entry is None and KEYED:
+            _remember_keyed(kernel, device, key, args, meta)
+        return
+    compiled, tail = entry
+    g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
+    compiled.run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(device), compiled.function,
+                 compiled.packed_metadata, None, None, None, *args, *tail)
+
+
+def _remember_keyed(kernel, device: int, key, args: tuple, meta: dict) -> None:
+    """The compiled kernel `_launch_fast` just used for this launch, and the constexpr values that follow
+    the runtime arguments, under `key`; nothing when triton's internals look different (the plain path
+    then runs every time)."""
+    try:
+        bound, specialization, _ = kernel.device_caches[device][4](*args, **meta)
+        names = list(bound)
+        params = {p.name: p for p in kernel.params}
+        if any(params[n].is_constexpr for n in names[:len(args)]):
+            return
+        tail = tuple(meta[n] for n in names[len(args):])
+        compiled = _COMPILED.get((kernel, device, tuple(specialization), tuple(meta.items())))
+    except Exception:
+        return
+    if compiled is not None:
+        _KEYED[key] = (compiled, tail)
+
+
 def interpreter_active() -> bool:
     """TRITON_INTERPRET is on: kernels run on the CPU, and bf16 stores are rounded by hand."""
     return INTERPRETED

@@ -76,7 +76,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import BY_HAND, INTERPRETED, launch, rounded
+from kernels.common import BY_HAND, INTERPRETED, launch, launch_keyed, rounded
 
 PRECISIONS = ("ieee", "tf32x3", "fp64", "fp16x3")   # fp32 dots; bf16 is always wgmma
 SCALED = "fp16x3"   # the precision whose operands carry power-of-two scales (row maxima)
@@ -466,9 +466,12 @@ def row_maxima(x: torch.Tensor, y: Optional[torch.Tensor] = None) -> tuple[torch
         grid += triton.cdiv(t.shape[0], rows_per)
     if grid:
         other = y if y is not None else x
-        launch(_rowmax_kernel, (grid,), x, other, outs[0], outs[1] if y is not None else outs[0], x.shape[0],
-               x.shape[1], x.stride(0), y.shape[0] if y is not None else 0, other.shape[1], other.stride(0),
-               ROWS=rows_per, BLOCK=1024 if not INTERPRETED else 256, num_warps=4)
+        ints = (x.shape[0], x.shape[1], x.stride(0), y.shape[0] if y is not None else 0, other.shape[1],
+                other.stride(0))
+        meta = dict(ROWS=rows_per, BLOCK=1024 if not INTERPRETED else 256, num_warps=4)
+        key = (_rowmax_kernel, x.device.index, ints, x.data_ptr() & 15, other.data_ptr() & 15)   # fp32 only
+        launch_keyed(_rowmax_kernel, (grid,), x.device.index, key,
+                     (x, other, outs[0], outs[1] if y is not None else outs[0]) + ints, meta)
     return outs[0], outs[1]
 
 
@@ -477,6 +480,8 @@ def _maxima(t: torch.Tensor, given: Optional[torch.Tensor]) -> torch.Tensor:
 
 
 _PROGRAMS: dict = {}
+_META: dict = {}   # the launch's constexprs and options by its flags (built once each)
+_I32_LIMIT = 1 << 31   # an int argument at or above this is passed as int64: another specialization
 
 
 def persistent_programs(device: torch.device) -> int:
@@ -496,7 +501,8 @@ def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_stride
           extra=None, a_silu=False, ones=False, out_silu=False, m_fixed: bool = False,
           scales: Optional["Scales"] = None) -> None:
     """Launch `_gemm_kernel` for C[M, N] = A'[M, K] @ B'[K, N] (views given by pointer + strides);
-    an fp16x3 config needs `scales`."""
+    an fp16x3 config needs `scales`. c, zout and extra must be the caller's fresh allocations (16-byte
+    aligned: the launch's key takes them so)."""
     if (cfg.precision == SCALED) != (scales is not None):
         raise ValueError(f"an {SCALED} config needs its operands' maxima (scales), others none: {cfg.short()}")
     if scales is not None and (a_silu or ones):
@@ -524,17 +530,37 @@ def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_stride
 
     sa, sb, sa_all, sb_all = (scales.a, scales.b, scales.a_all, scales.b_all) if scales is not None else (
         dummy, dummy, False, False)
+    if scales is not None and not all(m.dtype == torch.float32 and m.dim() == 1 and m.stride(0) == 1 for m in (sa, sb)):
+        raise ValueError("the maxima of an fp16x3 GEMM are fp32 vectors with unit stride (`row_maxima`'s)")
     zs = (zin.stride(0), zin.stride(1)) if zin is not None else (0, 0)
     os_ = (zout.stride(0), zout.stride(1)) if zout is not None else (0, 0)
-    launch(_gemm_kernel, (programs,), a, b, c, ptr(bias), ptr(zin), ptr(zout), ptr(extra), part, counts, sa, sb,
-           M, N, K, n_main, n_load, chunk, M * N, sa.numel() if scales else 0, sb.numel() if scales else 0, a_strides[0], a_strides[1], b_strides[0], b_strides[1],
-           c_strides[0], c_strides[1], zs[0], zs[1], os_[0], os_[1],
-           BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, SPLIT_K=split,
-           EVEN_K=even_k, MASK_M=mask_m, MASK_N=mask_n, PRECISION=cfg.precision if fp32 else "tf32",
-           DOT_F32=INTERPRETED and not fp32, PERSISTENT=cfg.persistent,
-           A_SILU=a_silu, ONES=ones, HAS_BIAS=bias is not None, MUL_DSILU=zin is not None, OUT_SILU=out_silu,
-           SAVE_PRE=zout is not None, EXTRA_COL=extra is not None, SA_ALL=sa_all, SB_ALL=sb_all, BY_HAND=BY_HAND,
-           num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    ints = (M, N, K, n_main, n_load, chunk, M * N, sa.numel() if scales else 0, sb.numel() if scales else 0,
+            a_strides[0], a_strides[1], b_strides[0], b_strides[1], c_strides[0], c_strides[1], zs[0], zs[1],
+            os_[0], os_[1])
+    flags = (cfg, even_k, mask_m, mask_n, fp32, a_silu, ones, out_silu, bias is not None, zin is not None,
+             zout is not None, extra is not None, sa_all, sb_all)
+    meta = _META.get(flags)
+    if meta is None:
+        meta = _META[flags] = dict(
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, SPLIT_K=split,
+            EVEN_K=even_k, MASK_M=mask_m, MASK_N=mask_n, PRECISION=cfg.precision if fp32 else "tf32",
+            DOT_F32=INTERPRETED and not fp32, PERSISTENT=cfg.persistent,
+            A_SILU=a_silu, ONES=ones, HAS_BIAS=bias is not None, MUL_DSILU=zin is not None, OUT_SILU=out_silu,
+            SAVE_PRE=zout is not None, EXTRA_COL=extra is not None, SA_ALL=sa_all, SB_ALL=sb_all, BY_HAND=BY_HAND,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    # The specialization's key (kernels.common.launch_keyed): every int above, the flags (the constexprs),
+    # c's dtype and the dtype and 16-byte alignment of each tensor the caller passed (c, the partials, the
+    # counters and the maxima are fresh allocations here or in `row_maxima`: aligned, their dtypes fixed).
+    # M, K, chunk, plane, n_sa and n_sb are not specialized on (`do_not_specialize`): only whether they fit
+    # int32 counts, so one key serves every T.
+    user = (a, b, bias, zin)
+    unspecialized = (M, K, chunk, M * N, ints[7], ints[8])
+    if scales is not None:   # the maxima may be the caller's: their dtype and alignment count too
+        user += (sa, sb)
+    key = (_gemm_kernel, device.index, flags, ints[1:5] + ints[9:], all(v < _I32_LIMIT for v in unspecialized),
+           c.dtype, tuple(None if t is None else (t.dtype, t.data_ptr() & 15) for t in user))
+    args = (a, b, c, ptr(bias), ptr(zin), ptr(zout), ptr(extra), part, counts, sa, sb) + ints
+    launch_keyed(_gemm_kernel, (programs,), device.index, key, args, meta)
 
 
 def silu_cast(x: torch.Tensor, dtype: torch.dtype, ones_column: bool = False) -> torch.Tensor:
@@ -549,9 +575,11 @@ def silu_cast(x: torch.Tensor, dtype: torch.dtype, ones_column: bool = False) ->
     if rows:
         # GPU: 4 x 1024 elements a program; the interpreter steps through programs: as few as possible
         tile_rows, block = (64, triton.next_power_of_2(width)) if INTERPRETED else (4, 1024)
-        launch(_silu_cast_kernel, (triton.cdiv(rows, tile_rows), triton.cdiv(width, block)), x, out, rows, d,
-               x.stride(0), out.stride(0), ROWS=tile_rows, BLOCK=block, ONES=ones_column, PAD=pad, BY_HAND=BY_HAND,
-               num_warps=4)
+        ints = (rows, d, x.stride(0), out.stride(0))
+        meta = dict(ROWS=tile_rows, BLOCK=block, ONES=ones_column, PAD=pad, BY_HAND=BY_HAND, num_warps=4)
+        key = (_silu_cast_kernel, out.device.index, ints, x.dtype, x.data_ptr() & 15, dtype, ones_column, pad)
+        launch_keyed(_silu_cast_kernel, (triton.cdiv(rows, tile_rows), triton.cdiv(width, block)), out.device.index,
+                     key, (x, out) + ints, meta)
     return out[:, :d]
 
 

@@ -428,6 +428,45 @@ def test_fp16x3_configs_and_row_maxima(device):
         gemm.row_maxima(a.double())
 
 
+@pytest.mark.parametrize("precision", ["ieee", "tf32x3", "fp16x3"])
+def test_a_launch_key_tells_aligned_from_unaligned_operands(device, precision):
+    """`launch_keyed` reuses a compiled GEMM by the caller's key (kernels/common.py): an operand 4 bytes off
+    16-byte alignment, the same shapes and strides as an aligned one, must not take the aligned launch's
+    kernel (on the GPU that kernel's vector loads would fault or read wrong data). Both within fp32's
+    bound of float64, each twice (the second call through the key)."""
+    cfg = gemm.LaunchConfig(64, 64, 32, precision=precision)
+    g = torch.Generator().manual_seed(8)
+    buf = torch.randn(48, 97, generator=g).to(device)
+    w = (torch.randn(40, 96, generator=g) / 10).to(device)
+    maxima_w = gemm.row_maxima(w)[0]
+    for a in (buf[:, :96], buf[:, 1:]):   # row stride 97 both times: only the pointer's alignment differs
+        assert a.stride() == (97, 1)
+        for _ in range(2):
+            y, _ = gemm.forward(a, w, None, cfg, out_dtype=torch.float32, w_max=maxima_w)
+            assert rel_err(y, a.double() @ w.double().T) <= FP32_TOL
+
+
+@pytest.mark.parametrize("op", ["timestep_mlp", "adaln_projection"])
+def test_keyed_launches_match_triton_launches(device, monkeypatch, op):
+    """kernels/common.py's `launch_keyed` calls a compiled GEMM by the caller's key after the first launch:
+    outputs and gradients bitwise those of triton's own launch path, twice (the second through the key)."""
+    if device.type != "cuda":
+        pytest.skip("on the CPU the interpreter always takes triton's own launch: compared on a GPU only")
+    from kernels import common
+
+    fn, names, case = ((timestep_mlp, MLP_NAMES, mlp_case) if op == "timestep_mlp"
+                       else (adaln_projection, ADA_NAMES, ada_case))
+    inputs, dy = case(device, 70)
+    results = []
+    for enabled in (False, True, True):
+        monkeypatch.setattr(common, "ENABLED", enabled)
+        results.append(run_op(fn, names, inputs, dy))
+    for y, grads in results[1:]:
+        assert torch.equal(as_bits(y), as_bits(results[0][0]))
+        for name in names:
+            assert torch.equal(as_bits(grads[name]), as_bits(results[0][1][name])), name
+
+
 @pytest.mark.parametrize("k_major", [False, True])
 def test_input_grad_split_with_dsilu(device, k_major):
     """dz1's split (fixed K chunks of 128, the last one short) with the silu' epilogue in the last
@@ -508,14 +547,14 @@ def test_k_major_weight_grad_with_a_stored_ones_column(device):
 def _record_launches(monkeypatch) -> list[dict]:
     """Every `_gemm_kernel` launch's sizes and flags, the launch itself still made."""
     seen = []
-    real = gemm.launch
+    real = gemm.launch_keyed
 
-    def spy(kernel, grid, *args, **meta):
+    def spy(kernel, grid, device, key, args, meta):
         if kernel is gemm._gemm_kernel:
             named = dict(zip(kernel.arg_names, args))   # by name: the signature grows
             seen.append(dict({k: named[k] for k in ("M", "N", "K", "n_main", "n_load")}, **meta))
-        real(kernel, grid, *args, **meta)
-    monkeypatch.setattr(gemm, "launch", spy)
+        real(kernel, grid, device, key, args, meta)
+    monkeypatch.setattr(gemm, "launch_keyed", spy)
     return seen
 
 

@@ -3,7 +3,7 @@
     python -m tools.compile_gemm [--rows 1,8,2048] [--arch 90] [--op timestep_mlp,adaln_projection]
 
 The launchers of kernels/timestep_mlp.py and kernels/adaln_projection.py run at the model's size on
-CPU tensors with `kernels.gemm.launch` replaced by a recorder; each recorded launch is compiled with
+CPU tensors with `kernels.gemm.launch` and `launch_keyed` replaced by a recorder; each recorded launch is compiled with
 triton's own specialization rules emulated (ints equal to 1 become constants, 16-divisible pointers
 and ints get the divisibility hint, `do_not_specialize` respected), and the cubin is read with
 cuobjdump: registers, spill stack (LOCAL), shared memory, the dot instruction found in the PTX
@@ -88,12 +88,13 @@ def compile_launch(kernel, args, meta, arch: int) -> dict:
 
 def recorded(fn) -> list:
     calls = []
-    real = gemm.launch
+    real, real_keyed = gemm.launch, gemm.launch_keyed
     gemm.launch = lambda kernel, grid, *args, **meta: calls.append((kernel, grid, args, meta))
+    gemm.launch_keyed = lambda kernel, grid, device, key, args, meta: calls.append((kernel, grid, args, meta))
     try:
         fn()
     finally:
-        gemm.launch = real
+        gemm.launch, gemm.launch_keyed = real, real_keyed
     return calls
 
 

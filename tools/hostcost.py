@@ -208,6 +208,51 @@ def sinusoid_pieces(dev) -> dict[str, float]:
     return res
 
 
+def gemm_pieces(dev) -> dict[str, float]:
+    """Host us per call of the GEMM ops' forward (no grad, T = 1, 4) and fwd+bwd (T = 1), with
+    `kernels.common.launch_keyed` reusing its compiled kernels by the caller's key and with it off
+    (triton's binder on every launch), interleaved; and the pieces of adaln_projection's forward."""
+    from harness.ops import get_op
+    from harness.config import load_config
+    from kernels import adaln_projection as AP
+    from kernels import common
+    from kernels import gemm
+    from kernels import timestep_mlp as TM
+
+    res = {}
+    cases = {}
+    for name, fn in (("adaln_projection", AP.adaln_projection), ("timestep_mlp", TM.timestep_mlp)):
+        op, params = get_op(name), load_config(name).inputs
+        for rows in (1, 4):
+            inputs = op.make_inputs(params, rows, 3, dev)
+            cases[(name, rows)] = (fn, [inputs.tensors[n] for n in op.input_names], op, params, inputs)
+    for keyed in (True, False, True, False):
+        common.KEYED = keyed
+        tag = "keyed" if keyed else "binder"
+        for (name, rows), (fn, values, op, params, inputs) in cases.items():
+            def fwd():
+                with torch.no_grad():
+                    fn(*values)
+            res.setdefault(f"{name} fwd T={rows} {tag}", []).append(host_us(fwd, reps=200))
+            if rows == 1:
+                leaves = [inputs.tensors[n].detach().requires_grad_() for n in op.input_names]
+                (dy,) = op.make_grad_outs(params, rows, 5, dev)
+
+                def fwd_bwd():
+                    torch.autograd.grad(fn(*leaves), leaves, dy)
+                res.setdefault(f"{name} fwd+bwd T={rows} {tag}", []).append(host_us(fwd_bwd, reps=100))
+    common.KEYED = True
+    fn, values, op, params, inputs = cases[("adaln_projection", 1)]
+    temb, w, b = values
+    cfg = AP.configs()
+    a = gemm.silu_cast(temb, w.dtype)
+    res["adaln _check"] = host_us(lambda: AP._check(temb, w, b))
+    res["adaln silu_cast"] = host_us(lambda: gemm.silu_cast(temb, w.dtype))
+    res["adaln gemm.forward"] = host_us(lambda: gemm.forward(a, w, b, cfg.fwd, out_dtype=w.dtype))
+    res["torch.empty [1, 96768] bf16"] = host_us(lambda: torch.empty((1, 96768), dtype=torch.bfloat16, device=dev))
+    return res
+
+
 def main() -> None:
     global HIDDEN, TABLE_ROWS
     ap = argparse.ArgumentParser()
@@ -217,11 +262,16 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--breakdown-only", action="store_true")
     ap.add_argument("--sinusoid-only", action="store_true", help="only timestep_sinusoid's host path")
+    ap.add_argument("--gemm-only", action="store_true", help="only the GEMM ops' host paths, keyed launches on/off")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("tools.hostcost measures host time around CUDA launches and needs a CUDA GPU")
     HIDDEN, TABLE_ROWS = args.hidden, args.table_rows
     dev = torch.device("cuda")
+    if args.gemm_only:
+        for key, val in gemm_pieces(dev).items():
+            print(f"gemm       {key:45s} {val}", flush=True)
+        return
     if args.sinusoid_only:
         for key, val in sinusoid_pieces(dev).items():
             print(f"sinusoid   {key:45s} {val}", flush=True)

@@ -32,6 +32,7 @@
 #                  (H3BENCH_GEMM_ARGS: its arguments; H3BENCH_GEMM_BUDGET: seconds before candidates are skipped)
 #   hostcost       tools/hostcost.py --breakdown-only: a norm_modulate fwd+bwd's host time by piece
 #   hostcost-sinusoid  tools/hostcost.py --sinusoid-only: the host path of timestep_sinusoid's row and SGLang's
+#   hostcost-gemm  tools/hostcost.py --gemm-only: the GEMM ops' host paths, keyed launches on and off
 #   probe-fp16x3   tools/probe_fp16x3.py: timestep_mlp's large GEMMs as three fp16 products against tf32x3
 # `install` is idempotent: a later call on the same (warm) machine skips what is there already. With
 # H3BENCH_DEADLINE_S set, a step that would start after that many seconds of the call is skipped and the
@@ -174,6 +175,10 @@ step_bench-memory2() { bench_memory bench_memory_ops_2 "${H3BENCH_BENCH_ARGS2:-}
 
 step_hostcost() {  # where a norm_modulate fwd+bwd's host time goes, piece by piece (R = 8)
   PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.hostcost --breakdown-only --out "$OUT/work"
+}
+
+step_hostcost-gemm() {  # the GEMM ops' host paths, keyed launches on and off
+  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.hostcost --gemm-only
 }
 
 step_hostcost-sinusoid() {
