@@ -534,9 +534,10 @@ def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_stride
         raise ValueError("the maxima of an fp16x3 GEMM are fp32 vectors with unit stride (`row_maxima`'s)")
     zs = (zin.stride(0), zin.stride(1)) if zin is not None else (0, 0)
     os_ = (zout.stride(0), zout.stride(1)) if zout is not None else (0, 0)
-    ints = (M, N, K, n_main, n_load, chunk, M * N, sa.numel() if scales else 0, sb.numel() if scales else 0,
-            a_strides[0], a_strides[1], b_strides[0], b_strides[1], c_strides[0], c_strides[1], zs[0], zs[1],
-            os_[0], os_[1])
+    n_sa, n_sb = (sa.numel(), sb.numel()) if scales is not None else (0, 0)
+    strides = (a_strides[0], a_strides[1], b_strides[0], b_strides[1], c_strides[0], c_strides[1], zs[0], zs[1],
+               os_[0], os_[1])
+    ints = (M, N, K, n_main, n_load, chunk, M * N, n_sa, n_sb) + strides   # the kernel's order
     flags = (cfg, even_k, mask_m, mask_n, fp32, a_silu, ones, out_silu, bias is not None, zin is not None,
              zout is not None, extra is not None, sa_all, sb_all)
     meta = _META.get(flags)
@@ -554,11 +555,12 @@ def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_stride
     # M, K, chunk, plane, n_sa and n_sb are not specialized on (`do_not_specialize`): only whether they fit
     # int32 counts, so one key serves every T.
     user = (a, b, bias, zin)
-    unspecialized = (M, K, chunk, M * N, ints[7], ints[8])
+    unspecialized = (M, K, chunk, M * N, n_sa, n_sb)
     if scales is not None:   # the maxima may be the caller's: their dtype and alignment count too
         user += (sa, sb)
-    key = (_gemm_kernel, device.index, flags, ints[1:5] + ints[9:], all(v < _I32_LIMIT for v in unspecialized),
-           c.dtype, tuple(None if t is None else (t.dtype, t.data_ptr() & 15) for t in user))
+    key = (_gemm_kernel, device.index, flags, (N, K, n_main, n_load) + strides,
+           all(v < _I32_LIMIT for v in unspecialized), c.dtype,
+           tuple(None if t is None else (t.dtype, t.data_ptr() & 15) for t in user))
     args = (a, b, c, ptr(bias), ptr(zin), ptr(zout), ptr(extra), part, counts, sa, sb) + ints
     launch_keyed(_gemm_kernel, (programs,), device.index, key, args, meta)
 

@@ -46,7 +46,7 @@ class MLPConfigs:
     """Tile configs of the GEMMs, by row count. IEEE (FMA-chain) tiers may differ, see kernels/gemm.py;
     a split is part of the order (dx: DX_SPLIT in every tier; fwd2 and dh: one split each, the same in
     every tier; fwd1 none; the weight gradients, whose order is one per T by nature, any), and a row-wise
-    GEMM on tensor cores (tf32x3) or in float64 (fp64) takes one config for every row count."""
+    GEMM on tensor cores (tf32x3, fp16x3) or in float64 (fp64) takes one config for every row count."""
 
     fwd1: Tiers
     fwd2: Tiers
@@ -72,7 +72,7 @@ class MLPConfigs:
         for name in ("fwd1", "fwd2", "dh", "dx"):  # the row-wise GEMMs: their order must not depend on T
             tiers = getattr(self, name)
             if any(cfg.precision != "ieee" for _, cfg in tiers) and len({cfg for _, cfg in tiers}) > 1:
-                raise ValueError(f"{name}: a tf32x3 or fp64 kernel needs one config for every row count, "
+                raise ValueError(f"{name}: a tf32x3, fp16x3 or fp64 kernel needs one config for every row count, "
                                  f"got {[cfg.short() for _, cfg in tiers]}")
 
 

@@ -31,22 +31,19 @@ import triton.language as tl
 from harness.timing import STREAM, median, take
 from kernels import gemm
 from kernels import timestep_mlp as TM
-
-HEAD = 13   # scaled maxima land in [2^13, 2^14): fp16's largest finite is 65504 ~ 2^16
-
+from kernels.gemm import _pow2_scale
 
 @triton.jit
 def _row_scale_kernel(X, S, n_cols, stride_r, stride_c, BLOCK: tl.constexpr):
-    """S[r] = 2^(HEAD - e) with e the exponent of max_c |X[r, c]| (bit arithmetic: exact, no log2)."""
+    """S[r] = the power of two that takes max_c |X[r, c]| into [2^13, 2^14) (kernels/gemm.py's
+    `_pow2_scale`: the scale the kernels use)."""
     r = tl.program_id(0)
     m = tl.zeros((BLOCK,), tl.float32)
     for c0 in range(0, n_cols, BLOCK):
         c = c0 + tl.arange(0, BLOCK)
         x = tl.load(X + r.to(tl.int64) * stride_r + c.to(tl.int64) * stride_c, mask=c < n_cols, other=0.0)
         m = tl.maximum(m, tl.abs(x))
-    e = (tl.max(m, 0).to(tl.int32, bitcast=True) >> 23) & 0xFF        # biased exponent of the max
-    se = tl.minimum(tl.maximum(13 - (e - 127) + 127, 1), 254)         # biased exponent of the scale
-    tl.store(S + r, (se << 23).to(tl.float32, bitcast=True))
+    tl.store(S + r, _pow2_scale(tl.max(m, 0)))
 
 
 def row_scales(x: torch.Tensor, by_columns: bool = False) -> torch.Tensor:
