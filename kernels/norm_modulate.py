@@ -70,7 +70,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (BY_HAND, INTERPRETED, launch_on, local_order, param_tile, pick, rounded, segment,
+from kernels.common import (BY_HAND, INTERPRETED, launch_keyed, local_order, param_tile, pick, rounded, segment,
                             split_rows, sum_partials)
 
 MAX_HIDDEN = 32768
@@ -310,8 +310,8 @@ def _gather_modulate(Y, W, SH, SC, rows, ok, m, cols, x, rstd, H: tl.constexpr, 
 
 
 @triton.jit(do_not_specialize=["n_rows"])
-def _fwd_rows_kernel(X, W, SH, SC, IDX, ORDER, Y, RSTD, n_rows, H: tl.constexpr, M, stride_x, stride_sh, stride_sc,
-                     eps, ROWS: tl.constexpr, HEAD: tl.constexpr, TAIL: tl.constexpr, ORDERED: tl.constexpr,
+def _fwd_rows_kernel(X, W, SH, SC, IDX, ORDER, Y, RSTD, n_rows, M, stride_x, stride_sh, stride_sc, eps,
+                     H: tl.constexpr, ROWS: tl.constexpr, HEAD: tl.constexpr, TAIL: tl.constexpr, ORDERED: tl.constexpr,
                      L1_TABLES: tl.constexpr, SAVE_RSTD: tl.constexpr, BY_HAND: tl.constexpr):
     """ROWS rows per program (positions of the global plan's list when ORDERED, so programs that run
     together share table rows in L2), w, sh[m], sc[m] gathered per row. A row is a HEAD-wide block (the
@@ -342,8 +342,8 @@ def _fwd_rows_kernel(X, W, SH, SC, IDX, ORDER, Y, RSTD, n_rows, H: tl.constexpr,
 
 
 @triton.jit(do_not_specialize=["n_rows", "CHUNK"])
-def _fwd_walk_kernel(X, W, SH, SC, IDX, ORDER, KEYS, SCRATCH, Y, RSTD, n_rows, H: tl.constexpr, M, stride_x,
-                     stride_sh, stride_sc, eps, CHUNK, BLOCK_H: tl.constexpr, ROWS: tl.constexpr,
+def _fwd_walk_kernel(X, W, SH, SC, IDX, ORDER, KEYS, SCRATCH, Y, RSTD, n_rows, M, stride_x,
+                     stride_sh, stride_sc, eps, CHUNK, H: tl.constexpr, BLOCK_H: tl.constexpr, ROWS: tl.constexpr,
                      CMAX: tl.constexpr, K_P2: tl.constexpr, GLOBAL: tl.constexpr, SAVE_RSTD: tl.constexpr,
                      BY_HAND: tl.constexpr):
     """This program's rows in segment order, ROWS per step: a[m] and sh[m] loaded once per segment,
@@ -487,9 +487,9 @@ def _finish(META, KEYS, DSH, DSC, pid, lo, n, n_rows, n_seg, first, before, last
 
 
 @triton.jit(do_not_specialize=["n_rows", "CHUNK"])
-def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DSC, n_rows, H: tl.constexpr, M,
+def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DSC, n_rows, M,
                 stride_x, stride_dy, stride_dx, stride_sc, stride_dsh, stride_dsc, CHUNK, PSTRIDE,
-                BLOCK_H: tl.constexpr, ROWS: tl.constexpr, CMAX: tl.constexpr, K_P2: tl.constexpr,
+                H: tl.constexpr, BLOCK_H: tl.constexpr, ROWS: tl.constexpr, CMAX: tl.constexpr, K_P2: tl.constexpr,
                 GLOBAL: tl.constexpr, PARAMS: tl.constexpr, BY_HAND: tl.constexpr):
     """Whole rows in registers: this program's rows in segment order, ROWS per step, the next step's x and
     dy loaded before this step's arithmetic (across segment ends too: 1.5x over loading in turn,
@@ -544,8 +544,8 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
 
 @triton.jit(do_not_specialize=["n_rows", "CHUNK"])
 def _bwd_chunked_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DSC, n_rows,
-                        H: tl.constexpr, M, stride_x, stride_dy, stride_dx, stride_sc, stride_dsh, stride_dsc, CHUNK,
-                        PSTRIDE, CB: tl.constexpr, N_CB: tl.constexpr, G: tl.constexpr, CMAX: tl.constexpr,
+                        M, stride_x, stride_dy, stride_dx, stride_sc, stride_dsh, stride_dsc, CHUNK, PSTRIDE,
+                        H: tl.constexpr, CB: tl.constexpr, N_CB: tl.constexpr, G: tl.constexpr, CMAX: tl.constexpr,
                         K_P2: tl.constexpr, GLOBAL: tl.constexpr, PARAMS: tl.constexpr, BY_HAND: tl.constexpr):
     """Wide rows: G rows of a segment at a time, in column chunks of CB. Pass 1 reads each chunk of x and
     dy for the rows' dot products (c, chunk 0 first); pass 2 reads them again (L2: the group was just
@@ -625,8 +625,8 @@ def _bwd_chunked_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART,
 
 
 @triton.jit(do_not_specialize=["n_programs"])
-def _bwd_params_kernel(PART, W, DW, DSH, DSC, n_programs, H: tl.constexpr, M, PSTRIDE, stride_dsh, stride_dsc,
-                       BLOCK_C: tl.constexpr, P_TILE: tl.constexpr, BY_HAND: tl.constexpr):
+def _bwd_params_kernel(PART, W, DW, DSH, DSC, n_programs, M, PSTRIDE, stride_dsh, stride_dsc,
+                       H: tl.constexpr, BLOCK_C: tl.constexpr, P_TILE: tl.constexpr, BY_HAND: tl.constexpr):
     """Local plan. Program (c, m): dsh[m] and dsc[m] for column block c; program (c, M): dw. Each sums
     one partial row of every backward program (`sum_partials`), so all run at once."""
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -644,8 +644,8 @@ def _bwd_params_kernel(PART, W, DW, DSH, DSC, n_programs, H: tl.constexpr, M, PS
 
 
 @triton.jit(do_not_specialize=["n_programs"])
-def _bwd_combine_kernel(PART, SCRATCH, W, DW, DSH, DSC, n_programs, H: tl.constexpr, PSTRIDE, META_AT, stride_dsh,
-                        stride_dsc, BLOCK_C: tl.constexpr, P_TILE: tl.constexpr, BY_HAND: tl.constexpr):
+def _bwd_combine_kernel(PART, SCRATCH, W, DW, DSH, DSC, n_programs, PSTRIDE, META_AT, stride_dsh, stride_dsc,
+                        H: tl.constexpr, BLOCK_C: tl.constexpr, P_TILE: tl.constexpr, BY_HAND: tl.constexpr):
     """Global plan. Program (c, q): if backward program q left a segment unfinished (slot 1, key
     META[1, q]), its dsh and dsc for column block c: q's slot 1 plus, tiles of P_TILE left to right, the
     slot 0 of the programs after q that hold the rest of it (those whose META[0] is that key: they
@@ -713,17 +713,17 @@ def _geometry(rows: int, device: int, programs_per_sm: int, chunk_limit: int) ->
 @functools.lru_cache(maxsize=512)
 def _fwd_recipe(rows: int, hidden: int, table_rows: int, global_plan: bool, save_rstd: bool, cfg: LaunchConfig,
                 device: int) -> tuple:
-    """(kernel, grid, constexprs and warps, scratch int32 elements, CHUNK) of a forward launch."""
+    """(kernel, grid, constexprs and warps, scratch int32 elements, CHUNK, token) of a forward launch. The
+    token (a fresh object per recipe) stands in a launch key for everything the recipe fixes."""
     if cfg.fwd_kernel == "rows":
         head, tail = _head_tail(hidden)
-        meta = dict(ROWS=cfg.fwd_rows, HEAD=head, TAIL=tail, ORDERED=global_plan and cfg.fwd_ordered,
-                    L1_TABLES=cfg.fwd_l1_tables,
-                    SAVE_RSTD=save_rstd, BY_HAND=BY_HAND, num_warps=cfg.fwd_warps)
-        return _fwd_rows_kernel, (triton.cdiv(rows, cfg.fwd_rows),), meta, 0, 0
+        meta = dict(H=hidden, ROWS=cfg.fwd_rows, HEAD=head, TAIL=tail, ORDERED=global_plan and cfg.fwd_ordered,
+                    L1_TABLES=cfg.fwd_l1_tables, SAVE_RSTD=save_rstd, BY_HAND=BY_HAND, num_warps=cfg.fwd_warps)
+        return _fwd_rows_kernel, (triton.cdiv(rows, cfg.fwd_rows),), meta, 0, 0, object()
     programs, chunk, cmax = _geometry(rows, device, cfg.fwd_programs_per_sm, cfg.chunk_limit)
-    meta = dict(BLOCK_H=cfg.block_h, ROWS=cfg.fwd_rows, CMAX=cmax, K_P2=_k_p2(table_rows, global_plan),
+    meta = dict(H=hidden, BLOCK_H=cfg.block_h, ROWS=cfg.fwd_rows, CMAX=cmax, K_P2=_k_p2(table_rows, global_plan),
                 GLOBAL=global_plan, SAVE_RSTD=save_rstd, BY_HAND=BY_HAND, num_warps=cfg.fwd_warps)
-    return _fwd_walk_kernel, (programs,), meta, programs * 2 * (cmax + 2), chunk
+    return _fwd_walk_kernel, (programs,), meta, programs * 2 * (cmax + 2), chunk, object()
 
 
 def _k_p2(table_rows: int, global_plan: bool) -> int:
@@ -746,16 +746,27 @@ def forward(x2d: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tens
     if plan is None and cfg.fwd_kernel == "walk" and table_rows > cfg.local_max:
         plan = make_plan(idx)
     device = x2d.get_device()
-    kernel, grid, meta, scratch_len, chunk = _fwd_recipe(rows, hidden, table_rows, plan is not None, save_rstd, cfg,
-                                                         device)
+    kernel, grid, meta, scratch_len, chunk, token = _fwd_recipe(rows, hidden, table_rows, plan is not None,
+                                                                save_rstd, cfg, device)
     keys, order = plan if plan is not None else (None, None)
-    common = (rows, hidden, table_rows, x2d.stride()[0], sh.stride()[0], sc.stride()[0], eps)
+    strides = (x2d.stride()[0], sh.stride()[0], sc.stride()[0])
+    # The launch's key (kernels.common.launch_keyed): the recipe's token (kernel, grid, constexprs, R, M),
+    # the strides (specialized ints), the dtype and 16-byte alignment of every tensor the caller passed;
+    # y, rstd and the scratch are fresh allocations here.
+    key = (token, strides, _tensor_key(x2d), _tensor_key(w), _tensor_key(sh), _tensor_key(sc), _tensor_key(idx),
+           None if plan is None else (_tensor_key(keys), _tensor_key(order)))
     if scratch_len:
         scratch = x2d.new_empty(scratch_len, dtype=torch.int32)
-        launch_on(device, kernel, grid, x2d, w, sh, sc, idx, order, keys, scratch, y, rstd, *common, chunk, **meta)
+        args = (x2d, w, sh, sc, idx, order, keys, scratch, y, rstd, rows, table_rows, *strides, eps, chunk)
     else:
-        launch_on(device, kernel, grid, x2d, w, sh, sc, idx, order, y, rstd, *common, **meta)
+        args = (x2d, w, sh, sc, idx, order, y, rstd, rows, table_rows, *strides, eps)
+    launch_keyed(kernel, grid, device, key, args, meta)
     return y, rstd
+
+
+def _tensor_key(t: torch.Tensor) -> tuple:
+    """What triton's binder reads of a tensor argument: its dtype and whether it is 16-byte aligned."""
+    return t.dtype, t.data_ptr() & 15
 
 
 def backward_split(rows: int, cfg: LaunchConfig, device: torch.device) -> tuple[int, int]:
@@ -772,13 +783,14 @@ def partial_rows(table_rows: int, cfg: LaunchConfig, global_plan: bool) -> int:
 @functools.lru_cache(maxsize=512)
 def _bwd_recipe(rows: int, hidden: int, table_rows: int, need_params: bool, cfg: LaunchConfig, device: int) -> tuple:
     """Everything of a backward that depends on the shapes only: (global plan, programs, CHUNK, partial
-    stride, scratch int32 elements, rows kernel, its constexprs, parameter stage kernel, grid, constexprs)."""
+    stride, scratch int32 elements, rows kernel, its constexprs, (parameter stage kernel, grid, constexprs),
+    token: a fresh object per recipe, standing in the launch keys for everything the recipe fixes)."""
     global_plan = table_rows > cfg.local_max
     pstride = partial_rows(table_rows, cfg, global_plan) * hidden
     if max(pstride, table_rows * hidden) >= 2 ** 31:
         raise ValueError(f"tables of {table_rows} rows of {hidden} are too large for this kernel's int32 offsets")
     programs, chunk, cmax = _geometry(rows, device, cfg.bwd_programs_per_sm, cfg.chunk_limit)
-    meta = dict(CMAX=cmax, K_P2=_k_p2(table_rows, global_plan), GLOBAL=global_plan, PARAMS=need_params,
+    meta = dict(H=hidden, CMAX=cmax, K_P2=_k_p2(table_rows, global_plan), GLOBAL=global_plan, PARAMS=need_params,
                 BY_HAND=BY_HAND, num_warps=cfg.bwd_warps)
     if cfg.bwd_chunk:
         kernel = _bwd_chunked_kernel
@@ -789,13 +801,13 @@ def _bwd_recipe(rows: int, hidden: int, table_rows: int, need_params: bool, cfg:
     if global_plan:
         block_c = cfg.param_cols if INTERPRETED else 128
         params = (_bwd_combine_kernel, (triton.cdiv(hidden, block_c), programs + 1),
-                  dict(BLOCK_C=block_c, P_TILE=param_tile(programs, 32), BY_HAND=BY_HAND, num_warps=4))
+                  dict(H=hidden, BLOCK_C=block_c, P_TILE=param_tile(programs, 32), BY_HAND=BY_HAND, num_warps=4))
     else:
         params = (_bwd_params_kernel, (triton.cdiv(hidden, cfg.param_cols), table_rows + 1),
-                  dict(BLOCK_C=cfg.param_cols, P_TILE=param_tile(programs, cfg.param_tile), BY_HAND=BY_HAND,
-                       num_warps=4))
+                  dict(H=hidden, BLOCK_C=cfg.param_cols, P_TILE=param_tile(programs, cfg.param_tile),
+                       BY_HAND=BY_HAND, num_warps=4))
     scratch_len = programs * 2 * (cmax + 2) + (2 * programs if global_plan else 0)
-    return global_plan, programs, chunk, cmax, pstride, scratch_len, kernel, meta, params
+    return global_plan, programs, chunk, cmax, pstride, scratch_len, kernel, meta, params, object()
 
 
 def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Tensor, idx: torch.Tensor,
@@ -824,7 +836,7 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
     dx = x2d.new_empty(rows, hidden)
     cfg = config or launch_config(hidden)
     device = x2d.get_device()
-    global_plan, programs, chunk, cmax, pstride, scratch_len, kernel, meta, params = _bwd_recipe(
+    global_plan, programs, chunk, cmax, pstride, scratch_len, kernel, meta, params, token = _bwd_recipe(
         rows, hidden, table_rows, need_params, cfg, device)
     if global_plan and plan is None:
         plan = make_plan(idx)
@@ -845,16 +857,25 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
     else:
         partials = dw = dsh = dsc = None  # never touched (PARAMS is a constexpr)
         strides = (0, 0)
-    launch_on(device, kernel, (programs,), x2d, dy, dx, w, sc, rstd, idx if not global_plan else None, order, keys,
-              scratch, partials, dsh, dsc, rows, hidden, table_rows, x2d.stride()[0], dy.stride()[0], hidden,
-              sc.stride()[0], *strides, chunk, pstride, **meta)
+    row_idx = idx if not global_plan else None
+    in_strides = (x2d.stride()[0], dy.stride()[0], sc.stride()[0])
+    # The launches' keys (kernels.common.launch_keyed), as the forward's: the recipe's token, the strides,
+    # every tensor that comes from outside this function (dx, the scratch, the partials, dw and fresh
+    # dsh / dsc are allocated here).
+    given = out is not None and need_params
+    tables = ((_tensor_key(dsh), _tensor_key(dsc)) if given else sh_dtype, strides, _tensor_key(w))
+    key = (token, in_strides, tables, _tensor_key(x2d), _tensor_key(dy), _tensor_key(sc), _tensor_key(rstd),
+           None if row_idx is None else _tensor_key(row_idx),
+           None if order is None else (_tensor_key(keys), _tensor_key(order)))
+    launch_keyed(kernel, (programs,), device, key,
+                 (x2d, dy, dx, w, sc, rstd, row_idx, order, keys, scratch, partials, dsh, dsc, rows, table_rows,
+                  in_strides[0], in_strides[1], hidden, in_strides[2], *strides, chunk, pstride), meta)
     if not need_params:
         return dx, None, None, None
     params_kernel, grid, params_meta = params
     if global_plan:
-        launch_on(device, params_kernel, grid, partials, scratch, w, dw, dsh, dsc, programs, hidden, pstride,
-                  programs * 2 * (cmax + 2), *strides, **params_meta)
+        args = (partials, scratch, w, dw, dsh, dsc, programs, pstride, programs * 2 * (cmax + 2), *strides)
     else:
-        launch_on(device, params_kernel, grid, partials, w, dw, dsh, dsc, programs, hidden, table_rows, pstride,
-                  *strides, **params_meta)
+        args = (partials, w, dw, dsh, dsc, programs, table_rows, pstride, *strides)
+    launch_keyed(params_kernel, grid, device, (token, "params", tables), args, params_meta)
     return dx, dw, dsh, dsc

@@ -282,16 +282,50 @@ def test_many_backward_programs_agree_with_float64(device, monkeypatch):
 
 
 
-def test_fast_launch_matches_triton_launch(device, monkeypatch):
-    """kernels/common.py's launch skips triton's per-call Python; outputs and gradients must not change a bit."""
+@pytest.mark.parametrize("hidden", [5376, 12288])   # whole rows and the chunked backward
+def test_fast_launch_matches_triton_launch(device, monkeypatch, hidden):
+    """kernels/common.py's keyed launches skip triton's per-call Python (the binder too, after the first
+    call per key); outputs and gradients must not change a bit against triton's own launch or the binder's."""
     if device.type != "cuda":
         pytest.skip("on the CPU the interpreter always takes triton's own launch: compared on a GPU only")
     from kernels import common as launch
-    params, inputs, grad_out = case(device, 5376, 300)
+    params, inputs, grad_out = case(device, hidden, 300)
     results = []
-    for enabled in (False, True, True):  # the second fast call takes the cached compiled kernel
+    # triton's own path; the binder on every call; keyed (the first call remembers, the second reuses)
+    for enabled, keyed in ((False, True), (True, False), (True, True), (True, True)):
         monkeypatch.setattr(launch, "ENABLED", enabled)
+        monkeypatch.setattr(launch, "KEYED", keyed)
         results.append(run(inputs, grad_out))
+    for y, grads in results[1:]:
+        assert torch.equal(as_bits(y), as_bits(results[0][0]))
+        for name in NAMES:
+            assert torch.equal(as_bits(grads[name]), as_bits(results[0][1][name])), name
+
+
+def _shifted(t: torch.Tensor) -> torch.Tensor:
+    """`t`'s values with its shape and strides, one element further on in a fresh buffer (16-byte alignment
+    lost)."""
+    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+    out = torch.as_strided(torch.zeros(span + 1, dtype=t.dtype, device=t.device), t.shape, t.stride(), 1)
+    out.copy_(t)
+    return out
+
+
+@pytest.mark.parametrize("table_rows", [9, 40])   # the local plan, and the global one (sorted idx, combine)
+def test_a_launch_key_tells_aligned_from_unaligned_tensors(device, table_rows):
+    """The launches reuse a compiled kernel by the caller's key (`kernels.common.launch_keyed`, the key from
+    `_tensor_key`): x, w, sh, sc and idx one element off 16-byte alignment, with the shapes and strides of
+    aligned ones, must not take the aligned launches' kernels (their vector loads would fault or read
+    wrong data). Each layout twice (the second call through the key); same values, same order: the
+    outputs and gradients bitwise equal, and within bf16's bounds of float64."""
+    from kernels import norm_modulate as K
+    params, aligned, grad_out = _table_case(device, 64, 40, table_rows)
+    assert (table_rows > K.launch_config(64).local_max) == (table_rows == 40)
+    t = aligned.tensors
+    moved = OP.bundle({name: _shifted(v) for name, v in t.items()})
+    assert moved.tensors["x"].data_ptr() % 16 and moved.tensors["sh"].stride() == t["sh"].stride()
+    results = [run(bundle, grad_out) for bundle in (aligned, aligned, moved, moved)]
+    assert_bf16_matches_float64(params, moved, grad_out, *results[-1])
     for y, grads in results[1:]:
         assert torch.equal(as_bits(y), as_bits(results[0][0]))
         for name in NAMES:

@@ -208,22 +208,28 @@ def sinusoid_pieces(dev) -> dict[str, float]:
     return res
 
 
-def gemm_pieces(dev) -> dict[str, float]:
-    """Host us per call of the GEMM ops' forward (no grad, T = 1, 4) and fwd+bwd (T = 1), with
-    `kernels.common.launch_keyed` reusing its compiled kernels by the caller's key and with it off
-    (triton's binder on every launch), interleaved; and the pieces of adaln_projection's forward."""
+# Our rows whose launches go through `kernels.common.launch_keyed`, with the row counts timed (the GEMM ops'
+# small-T forward targets; norm_modulate's issue-13 host figures at R = 8 and 4097, final_adaln_out likewise).
+KEYED_SIZES = {"adaln_projection": (1, 4), "timestep_mlp": (1, 4), "norm_modulate": (8, 4097),
+               "final_adaln_out": (8, 4097)}
+
+
+def keyed_pieces(dev, ops) -> dict[str, float]:
+    """Host us per call of our row's forward (no grad) and fwd+bwd (each op's first size; norm_modulate's
+    both) with `kernels.common.launch_keyed` reusing compiled kernels by the caller's key and with it off
+    (triton's binder on every launch), interleaved; and, with adaln_projection, the pieces of its forward."""
     from harness.ops import get_op
     from harness.config import load_config
-    from kernels import adaln_projection as AP
+    from adapters import builtin_adapters
     from kernels import common
-    from kernels import gemm
-    from kernels import timestep_mlp as TM
 
     res = {}
     cases = {}
-    for name, fn in (("adaln_projection", AP.adaln_projection), ("timestep_mlp", TM.timestep_mlp)):
+    for name in ops:
         op, params = get_op(name), load_config(name).inputs
-        for rows in (1, 4):
+        (row,) = [a for a in builtin_adapters(name) if a.name == "h3bench_triton"]
+        fn = row.load(dev, params).fn
+        for rows in KEYED_SIZES[name]:
             inputs = op.make_inputs(params, rows, 3, dev)
             cases[(name, rows)] = (fn, [inputs.tensors[n] for n in op.input_names], op, params, inputs)
     for keyed in (True, False, True, False):
@@ -233,24 +239,31 @@ def gemm_pieces(dev) -> dict[str, float]:
             def fwd():
                 with torch.no_grad():
                     fn(*values)
-            res.setdefault(f"{name} fwd T={rows} {tag}", []).append(host_us(fwd, reps=200))
-            if rows == 1:
-                leaves = [inputs.tensors[n].detach().requires_grad_() for n in op.input_names]
+            res.setdefault(f"{name} fwd R={rows} {tag}", []).append(host_us(fwd, reps=200))
+            if rows == KEYED_SIZES[name][0] or name == "norm_modulate":
+                leaves = [inputs.tensors[n].detach().requires_grad_() if n in op.differentiable else inputs.tensors[n]
+                          for n in op.input_names]
                 (dy,) = op.make_grad_outs(params, rows, 5, dev)
+                wrt = [v for n, v in zip(op.input_names, leaves) if n in op.differentiable]
 
                 def fwd_bwd():
-                    torch.autograd.grad(fn(*leaves), leaves, dy)
-                res.setdefault(f"{name} fwd+bwd T={rows} {tag}", []).append(host_us(fwd_bwd, reps=100))
+                    torch.autograd.grad(fn(*leaves), wrt, dy)
+                res.setdefault(f"{name} fwd+bwd R={rows} {tag}", []).append(host_us(fwd_bwd, reps=100))
     common.KEYED = True
-    fn, values, op, params, inputs = cases[("adaln_projection", 1)]
-    temb, w, b = values
+    if "adaln_projection" in ops:
+        res.update(_adaln_pieces(dev, *cases[("adaln_projection", 1)][1]))
+    return res
+
+
+def _adaln_pieces(dev, temb, w, b) -> dict[str, float]:
+    from kernels import adaln_projection as AP
+    from kernels import gemm
     cfg = AP.configs()
     a = gemm.silu_cast(temb, w.dtype)
-    res["adaln _check"] = host_us(lambda: AP._check(temb, w, b))
-    res["adaln silu_cast"] = host_us(lambda: gemm.silu_cast(temb, w.dtype))
-    res["adaln gemm.forward"] = host_us(lambda: gemm.forward(a, w, b, cfg.fwd, out_dtype=w.dtype))
-    res["torch.empty [1, 96768] bf16"] = host_us(lambda: torch.empty((1, 96768), dtype=torch.bfloat16, device=dev))
-    return res
+    return {"adaln _check": host_us(lambda: AP._check(temb, w, b)),
+            "adaln silu_cast": host_us(lambda: gemm.silu_cast(temb, w.dtype)),
+            "adaln gemm.forward": host_us(lambda: gemm.forward(a, w, b, cfg.fwd, out_dtype=w.dtype)),
+            "torch.empty [1, 96768] bf16": host_us(lambda: torch.empty((1, 96768), dtype=torch.bfloat16, device=dev))}
 
 
 def main() -> None:
@@ -263,14 +276,21 @@ def main() -> None:
     ap.add_argument("--breakdown-only", action="store_true")
     ap.add_argument("--sinusoid-only", action="store_true", help="only timestep_sinusoid's host path")
     ap.add_argument("--gemm-only", action="store_true", help="only the GEMM ops' host paths, keyed launches on/off")
+    ap.add_argument("--keyed-only", default=None, metavar="OPS",
+                    help=f"only our rows' host paths, keyed launches on/off, for these ops (comma list of "
+                         f"{', '.join(KEYED_SIZES)})")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("tools.hostcost measures host time around CUDA launches and needs a CUDA GPU")
     HIDDEN, TABLE_ROWS = args.hidden, args.table_rows
     dev = torch.device("cuda")
-    if args.gemm_only:
-        for key, val in gemm_pieces(dev).items():
-            print(f"gemm       {key:45s} {val}", flush=True)
+    if args.gemm_only or args.keyed_only:
+        ops = ("adaln_projection", "timestep_mlp") if args.gemm_only else args.keyed_only.split(",")
+        unknown = sorted(set(ops) - set(KEYED_SIZES))
+        if unknown:
+            raise SystemExit(f"--keyed-only: no keyed row for {', '.join(unknown)}; known: {', '.join(KEYED_SIZES)}")
+        for key, val in keyed_pieces(dev, ops).items():
+            print(f"keyed      {key:45s} {val}", flush=True)
         return
     if args.sinusoid_only:
         for key, val in sinusoid_pieces(dev).items():

@@ -68,6 +68,11 @@ def _variant(name: str, hidden: int):
         # wide H: whole rows with 16 warps (half the registers a thread, so fewer spilled), or wider chunks
         "bwd-registers-w16": dict(whole_rows, bwd_warps=16),
         "bwd-chunk4096": dict(bwd_chunk=4096, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1),
+        # the chunked backward (H > 8192), latency-bound (kernels/NOTES.md v25): two programs an SM of 2 rows
+        # on 4 warps (239 registers at sm_90: both fit, so one loads while the other waits); 8 rows of
+        # 1024-column chunks on 8 warps (the same tile, half the groups, twice the chunks; 184 B spilled)
+        "bwd-chunked-w4-2sm": dict(bwd_chunk=2048, bwd_rows=2, bwd_warps=4, bwd_programs_per_sm=2),
+        "bwd-chunk1024-g8": dict(bwd_chunk=1024, bwd_rows=8, bwd_warps=8, bwd_programs_per_sm=1),
         # the local plan up to M = 64 (no sort, no position -> row loads, no combine launch; partials
         # 4 P (2M + 1) H bytes: 366 MB at M = 64, H = 5376, P = 132; sm_90: 56 B spilled, 132 KB shared)
         "local-max-64": dict(local_max=64),
@@ -81,7 +86,8 @@ def _variant(name: str, hidden: int):
 
 
 VARIANT_NAMES = ("default", "gather", "gather-l1", "walk", "walk-1sm", "bwd-chunked", "bwd-registers",
-                 "bwd-registers-w16", "bwd-chunk4096", "local-max-64", "fwd-plan-order")
+                 "bwd-registers-w16", "bwd-chunk4096", "bwd-chunked-w4-2sm", "bwd-chunk1024-g8",
+                 "local-max-64", "fwd-plan-order")
 
 
 def _ints(text: str) -> list[int]:

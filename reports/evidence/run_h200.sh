@@ -33,6 +33,8 @@
 #   hostcost       tools/hostcost.py --breakdown-only: a norm_modulate fwd+bwd's host time by piece
 #   hostcost-sinusoid  tools/hostcost.py --sinusoid-only: the host path of timestep_sinusoid's row and SGLang's
 #   hostcost-gemm  tools/hostcost.py --gemm-only: the GEMM ops' host paths, keyed launches on and off
+#   hostcost-keyed tools/hostcost.py --keyed-only: likewise for our rows of H3BENCH_KEYED_OPS (default: norm_modulate,
+#                  final_adaln_out and the two GEMM ops)
 #   probe-fp16x3   tools/probe_fp16x3.py: timestep_mlp's large GEMMs as three fp16 products against tf32x3
 # `install` is idempotent: a later call on the same (warm) machine skips what is there already. With
 # H3BENCH_DEADLINE_S set, a step that would start after that many seconds of the call is skipped and the
@@ -179,6 +181,11 @@ step_hostcost() {  # where a norm_modulate fwd+bwd's host time goes, piece by pi
 
 step_hostcost-gemm() {  # the GEMM ops' host paths, keyed launches on and off
   PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.hostcost --gemm-only
+}
+
+step_hostcost-keyed() {  # our rows' host paths, keyed launches on and off (H3BENCH_KEYED_OPS: which ops)
+  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.hostcost \
+    --keyed-only "${H3BENCH_KEYED_OPS:-norm_modulate,final_adaln_out,timestep_mlp,adaln_projection}"
 }
 
 step_hostcost-sinusoid() {
