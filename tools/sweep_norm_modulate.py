@@ -68,16 +68,12 @@ def _variant(name: str, hidden: int):
         # wide H: whole rows with 16 warps (half the registers a thread, so fewer spilled), or wider chunks
         "bwd-registers-w16": dict(whole_rows, bwd_warps=16),
         "bwd-chunk4096": dict(bwd_chunk=4096, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1),
-        # the chunked backward (H > 8192), latency-bound (kernels/NOTES.md v25): two programs an SM of 2 rows
-        # on 4 warps (239 registers at sm_90: both fit, so one loads while the other waits); 8 rows of
-        # 1024-column chunks on 8 warps (the same tile, half the groups, twice the chunks; 184 B spilled)
+        # the chunked backward (H > 8192) is latency-bound: two programs an SM of 2 rows on 4 warps (239
+        # registers at sm_90: both fit, so one loads while the other waits); 8 rows of 1024-column chunks on
+        # 8 warps (the same tile, half the groups, twice the chunks; 184 B spilled). Both measured slower
+        # (kernels/NOTES.md v26)
         "bwd-chunked-w4-2sm": dict(bwd_chunk=2048, bwd_rows=2, bwd_warps=4, bwd_programs_per_sm=2),
         "bwd-chunk1024-g8": dict(bwd_chunk=1024, bwd_rows=8, bwd_warps=8, bwd_programs_per_sm=1),
-        # the split backward: every row's c first, then (program, 512-column block) walks with c given, all
-        # loads streamed (sm_90: 122 registers on 4 warps, 4 rows a step: 4 programs an SM; 128 on 8 warps,
-        # 8 rows a step: 2 programs an SM); 10RH bytes instead of 6RH, but not latency-bound
-        "bwd-split-r4c512": dict(bwd_cols=512, bwd_rows=4, bwd_warps=4, bwd_programs_per_sm=1),
-        "bwd-split-r8c512": dict(bwd_cols=512, bwd_rows=8, bwd_warps=8, bwd_programs_per_sm=1),
         # the local plan up to M = 64 (no sort, no position -> row loads, no combine launch; partials
         # 4 P (2M + 1) H bytes: 366 MB at M = 64, H = 5376, P = 132; sm_90: 56 B spilled, 132 KB shared)
         "local-max-64": dict(local_max=64),
@@ -92,7 +88,6 @@ def _variant(name: str, hidden: int):
 
 VARIANT_NAMES = ("default", "gather", "gather-l1", "walk", "walk-1sm", "bwd-chunked", "bwd-registers",
                  "bwd-registers-w16", "bwd-chunk4096", "bwd-chunked-w4-2sm", "bwd-chunk1024-g8",
-                 "bwd-split-r4c512", "bwd-split-r8c512",
                  "local-max-64", "fwd-plan-order")
 
 
