@@ -92,6 +92,7 @@ class LaunchConfig:
     bwd_warps: int
     bwd_programs_per_sm: int
     bwd_chunk: int = 0             # 0: whole rows in registers; else the chunked backward's column chunk
+    bwd_prefetch: bool = False     # chunked backward: each chunk's x and dy loaded one chunk ahead (same bits)
     fwd_programs_per_sm: int = 2   # "walk" only
     fwd_l1_tables: bool = False    # "rows" only: x read past L1 (.cg), y stored evict_first, tables kept
     # "rows" only, global plan (M > local_max): programs take rows in the plan's order (True: rows of one
@@ -546,12 +547,15 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
 def _bwd_chunked_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DSC, n_rows,
                         M, stride_x, stride_dy, stride_dx, stride_sc, stride_dsh, stride_dsc, CHUNK, PSTRIDE,
                         H: tl.constexpr, CB: tl.constexpr, N_CB: tl.constexpr, G: tl.constexpr, CMAX: tl.constexpr,
-                        K_P2: tl.constexpr, GLOBAL: tl.constexpr, PARAMS: tl.constexpr, BY_HAND: tl.constexpr):
+                        K_P2: tl.constexpr, GLOBAL: tl.constexpr, PARAMS: tl.constexpr, PREFETCH: tl.constexpr,
+                        BY_HAND: tl.constexpr):
     """Wide rows: G rows of a segment at a time, in column chunks of CB. Pass 1 reads each chunk of x and
     dy for the rows' dot products (c, chunk 0 first); pass 2 reads them again (L2: the group was just
     read) for dx, adding the group's tl.sum of dy and dy * xhat into this program's fp32 workspace
     (rows WD, WS of its partial block: read, add, write back, G rows at a time). The dw partial row
-    is built in place. Partial layout as `_bwd_kernel`'s plus the two workspace rows."""
+    is built in place. Partial layout as `_bwd_kernel`'s plus the two workspace rows. PREFETCH: both passes
+    load chunk c + 1's x and dy before chunk c's arithmetic (the last prefetch is masked off: no traffic),
+    so a load is in flight while the previous chunk is summed; the same sums in the same order."""
     pid, lo, n, n_seg, starts, counts, prev_key = _walk_begin(IDX, KEYS, SCRATCH, n_rows, M, CHUNK, CMAX, K_P2,
                                                                  GLOBAL)
     first, before, last, beyond = _plan_edges(KEYS, lo, n, n_rows, M, GLOBAL)
@@ -582,18 +586,36 @@ def _bwd_chunked_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART,
             rows = _rows_at(start + steps, ok, lo, ORDER, SCRATCH, pid, CMAX, GLOBAL)
             rstd = tl.load(RSTD + rows, mask=ok, other=0.0)
             dot = tl.zeros((G,), dtype=tl.float32)
+            if PREFETCH:
+                x_next = _load_tile(X, rows, stride_x, chunk, ok, H, False)
+                dy_next = _load_tile(DY, rows, stride_dy, chunk, ok, H, False)
             for c in range(0, N_CB):
                 cols = c * CB + chunk
-                x = _load_tile(X, rows, stride_x, cols, ok, H, False).to(tl.float32)
-                dy = _load_tile(DY, rows, stride_dy, cols, ok, H, False).to(tl.float32)
+                if PREFETCH:
+                    x = x_next.to(tl.float32)
+                    dy = dy_next.to(tl.float32)
+                    x_next = _load_tile(X, rows, stride_x, cols + CB, ok, H, False)
+                    dy_next = _load_tile(DY, rows, stride_dy, cols + CB, ok, H, False)
+                else:
+                    x = _load_tile(X, rows, stride_x, cols, ok, H, False).to(tl.float32)
+                    dy = _load_tile(DY, rows, stride_dy, cols, ok, H, False).to(tl.float32)
                 a = _scale(W, SC, key, M, cols, cols < H, stride_sc)[None, :]
                 dot += tl.sum((dy * a) * (x * rstd[:, None]), axis=1)
             c_row = dot / H
+            if PREFETCH:
+                x_next = _load_tile(X, rows, stride_x, chunk, ok, H, False)
+                dy_next = _load_tile(DY, rows, stride_dy, chunk, ok, H, False)
             for c in range(0, N_CB):
                 cols = c * CB + chunk
                 col_ok = cols < H
-                x = _load_tile(X, rows, stride_x, cols, ok, H, False).to(tl.float32)
-                dy = _load_tile(DY, rows, stride_dy, cols, ok, H, False).to(tl.float32)
+                if PREFETCH:
+                    x = x_next.to(tl.float32)
+                    dy = dy_next.to(tl.float32)
+                    x_next = _load_tile(X, rows, stride_x, cols + CB, ok, H, False)
+                    dy_next = _load_tile(DY, rows, stride_dy, cols + CB, ok, H, False)
+                else:
+                    x = _load_tile(X, rows, stride_x, cols, ok, H, False).to(tl.float32)
+                    dy = _load_tile(DY, rows, stride_dy, cols, ok, H, False).to(tl.float32)
                 a = _scale(W, SC, key, M, cols, col_ok, stride_sc)[None, :]
                 xhat = x * rstd[:, None]
                 dx = (dy * a - xhat * c_row[:, None]) * rstd[:, None]
@@ -794,7 +816,8 @@ def _bwd_recipe(rows: int, hidden: int, table_rows: int, need_params: bool, cfg:
                 BY_HAND=BY_HAND, num_warps=cfg.bwd_warps)
     if cfg.bwd_chunk:
         kernel = _bwd_chunked_kernel
-        meta.update(CB=cfg.bwd_chunk, N_CB=triton.cdiv(hidden, cfg.bwd_chunk), G=cfg.bwd_rows)
+        meta.update(CB=cfg.bwd_chunk, N_CB=triton.cdiv(hidden, cfg.bwd_chunk), G=cfg.bwd_rows,
+                    PREFETCH=cfg.bwd_prefetch)
     else:
         kernel = _bwd_kernel
         meta.update(BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows)

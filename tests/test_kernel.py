@@ -509,6 +509,24 @@ def test_chunked_backward_wide_rows(device, hidden, rows):
     assert torch.equal(as_bits(g1["x"][0]), as_bits(grads["x"][rows - 1]))
 
 
+@pytest.mark.parametrize("table_rows", [9, 40])   # the local plan and the global one
+def test_chunked_backward_prefetch_changes_no_bit(device, monkeypatch, table_rows):
+    """`bwd_prefetch` loads each chunk one chunk ahead (the last load masked off); the sums and their
+    order are the same: outputs and every gradient bitwise equal to the chunked backward without it."""
+    import dataclasses
+
+    from kernels import norm_modulate as K
+    cfg = _config(monkeypatch, 20, chunk_limit=4, local_max=16, fwd_kernel="rows", fwd_rows=2, bwd_rows=2,
+                  bwd_chunk=8)
+    params, inputs, grad_out = _table_case(device, 20, 26, table_rows)
+    plain = run(inputs, grad_out)
+    monkeypatch.setattr(K, "launch_config", lambda h: dataclasses.replace(cfg, bwd_prefetch=True))
+    ahead = run(inputs, grad_out)
+    assert torch.equal(as_bits(ahead[0]), as_bits(plain[0]))
+    for name in NAMES:
+        assert torch.equal(as_bits(ahead[1][name]), as_bits(plain[1][name])), name
+
+
 @pytest.mark.parametrize("changes", [dict(fwd_kernel="rows", fwd_rows=4, fwd_l1_tables=True),
                                      dict(fwd_kernel="walk", fwd_rows=2, bwd_rows=4)])
 def test_variants_are_batch_invariant(device, monkeypatch, changes):

@@ -74,7 +74,8 @@ def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9) -> list[t
         common = dict(H=hidden, CMAX=256, K_P2=k_p2, GLOBAL=plan, PARAMS=True, BY_HAND=False)
         if cfg.bwd_chunk:
             out.append((f"bwd chunked global={plan}", K._bwd_chunked_kernel,
-                        dict(common, CB=cfg.bwd_chunk, N_CB=triton.cdiv(hidden, cfg.bwd_chunk), G=cfg.bwd_rows),
+                        dict(common, CB=cfg.bwd_chunk, N_CB=triton.cdiv(hidden, cfg.bwd_chunk), G=cfg.bwd_rows,
+                             PREFETCH=cfg.bwd_prefetch),
                         cfg.bwd_warps))
         else:
             out.append((f"bwd global={plan}", K._bwd_kernel, dict(common, BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows),

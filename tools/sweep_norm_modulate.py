@@ -74,6 +74,11 @@ def _variant(name: str, hidden: int):
         # (kernels/NOTES.md v26)
         "bwd-chunked-w4-2sm": dict(bwd_chunk=2048, bwd_rows=2, bwd_warps=4, bwd_programs_per_sm=2),
         "bwd-chunk1024-g8": dict(bwd_chunk=1024, bwd_rows=8, bwd_warps=8, bwd_programs_per_sm=1),
+        # each chunk's x and dy loaded one chunk ahead in both passes (kernels/NOTES.md v27): the default's
+        # shape (the same bits; 312 B spilled at sm_90), 2 rows a group (241 registers), 1024-column chunks
+        "bwd-prefetch": dict(bwd_chunk=2048, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=True),
+        "bwd-prefetch-g2": dict(bwd_chunk=2048, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=True),
+        "bwd-prefetch-c1024": dict(bwd_chunk=1024, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=True),
         # the local plan up to M = 64 (no sort, no position -> row loads, no combine launch; partials
         # 4 P (2M + 1) H bytes: 366 MB at M = 64, H = 5376, P = 132; sm_90: 56 B spilled, 132 KB shared)
         "local-max-64": dict(local_max=64),
@@ -88,6 +93,7 @@ def _variant(name: str, hidden: int):
 
 VARIANT_NAMES = ("default", "gather", "gather-l1", "walk", "walk-1sm", "bwd-chunked", "bwd-registers",
                  "bwd-registers-w16", "bwd-chunk4096", "bwd-chunked-w4-2sm", "bwd-chunk1024-g8",
+                 "bwd-prefetch", "bwd-prefetch-g2", "bwd-prefetch-c1024",
                  "local-max-64", "fwd-plan-order")
 
 
