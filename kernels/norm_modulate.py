@@ -543,6 +543,31 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
                 col_ok, stride_dsh, stride_dsc, GLOBAL)
 
 
+@triton.jit
+def _prefetched(X, DY, rows, stride_x, stride_dy, cols, ok, H: tl.constexpr, PREFETCH: tl.constexpr):
+    """The chunked backward: chunk `cols`'s x and dy tiles, loaded now, when prefetching; else placeholders
+    (each chunk then loads its own in `_chunk_tiles`)."""
+    if PREFETCH:
+        return _load_tile(X, rows, stride_x, cols, ok, H, False), _load_tile(DY, rows, stride_dy, cols, ok, H, False)
+    else:
+        return 0.0, 0.0
+
+
+@triton.jit
+def _chunk_tiles(X, DY, rows, stride_x, stride_dy, cols, ok, x_next, dy_next, H: tl.constexpr, CB: tl.constexpr,
+                 PREFETCH: tl.constexpr):
+    """Chunk `cols`'s x and dy in fp32, and the next chunk's tiles (prefetching: loaded now, the one past
+    the last chunk masked off; else the placeholders as given)."""
+    if PREFETCH:
+        x = x_next.to(tl.float32)
+        dy = dy_next.to(tl.float32)
+        x_next, dy_next = _prefetched(X, DY, rows, stride_x, stride_dy, cols + CB, ok, H, PREFETCH)
+    else:
+        x = _load_tile(X, rows, stride_x, cols, ok, H, False).to(tl.float32)
+        dy = _load_tile(DY, rows, stride_dy, cols, ok, H, False).to(tl.float32)
+    return x, dy, x_next, dy_next
+
+
 @triton.jit(do_not_specialize=["n_rows", "CHUNK"])
 def _bwd_chunked_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DSC, n_rows,
                         M, stride_x, stride_dy, stride_dx, stride_sc, stride_dsh, stride_dsc, CHUNK, PSTRIDE,
@@ -586,36 +611,20 @@ def _bwd_chunked_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART,
             rows = _rows_at(start + steps, ok, lo, ORDER, SCRATCH, pid, CMAX, GLOBAL)
             rstd = tl.load(RSTD + rows, mask=ok, other=0.0)
             dot = tl.zeros((G,), dtype=tl.float32)
-            if PREFETCH:
-                x_next = _load_tile(X, rows, stride_x, chunk, ok, H, False)
-                dy_next = _load_tile(DY, rows, stride_dy, chunk, ok, H, False)
+            x_next, dy_next = _prefetched(X, DY, rows, stride_x, stride_dy, chunk, ok, H, PREFETCH)
             for c in range(0, N_CB):
                 cols = c * CB + chunk
-                if PREFETCH:
-                    x = x_next.to(tl.float32)
-                    dy = dy_next.to(tl.float32)
-                    x_next = _load_tile(X, rows, stride_x, cols + CB, ok, H, False)
-                    dy_next = _load_tile(DY, rows, stride_dy, cols + CB, ok, H, False)
-                else:
-                    x = _load_tile(X, rows, stride_x, cols, ok, H, False).to(tl.float32)
-                    dy = _load_tile(DY, rows, stride_dy, cols, ok, H, False).to(tl.float32)
+                x, dy, x_next, dy_next = _chunk_tiles(X, DY, rows, stride_x, stride_dy, cols, ok, x_next, dy_next, H,
+                                                      CB, PREFETCH)
                 a = _scale(W, SC, key, M, cols, cols < H, stride_sc)[None, :]
                 dot += tl.sum((dy * a) * (x * rstd[:, None]), axis=1)
             c_row = dot / H
-            if PREFETCH:
-                x_next = _load_tile(X, rows, stride_x, chunk, ok, H, False)
-                dy_next = _load_tile(DY, rows, stride_dy, chunk, ok, H, False)
+            x_next, dy_next = _prefetched(X, DY, rows, stride_x, stride_dy, chunk, ok, H, PREFETCH)
             for c in range(0, N_CB):
                 cols = c * CB + chunk
                 col_ok = cols < H
-                if PREFETCH:
-                    x = x_next.to(tl.float32)
-                    dy = dy_next.to(tl.float32)
-                    x_next = _load_tile(X, rows, stride_x, cols + CB, ok, H, False)
-                    dy_next = _load_tile(DY, rows, stride_dy, cols + CB, ok, H, False)
-                else:
-                    x = _load_tile(X, rows, stride_x, cols, ok, H, False).to(tl.float32)
-                    dy = _load_tile(DY, rows, stride_dy, cols, ok, H, False).to(tl.float32)
+                x, dy, x_next, dy_next = _chunk_tiles(X, DY, rows, stride_x, stride_dy, cols, ok, x_next, dy_next, H,
+                                                      CB, PREFETCH)
                 a = _scale(W, SC, key, M, cols, col_ok, stride_sc)[None, :]
                 xhat = x * rstd[:, None]
                 dx = (dy * a - xhat * c_row[:, None]) * rstd[:, None]
