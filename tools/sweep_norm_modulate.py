@@ -63,17 +63,17 @@ def _variant(name: str, hidden: int):
                      fwd_warps=8, fwd_programs_per_sm=2),
         "walk-1sm": dict(fwd_kernel="walk", fwd_rows=max(1, min(64, 16384 // block_h)) if block_h <= 2048 else 1,
                          fwd_warps=8, fwd_programs_per_sm=1),
-        "bwd-chunked": dict(bwd_chunk=2048, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1),
+        "bwd-chunked": dict(bwd_chunk=2048, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=False),
         "bwd-registers": dict(whole_rows, bwd_warps=8),
         # wide H: whole rows with 16 warps (half the registers a thread, so fewer spilled), or wider chunks
         "bwd-registers-w16": dict(whole_rows, bwd_warps=16),
-        "bwd-chunk4096": dict(bwd_chunk=4096, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1),
+        "bwd-chunk4096": dict(bwd_chunk=4096, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=False),
         # the chunked backward (H > 8192) is latency-bound: two programs an SM of 2 rows on 4 warps (239
         # registers at sm_90: both fit, so one loads while the other waits); 8 rows of 1024-column chunks on
         # 8 warps (the same tile, half the groups, twice the chunks; 184 B spilled). Both measured slower
         # (kernels/NOTES.md v26)
-        "bwd-chunked-w4-2sm": dict(bwd_chunk=2048, bwd_rows=2, bwd_warps=4, bwd_programs_per_sm=2),
-        "bwd-chunk1024-g8": dict(bwd_chunk=1024, bwd_rows=8, bwd_warps=8, bwd_programs_per_sm=1),
+        "bwd-chunked-w4-2sm": dict(bwd_chunk=2048, bwd_rows=2, bwd_warps=4, bwd_programs_per_sm=2, bwd_prefetch=False),
+        "bwd-chunk1024-g8": dict(bwd_chunk=1024, bwd_rows=8, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=False),
         # each chunk's x and dy loaded one chunk ahead in both passes (kernels/NOTES.md v27): the default's
         # shape (the same bits; 312 B spilled at sm_90), 2 rows a group (241 registers), 1024-column chunks
         "bwd-prefetch": dict(bwd_chunk=2048, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=True),
