@@ -256,3 +256,11 @@ def assert_no_differences(found, params_repeatable: Optional[bool] = True) -> No
     assert (found.full_vs_sub_batches.fwd_differ, found.full_vs_sub_batches.rowgrad_differ) == (0, 0)
     assert found.batch_size_sweep.differ == 0
     assert found.params_repeatable is params_repeatable and found.batch_invariant is True
+
+
+def shifted(t: torch.Tensor) -> torch.Tensor:
+    """`t`'s values with its shape and strides, one element further on in a fresh buffer (16-byte alignment
+    lost): a launch keyed on the aligned tensor must not serve this one."""
+    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+    out = torch.as_strided(torch.zeros(span + 1, dtype=t.dtype, device=t.device), t.shape, t.stride(), 1)
+    return out.copy_(t)

@@ -9,7 +9,7 @@ from harness.ops.norm_modulate import OP
 from harness.probes.accuracy_latency import rel_err
 from kernels.norm_modulate_api import norm_modulate
 from kernels.common import local_order
-from tests.helpers import nm_params
+from tests.helpers import nm_params, shifted
 
 # max|err|/max|ref| bounds: one rounding of a value near max|ref| costs at most 2^-8 (bf16),
 # 2^-11 (fp16); fp32 only accumulates rounding.
@@ -302,15 +302,6 @@ def test_fast_launch_matches_triton_launch(device, monkeypatch, hidden):
             assert torch.equal(as_bits(grads[name]), as_bits(results[0][1][name])), name
 
 
-def _shifted(t: torch.Tensor) -> torch.Tensor:
-    """`t`'s values with its shape and strides, one element further on in a fresh buffer (16-byte alignment
-    lost)."""
-    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
-    out = torch.as_strided(torch.zeros(span + 1, dtype=t.dtype, device=t.device), t.shape, t.stride(), 1)
-    out.copy_(t)
-    return out
-
-
 @pytest.mark.parametrize("table_rows", [9, 40])   # the local plan, and the global one (sorted idx, combine)
 def test_a_launch_key_tells_aligned_from_unaligned_tensors(device, table_rows):
     """The launches reuse a compiled kernel by the caller's key (`kernels.common.launch_keyed`, the key from
@@ -322,7 +313,7 @@ def test_a_launch_key_tells_aligned_from_unaligned_tensors(device, table_rows):
     params, aligned, grad_out = _table_case(device, 64, 40, table_rows)
     assert (table_rows > K.launch_config(64).local_max) == (table_rows == 40)
     t = aligned.tensors
-    moved = OP.bundle({name: _shifted(v) for name, v in t.items()})
+    moved = OP.bundle({name: shifted(v) for name, v in t.items()})
     assert moved.tensors["x"].data_ptr() % 16 and moved.tensors["sh"].stride() == t["sh"].stride()
     results = [run(bundle, grad_out) for bundle in (aligned, aligned, moved, moved)]
     assert_bf16_matches_float64(params, moved, grad_out, *results[-1])

@@ -20,7 +20,7 @@ from kernels.adaln_projection import adaln_projection
 from kernels.final_adaln_out import final_adaln_out
 from kernels.norm_modulate_api import norm_modulate
 from kernels.timestep_mlp import timestep_mlp
-from tests.helpers import nm_params
+from tests.helpers import nm_params, shifted
 from tests.test_kernel_gemm import ADA_NAMES, MLP_NAMES, ada_case, mlp_case
 
 I32 = (-(1 << 31), (1 << 31) - 1)
@@ -74,13 +74,6 @@ def keyed_launches(monkeypatch):
     yield seen, conflicts
 
 
-def _shifted(t: torch.Tensor) -> torch.Tensor:
-    """`t`'s values, shape and strides one element further on in a fresh buffer (16-byte alignment lost)."""
-    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
-    out = torch.as_strided(torch.zeros(span + 1, dtype=t.dtype, device=t.device), t.shape, t.stride(), 1)
-    return out.copy_(t)
-
-
 def _nm_run(t: dict, wrt: tuple) -> None:
     leaves = {n: (v.detach().requires_grad_() if n in wrt else v) for n, v in t.items()}
     y = norm_modulate(leaves["x"], leaves["w"], leaves["sh"], leaves["sc"], leaves["idx"])
@@ -101,8 +94,8 @@ def test_norm_modulate_keys_name_the_specialization(device, keyed_launches, tabl
     cases += [{**base, "x": base["x"].float(), "w": base["w"].half(), "sh": base["sh"].float(),
                "sc": base["sc"].half()},
               {**base, "idx": base["idx"].to(torch.int32)},
-              {n: _shifted(v) for n, v in base.items()},
-              {**base, "sc": _shifted(base["sc"]), "x": _shifted(base["x"])}]
+              {n: shifted(v) for n, v in base.items()},
+              {**base, "sc": shifted(base["sc"]), "x": shifted(base["x"])}]
     for t in cases:
         for wrt in (("x", "w", "sh", "sc"), ("x",)):
             _nm_run(t, wrt)
@@ -116,7 +109,7 @@ def test_final_adaln_out_keys_name_the_specialization(device, keyed_launches):
     seen, conflicts = keyed_launches
     op, params = get_op("final_adaln_out"), load_config("final_adaln_out", quick=True).inputs
     base = op.make_inputs(params, 9, 3, device).tensors
-    for t in (base, {n: _shifted(v) for n, v in base.items()}):
+    for t in (base, {n: shifted(v) for n, v in base.items()}):
         values = [t[n].detach().requires_grad_() if n in op.differentiable else t[n] for n in op.input_names]
         final_adaln_out(*values).float().sum().backward()
     assert seen and not conflicts, conflicts[:2]
@@ -129,7 +122,7 @@ def test_gemm_keys_name_the_specialization(device, keyed_launches, op):
                        else (adaln_projection, ADA_NAMES, ada_case))
     for rows in (1, 5):
         inputs, dy = case(device, rows)
-        variants = [inputs.tensors, {n: _shifted(v) for n, v in inputs.tensors.items()}]
+        variants = [inputs.tensors, {n: shifted(v) for n, v in inputs.tensors.items()}]
         if op == "adaln_projection":
             variants.append({**inputs.tensors, "temb": inputs.tensors["temb"].to(torch.bfloat16)})
         for t in variants:
