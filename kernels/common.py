@@ -188,6 +188,12 @@ _KEYED: dict = {}
 KEYED = os.environ.get("H3BENCH_KEYED_LAUNCH", "1") != "0"   # off: `launch`'s binder on every call (A/B timing)
 
 
+def tensor_key(t: torch.Tensor) -> tuple:
+    """What triton's binder reads of a tensor argument, for a launch key: its dtype and its address modulo
+    16 (the 16-byte alignment)."""
+    return t.dtype, t.data_ptr() & 15
+
+
 def launch_keyed(kernel, grid: tuple[int, ...], device: int, key, args: tuple, meta: dict) -> None:
     """`launch(kernel, grid, *args, **meta)` on the current CUDA device `device` for a caller whose `key`
     (hashable) determines the launch's specialization as said above; `args` are the kernel's runtime

@@ -76,7 +76,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import BY_HAND, INTERPRETED, launch, launch_keyed, rounded
+from kernels.common import BY_HAND, INTERPRETED, launch, launch_keyed, rounded, tensor_key
 
 PRECISIONS = ("ieee", "tf32x3", "fp64", "fp16x3")   # fp32 dots; bf16 is always wgmma
 SCALED = "fp16x3"   # the precision whose operands carry power-of-two scales (row maxima)
@@ -469,7 +469,7 @@ def row_maxima(x: torch.Tensor, y: Optional[torch.Tensor] = None) -> tuple[torch
         ints = (x.shape[0], x.shape[1], x.stride(0), y.shape[0] if y is not None else 0, other.shape[1],
                 other.stride(0))
         meta = dict(ROWS=rows_per, BLOCK=1024 if not INTERPRETED else 256, num_warps=4)
-        key = (_rowmax_kernel, x.device.index, ints, x.data_ptr() & 15, other.data_ptr() & 15)   # fp32 only
+        key = (_rowmax_kernel, x.device.index, ints, tensor_key(x), tensor_key(other))
         launch_keyed(_rowmax_kernel, (grid,), x.device.index, key,
                      (x, other, outs[0], outs[1] if y is not None else outs[0]) + ints, meta)
     return outs[0], outs[1]
@@ -560,7 +560,7 @@ def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_stride
         user += (sa, sb)
     key = (_gemm_kernel, device.index, flags, (N, K, n_main, n_load) + strides,
            all(v < _I32_LIMIT for v in unspecialized), c.dtype,
-           tuple(None if t is None else (t.dtype, t.data_ptr() & 15) for t in user))
+           tuple(None if t is None else tensor_key(t) for t in user))
     args = (a, b, c, ptr(bias), ptr(zin), ptr(zout), ptr(extra), part, counts, sa, sb) + ints
     launch_keyed(_gemm_kernel, (programs,), device.index, key, args, meta)
 
@@ -579,7 +579,7 @@ def silu_cast(x: torch.Tensor, dtype: torch.dtype, ones_column: bool = False) ->
         tile_rows, block = (64, triton.next_power_of_2(width)) if INTERPRETED else (4, 1024)
         ints = (rows, d, x.stride(0), out.stride(0))
         meta = dict(ROWS=tile_rows, BLOCK=block, ONES=ones_column, PAD=pad, BY_HAND=BY_HAND, num_warps=4)
-        key = (_silu_cast_kernel, out.device.index, ints, x.dtype, x.data_ptr() & 15, dtype, ones_column, pad)
+        key = (_silu_cast_kernel, out.device.index, ints, tensor_key(x), dtype, ones_column, pad)
         launch_keyed(_silu_cast_kernel, (triton.cdiv(rows, tile_rows), triton.cdiv(width, block)), out.device.index,
                      key, (x, out) + ints, meta)
     return out[:, :d]

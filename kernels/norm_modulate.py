@@ -71,7 +71,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import (BY_HAND, INTERPRETED, launch_keyed, local_order, param_tile, pick, rounded, segment,
-                            split_rows, sum_partials)
+                            split_rows, sum_partials, tensor_key)
 
 MAX_HIDDEN = 32768
 LOCAL_MAX = 16                     # default local_max: the local plan's one-hot sort is [CMAX, M + 2] wide
@@ -786,8 +786,8 @@ def forward(x2d: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tens
     # The launch's key (kernels.common.launch_keyed): the recipe's token (kernel, grid, constexprs, R, M),
     # the strides (specialized ints), the dtype and 16-byte alignment of every tensor the caller passed;
     # y, rstd and the scratch are fresh allocations here.
-    key = (token, strides, _tensor_key(x2d), _tensor_key(w), _tensor_key(sh), _tensor_key(sc), _tensor_key(idx),
-           None if plan is None else (_tensor_key(keys), _tensor_key(order)))
+    key = (token, strides, tensor_key(x2d), tensor_key(w), tensor_key(sh), tensor_key(sc), tensor_key(idx),
+           None if plan is None else (tensor_key(keys), tensor_key(order)))
     if scratch_len:
         scratch = x2d.new_empty(scratch_len, dtype=torch.int32)
         args = (x2d, w, sh, sc, idx, order, keys, scratch, y, rstd, rows, table_rows, *strides, eps, chunk)
@@ -795,11 +795,6 @@ def forward(x2d: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tens
         args = (x2d, w, sh, sc, idx, order, y, rstd, rows, table_rows, *strides, eps)
     launch_keyed(kernel, grid, device, key, args, meta)
     return y, rstd
-
-
-def _tensor_key(t: torch.Tensor) -> tuple:
-    """What triton's binder reads of a tensor argument: its dtype and whether it is 16-byte aligned."""
-    return t.dtype, t.data_ptr() & 15
 
 
 def backward_split(rows: int, cfg: LaunchConfig, device: torch.device) -> tuple[int, int]:
@@ -897,10 +892,10 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
     # every tensor that comes from outside this function (dx, the scratch, the partials, dw and fresh
     # dsh / dsc are allocated here).
     given = out is not None and need_params
-    tables = ((_tensor_key(dsh), _tensor_key(dsc)) if given else (sh_dtype, sc.dtype), strides, _tensor_key(w))
-    key = (token, in_strides, tables, _tensor_key(x2d), _tensor_key(dy), _tensor_key(sc), _tensor_key(rstd),
-           None if row_idx is None else _tensor_key(row_idx),
-           None if order is None else (_tensor_key(keys), _tensor_key(order)))
+    tables = ((tensor_key(dsh), tensor_key(dsc)) if given else (sh_dtype, sc.dtype), strides, tensor_key(w))
+    key = (token, in_strides, tables, tensor_key(x2d), tensor_key(dy), tensor_key(sc), tensor_key(rstd),
+           None if row_idx is None else tensor_key(row_idx),
+           None if order is None else (tensor_key(keys), tensor_key(order)))
     launch_keyed(kernel, (programs,), device, key,
                  (x2d, dy, dx, w, sc, rstd, row_idx, order, keys, scratch, partials, dsh, dsc, rows, table_rows,
                   in_strides[0], in_strides[1], hidden, in_strides[2], *strides, chunk, pstride), meta)

@@ -304,9 +304,9 @@ def test_fast_launch_matches_triton_launch(device, monkeypatch, hidden):
 
 @pytest.mark.parametrize("table_rows", [9, 40])   # the local plan, and the global one (sorted idx, combine)
 def test_a_launch_key_tells_aligned_from_unaligned_tensors(device, table_rows):
-    """The launches reuse a compiled kernel by the caller's key (`kernels.common.launch_keyed`, the key from
-    `_tensor_key`): x, w, sh, sc and idx one element off 16-byte alignment, with the shapes and strides of
-    aligned ones, must not take the aligned launches' kernels (their vector loads would fault or read
+    """The launches reuse a compiled kernel by the caller's key (`kernels.common.launch_keyed`, the tensors'
+    part from `kernels.common.tensor_key`): x, w, sh, sc and idx one element off 16-byte alignment, with
+    the shapes and strides of aligned ones, must not take the aligned launches' kernels (their vector loads would fault or read
     wrong data). Each layout twice (the second call through the key); same values, same order: the
     outputs and gradients bitwise equal, and within bf16's bounds of float64."""
     from kernels import norm_modulate as K

@@ -135,7 +135,7 @@ def test_a_key_missing_a_dtype_is_caught(device, monkeypatch, keyed_launches):
     """The control: the fixture must see a key that leaves out a dtype. norm_modulate's forward key
     without its tensors' keys collides across x's dtypes."""
     seen, conflicts = keyed_launches
-    monkeypatch.setattr(K, "_tensor_key", lambda t: None)
+    monkeypatch.setattr(K, "tensor_key", lambda t: None)
     params = nm_params(16, "bfloat16", timesteps=3, modalities=1)
     base = NM_OP.make_inputs(params, 12, 3, device).tensors
     for dtype in (torch.bfloat16, torch.float32):

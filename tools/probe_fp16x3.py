@@ -33,6 +33,7 @@ from kernels import gemm
 from kernels import timestep_mlp as TM
 from kernels.gemm import _pow2_scale
 
+
 @triton.jit
 def _row_scale_kernel(X, S, n_cols, stride_r, stride_c, BLOCK: tl.constexpr):
     """S[r] = the power of two that takes max_c |X[r, c]| into [2^13, 2^14) (kernels/gemm.py's
