@@ -40,6 +40,8 @@ ENABLED = os.environ.get("H3BENCH_FAST_LAUNCH", "1") != "0"
 # Read once, as triton does when it decorates a kernel: the interpreter cannot be switched on later.
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 _COMPILED: dict = {}
+# Skip `CudaLauncher.__call__` (below: `runner`) unless H3BENCH_DIRECT_LAUNCH=0 (A/B timing).
+DIRECT = os.environ.get("H3BENCH_DIRECT_LAUNCH", "1") != "0"
 
 
 def _hook_set(hook) -> bool:
@@ -74,18 +76,54 @@ def _launch_fast(kernel, grid, device: int, args, meta) -> None:
         binder = kernel.device_caches[device][4]
         bound, specialization, _ = binder(*args, **meta)
         key = (kernel, device, tuple(specialization), tuple(meta.items()))
-        compiled = _COMPILED.get(key)
+        found = _COMPILED.get(key)
     except Exception:  # a triton whose internals differ: its own path is always right
         kernel[grid](*args, **meta)
         return
-    if compiled is None or _hooks_installed():
+    if found is None or _hooks_installed():
         compiled = kernel[grid](*args, **meta)
         if compiled is not None and not hasattr(compiled, "result"):  # not an async-compile future
-            _COMPILED[key] = compiled
+            _COMPILED[key] = runner(compiled)
         return
+    run, head = found
     g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
-    compiled.run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(device), compiled.function,
-                 compiled.packed_metadata, None, None, None, *bound.values())
+    run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(device), *head, *bound.values())
+
+
+# --- calling a compiled kernel ---------------------------------------------------------------------------
+#
+# `compiled.run(g0, g1, g2, stream, function, packed_metadata, launch_metadata, enter_hook, exit_hook, *args)`
+# is triton's `CudaLauncher.__call__`: ~2 us of Python on the H200 VM (kernels/notes/timestep_sinusoid.md
+# v2: two closures, the scratch allocators) before its C `launch`. For a kernel that needs neither global
+# nor profile scratch memory, that Python only adds fixed arguments, so `runner` calls the C `launch` with
+# them itself. Only where its code was read: triton 3.6.0's `CudaLauncher.__call__(self, gridX, gridY,
+# gridZ, stream, function, *args)` calls `self.launch(gridX, gridY, gridZ, stream, function,
+# self.launch_cooperative_grid, self.launch_pdl, global_scratch, profile_scratch, *args)`, scratch None
+# for a size of 0. Any other version, launcher class or signature keeps `compiled.run`.
+
+DIRECT_VERSIONS = ("3.6.0",)
+_LAUNCHER_ARGS = ("self", "gridX", "gridY", "gridZ", "stream", "function")
+
+
+def runner(compiled) -> tuple:
+    """(run, head) such that `run(g0, g1, g2, stream, *head, *args)` launches `compiled` on the grid and
+    stream with the kernel arguments `args` and no launch hooks, as `compiled.run(g0, g1, g2, stream,
+    compiled.function, compiled.packed_metadata, None, None, None, *args)` does."""
+    plain = (compiled.run, (compiled.function, compiled.packed_metadata, None, None, None))
+    if not DIRECT or triton.__version__ not in DIRECT_VERSIONS:
+        return plain
+    try:
+        launcher = compiled.run
+        call = type(launcher).__call__.__code__
+        direct = (type(launcher).__name__ == "CudaLauncher" and call.co_argcount == len(_LAUNCHER_ARGS)
+                  and call.co_varnames[:len(_LAUNCHER_ARGS)] == _LAUNCHER_ARGS
+                  and launcher.global_scratch_size == 0 and launcher.profile_scratch_size == 0)
+        if not direct:
+            return plain
+        return launcher.launch, (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl,
+                                 None, None, compiled.packed_metadata, None, None, None)
+    except AttributeError:
+        return plain
 
 
 # --- launching a kernel whose compiled code depends on dtypes only ----------------------------------------
@@ -117,20 +155,22 @@ def launch_ready(kernel, grid: tuple[int, ...], device: int, key, args: tuple, m
         kernel[grid](*args, **dict(meta))
         return
     entry = _READY.get((kernel, device, key, meta))
-    if entry is None or _hooks_installed() or not _ints_fit(args, entry[2]):
+    if entry is None or _hooks_installed() or not _ints_fit(args, entry[3]):
         _launch_fast(kernel, grid, device, args, dict(meta))
         if entry is None:
             _make_ready(kernel, device, key, args, meta)
         return
-    compiled, tail, _ = entry
+    run, head, tail, _ = entry
     g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
-    compiled.run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(device), compiled.function,
-                 compiled.packed_metadata, None, None, None, *args, *tail)
+    run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(device), *head, *args, *tail)
 
 
 def _ints_fit(args: tuple, int_positions: tuple[int, ...]) -> bool:
     lo, hi = _I32
-    return all(lo <= args[i] <= hi for i in int_positions)
+    for i in int_positions:  # a loop, not all() over a generator: ~0.3 us less per launch (CPU-measured)
+        if not lo <= args[i] <= hi:
+            return False
+    return True
 
 
 def _make_ready(kernel, device: int, key, args: tuple, meta: tuple) -> None:
@@ -142,11 +182,11 @@ def _make_ready(kernel, device: int, key, args: tuple, meta: tuple) -> None:
         bound, specialization, _ = binder(*args, **dict(meta))
         names = list(bound)
         tail, ints = ready_specialization(kernel, names, specialization, len(args), meta)
-        compiled = _COMPILED.get((kernel, device, tuple(specialization), meta))
+        found = _COMPILED.get((kernel, device, tuple(specialization), meta))
     except Exception:  # NotReady (a kernel that does not qualify), or a triton whose internals differ
         return
-    if compiled is not None:
-        _READY[(kernel, device, key, meta)] = (compiled, tail, ints)
+    if found is not None:
+        _READY[(kernel, device, key, meta)] = (*found, tail, ints)
 
 
 def ready_specialization(kernel, names: list, specialization: list, n_args: int, meta: tuple
@@ -207,10 +247,9 @@ def launch_keyed(kernel, grid: tuple[int, ...], device: int, key, args: tuple, m
         if entry is None and KEYED:
             _remember_keyed(kernel, device, key, args, meta)
         return
-    compiled, tail = entry
+    run, head, tail = entry
     g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
-    compiled.run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(device), compiled.function,
-                 compiled.packed_metadata, None, None, None, *args, *tail)
+    run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(device), *head, *args, *tail)
 
 
 def _remember_keyed(kernel, device: int, key, args: tuple, meta: dict) -> None:
@@ -224,11 +263,11 @@ def _remember_keyed(kernel, device: int, key, args: tuple, meta: dict) -> None:
         if any(params[n].is_constexpr for n in names[:len(args)]):
             return
         tail = tuple(meta[n] for n in names[len(args):])
-        compiled = _COMPILED.get((kernel, device, tuple(specialization), tuple(meta.items())))
+        found = _COMPILED.get((kernel, device, tuple(specialization), tuple(meta.items())))
     except Exception:
         return
-    if compiled is not None:
-        _KEYED[key] = (compiled, tail)
+    if found is not None:
+        _KEYED[key] = (*found, tail)
 
 
 def interpreter_active() -> bool:

@@ -172,7 +172,7 @@ def sinusoid_pieces(dev) -> dict[str, float]:
     """Host us per call of the timestep_sinusoid row and of each piece of its path, next to SGLang's row
     (when it loads): the op moves at most 2 MB, so its per-sample latency is this host path."""
     from kernels import timestep_sinusoid as S
-    from kernels.common import launch, launch_ready
+    from kernels.common import launch, launch_ready, runner
 
     t = torch.zeros(1, dtype=torch.float32, device=dev)
     out = S.timestep_sinusoid(t)
@@ -197,6 +197,18 @@ def sinusoid_pieces(dev) -> dict[str, float]:
     res["compiled.run only"] = host_us(lambda: compiled.run(1, 1, 1, stream, compiled.function,
                                                            compiled.packed_metadata, None, None, None,
                                                            *bound.values()))
+    run, head = runner(compiled)
+    values = tuple(bound.values())
+    res[f"runner: {getattr(run, '__qualname__', type(run).__name__)}"] = host_us(
+        lambda: run(1, 1, 1, stream, *head, *values))
+    # the C launcher reads a tensor's data_ptr() and asks the driver whether it is device memory
+    # (cuPointerGetAttribute); an int pointer skips both
+    ints = tuple(v.data_ptr() if isinstance(v, torch.Tensor) else v for v in values)
+    res["runner, int pointers"] = host_us(lambda: run(1, 1, 1, stream, *head, *ints))
+    for direct in (False, True, False, True):
+        set_direct(direct)
+        res.setdefault(f"whole call (T=1), direct {'on' if direct else 'off'}", []).append(
+            host_us(lambda: S.timestep_sinusoid(t)))
     try:
         from adapters.timestep_sinusoid.sglang import ADAPTER
         from harness.ops.timestep_sinusoid import TimestepSinusoidParams
@@ -214,10 +226,31 @@ KEYED_SIZES = {"adaln_projection": (1, 4), "timestep_mlp": (1, 4), "norm_modulat
                "final_adaln_out": (8, 4097)}
 
 
-def keyed_pieces(dev, ops) -> dict[str, float]:
+def set_direct(direct: bool) -> None:
+    """`kernels.common.runner` calling the C launcher itself (True) or through `CudaLauncher.__call__`; the
+    launch caches emptied, so the next launches remember runners made under this setting."""
+    from kernels import common
+    common.DIRECT = direct
+    for cache in (common._COMPILED, common._READY, common._KEYED):
+        cache.clear()
+
+
+def set_keyed(keyed: bool) -> None:
+    """`kernels.common.launch_keyed` by the caller's key (True) or through triton's binder every launch."""
+    from kernels import common
+    common.KEYED = keyed
+
+
+# what `keyed_pieces` switches: name -> (the setting's on / off tags, how to set it)
+SWITCHES = {"keyed": (("keyed", "binder"), set_keyed), "direct": (("direct", "call"), set_direct)}
+
+
+def keyed_pieces(dev, ops, switch: str = "keyed") -> dict[str, float]:
     """Host us per call of our row's forward (no grad) and fwd+bwd (each op's first size; norm_modulate's
-    both) with `kernels.common.launch_keyed` reusing compiled kernels by the caller's key and with it off
-    (triton's binder on every launch), interleaved; and, with adaln_projection, the pieces of its forward."""
+    both) with the `switch` on and off, interleaved: "keyed", `kernels.common.launch_keyed` reusing
+    compiled kernels by the caller's key against triton's binder on every launch; "direct", the C launcher
+    called by `kernels.common.runner` against `CudaLauncher.__call__`; and, with adaln_projection, the
+    pieces of its forward."""
     from harness.ops import get_op
     from harness.config import load_config
     from adapters import builtin_adapters
@@ -232,9 +265,10 @@ def keyed_pieces(dev, ops) -> dict[str, float]:
         for rows in KEYED_SIZES[name]:
             inputs = op.make_inputs(params, rows, 3, dev)
             cases[(name, rows)] = (fn, [inputs.tensors[n] for n in op.input_names], op, params, inputs)
-    for keyed in (True, False, True, False):
-        common.KEYED = keyed
-        tag = "keyed" if keyed else "binder"
+    tags, setting = SWITCHES[switch]
+    for on in (True, False, True, False):
+        setting(on)
+        tag = tags[0] if on else tags[1]
         for (name, rows), (fn, values, op, params, inputs) in cases.items():
             def fwd():
                 with torch.no_grad():
@@ -249,10 +283,41 @@ def keyed_pieces(dev, ops) -> dict[str, float]:
                 def fwd_bwd():
                     torch.autograd.grad(fn(*leaves), wrt, dy)
                 res.setdefault(f"{name} fwd+bwd R={rows} {tag}", []).append(host_us(fwd_bwd, reps=100))
-    common.KEYED = True
+    setting(True)
     if "adaln_projection" in ops:
         res.update(_adaln_pieces(dev, *cases[("adaln_projection", 1)][1]))
     return res
+
+
+def profile_rows(dev, ops, steps: int = 30) -> list[str]:
+    """Where our row's host time goes in a fwd+bwd (each op's first `KEYED_SIZES` size): torch.profiler's
+    table of the host-side events by self CPU time over `steps` steps (the aten ops, the CUDA runtime calls,
+    the autograd engine), and the host us per step without the profiler, for scale."""
+    from harness.ops import get_op
+    from harness.config import load_config
+    from adapters import builtin_adapters
+
+    lines = []
+    for name in ops:
+        op, params = get_op(name), load_config(name).inputs
+        (row,) = [a for a in builtin_adapters(name) if a.name == "h3bench_triton"]
+        fn, rows = row.load(dev, params).fn, KEYED_SIZES[name][0]
+        inputs = op.make_inputs(params, rows, 3, dev)
+        leaves = [inputs.tensors[n].detach().requires_grad_() if n in op.differentiable else inputs.tensors[n]
+                  for n in op.input_names]
+        (dy,) = op.make_grad_outs(params, rows, 5, dev)
+        wrt = [v for n, v in zip(op.input_names, leaves) if n in op.differentiable]
+
+        def fwd_bwd():
+            torch.autograd.grad(fn(*leaves), wrt, dy)
+        lines.append(f"== {name} R={rows}: fwd+bwd host us/step without the profiler: {host_us(fwd_bwd, reps=100)}")
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                fwd_bwd()
+            torch.cuda.synchronize()
+        lines.append(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
+    return lines
 
 
 def _adaln_pieces(dev, temb, w, b) -> dict[str, float]:
@@ -279,17 +344,26 @@ def main() -> None:
     ap.add_argument("--keyed-only", default=None, metavar="OPS",
                     help=f"only our rows' host paths, keyed launches on/off, for these ops (comma list of "
                          f"{', '.join(KEYED_SIZES)})")
+    ap.add_argument("--switch", choices=sorted(SWITCHES), default="keyed",
+                    help="with --keyed-only/--gemm-only: what is switched on and off (keyed launches, or the "
+                         "direct C launcher call)")
+    ap.add_argument("--profile-rows", default=None, metavar="OPS",
+                    help=f"only torch.profiler's host-side table of our rows' fwd+bwd for these ops (comma list "
+                         f"of {', '.join(KEYED_SIZES)})")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("tools.hostcost measures host time around CUDA launches and needs a CUDA GPU")
     HIDDEN, TABLE_ROWS = args.hidden, args.table_rows
     dev = torch.device("cuda")
+    if args.profile_rows:
+        print("\n".join(profile_rows(dev, args.profile_rows.split(","))), flush=True)
+        return
     if args.gemm_only or args.keyed_only:
         ops = ("adaln_projection", "timestep_mlp") if args.gemm_only else args.keyed_only.split(",")
         unknown = sorted(set(ops) - set(KEYED_SIZES))
         if unknown:
             raise SystemExit(f"--keyed-only: no keyed row for {', '.join(unknown)}; known: {', '.join(KEYED_SIZES)}")
-        for key, val in keyed_pieces(dev, ops).items():
+        for key, val in keyed_pieces(dev, ops, args.switch).items():
             print(f"keyed      {key:45s} {val}", flush=True)
         return
     if args.sinusoid_only:

@@ -35,6 +35,8 @@
 #   hostcost-gemm  tools/hostcost.py --gemm-only: the GEMM ops' host paths, keyed launches on and off
 #   hostcost-keyed tools/hostcost.py --keyed-only: likewise for our rows of H3BENCH_KEYED_OPS (default: norm_modulate,
 #                  final_adaln_out and the two GEMM ops)
+#   hostcost-direct the same rows with kernels.common.runner's direct C launcher call on and off
+#   hostcost-profile torch.profiler's host-side table of those rows' fwd+bwd
 #   probe-fp16x3   tools/probe_fp16x3.py: timestep_mlp's large GEMMs as three fp16 products against tf32x3
 # `install` is idempotent: a later call on the same (warm) machine skips what is there already. With
 # H3BENCH_DEADLINE_S set, a step that would start after that many seconds of the call is skipped and the
@@ -186,6 +188,16 @@ step_hostcost-gemm() {  # the GEMM ops' host paths, keyed launches on and off
 step_hostcost-keyed() {  # our rows' host paths, keyed launches on and off (H3BENCH_KEYED_OPS: which ops)
   PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.hostcost \
     --keyed-only "${H3BENCH_KEYED_OPS:-norm_modulate,final_adaln_out,timestep_mlp,adaln_projection}"
+}
+
+step_hostcost-direct() {  # our rows' host paths, the C launcher called directly and through CudaLauncher.__call__
+  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.hostcost --switch direct \
+    --keyed-only "${H3BENCH_KEYED_OPS:-norm_modulate,final_adaln_out,timestep_mlp,adaln_projection}"
+}
+
+step_hostcost-profile() {  # torch.profiler's host-side table of our rows' fwd+bwd (H3BENCH_KEYED_OPS)
+  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.hostcost \
+    --profile-rows "${H3BENCH_KEYED_OPS:-norm_modulate,final_adaln_out,timestep_mlp,adaln_projection}"
 }
 
 step_hostcost-sinusoid() {
