@@ -41,8 +41,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (BY_HAND, INTERPRETED, launch, local_order, param_tile, split_row_chunks,
-                            table_from_partials)
+from kernels.common import (BY_HAND, INTERPRETED, cdiv, launch, local_order, param_tile, split_row_chunks,
+                            next_power_of_2, table_from_partials)
 
 MAX_CHUNKS = 6  # the backward takes the output gradients as separate pointer arguments
 
@@ -77,12 +77,12 @@ def config_for(hidden: int, interpreted: bool) -> LaunchConfig:
     in flight, above the ~32-42 KB 4.25 TB/s needs at ~1-1.3 us per dependent index + tile load), 16
     walk programs per SM. The interpreter runs programs and operations one after another at a fixed
     Python cost each: few, large tiles there."""
-    block_c = min(256, triton.next_power_of_2(hidden))
+    block_c = min(256, next_power_of_2(hidden))
     if interpreted:
         rows = max(1, min(256, 16384 // block_c))
         return LaunchConfig(block_c=block_c, fwd_rows=rows, fwd_tiles=1, fwd_warps=4, bwd_rows=min(rows, 32),
                             bwd_warps=4, bwd_programs_per_sm=16,
-                            reduce_cols=min(4096, triton.next_power_of_2(6 * hidden)))
+                            reduce_cols=min(4096, next_power_of_2(6 * hidden)))
     return LaunchConfig(block_c=block_c, fwd_rows=max(1, min(64, 4096 // block_c)), fwd_tiles=8, fwd_warps=4,
                         bwd_rows=max(1, min(64, 4096 // block_c)), bwd_warps=4, bwd_programs_per_sm=16)
 
@@ -205,8 +205,8 @@ def forward(table: torch.Tensor, ti: torch.Tensor, tag: torch.Tensor, modalities
     idx = torch.empty((rows,), dtype=torch.int32, device=table.device) if save_index else None
     if rows:
         cfg = config or launch_config(hidden)
-        nb = triton.cdiv(hidden, cfg.block_c)
-        grid = (triton.cdiv(rows, cfg.fwd_rows * cfg.fwd_tiles), chunks * nb)
+        nb = cdiv(hidden, cfg.block_c)
+        grid = (cdiv(rows, cfg.fwd_rows * cfg.fwd_tiles), chunks * nb)
         launch(_fwd_kernel, grid, table, ti, tag, buf, idx if save_index else buf, rows, hidden, nb,
                table.shape[0] // modalities, modalities, table.stride(0), BLOCK_C=cfg.block_c, ROWS=cfg.fwd_rows,
                TILES=cfg.fwd_tiles, SAVE_IDX=save_index, num_warps=cfg.fwd_warps)
@@ -216,10 +216,10 @@ def forward(table: torch.Tensor, ti: torch.Tensor, tag: torch.Tensor, modalities
 def backward_split(rows: int, hidden: int, chunks: int, cfg: LaunchConfig, device: torch.device
                    ) -> tuple[int, int, int, int]:
     """(chunks P, rows per chunk, rows per sort, sorts per chunk) of the backward: part of the order."""
-    column_programs = chunks * triton.cdiv(hidden, cfg.block_c)
+    column_programs = chunks * cdiv(hidden, cfg.block_c)
     programs, chunk = split_row_chunks(rows, device, cfg.bwd_programs_per_sm, column_programs, cfg.chunk_limit)
-    sort = min(triton.next_power_of_2(cfg.sort_rows), triton.next_power_of_2(chunk))
-    return programs, chunk, sort, triton.cdiv(chunk, sort)
+    sort = min(next_power_of_2(cfg.sort_rows), next_power_of_2(chunk))
+    return programs, chunk, sort, cdiv(chunk, sort)
 
 
 def backward(grads: Sequence[torch.Tensor], idx: torch.Tensor, table_rows: int, hidden: int,
@@ -238,7 +238,7 @@ def backward(grads: Sequence[torch.Tensor], idx: torch.Tensor, table_rows: int, 
     programs, chunk, sort, subs = backward_split(rows, hidden, chunks, cfg, device)
     if table_rows * width >= 2 ** 31:  # the partial-sum stage offsets a table row by m * width in int32
         raise ValueError(f"a table of {table_rows} rows of {width} is too large for this kernel's int32 offsets")
-    k_p2 = triton.next_power_of_2(table_rows + 2)
+    k_p2 = next_power_of_2(table_rows + 2)
     order = torch.empty((programs * subs * sort,), dtype=torch.int32, device=device)
     starts = torch.empty((programs * subs * 2 * k_p2,), dtype=torch.int32, device=device)
     partials = torch.empty((programs, table_rows, width), dtype=torch.float32, device=device)
@@ -246,11 +246,11 @@ def backward(grads: Sequence[torch.Tensor], idx: torch.Tensor, table_rows: int, 
     launch(_order_kernel, (programs, subs), idx, order, starts, rows, table_rows, chunk, subs, SORT=sort, K_P2=k_p2,
            num_warps=8 if sort >= 1024 else 4)  # the one-hot is [SORT, K_P2]: 64 int32 per thread at most
     padded = list(grads) + [grads[0]] * (MAX_CHUNKS - chunks)
-    nb = triton.cdiv(hidden, cfg.block_c)
+    nb = cdiv(hidden, cfg.block_c)
     launch(_partials_kernel, (programs, chunks * nb), *padded, *[g.stride(0) for g in padded], order, starts,
            partials, rows, hidden, table_rows, nb, chunk, subs, W_ALL=width, SORT=sort, K_P2=k_p2,
            BLOCK_C=cfg.block_c, ROWS=cfg.bwd_rows, num_warps=cfg.bwd_warps)
-    launch(table_from_partials, (triton.cdiv(width, cfg.reduce_cols), table_rows), partials, out, programs, width,
+    launch(table_from_partials, (cdiv(width, cfg.reduce_cols), table_rows), partials, out, programs, width,
            table_rows, out.stride(0), BLOCK=cfg.reduce_cols, P_TILE=param_tile(programs, cfg.param_tile),
            BY_HAND=BY_HAND, num_warps=4)
     return out

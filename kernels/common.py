@@ -165,6 +165,22 @@ def launch_ready(kernel, grid: tuple[int, ...], device: int, key, args: tuple, m
     run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(device), *head, *args, *tail)
 
 
+def ready_runner(kernel, device: int, key, meta: tuple) -> tuple | None:
+    """(run, head, tail) of a `launch_ready` entry made for (kernel, device, key, meta), or None: for a
+    caller that keeps it and launches with `run(g0, g1, g2, stream, *head, *args, *tail)` itself, e.g. with
+    int pointers (the C launcher then skips each tensor's data_ptr() call and its cuPointerGetAttribute
+    check: ~0.3 us a pointer on the H200 VM, logs/session10-call-1). Such a caller must take the entry
+    only while `fast_launch_allowed()` and with every integer argument in int32, as `launch_ready` does."""
+    entry = _READY.get((kernel, device, key, meta))
+    return None if entry is None else entry[:3]
+
+
+def fast_launch_allowed() -> bool:
+    """A remembered compiled kernel may be launched directly: the fast paths are on and no launch hook
+    (a profiler's) is installed."""
+    return ENABLED and not INTERPRETED and not _hooks_installed()
+
+
 def _ints_fit(args: tuple, int_positions: tuple[int, ...]) -> bool:
     lo, hi = _I32
     for i in int_positions:  # a loop, not all() over a generator: ~0.3 us less per launch (CPU-measured)
@@ -286,6 +302,17 @@ def require_triton_device(device: torch.device) -> None:
 BY_HAND = INTERPRETED
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for ints. `triton.cdiv` is a constexpr_function: called from Python it unwraps its
+    arguments through triton's JIT wrapper, ~2 us a call on the CPU dev box, more on the H200 VM."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n (0 for n = 0), as `triton.next_power_of_2` without its wrapper."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
 @functools.lru_cache(maxsize=None)
 def sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
@@ -301,9 +328,9 @@ def split_rows(rows: int, device: torch.device, programs_per_sm: int, chunk_limi
         target = sm_count(index) * programs_per_sm
     else:
         target = 1
-    chunk = triton.cdiv(rows, max(1, min(target, rows)))
+    chunk = cdiv(rows, max(1, min(target, rows)))
     chunk = min(chunk, chunk_limit)
-    return triton.cdiv(rows, chunk), chunk
+    return cdiv(rows, chunk), chunk
 
 
 def split_row_chunks(rows: int, device: torch.device, programs_per_sm: int, column_programs: int,
@@ -318,14 +345,14 @@ def split_row_chunks(rows: int, device: torch.device, programs_per_sm: int, colu
         target = max(1, (sm_count(index) * programs_per_sm) // max(1, column_programs))
     else:
         target = 1
-    chunk = triton.cdiv(rows, max(1, min(target, rows)))
+    chunk = cdiv(rows, max(1, min(target, rows)))
     chunk = max(1, min(chunk, chunk_limit))
-    return triton.cdiv(rows, chunk), chunk
+    return cdiv(rows, chunk), chunk
 
 
 def param_tile(programs: int, limit: int) -> int:
     """Partial rows per tl.sum when summing partials: all of them in one tile up to `limit`."""
-    return min(limit, triton.next_power_of_2(programs))
+    return min(limit, next_power_of_2(programs))
 
 
 # --- Triton pieces ------------------------------------------------------------------------------------

@@ -56,6 +56,12 @@ class LaunchConfig:
     # instead of torch's three (silu, cast, F.linear): the H200 timeline shows the GPU idle while the host
     # issues those (kernels/notes/final_adaln_out.md); off until timed there (`triton_projection` variant)
     triton_projection: bool = False
+    # torch's F.linear, with a = cast(silu(temb)) made by `gemm.silu_cast` (one Triton launch, silu in fp32
+    # and one rounding to W's dtype) instead of torch's F.silu and .to: on the H200 VM aten::silu alone took
+    # ~150 us of host per call (`tools.hostcost --profile-rows`, logs/session10-call-1); `torch_silu` is the
+    # old way as a variant. For a bf16/fp16 temb torch rounds silu to temb's dtype first: here only once.
+    # (With triton_projection the gemm launch fuses the silu itself and this is not used.)
+    triton_silu: bool = True
     # the whole op as ONE autograd node (`_FinalAdaLNOut`): the projection, then norm_modulate's launchers
     # called directly (no second argument check, no chunk views, no second node, no torch.cat of dshift
     # and dscale: the backward writes them into the halves of one dproj buffer). The same kernels in the
@@ -93,13 +99,26 @@ def _triton_projection(temb, w, b):
     return gemm.forward(temb, w, b, PROJECTION_GEMM, out_dtype=w.dtype, a_silu=True)[0]
 
 
-def _project(temb, w, b, triton_projection):
-    """(temb as the backward reads it, a = cast(silu(temb)) or None, proj): torch's silu, cast and
-    F.linear, or the one gemm launch (temb made unit-stride once: the backward's silu_cast reads it)."""
-    if triton_projection:
+# how the projection's forward runs (`projection_kind`): torch's silu, cast and F.linear; our silu_cast
+# then F.linear; or one gemm launch with the silu fused
+TORCH, SILU_CAST, GEMM = "torch", "silu_cast", "gemm"
+
+
+def projection_kind(cfg: LaunchConfig) -> str:
+    return GEMM if cfg.triton_projection else SILU_CAST if cfg.triton_silu else TORCH
+
+
+def _project(temb, w, b, kind):
+    """(temb as the backward reads it, a = cast(silu(temb)) or None, proj) by `kind` (above); for GEMM
+    and SILU_CAST temb is made unit-stride once (gemm.silu_cast's input; the backward reads it)."""
+    if kind == GEMM:
         temb = _unit_inner(temb)
         return temb, None, _triton_projection(temb, w, b)
-    a = F.silu(temb).to(w.dtype)
+    if kind == SILU_CAST:
+        temb = _unit_inner(temb)
+        a = gemm.silu_cast(temb, w.dtype)
+    else:
+        a = F.silu(temb).to(w.dtype)
     return temb, a, F.linear(a, w, b)
 
 
@@ -122,8 +141,8 @@ class _Projection(torch.autograd.Function):
     """proj = F.linear(silu(temb).to(W.dtype), W, b) as one node (`_project`, `_projection_grads`)."""
 
     @staticmethod
-    def forward(ctx, temb, w, b, triton_projection=False):
-        temb, a, proj = _project(temb, w, b, triton_projection)
+    def forward(ctx, temb, w, b, kind=TORCH):
+        temb, a, proj = _project(temb, w, b, kind)
         ctx.save_for_backward(temb, w)
         ctx.a = a  # an intermediate (no version check), None with the Triton forward
         return proj
@@ -134,13 +153,13 @@ class _Projection(torch.autograd.Function):
         return (*_projection_grads(dproj.contiguous(), temb, ctx.a, w, *ctx.needs_input_grad[:3]), None)
 
 
-def _one_node_forward(x, nw, temb, w, b, ti, eps, triton_projection, training):
+def _one_node_forward(x, nw, temb, w, b, ti, eps, kind, training):
     """The projection, then norm_modulate's forward launcher on the rows (arguments already checked by
     `_check`). Returns (out, temb as the backward needs it, a or None, x2d, nw, ti1d, sc view, rstd, plan,
     norm_modulate config). The same calls as the two-node path: `_project`, norm_modulate_api's row
     layout (`as_rows`), plan rule (`global_plan`) and launch. shift is passed as the whole [T, 2H]
     projection (row stride 2H: the kernel reads its first H columns), scale as the view of its second half."""
-    temb, a, proj = _project(temb, w, b, triton_projection)
+    temb, a, proj = _project(temb, w, b, kind)
     hidden = x.shape[-1]
     x2d, nw, proj, sc, ti = as_rows(x, nw, proj, proj.narrow(1, hidden, hidden), ti)
     cfg = NM.launch_config(hidden)
@@ -156,9 +175,8 @@ class _FinalAdaLNOut(torch.autograd.Function):
     `_projection_grads` on it (as `_Projection.backward`; the buffer is contiguous already)."""
 
     @staticmethod
-    def forward(ctx, x, nw, temb, w, b, ti, eps, triton_projection):
-        y, temb, a, x2d, nw, ti, sc, rstd, plan, cfg = _one_node_forward(x, nw, temb, w, b, ti, eps,
-                                                                        triton_projection, True)
+    def forward(ctx, x, nw, temb, w, b, ti, eps, kind):
+        y, temb, a, x2d, nw, ti, sc, rstd, plan, cfg = _one_node_forward(x, nw, temb, w, b, ti, eps, kind, True)
         ctx.save_for_backward(x2d, nw, ti, temb, w)
         # intermediates, not inputs or outputs: no version check needed
         ctx.a, ctx.sc, ctx.rstd, ctx.plan, ctx.cfg, ctx.x_shape = a, sc, rstd, plan, cfg, x.shape
@@ -188,11 +206,11 @@ class _FinalAdaLNOut(torch.autograd.Function):
         return dx if need_x else None, dnw if need_nw else None, dtemb, dw, db, None, None, None
 
 
-def _one_node(x, nw, temb, w, b, ti, eps, triton_projection):
+def _one_node(x, nw, temb, w, b, ti, eps, kind):
     if torch.is_grad_enabled() and (x.requires_grad or nw.requires_grad or temb.requires_grad or w.requires_grad
                                     or b.requires_grad):
-        return _FinalAdaLNOut.apply(x, nw, temb, w, b, ti, eps, triton_projection)
-    return _one_node_forward(x, nw, temb, w, b, ti, eps, triton_projection, False)[0]
+        return _FinalAdaLNOut.apply(x, nw, temb, w, b, ti, eps, kind)
+    return _one_node_forward(x, nw, temb, w, b, ti, eps, kind, False)[0]
 
 
 def _projection_autograd(temb, w, b):
@@ -277,13 +295,13 @@ def final_adaln_out(x: torch.Tensor, nw: torch.Tensor, temb: torch.Tensor, w: to
     if cfg.one_node:
         if x.is_cuda and x.get_device() != torch.cuda.current_device():
             with torch.cuda.device(x.device):  # triton launches on the current device
-                return _one_node(x, nw, temb, w, b, ti, float(eps), cfg.triton_projection)
-        return _one_node(x, nw, temb, w, b, ti, float(eps), cfg.triton_projection)
+                return _one_node(x, nw, temb, w, b, ti, float(eps), projection_kind(cfg))
+        return _one_node(x, nw, temb, w, b, ti, float(eps), projection_kind(cfg))
     wants_grad = torch.is_grad_enabled() and (temb.requires_grad or w.requires_grad or b.requires_grad)
     if cfg.projection_node and wants_grad:
-        proj = _Projection.apply(temb, w, b, cfg.triton_projection)
-    elif cfg.triton_projection:  # it implies projection_node: no gradient is wanted here
-        proj = _triton_projection(_unit_inner(temb), w, b)
+        proj = _Projection.apply(temb, w, b, projection_kind(cfg))
+    elif cfg.projection_node:  # no gradient is wanted here
+        proj = _project(temb, w, b, projection_kind(cfg))[2]
     else:
         proj = _projection_autograd(temb, w, b)
     shift, scale = proj.chunk(2, dim=-1)

@@ -41,8 +41,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (BY_HAND, INTERPRETED, launch, local_order, param_tile, pick, rounded, segment,
-                            split_row_chunks, table_from_partials)
+from kernels.common import (BY_HAND, INTERPRETED, cdiv, launch, local_order, param_tile, pick, rounded, segment,
+                            next_power_of_2, split_row_chunks, table_from_partials)
 
 
 @dataclass(frozen=True)
@@ -82,11 +82,11 @@ def config_for(hidden: int, interpreted: bool) -> LaunchConfig:
     variants `bwd512_r4` against [16, 256]), [16, 256] below; 16 programs per SM, chunks of at most 512
     rows (v2: measured against [8, 256] with 8 per SM). The interpreter
     runs programs and operations one after another at a fixed Python cost each: few, large tiles there."""
-    block_c = min(256, triton.next_power_of_2(hidden))
+    block_c = min(256, next_power_of_2(hidden))
     if interpreted:
         rows = max(1, min(256, 16384 // block_c))
         return LaunchConfig(block_c=block_c, fwd_rows=rows, fwd_tiles=1, fwd_warps=4, bwd_rows=min(rows, 32),
-                            bwd_warps=4, bwd_programs_per_sm=8, reduce_cols=min(4096, triton.next_power_of_2(hidden)))
+                            bwd_warps=4, bwd_programs_per_sm=8, reduce_cols=min(4096, next_power_of_2(hidden)))
     rows = max(1, min(64, 4096 // block_c))
     common = dict(block_c=block_c, fwd_rows=rows, fwd_tiles=8, fwd_warps=4, bwd_warps=4, bwd_programs_per_sm=16)
     if hidden >= 512:  # v3: 512-column backward steps of 4 rows (H200, H = 5376: backward kernel 408 us against 515)
@@ -172,7 +172,7 @@ def forward(res: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, idx: torch.T
     out = torch.empty((rows, hidden), dtype=res.dtype, device=res.device)
     if rows:
         cfg = config or launch_config(hidden)
-        grid = (triton.cdiv(rows, cfg.fwd_rows * cfg.fwd_tiles), triton.cdiv(hidden, cfg.block_c))
+        grid = (cdiv(rows, cfg.fwd_rows * cfg.fwd_tiles), cdiv(hidden, cfg.block_c))
         launch(_fwd_kernel, grid, res, y, gate, idx, out, rows, hidden, gate.shape[0], res.stride(0), y.stride(0),
                gate.stride(0), out.stride(0), BLOCK_C=cfg.block_c, ROWS=cfg.fwd_rows, TILES=cfg.fwd_tiles,
                BY_HAND=BY_HAND, num_warps=cfg.fwd_warps)
@@ -181,7 +181,7 @@ def forward(res: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, idx: torch.T
 
 def backward_split(rows: int, hidden: int, cfg: LaunchConfig, device: torch.device) -> tuple[int, int]:
     """(chunks P, rows per chunk) of the backward: part of the gate gradient's order."""
-    return split_row_chunks(rows, device, cfg.bwd_programs_per_sm, triton.cdiv(hidden, cfg.bwd_columns),
+    return split_row_chunks(rows, device, cfg.bwd_programs_per_sm, cdiv(hidden, cfg.bwd_columns),
                             cfg.chunk_limit)
 
 
@@ -201,18 +201,18 @@ def backward(dy: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, idx: torch.T
     if table_rows * hidden >= 2 ** 31:  # the partial-sum stage offsets a gate row by m * H in int32
         raise ValueError(f"a gate of {table_rows} rows of {hidden} is too large for this kernel's int32 offsets")
     programs, chunk = backward_split(rows, hidden, cfg, device)
-    cmax = triton.next_power_of_2(chunk)
-    nb = triton.cdiv(hidden, cfg.bwd_columns)
+    cmax = next_power_of_2(chunk)
+    nb = cdiv(hidden, cfg.bwd_columns)
     order = torch.empty((programs * nb * cmax,), dtype=torch.int32, device=device)
     partials = torch.empty((programs, table_rows, hidden), dtype=torch.float32, device=device)
     launch(_bwd_kernel, (programs, nb), dy, y, gate, idx, order, dres, dyo, partials, rows, hidden, table_rows, nb,
            chunk, dy.stride(0), y.stride(0), gate.stride(0), dres.stride(0), dyo.stride(0), BLOCK_C=cfg.bwd_columns,
-           ROWS=cfg.bwd_rows, CMAX=cmax, K_P2=triton.next_power_of_2(table_rows + 2),
+           ROWS=cfg.bwd_rows, CMAX=cmax, K_P2=next_power_of_2(table_rows + 2),
            WRITE_DRES=cfg.dres_from_kernel, BY_HAND=BY_HAND, num_warps=cfg.bwd_warps)
     if not need_gate:
         return dres, dyo, None
     dgate = torch.empty((table_rows, hidden), dtype=gate.dtype, device=device)
-    launch(table_from_partials, (triton.cdiv(hidden, cfg.reduce_cols), table_rows), partials, dgate, programs,
+    launch(table_from_partials, (cdiv(hidden, cfg.reduce_cols), table_rows), partials, dgate, programs,
            hidden, table_rows, dgate.stride(0), BLOCK=cfg.reduce_cols, P_TILE=param_tile(programs, cfg.param_tile),
            BY_HAND=BY_HAND, num_warps=4)
     return dres, dyo, dgate

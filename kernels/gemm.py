@@ -76,7 +76,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import BY_HAND, INTERPRETED, launch, launch_keyed, rounded, tensor_key
+from kernels.common import BY_HAND, INTERPRETED, cdiv, launch, launch_keyed, next_power_of_2, rounded, tensor_key
 
 PRECISIONS = ("ieee", "tf32x3", "fp64", "fp16x3")   # fp32 dots; bf16 is always wgmma
 SCALED = "fp16x3"   # the precision whose operands carry power-of-two scales (row maxima)
@@ -160,14 +160,14 @@ def column_mask_needed(n: int, n_load: int, block_n: int) -> bool:
     n_load - 1. Not `n_load % block_n != 0`: with the db column N = n_load + 1, so a weight width
     that block_n divides (256, 5376) still gets one more column tile, and an unmasked load there
     reads past the end of B (an illegal address on the H200, first seen in timestep_mlp's dW2)."""
-    return triton.cdiv(n, block_n) * block_n > n_load
+    return cdiv(n, block_n) * block_n > n_load
 
 
 def k_chunk(k: int, split_k: int) -> int:
     """K elements per split-K chunk: a function of K and the split only (the order of the sum)."""
     if split_k == 1:
         return max(k, 1)
-    return triton.cdiv(triton.cdiv(k, split_k), KALIGN) * KALIGN
+    return cdiv(cdiv(k, split_k), KALIGN) * KALIGN
 
 
 # --- Triton ------------------------------------------------------------------------------------------
@@ -433,8 +433,8 @@ def column_sums(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     rows, cols = x.shape
     out = torch.empty((cols,), dtype=dtype, device=x.device)
     if cols:
-        block = 64 if not INTERPRETED else triton.next_power_of_2(cols)
-        launch(_colsum_kernel, (triton.cdiv(cols, block),), x, out, rows, cols, x.stride(0), ROWS=COLSUM_ROWS,
+        block = 64 if not INTERPRETED else next_power_of_2(cols)
+        launch(_colsum_kernel, (cdiv(cols, block),), x, out, rows, cols, x.stride(0), ROWS=COLSUM_ROWS,
                BLOCK=block, num_warps=4)
     return out
 
@@ -463,7 +463,7 @@ def row_maxima(x: torch.Tensor, y: Optional[torch.Tensor] = None) -> tuple[torch
             raise ValueError(f"row_maxima takes fp32 [R, C] with unit inner stride, got {t.dtype} "
                              f"{tuple(t.shape)} strides {t.stride()}")
         outs.append(torch.empty((t.shape[0],), dtype=torch.float32, device=t.device))
-        grid += triton.cdiv(t.shape[0], rows_per)
+        grid += cdiv(t.shape[0], rows_per)
     if grid:
         other = y if y is not None else x
         ints = (x.shape[0], x.shape[1], x.stride(0), y.shape[0] if y is not None else 0, other.shape[1],
@@ -516,7 +516,7 @@ def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_stride
     even_k = K % cfg.block_k == 0 and (split == 1 or chunk % cfg.block_k == 0)
     mask_n = column_mask_needed(N, n_load, cfg.block_n)
     mask_m = not (m_fixed and M % cfg.block_m == 0)   # M of T rows: always masked (one kernel for all T)
-    num_tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
+    num_tiles = cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n)
     programs = min(num_tiles, persistent_programs(device)) if cfg.persistent else num_tiles * split
     dummy = c  # stands in for every pointer a constexpr flag leaves unused (never dereferenced)
     if split > 1:
@@ -571,16 +571,16 @@ def silu_cast(x: torch.Tensor, dtype: torch.dtype, ones_column: bool = False) ->
     Triton's specialization sees 16-divisible, so its loads vectorize), whose column D is 1 (the db
     column of the weight-gradient GEMM, `weight_grad(..., a_ones="stored")`) and D+1.. are 0."""
     rows, d = x.shape
-    width = triton.cdiv(d + 1, 16) * 16 if ones_column else d
+    width = cdiv(d + 1, 16) * 16 if ones_column else d
     pad = width - d
     out = torch.empty((rows, width), dtype=dtype, device=x.device)
     if rows:
         # GPU: 4 x 1024 elements a program; the interpreter steps through programs: as few as possible
-        tile_rows, block = (64, triton.next_power_of_2(width)) if INTERPRETED else (4, 1024)
+        tile_rows, block = (64, next_power_of_2(width)) if INTERPRETED else (4, 1024)
         ints = (rows, d, x.stride(0), out.stride(0))
         meta = dict(ROWS=tile_rows, BLOCK=block, ONES=ones_column, PAD=pad, BY_HAND=BY_HAND, num_warps=4)
         key = (_silu_cast_kernel, out.device.index, ints, tensor_key(x), dtype, ones_column, pad)
-        launch_keyed(_silu_cast_kernel, (triton.cdiv(rows, tile_rows), triton.cdiv(width, block)), out.device.index,
+        launch_keyed(_silu_cast_kernel, (cdiv(rows, tile_rows), cdiv(width, block)), out.device.index,
                      key, (x, out) + ints, meta)
     return out[:, :d]
 

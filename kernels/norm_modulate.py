@@ -70,8 +70,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (BY_HAND, INTERPRETED, launch_keyed, local_order, param_tile, pick, rounded, segment,
-                            split_rows, sum_partials, tensor_key)
+from kernels.common import (BY_HAND, INTERPRETED, cdiv, launch_keyed, local_order, param_tile, pick, rounded, segment,
+                            next_power_of_2, split_rows, sum_partials, tensor_key)
 
 MAX_HIDDEN = 32768
 LOCAL_MAX = 16                     # default local_max: the local plan's one-hot sort is [CMAX, M + 2] wide
@@ -133,7 +133,7 @@ def launch_config(hidden: int) -> LaunchConfig:
     (<= 4096) with the tables kept in L1 and x, y streamed past them (`fwd_l1_tables`, v22: the sorted
     walk forward of v17 measured slower there). Backward: whole rows in registers up to H <= 8192, one
     program per SM; chunked above."""
-    block_h = triton.next_power_of_2(hidden)
+    block_h = next_power_of_2(hidden)
     common = dict(block_h=block_h, bwd_programs_per_sm=1, param_cols=_PARAM_COLS)
     if block_h <= 4096:
         rows, warps = row_tile(block_h)
@@ -733,14 +733,14 @@ def wants_plan(table_rows: int, hidden: int, table_bytes: int, training: bool, c
 @functools.lru_cache(maxsize=64)
 def _head_tail(hidden: int) -> tuple[int, int]:
     head = 1 << (hidden.bit_length() - 1)
-    return head, (triton.next_power_of_2(hidden - head) if hidden > head else 0)
+    return head, (next_power_of_2(hidden - head) if hidden > head else 0)
 
 
 def _geometry(rows: int, device: int, programs_per_sm: int, chunk_limit: int) -> tuple[int, int, int]:
     """(programs, rows per program, CMAX) of a walk over `rows` rows (`split_rows`); device -1: CPU."""
     where = torch.device("cuda", device) if device >= 0 else torch.device("cpu")
     programs, chunk = split_rows(rows, where, programs_per_sm, chunk_limit)
-    return programs, chunk, triton.next_power_of_2(chunk)
+    return programs, chunk, next_power_of_2(chunk)
 
 
 @functools.lru_cache(maxsize=512)
@@ -752,7 +752,7 @@ def _fwd_recipe(rows: int, hidden: int, table_rows: int, global_plan: bool, save
         head, tail = _head_tail(hidden)
         meta = dict(H=hidden, ROWS=cfg.fwd_rows, HEAD=head, TAIL=tail, ORDERED=global_plan and cfg.fwd_ordered,
                     L1_TABLES=cfg.fwd_l1_tables, SAVE_RSTD=save_rstd, BY_HAND=BY_HAND, num_warps=cfg.fwd_warps)
-        return _fwd_rows_kernel, (triton.cdiv(rows, cfg.fwd_rows),), meta, 0, 0, object()
+        return _fwd_rows_kernel, (cdiv(rows, cfg.fwd_rows),), meta, 0, 0, object()
     programs, chunk, cmax = _geometry(rows, device, cfg.fwd_programs_per_sm, cfg.chunk_limit)
     meta = dict(H=hidden, BLOCK_H=cfg.block_h, ROWS=cfg.fwd_rows, CMAX=cmax, K_P2=_k_p2(table_rows, global_plan),
                 GLOBAL=global_plan, SAVE_RSTD=save_rstd, BY_HAND=BY_HAND, num_warps=cfg.fwd_warps)
@@ -760,7 +760,7 @@ def _fwd_recipe(rows: int, hidden: int, table_rows: int, global_plan: bool, save
 
 
 def _k_p2(table_rows: int, global_plan: bool) -> int:
-    return 2 if global_plan else triton.next_power_of_2(table_rows + 2)
+    return 2 if global_plan else next_power_of_2(table_rows + 2)
 
 
 def forward(x2d: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tensor, idx: torch.Tensor,
@@ -822,17 +822,17 @@ def _bwd_recipe(rows: int, hidden: int, table_rows: int, need_params: bool, cfg:
                 BY_HAND=BY_HAND, num_warps=cfg.bwd_warps)
     if cfg.bwd_chunk:
         kernel = _bwd_chunked_kernel
-        meta.update(CB=cfg.bwd_chunk, N_CB=triton.cdiv(hidden, cfg.bwd_chunk), G=cfg.bwd_rows,
+        meta.update(CB=cfg.bwd_chunk, N_CB=cdiv(hidden, cfg.bwd_chunk), G=cfg.bwd_rows,
                     PREFETCH=cfg.bwd_prefetch)
     else:
         kernel = _bwd_kernel
         meta.update(BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows)
     if global_plan:
         block_c = cfg.param_cols if INTERPRETED else 128
-        params = (_bwd_combine_kernel, (triton.cdiv(hidden, block_c), programs + 1),
+        params = (_bwd_combine_kernel, (cdiv(hidden, block_c), programs + 1),
                   dict(H=hidden, BLOCK_C=block_c, P_TILE=param_tile(programs, 32), BY_HAND=BY_HAND, num_warps=4))
     else:
-        params = (_bwd_params_kernel, (triton.cdiv(hidden, cfg.param_cols), table_rows + 1),
+        params = (_bwd_params_kernel, (cdiv(hidden, cfg.param_cols), table_rows + 1),
                   dict(H=hidden, BLOCK_C=cfg.param_cols, P_TILE=param_tile(programs, cfg.param_tile),
                        BY_HAND=BY_HAND, num_warps=4))
     scratch_len = programs * 2 * (cmax + 2) + (2 * programs if global_plan else 0)

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from kernels import norm_modulate as K
-from kernels.common import BY_HAND, launch, param_tile, pick, program_rows, rounded, sum_partials
+from kernels.common import BY_HAND, cdiv, launch, next_power_of_2, param_tile, pick, program_rows, rounded, sum_partials
 
 
 @triton.jit(do_not_specialize=["n_rows"])
@@ -57,13 +57,13 @@ def table_gradient(row_grads: torch.Tensor, idx: torch.Tensor, table_rows: int) 
     out = torch.empty((table_rows, hidden), dtype=row_grads.dtype, device=device)
     cfg = K.launch_config(hidden)
     programs, chunk = K.backward_split(rows, cfg, device)
-    cmax = triton.next_power_of_2(chunk)
+    cmax = next_power_of_2(chunk)
     order = torch.empty((programs * cmax,), dtype=torch.int32, device=device)
     partials = torch.empty((programs, table_rows, hidden), dtype=torch.float32, device=device)
     launch(_gather_partials_kernel, (programs,), row_grads, idx, order, partials, rows, hidden, table_rows,
            row_grads.stride(0), chunk, BLOCK_H=cfg.block_h, CMAX=cmax,
-           K_P2=triton.next_power_of_2(table_rows + 2), num_warps=cfg.bwd_warps)
-    launch(_gather_reduce_kernel, (triton.cdiv(hidden, cfg.param_cols), table_rows), partials, out, programs, hidden,
+           K_P2=next_power_of_2(table_rows + 2), num_warps=cfg.bwd_warps)
+    launch(_gather_reduce_kernel, (cdiv(hidden, cfg.param_cols), table_rows), partials, out, programs, hidden,
            table_rows, out.stride(0), BLOCK_C=cfg.param_cols, P_TILE=param_tile(programs, cfg.param_tile),
            BY_HAND=BY_HAND, num_warps=4)
     return out

@@ -19,7 +19,10 @@ bitwise the same alone or in any batch. float64 costs little here: 2 x 128 sin/c
 --sinusoid-only). So after the first call per (device, constants) a call is: one dictionary lookup,
 the dtype and rank of t, one allocation and `kernels.common.launch_ready` (no binder: the kernel's
 compiled code depends on t's dtype alone: its integers are not specialized, t's pointer not on
-alignment, and the frequencies and the output are our own fresh allocations).
+alignment, and the frequencies and the output are our own fresh allocations). From the second call per
+t dtype, the entry `launch_ready` made is kept in the recipe and called with the three pointers as ints
+(`kernels.common.ready_runner`): no lookup by the constexprs, no data_ptr() calls and pointer checks in the
+C launcher (t is on the recipe's CUDA device, the other two are ours).
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ import triton
 import triton.language as tl
 
 from kernels import checks
-from kernels.common import INTERPRETED, launch_ready
+from kernels.common import INTERPRETED, fast_launch_allowed, launch_ready, next_power_of_2, ready_runner
 
 try:
     from triton.language.extra import libdevice
@@ -41,6 +44,7 @@ except ImportError:  # pragma: no cover - every supported triton has it
     libdevice = None
 
 _T_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+_I32_MAX = (1 << 31) - 1  # the kernel's ints are int32 (not specialized on their value) up to here
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,7 @@ def launch_config(freq_dim: int) -> LaunchConfig:
 def config_for(freq_dim: int, interpreted: bool) -> LaunchConfig:
     """On a GPU: [8, 128] angle blocks (4 warps, 8 angles per thread) at the model's 256 features. The
     interpreter runs programs one after another at a fixed Python cost each: large blocks there."""
-    half_p2 = triton.next_power_of_2(max(1, freq_dim // 2))
+    half_p2 = next_power_of_2(max(1, freq_dim // 2))
     return LaunchConfig(rows=max(1, (65536 if interpreted else 1024) // half_p2), warps=4)
 
 
@@ -115,7 +119,8 @@ def _check(t, freq_dim, max_period, shift) -> None:
         raise ValueError(f"downscale_freq_shift must be < freq_dim / 2 = {freq_dim // 2}, got {shift!r}")
 
 
-# (device, freq_dim, max_period, shift, config) -> (frequencies, rows per program, the kernel's constexprs)
+# (device, freq_dim, max_period, shift, config) -> (frequencies, rows per program, the kernel's constexprs,
+# {t dtype: (launch_ready's run, head and tail, the frequencies' address)})
 _RECIPES: dict = {}
 
 
@@ -136,13 +141,24 @@ def timestep_sinusoid(t: torch.Tensor, freq_dim: int = 256, max_period: float = 
     if t.is_cuda and device.index != torch.cuda.current_device():  # is_cuda: no string made, as device.type
         with torch.cuda.device(device):  # triton launches on the current device
             return timestep_sinusoid(t, freq_dim, max_period, downscale_freq_shift, config)
-    freqs, rows_per_program, meta = recipe
+    freqs, rows_per_program, meta, direct = recipe
     rows = t.shape[0]
     # the size as two ints, not a tuple: torch's argument parser takes ~0.5 us less (CPU-measured)
     out = t.new_empty(rows, freq_dim, dtype=torch.float32)
     if rows:
-        launch_ready(_sinusoid_kernel, ((rows + rows_per_program - 1) // rows_per_program,), device.index,
-                     t.dtype, (t, freqs, out, rows, t.stride(0)), meta)
+        programs, stride = (rows + rows_per_program - 1) // rows_per_program, t.stride(0)
+        entry = direct.get(t.dtype)
+        if entry is not None and rows <= _I32_MAX and -_I32_MAX <= stride <= _I32_MAX and fast_launch_allowed():
+            # launch_ready's own launch, with the pointers as ints (t is on this CUDA device: the recipe's)
+            run, head, tail, freqs_ptr = entry
+            run(programs, 1, 1, torch._C._cuda_getCurrentRawStream(device.index), *head, t.data_ptr(), freqs_ptr,
+                out.data_ptr(), rows, stride, *tail)
+        else:
+            launch_ready(_sinusoid_kernel, (programs,), device.index, t.dtype, (t, freqs, out, rows, stride), meta)
+            if t.is_cuda:
+                ready = ready_runner(_sinusoid_kernel, device.index, t.dtype, meta)
+                if ready is not None:
+                    direct[t.dtype] = (*ready, freqs.data_ptr())
     return out
 
 
@@ -156,8 +172,9 @@ def _checked_recipe(t, freq_dim, max_period, downscale_freq_shift, config) -> tu
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value & (value - 1):
             raise ValueError(f"config.{name} must be a power of two, got {value!r}")
-    meta = (("HALF", half), ("BLOCK_K", triton.next_power_of_2(half)), ("ROWS", cfg.rows),
+    meta = (("HALF", half), ("BLOCK_K", next_power_of_2(half)), ("ROWS", cfg.rows),
             ("INTERPRETED", INTERPRETED), ("num_warps", cfg.warps))
-    recipe = (frequencies(t.device, half, max_period, downscale_freq_shift), cfg.rows, meta)
+    # the last item: per t dtype, launch_ready's entry and the frequencies' address, once it has one
+    recipe = (frequencies(t.device, half, max_period, downscale_freq_shift), cfg.rows, meta, {})
     _RECIPES[(t.device, freq_dim, max_period, downscale_freq_shift, config)] = recipe
     return recipe

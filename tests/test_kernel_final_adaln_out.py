@@ -110,26 +110,29 @@ def test_strided_inputs_leading_dims_and_autograd_projection(device):
 
 
 TRITON_PROJECTION = LaunchConfig(triton_projection=True)
+TORCH_SILU = LaunchConfig(triton_silu=False)
 
 
+@pytest.mark.parametrize("config", [TRITON_PROJECTION, TORCH_SILU], ids=["gemm", "torch_silu"])
 @pytest.mark.parametrize("hidden,rows,dtype", [(64, 300, "bfloat16"), (3, 40, "float16"), (40, 7, "float32")])
-def test_triton_projection_matches_float64_and_repeats(device, hidden, rows, dtype):
-    """The projection's forward as one gemm launch (silu and cast fused into its load): the same bounds
-    against float64, parameter gradients that repeat, strided temb, inference without autograd."""
+def test_triton_projection_matches_float64_and_repeats(device, config, hidden, rows, dtype):
+    """The projection's forward as one gemm launch (silu and cast fused into its load), or torch's F.linear
+    on torch's silu and cast (the default: on our silu_cast): the same bounds against float64, parameter gradients that repeat, strided temb,
+    inference without autograd."""
     p, t, dout = case(device, hidden, rows, dtype)
-    out, grads = run(t, dout, config=TRITON_PROJECTION)
+    out, grads = run(t, dout, config=config)
     ref = reference(p, t, dout)
     assert rel_err(out, ref.outputs[0]) <= tol(p.torch_dtype)
     for name in NAMES:
         assert grads[name].dtype == t[name].dtype and rel_err(grads[name], ref.grads[name]) <= tol(p.torch_dtype), name
-    again = run(t, dout, config=TRITON_PROJECTION)[1]
+    again = run(t, dout, config=config)[1]
     for name in PARAMS:
         assert torch.equal(as_bits(again[name]), as_bits(grads[name])), name
     wide_temb = torch.cat([t["temb"], t["temb"]], dim=1)[:, :t["temb"].shape[1]]
-    strided_out, _ = run(dict(t, temb=wide_temb), dout, config=TRITON_PROJECTION)
+    strided_out, _ = run(dict(t, temb=wide_temb), dout, config=config)
     assert torch.equal(as_bits(strided_out), as_bits(out))
     with torch.no_grad():
-        plain = final_adaln_out(*t.values(), EPS, config=TRITON_PROJECTION)
+        plain = final_adaln_out(*t.values(), EPS, config=config)
     assert torch.equal(as_bits(plain), as_bits(out))
 
 
@@ -159,14 +162,15 @@ def assert_same_bits(first, second):
             assert g1.shape == g2.shape and g1.dtype == g2.dtype and torch.equal(as_bits(g1), as_bits(g2)), name
 
 
-@pytest.mark.parametrize("triton_projection", [False, True])
+@pytest.mark.parametrize("projection", [{}, {"triton_projection": True}, {"triton_silu": False}],
+                         ids=["silu_cast", "gemm", "torch_silu"])
 @pytest.mark.parametrize("hidden,rows,dtype,timesteps", [
     (64, 300, "bfloat16", 3),
     (3, 40, "float16", 3),
     (40, 7, "float32", 3),
     (24, 50, "bfloat16", 20),  # M > local_max: norm_modulate's global plan (sorted rows, combine kernel)
 ])
-def test_one_node_is_bitwise_the_two_node_path(device, triton_projection, hidden, rows, dtype, timesteps):
+def test_one_node_is_bitwise_the_two_node_path(device, projection, hidden, rows, dtype, timesteps):
     """LaunchConfig.one_node: one autograd node, norm_modulate's launchers called directly, dshift and
     dscale written into one dproj buffer: the same output and gradients, bit for bit, for every subset
     of inputs that wants a gradient, without grad mode, in leading dims and with strided inputs."""
@@ -175,8 +179,8 @@ def test_one_node_is_bitwise_the_two_node_path(device, triton_projection, hidden
         gen = torch.Generator(device=device).manual_seed(5)
         t["temb"] = torch.randn(timesteps, t["temb"].shape[1], generator=gen, device=device)
         t["ti"] = torch.randint(0, timesteps, (rows,), generator=gen, device=device)
-    two = LaunchConfig(one_node=False, triton_projection=triton_projection)
-    one = LaunchConfig(one_node=True, triton_projection=triton_projection)
+    two = LaunchConfig(one_node=False, **projection)
+    one = LaunchConfig(one_node=True, **projection)
     for wants in (NAMES, ("x",), ("nw",), ("temb",), ("w", "b"), ("x", "b"), ()):
         assert_same_bits(run_some(t, dout, wants, two), run_some(t, dout, wants, one))
     with torch.no_grad():

@@ -121,16 +121,31 @@ def test_on_the_gpu_the_direct_path_is_active_and_computes_the_same(device):
                     f"{common.DIRECT_VERSIONS} only)")
     from kernels import timestep_sinusoid as S
 
-    t = torch.linspace(0, 999, 77, device=device)
-    first = S.timestep_sinusoid(t)
-    second = S.timestep_sinusoid(t)  # launch_ready's entry made by the first call
+    base = torch.linspace(0, 999, 154, device=device)
+    for t in (base[:77], base[1::2], base.half()[3:80], base.double(), base[5:6]):
+        first = S.timestep_sinusoid(t)
+        second = S.timestep_sinusoid(t)  # the recipe's int-pointer launch of the first call's entry
+        third = S.timestep_sinusoid(t)
+        enabled = common.ENABLED
+        try:
+            common.ENABLED = False  # every launch through kernel[grid]: triton's own path
+            plain = S.timestep_sinusoid(t)
+        finally:
+            common.ENABLED = enabled
+        torch.cuda.synchronize()
+        assert torch.equal(first, second) and torch.equal(third, plain) and torch.equal(first, plain), t.dtype
     entries = [e for k, e in common._READY.items() if k[0] is S._sinusoid_kernel]
     assert entries and all(type(e[0]).__name__ == "builtin_function_or_method" for e in entries)
-    enabled = common.ENABLED
-    try:
-        common.ENABLED = False  # every launch through kernel[grid]: triton's own path
-        plain = S.timestep_sinusoid(t)
-    finally:
-        common.ENABLED = enabled
-    torch.cuda.synchronize()
-    assert torch.equal(first, second) and torch.equal(first, plain)
+    recipes = [r for r in S._RECIPES.values() if r[3]]
+    assert recipes and all(type(e[0]).__name__ == "builtin_function_or_method" and isinstance(e[3], int)
+                           for r in recipes for e in r[3].values())
+
+
+def test_cdiv_and_next_power_of_2_match_triton_s():
+    import triton
+    for n in range(0, 5000):
+        assert common.next_power_of_2(n) == triton.next_power_of_2(n)
+        for d in (1, 2, 3, 7, 16, 64, 1000):
+            assert common.cdiv(n, d) == triton.cdiv(n, d)
+    for n in (1 << 31, (1 << 31) + 1, (1 << 40) - 3):
+        assert common.next_power_of_2(n) == triton.next_power_of_2(n) and common.cdiv(n, 48) == triton.cdiv(n, 48)

@@ -144,6 +144,7 @@ def variants(op: str, params: Any, interpreted: bool) -> dict[str, Callable]:
         configs = {"default": LaunchConfig(), "two_nodes": LaunchConfig(one_node=False),
                    "autograd_projection": LaunchConfig(False, one_node=False),
                    "triton_projection": LaunchConfig(triton_projection=True),
+                   "torch_silu": LaunchConfig(triton_silu=False),
                    "two_nodes_triton": LaunchConfig(one_node=False, triton_projection=True)}
         return {name: (lambda cfg: lambda x, nw, temb, w, b, ti: final_adaln_out(
             x, nw, temb, w, b, ti, eps, check_index=False, config=cfg))(cfg) for name, cfg in configs.items()}

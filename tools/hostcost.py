@@ -230,9 +230,12 @@ def set_direct(direct: bool) -> None:
     """`kernels.common.runner` calling the C launcher itself (True) or through `CudaLauncher.__call__`; the
     launch caches emptied, so the next launches remember runners made under this setting."""
     from kernels import common
+    from kernels import timestep_sinusoid as S
     common.DIRECT = direct
     for cache in (common._COMPILED, common._READY, common._KEYED):
         cache.clear()
+    for recipe in S._RECIPES.values():  # the sinusoid's kept entries, made from those caches
+        recipe[3].clear()
 
 
 def set_keyed(keyed: bool) -> None:

@@ -23,7 +23,8 @@
 #                  H3BENCH_MODES_TAG; `h3bench merge` joins the parts of calls that split the modes)
 #   all            `h3bench run --op all`: the seven ops in one process, full plan, mode plain, every row (the
 #                  suite's wall time), one evidence file per op under $OUT/work/all/
-#   kernel-tests   our kernels' tests on the GPU (H3BENCH_KERNEL_TESTS: test files, default every kernel's)
+#   kernel-tests   our kernels' tests on the GPU (H3BENCH_KERNEL_TESTS: test files, default every kernel's;
+#                  H3BENCH_TEST_TIMEOUT: seconds, default 200)
 #   sweep          tools/sweep_norm_modulate.py (norm_modulate over widths, table sizes, dtypes; H3BENCH_SWEEP_ARGS)
 #   sweep-variants its launch-config variants only (H3BENCH_SWEEP_ARGS: more arguments, e.g. --variants,
 #                  --variant-hidden, --variant-table-rows)
@@ -150,7 +151,7 @@ step_modes() {
 step_kernel-tests() {
   # the full report goes to a file (a failure's reason must come back, not only its name)
   # shellcheck disable=SC2086  # the file list is words
-  PYTHONPATH=$FULL_PATH H3BENCH_TEST_DEVICE=cuda timeout "$(( $(left) < 200 ? $(left) : 200 ))" python3 -m pytest -q -rf \
+  PYTHONPATH=$FULL_PATH H3BENCH_TEST_DEVICE=cuda timeout "$(( $(left) < ${H3BENCH_TEST_TIMEOUT:-200} ? $(left) : ${H3BENCH_TEST_TIMEOUT:-200} ))" python3 -m pytest -q -rf \
     --tb=short ${H3BENCH_KERNEL_TESTS:-tests/test_kernel*.py tests/test_row_gather.py} > "$OUT/work/kernel_tests.log" 2>&1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/work/kernel_tests.log" | tail -30
 }
