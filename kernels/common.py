@@ -44,15 +44,16 @@ _COMPILED: dict = {}
 DIRECT = os.environ.get("H3BENCH_DIRECT_LAUNCH", "1") != "0"
 
 
-def _hook_set(hook) -> bool:
-    return hook is not None and bool(getattr(hook, "calls", True))
-
-
 def _hooks_installed() -> bool:
     """A launch hook is set. Triton 3.6 keeps them as HookChain objects, empty unless one was added."""
     if _knobs is None:
         return True
-    return _hook_set(_knobs.runtime.launch_enter_hook) or _hook_set(_knobs.runtime.launch_exit_hook)
+    runtime = _knobs.runtime
+    # one function, no helper per hook: this runs on every fast launch, and a Python call costs ~0.3 us on
+    # the H200 VM
+    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+    return ((enter is not None and bool(getattr(enter, "calls", True)))
+            or (leave is not None and bool(getattr(leave, "calls", True))))
 
 
 def launch(kernel, grid: tuple[int, ...], *args, **meta) -> None:

@@ -44,6 +44,7 @@ except ImportError:  # pragma: no cover - every supported triton has it
     libdevice = None
 
 _T_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+_cuda_device = getattr(torch._C, "_cuda_getDevice", None)  # absent from a CPU-only torch (t.is_cuda never true)
 _I32_MAX = (1 << 31) - 1  # the kernel's ints are int32 (not specialized on their value) up to here
 
 
@@ -138,7 +139,9 @@ def timestep_sinusoid(t: torch.Tensor, freq_dim: int = 256, max_period: float = 
     if recipe is None or t.dtype not in _T_DTYPES or t.dim() != 1:
         recipe = _checked_recipe(t, freq_dim, max_period, downscale_freq_shift, config)
         device = t.device
-    if t.is_cuda and device.index != torch.cuda.current_device():  # is_cuda: no string made, as device.type
+    # is_cuda: no string made, as device.type; torch's raw getter: torch.cuda.current_device() adds a Python
+    # frame and its lazy-init check (CUDA is initialized once t is a CUDA tensor)
+    if t.is_cuda and device.index != _cuda_device():
         with torch.cuda.device(device):  # triton launches on the current device
             return timestep_sinusoid(t, freq_dim, max_period, downscale_freq_shift, config)
     freqs, rows_per_program, meta, direct = recipe

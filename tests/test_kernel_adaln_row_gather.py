@@ -8,6 +8,7 @@ import torch
 from harness.execute import as_bits
 from harness.probes.accuracy_latency import rel_err
 from kernels import adaln_row_gather as K
+from kernels import common
 from kernels.adaln_row_gather_api import adaln_row_gather
 from tests.helpers import run_quick_plan
 
@@ -109,7 +110,9 @@ def test_table_gradient_repeats_bitwise_and_unused_rows_get_zero(device):
 def test_many_programs_and_sorts_agree_with_float64(device, monkeypatch):
     """Small chunks and sorts: programs that hold no row of some table row, or only bad-index rows, still
     write their (zero) partials; sub-chunked sorts keep each table row's rows in ascending order; the
-    cross-program sum stays fp32-accurate. The GPU's tile shapes (not the interpreter's) are used."""
+    cross-program sum stays fp32-accurate. The GPU's tile shapes (not the interpreter's) are used, and one
+    SM: the split follows the SM count, and with a whole GPU's 60 rows would be one row per program."""
+    monkeypatch.setattr(common, "sm_count", lambda index: 1)
     table, ti, tag, grads = case(device, 24, 60, torch.float32)
     gpu = K.config_for(24, interpreted=False)
     small = dataclasses.replace(gpu, chunk_limit=12, sort_rows=4, fwd_tiles=2)

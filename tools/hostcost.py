@@ -172,7 +172,7 @@ def sinusoid_pieces(dev) -> dict[str, float]:
     """Host us per call of the timestep_sinusoid row and of each piece of its path, next to SGLang's row
     (when it loads): the op moves at most 2 MB, so its per-sample latency is this host path."""
     from kernels import timestep_sinusoid as S
-    from kernels.common import launch, launch_ready, runner
+    from kernels.common import fast_launch_allowed, launch, launch_ready, runner
 
     t = torch.zeros(1, dtype=torch.float32, device=dev)
     out = S.timestep_sinusoid(t)
@@ -205,6 +205,20 @@ def sinusoid_pieces(dev) -> dict[str, float]:
     # (cuPointerGetAttribute); an int pointer skips both
     ints = tuple(v.data_ptr() if isinstance(v, torch.Tensor) else v for v in values)
     res["runner, int pointers"] = host_us(lambda: run(1, 1, 1, stream, *head, *ints))
+    res["t.new_empty(1, 256, fp32)"] = host_us(lambda: t.new_empty(1, 256, dtype=torch.float32))
+    res["torch._C._cuda_getDevice"] = host_us(torch._C._cuda_getDevice)
+    res["torch._C._cuda_getCurrentRawStream"] = host_us(lambda: torch._C._cuda_getCurrentRawStream(index))
+    res["fast_launch_allowed"] = host_us(fast_launch_allowed)
+    fp = freqs.data_ptr()
+
+    def least():  # what any call must do: allocate the output, read the stream, launch with int pointers
+        o = t.new_empty(1, 256, dtype=torch.float32)
+        run(1, 1, 1, torch._C._cuda_getCurrentRawStream(index), *head, t.data_ptr(), fp, o.data_ptr(), 1, 1,
+            *tail)
+        return o
+
+    tail = tuple(v for k, v in meta.items() if k != "num_warps")
+    res["least: new_empty + stream + int-pointer run"] = host_us(least)
     for direct in (False, True, False, True):
         set_direct(direct)
         res.setdefault(f"whole call (T=1), direct {'on' if direct else 'off'}", []).append(
