@@ -1,0 +1,58 @@
+"""tools/hostcost_cpu.py stubs every launcher, so its figures are the host path and not the interpreter's
+kernels."""
+import sys
+
+import pytest
+import torch
+
+from kernels import common
+from tools import hostcost_cpu
+
+
+def test_stub_replaces_every_launcher_binding_and_restore_puts_them_back():
+    import kernels.final_adaln_out  # noqa: F401  (the modules whose bindings are checked must be loaded)
+    import kernels.norm_modulate  # noqa: F401
+    import kernels.timestep_sinusoid  # noqa: F401
+
+    launchers = {v for k, v in vars(common).items() if k.startswith("launch") and callable(v)}
+    assert {common.launch, common.launch_keyed, common.launch_ready} <= launchers
+
+    def bound():
+        return [(name, attr) for name, module in list(sys.modules.items())
+                if module is not None and (name == "kernels" or name.startswith("kernels."))
+                for attr, value in list(vars(module).items()) if callable(value) and value in launchers]
+
+    before = bound()
+    assert ("kernels.norm_modulate", "launch_keyed") in before
+    restore = hostcost_cpu.stub_launches()
+    try:
+        assert bound() == []
+    finally:
+        restore()
+    assert bound() == before
+
+
+def test_stubbed_calls_reach_no_kernel(monkeypatch):
+    """A fwd+bwd of each case with the launches stubbed never indexes a kernel (`kernel[grid]`, which the
+    interpreter would run); the control, without the stub, does."""
+    from kernels import final_adaln_out, gemm, norm_modulate
+
+    def boom(self, grid):
+        raise AssertionError(f"a kernel was launched: {self}")
+
+    kinds = {type(v) for m in (norm_modulate, gemm, final_adaln_out) for v in vars(m).values()
+             if type(v).__name__ in ("JITFunction", "InterpretedFunction")}
+    assert kinds
+    for kind in kinds:
+        monkeypatch.setattr(kind, "__getitem__", boom)
+    cases = [hostcost_cpu.norm_modulate_case(8, 64, 9, torch.bfloat16, False),
+             hostcost_cpu.final_adaln_out_case(8, 64, 9, torch.bfloat16, False, one_node=True)]
+    restore = hostcost_cpu.stub_launches()
+    try:
+        for steps in cases:
+            for step in steps.values():
+                step()
+    finally:
+        restore()
+    with pytest.raises(AssertionError, match="a kernel was launched"):
+        cases[0]["fwd"]()
