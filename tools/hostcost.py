@@ -292,18 +292,25 @@ def keyed_pieces(dev, ops, switch: str = "keyed") -> dict[str, float]:
                     fn(*values)
             res.setdefault(f"{name} fwd R={rows} {tag}", []).append(host_us(fwd, reps=200))
             if rows == KEYED_SIZES[name][0] or name == "norm_modulate":
-                leaves = [inputs.tensors[n].detach().requires_grad_() if n in op.differentiable else inputs.tensors[n]
-                          for n in op.input_names]
-                (dy,) = op.make_grad_outs(params, rows, 5, dev)
-                wrt = [v for n, v in zip(op.input_names, leaves) if n in op.differentiable]
-
-                def fwd_bwd():
-                    torch.autograd.grad(fn(*leaves), wrt, dy)
+                fwd_bwd = _fwd_bwd_step(fn, op, params, inputs, rows, dev)
                 res.setdefault(f"{name} fwd+bwd R={rows} {tag}", []).append(host_us(fwd_bwd, reps=100))
     setting(True)
     if "adaln_projection" in ops:
         res.update(_adaln_pieces(dev, *cases[("adaln_projection", 1)][1]))
     return res
+
+
+def _fwd_bwd_step(fn, op, params, inputs, rows: int, dev):
+    """One fwd+bwd of `fn` on `inputs` as a closure: the differentiable inputs as leaves, the gradients by
+    torch.autograd.grad against a fixed upstream gradient (nothing accumulates between calls)."""
+    leaves = [inputs.tensors[n].detach().requires_grad_() if n in op.differentiable else inputs.tensors[n]
+              for n in op.input_names]
+    (dy,) = op.make_grad_outs(params, rows, 5, dev)
+    wrt = [v for n, v in zip(op.input_names, leaves) if n in op.differentiable]
+
+    def fwd_bwd():
+        torch.autograd.grad(fn(*leaves), wrt, dy)
+    return fwd_bwd
 
 
 def profile_rows(dev, ops, steps: int = 30) -> list[str]:
@@ -319,14 +326,7 @@ def profile_rows(dev, ops, steps: int = 30) -> list[str]:
         op, params = get_op(name), load_config(name).inputs
         (row,) = [a for a in builtin_adapters(name) if a.name == "h3bench_triton"]
         fn, rows = row.load(dev, params).fn, KEYED_SIZES[name][0]
-        inputs = op.make_inputs(params, rows, 3, dev)
-        leaves = [inputs.tensors[n].detach().requires_grad_() if n in op.differentiable else inputs.tensors[n]
-                  for n in op.input_names]
-        (dy,) = op.make_grad_outs(params, rows, 5, dev)
-        wrt = [v for n, v in zip(op.input_names, leaves) if n in op.differentiable]
-
-        def fwd_bwd():
-            torch.autograd.grad(fn(*leaves), wrt, dy)
+        fwd_bwd = _fwd_bwd_step(fn, op, params, op.make_inputs(params, rows, 3, dev), rows, dev)
         lines.append(f"== {name} R={rows}: fwd+bwd host us/step without the profiler: {host_us(fwd_bwd, reps=100)}")
         torch.cuda.synchronize()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
