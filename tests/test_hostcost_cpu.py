@@ -56,3 +56,14 @@ def test_stubbed_calls_reach_no_kernel(monkeypatch):
         restore()
     with pytest.raises(AssertionError, match="a kernel was launched"):
         cases[0]["fwd"]()
+
+
+def test_hostcost_breakdown_times_pieces_that_exist():
+    """tools/hostcost.py's in-place breakdown (a GPU tool) wraps attributes by name: a renamed one
+    (norm_modulate's launch_on, gone with the keyed launches) must fail here, not on the GPU."""
+    from tools import hostcost
+
+    pieces = hostcost.breakdown_pieces()
+    missing = [(getattr(owner, "__name__", owner), name) for owner, name, _ in pieces if not hasattr(owner, name)]
+    assert not missing
+    assert any(name == "launch_keyed" for _, name, _ in pieces)
