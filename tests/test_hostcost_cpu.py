@@ -67,3 +67,22 @@ def test_hostcost_breakdown_times_pieces_that_exist():
     missing = [(getattr(owner, "__name__", owner), name) for owner, name, _ in pieces if not hasattr(owner, name)]
     assert not missing
     assert any(name == "launch_keyed" for _, name, _ in pieces)
+
+
+def test_no_module_defines_a_top_level_name_twice():
+    """A second `def` of a name silently replaces the first (an edit that pasted a module into itself
+    once left tools/hostcost.py running an old `breakdown` past the fixed one)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    twice = []
+    for folder in ("harness", "kernels", "tools", "adapters", "reports"):
+        for path in sorted((root / folder).rglob("*.py")):
+            seen = set()
+            for node in ast.parse(path.read_text()).body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    if node.name in seen:
+                        twice.append(f"{path.relative_to(root)}: {node.name}")
+                    seen.add(node.name)
+    assert not twice
