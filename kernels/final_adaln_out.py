@@ -58,10 +58,15 @@ class LaunchConfig:
     triton_projection: bool = False
     # torch's F.linear, with a = cast(silu(temb)) made by `gemm.silu_cast` (one Triton launch, silu in fp32
     # and one rounding to W's dtype) instead of torch's F.silu and .to: on the H200 VM aten::silu alone took
-    # ~150 us of host per call (`tools.hostcost --profile-rows`, logs/session10-call-1); `torch_silu` is the
-    # old way as a variant. For a bf16/fp16 temb torch rounds silu to temb's dtype first: here only once.
+    # ~150 us of host per call under torch.profiler (`tools.hostcost --profile-rows` in session 10, whose log
+    # was lost; with silu_cast, logs/session11-call-4 has no aten::silu); `torch_silu` is the old way as a variant. For a bf16/fp16 temb torch rounds silu to temb's dtype first: here only once.
     # (With triton_projection the gemm launch fuses the silu itself and this is not used.)
     triton_silu: bool = True
+    # the projection's backward as two launches of kernels/gemm.py (`PROJECTION_DX`, `PROJECTION_DW`)
+    # instead of torch's five calls (mm, cast, silu_backward, mm, sum), each tens of us of host on the H200
+    # VM (kernels/NOTES.md v29): off until timed there (`triton_grads` variant). dtemb keeps dproj W in fp32
+    # up to its one rounding (torch's path rounds it to W's dtype first), so its bits differ from torch's.
+    triton_grads: bool = False
     # the whole op as ONE autograd node (`_FinalAdaLNOut`): the projection, then norm_modulate's launchers
     # called directly (no second argument check, no chunk views, no second node, no torch.cat of dshift
     # and dscale: the backward writes them into the halves of one dproj buffer). The same kernels in the
@@ -81,6 +86,11 @@ class LaunchConfig:
 # One config whatever T is: the projection's input has T rows for every batch, so its order never
 # depends on S. 16-row tiles (mma.sync) for T = 3: 2H / 64 programs stream W.
 PROJECTION_GEMM = gemm.LaunchConfig(16, 64, 64, num_warps=4, num_stages=4)
+# `triton_grads`, likewise one config each for every T: dtemb = (dproj W) silu'(temb) sums over 2H in 4
+# fixed split-K chunks (D / 64 x 4 programs stream W: 168 at D = 2688); dW = dproj^T a (K = T) and db (its
+# ones column) in 64 x 128 tiles, each element one chain over t = 0, 1, ... (gemm.weight_grad).
+PROJECTION_DX = gemm.LaunchConfig(16, 64, 64, num_warps=4, num_stages=4, split_k=4)
+PROJECTION_DW = gemm.LaunchConfig(64, 128, 16, num_warps=4, num_stages=3)
 
 
 @functools.lru_cache(maxsize=64)
@@ -108,6 +118,11 @@ def projection_kind(cfg: LaunchConfig) -> str:
     return GEMM if cfg.triton_projection else SILU_CAST if cfg.triton_silu else TORCH
 
 
+def grads_kind(cfg: LaunchConfig) -> str:
+    """How the projection's backward runs: torch's calls (TORCH) or two gemm launches (GEMM)."""
+    return GEMM if cfg.triton_grads else TORCH
+
+
 def _project(temb, w, b, kind):
     """(temb as the backward reads it, a = cast(silu(temb)) or None, proj) by `kind` (above); for GEMM
     and SILU_CAST temb is made unit-stride once (gemm.silu_cast's input; the backward reads it)."""
@@ -122,11 +137,19 @@ def _project(temb, w, b, kind):
     return temb, a, F.linear(a, w, b)
 
 
-def _projection_grads(dproj, temb, a, w, need_temb, need_w, need_b):
+def _projection_grads(dproj, temb, a, w, need_temb, need_w, need_b, grads=TORCH):
     """(dtemb, dW, db) of proj = F.linear(cast(silu(temb)), W, b) from a contiguous dproj, each a fixed-shape
-    torch call independent of S: dW = dproj^T a (a made again by `gemm.silu_cast` when the forward fused
-    it: the same fp32 silu and rounding), db = the sum of dproj's T rows, dtemb = silu'(temb) (dproj W)."""
+    call independent of S: dW = dproj^T a (a made again by `gemm.silu_cast` when the forward fused
+    it: the same fp32 silu and rounding), db = the sum of dproj's T rows, dtemb = silu'(temb) (dproj W).
+    `grads` GEMM: two gemm launches (`LaunchConfig.triton_grads`), else torch's calls."""
     dtemb = dw = db = None
+    if grads == GEMM:
+        if need_temb:
+            dtemb = gemm.input_grad(dproj, w, PROJECTION_DX, dsilu_of=temb, out_dtype=temb.dtype)
+        if need_w or need_b:
+            dw, db = gemm.weight_grad(dproj, a if a is not None else gemm.silu_cast(temb, w.dtype), PROJECTION_DW,
+                                      dw_dtype=w.dtype, db_dtype=w.dtype if need_b else None)
+        return dtemb, (dw if need_w else None), db
     if need_w:
         dw = dproj.t().mm(a if a is not None else gemm.silu_cast(temb, w.dtype))
     if need_b:
@@ -141,16 +164,18 @@ class _Projection(torch.autograd.Function):
     """proj = F.linear(silu(temb).to(W.dtype), W, b) as one node (`_project`, `_projection_grads`)."""
 
     @staticmethod
-    def forward(ctx, temb, w, b, kind=TORCH):
+    def forward(ctx, temb, w, b, kind=TORCH, grads=TORCH):
         temb, a, proj = _project(temb, w, b, kind)
         ctx.save_for_backward(temb, w)
         ctx.a = a  # an intermediate (no version check), None with the Triton forward
+        ctx.grads = grads
         return proj
 
     @staticmethod
     def backward(ctx, dproj):
         temb, w = ctx.saved_tensors
-        return (*_projection_grads(dproj.contiguous(), temb, ctx.a, w, *ctx.needs_input_grad[:3]), None)
+        return (*_projection_grads(dproj.contiguous(), temb, ctx.a, w, *ctx.needs_input_grad[:3], ctx.grads),
+                None, None)
 
 
 def _one_node_forward(x, nw, temb, w, b, ti, eps, kind, training):
@@ -175,11 +200,12 @@ class _FinalAdaLNOut(torch.autograd.Function):
     `_projection_grads` on it (as `_Projection.backward`; the buffer is contiguous already)."""
 
     @staticmethod
-    def forward(ctx, x, nw, temb, w, b, ti, eps, kind):
+    def forward(ctx, x, nw, temb, w, b, ti, eps, kind, grads):
         y, temb, a, x2d, nw, ti, sc, rstd, plan, cfg = _one_node_forward(x, nw, temb, w, b, ti, eps, kind, True)
         ctx.save_for_backward(x2d, nw, ti, temb, w)
         # intermediates, not inputs or outputs: no version check needed
         ctx.a, ctx.sc, ctx.rstd, ctx.plan, ctx.cfg, ctx.x_shape = a, sc, rstd, plan, cfg, x.shape
+        ctx.grads = grads
         return y
 
     @staticmethod
@@ -201,15 +227,15 @@ class _FinalAdaLNOut(torch.autograd.Function):
                                     ctx.cfg, ctx.plan, out=out)
         if need_x and len(ctx.x_shape) != 2:
             dx = dx.view(ctx.x_shape)
-        dtemb, dw, db = (_projection_grads(dproj, temb, ctx.a, w, need_temb, need_w, need_b) if need_proj
-                         else (None, None, None))
-        return dx if need_x else None, dnw if need_nw else None, dtemb, dw, db, None, None, None
+        dtemb, dw, db = (_projection_grads(dproj, temb, ctx.a, w, need_temb, need_w, need_b, ctx.grads)
+                         if need_proj else (None, None, None))
+        return dx if need_x else None, dnw if need_nw else None, dtemb, dw, db, None, None, None, None
 
 
-def _one_node(x, nw, temb, w, b, ti, eps, kind):
+def _one_node(x, nw, temb, w, b, ti, eps, kind, grads):
     if torch.is_grad_enabled() and (x.requires_grad or nw.requires_grad or temb.requires_grad or w.requires_grad
                                     or b.requires_grad):
-        return _FinalAdaLNOut.apply(x, nw, temb, w, b, ti, eps, kind)
+        return _FinalAdaLNOut.apply(x, nw, temb, w, b, ti, eps, kind, grads)
     return _one_node_forward(x, nw, temb, w, b, ti, eps, kind, False)[0]
 
 
@@ -295,11 +321,11 @@ def final_adaln_out(x: torch.Tensor, nw: torch.Tensor, temb: torch.Tensor, w: to
     if cfg.one_node:
         if x.is_cuda and x.get_device() != torch.cuda.current_device():
             with torch.cuda.device(x.device):  # triton launches on the current device
-                return _one_node(x, nw, temb, w, b, ti, float(eps), projection_kind(cfg))
-        return _one_node(x, nw, temb, w, b, ti, float(eps), projection_kind(cfg))
+                return _one_node(x, nw, temb, w, b, ti, float(eps), projection_kind(cfg), grads_kind(cfg))
+        return _one_node(x, nw, temb, w, b, ti, float(eps), projection_kind(cfg), grads_kind(cfg))
     wants_grad = torch.is_grad_enabled() and (temb.requires_grad or w.requires_grad or b.requires_grad)
     if cfg.projection_node and wants_grad:
-        proj = _Projection.apply(temb, w, b, projection_kind(cfg))
+        proj = _Projection.apply(temb, w, b, projection_kind(cfg), grads_kind(cfg))
     elif cfg.projection_node:  # no gradient is wanted here
         proj = _project(temb, w, b, projection_kind(cfg))[2]
     else:

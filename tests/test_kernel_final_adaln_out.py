@@ -111,9 +111,13 @@ def test_strided_inputs_leading_dims_and_autograd_projection(device):
 
 TRITON_PROJECTION = LaunchConfig(triton_projection=True)
 TORCH_SILU = LaunchConfig(triton_silu=False)
+TRITON_GRADS = LaunchConfig(triton_grads=True)
+ALL_TRITON = LaunchConfig(triton_projection=True, triton_grads=True)
+TWO_NODES_TRITON_GRADS = LaunchConfig(one_node=False, triton_grads=True)
 
 
-@pytest.mark.parametrize("config", [TRITON_PROJECTION, TORCH_SILU], ids=["gemm", "torch_silu"])
+@pytest.mark.parametrize("config", [TRITON_PROJECTION, TORCH_SILU, TRITON_GRADS, ALL_TRITON, TWO_NODES_TRITON_GRADS],
+                         ids=["gemm", "torch_silu", "triton_grads", "all_triton", "two_nodes_triton_grads"])
 @pytest.mark.parametrize("hidden,rows,dtype", [(64, 300, "bfloat16"), (3, 40, "float16"), (40, 7, "float32")])
 def test_triton_projection_matches_float64_and_repeats(device, config, hidden, rows, dtype):
     """The projection's forward as one gemm launch (silu and cast fused into its load), or torch's F.linear
@@ -134,6 +138,23 @@ def test_triton_projection_matches_float64_and_repeats(device, config, hidden, r
     with torch.no_grad():
         plain = final_adaln_out(*t.values(), EPS, config=config)
     assert torch.equal(as_bits(plain), as_bits(out))
+
+
+@pytest.mark.parametrize("one_node", [True, False], ids=["one_node", "two_nodes"])
+def test_triton_grads_takes_the_gemm_launches(device, monkeypatch, one_node):
+    """LaunchConfig.triton_grads really runs the projection's backward as gemm.input_grad and
+    gemm.weight_grad (once each a backward), and the default does not call them."""
+    from kernels import gemm
+    calls = []
+    for name in ("input_grad", "weight_grad"):
+        real = getattr(gemm, name)
+        monkeypatch.setattr(gemm, name, (lambda real, name: lambda *a, **k: calls.append(name) or real(*a, **k))(
+            real, name))
+    _, t, dout = case(device, 16, 20, "bfloat16")
+    run(t, dout, config=LaunchConfig(one_node=one_node))
+    assert calls == []
+    run(t, dout, config=LaunchConfig(one_node=one_node, triton_grads=True))
+    assert sorted(calls) == ["input_grad", "weight_grad"]
 
 
 def test_triton_projection_needs_the_projection_node():
@@ -162,8 +183,9 @@ def assert_same_bits(first, second):
             assert g1.shape == g2.shape and g1.dtype == g2.dtype and torch.equal(as_bits(g1), as_bits(g2)), name
 
 
-@pytest.mark.parametrize("projection", [{}, {"triton_projection": True}, {"triton_silu": False}],
-                         ids=["silu_cast", "gemm", "torch_silu"])
+@pytest.mark.parametrize("projection", [{}, {"triton_projection": True}, {"triton_silu": False},
+                                        {"triton_grads": True}, {"triton_silu": False, "triton_grads": True}],
+                         ids=["silu_cast", "gemm", "torch_silu", "triton_grads", "torch_silu_triton_grads"])
 @pytest.mark.parametrize("hidden,rows,dtype,timesteps", [
     (64, 300, "bfloat16", 3),
     (3, 40, "float16", 3),

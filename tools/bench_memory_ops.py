@@ -145,7 +145,9 @@ def variants(op: str, params: Any, interpreted: bool) -> dict[str, Callable]:
                    "autograd_projection": LaunchConfig(False, one_node=False),
                    "triton_projection": LaunchConfig(triton_projection=True),
                    "torch_silu": LaunchConfig(triton_silu=False),
-                   "two_nodes_triton": LaunchConfig(one_node=False, triton_projection=True)}
+                   # the projection's backward as two gemm launches (off by default until timed)
+                   # (it took the place of two_nodes_triton: the Triton projection on the two-node path)
+                   "triton_grads": LaunchConfig(triton_grads=True)}
         return {name: (lambda cfg: lambda x, nw, temb, w, b, ti: final_adaln_out(
             x, nw, temb, w, b, ti, eps, check_index=False, config=cfg))(cfg) for name, cfg in configs.items()}
     if op == "timestep_sinusoid":
