@@ -1,8 +1,9 @@
 """Compile the GEMM ops' kernels as their launches would, for an NVIDIA target, without a GPU.
 
-    python -m tools.compile_gemm [--rows 1,8,2048] [--arch 90] [--op timestep_mlp,adaln_projection]
+    python -m tools.compile_gemm [--rows 1,8,2048] [--arch 90] [--op timestep_mlp,adaln_projection,final_adaln_out]
 
-The launchers of kernels/timestep_mlp.py and kernels/adaln_projection.py run at the model's size on
+The launchers of kernels/timestep_mlp.py and kernels/adaln_projection.py (and final_adaln_out's projection
+GEMMs, `--op final_adaln_out`, T = --rows) run at the model's size on
 CPU tensors with `kernels.gemm.launch` and `launch_keyed` replaced by a recorder; each recorded launch is compiled with
 triton's own specialization rules emulated (ints equal to 1 become constants, 16-divisible pointers
 and ints get the divisibility hint, `do_not_specialize` respected), and the cubin is read with
@@ -29,6 +30,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler.compiler import ASTSource
 
 from kernels import adaln_projection as AP
+from kernels import final_adaln_out as FA
 from kernels import gemm
 from kernels import timestep_mlp as TM
 
@@ -114,6 +116,17 @@ def launches(op: str, rows: int, mlp: str = "DEFAULT", ada: str = "DEFAULT") -> 
                                              db_dtype=torch.float32, db_blocks=cf.db_blocks)),
             ("dw1", lambda: gemm.weight_grad(z, x, gemm.pick(cf.dw1, rows), dw_dtype=torch.float32,
                                              db_dtype=torch.float32, db_blocks=cf.db_blocks)),
+        ]
+    if op == "final_adaln_out":  # its projection's GEMMs (`triton_projection`, `triton_grads`); T = rows
+        n, d = 2 * 5376, 2688
+        w, b = torch.empty(n, d, dtype=torch.bfloat16), torch.empty(n, dtype=torch.bfloat16)
+        temb, dproj = torch.randn(rows, d), torch.empty(rows, n, dtype=torch.bfloat16)
+        a = torch.empty(rows, d, dtype=torch.bfloat16)
+        return [
+            ("fwd", lambda: gemm.forward(temb, w, b, FA.PROJECTION_GEMM, out_dtype=torch.bfloat16, a_silu=True)),
+            ("dtemb", lambda: gemm.input_grad(dproj, w, FA.PROJECTION_DX, dsilu_of=temb)),
+            ("dw", lambda: gemm.weight_grad(dproj, a, FA.PROJECTION_DW, dw_dtype=torch.bfloat16,
+                                            db_dtype=torch.bfloat16)),
         ]
     cf = getattr(AP, ada)
     n, d = 96768, 2688
