@@ -59,7 +59,8 @@ class LaunchConfig:
     # torch's F.linear, with a = cast(silu(temb)) made by `gemm.silu_cast` (one Triton launch, silu in fp32
     # and one rounding to W's dtype) instead of torch's F.silu and .to: on the H200 VM aten::silu alone took
     # ~150 us of host per call under torch.profiler (`tools.hostcost --profile-rows` in session 10, whose log
-    # was lost; with silu_cast, logs/session11-call-4 has no aten::silu); `torch_silu` is the old way as a variant. For a bf16/fp16 temb torch rounds silu to temb's dtype first: here only once.
+    # was lost; with silu_cast, logs/session11-call-4 has no aten::silu); `torch_silu` is the old way as a
+    # variant. For a bf16/fp16 temb torch rounds silu to temb's dtype first: here only once.
     # (With triton_projection the gemm launch fuses the silu itself and this is not used.)
     triton_silu: bool = True
     # the projection's backward as two launches of kernels/gemm.py (`PROJECTION_DX`, `PROJECTION_DW`)

@@ -14,8 +14,8 @@ def test_stub_replaces_every_launcher_binding_and_restore_puts_them_back():
     import kernels.norm_modulate  # noqa: F401
     import kernels.timestep_sinusoid  # noqa: F401
 
-    launchers = {v for k, v in vars(common).items() if k.startswith("launch") and callable(v)}
-    assert {common.launch, common.launch_keyed, common.launch_ready} <= launchers
+    launchers = hostcost_cpu.launchers()
+    assert {common.launch, common.launch_on, common.launch_keyed, common.launch_ready} <= launchers
 
     def bound():
         return [(name, attr) for name, module in list(sys.modules.items())

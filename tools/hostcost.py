@@ -172,7 +172,7 @@ def sinusoid_pieces(dev) -> dict[str, float]:
     """Host us per call of the timestep_sinusoid row and of each piece of its path, next to SGLang's row
     (when it loads): the op moves at most 2 MB, so its per-sample latency is this host path."""
     from kernels import timestep_sinusoid as S
-    from kernels.common import fast_launch_allowed, launch, launch_ready, runner
+    from kernels.common import fast_launch_allowed, launch, launch_ready, ready_runner, runner
 
     t = torch.zeros(1, dtype=torch.float32, device=dev)
     out = S.timestep_sinusoid(t)
@@ -209,16 +209,19 @@ def sinusoid_pieces(dev) -> dict[str, float]:
     res["torch._C._cuda_getDevice"] = host_us(torch._C._cuda_getDevice)
     res["torch._C._cuda_getCurrentRawStream"] = host_us(lambda: torch._C._cuda_getCurrentRawStream(index))
     res["fast_launch_allowed"] = host_us(fast_launch_allowed)
-    fp = freqs.data_ptr()
+    ready = ready_runner(kernel, index, t.dtype, meta_items)  # the entry launch_ready made above
+    if ready is None:
+        res["least: new_empty + stream + int-pointer run"] = "no launch_ready entry (this triton's path)"
+    else:
+        ready_run, ready_head, ready_tail = ready
+        fp = freqs.data_ptr()
 
-    def least():  # what any call must do: allocate the output, read the stream, launch with int pointers
-        o = t.new_empty(1, 256, dtype=torch.float32)
-        run(1, 1, 1, torch._C._cuda_getCurrentRawStream(index), *head, t.data_ptr(), fp, o.data_ptr(), 1, 1,
-            *tail)
-        return o
-
-    tail = tuple(v for k, v in meta.items() if k != "num_warps")
-    res["least: new_empty + stream + int-pointer run"] = host_us(least)
+        def least():  # what any call must do: allocate the output, read the stream, launch with int pointers
+            o = t.new_empty(1, 256, dtype=torch.float32)
+            ready_run(1, 1, 1, torch._C._cuda_getCurrentRawStream(index), *ready_head, t.data_ptr(), fp,
+                      o.data_ptr(), 1, 1, *ready_tail)
+            return o
+        res["least: new_empty + stream + int-pointer run"] = host_us(least)
     for direct in (False, True, False, True):
         set_direct(direct)
         res.setdefault(f"whole call (T=1), direct {'on' if direct else 'off'}", []).append(
