@@ -18,8 +18,10 @@ Kernels (all launch settings in `LaunchConfig`, a function of H and the device o
   whole rows and the fp32 sums in registers (ROWS rows per step, the next step prefetched);
   `_bwd_chunked_kernel` (wide H: a whole row no longer fits in registers) takes G rows at a time in
   column chunks of CB: one pass for the rows' dot products, a second (from L2) for dx and the sums,
-  which live in a program-private fp32 workspace. Then `_bwd_params_kernel` (local plan) or
-  `_bwd_combine_kernel` (global plan) makes dw, dsh, dsc.
+  which live in a program-private fp32 workspace. Or (wide H, `LaunchConfig.bwd_cols`) split in two:
+  `_bwd_dots_kernel` makes every row's c first, then `_bwd_kernel` runs once per column block of
+  bwd_cols with c given (each (program, block) walks the program's rows for its columns only). Then
+  `_bwd_params_kernel` (local plan) or `_bwd_combine_kernel` (global plan) makes dw, dsh, dsc.
 
 Plans: how a program gets its rows sorted by table row ("segment" = the rows of one table row).
 * local plan (M <= LaunchConfig.local_max; the model's M = 9): the rows are split into fixed chunks
@@ -45,7 +47,8 @@ Reduction orders (the point of this kernel: change them only with the probes rer
   through shared memory. `_fwd_rows_kernel` sums the squares over a HEAD-wide block (the largest power
   of two <= H) plus a TAIL-wide block (the rest), in that order; `_fwd_walk_kernel` and `_bwd_kernel`
   over one BLOCK_H-wide block; `_bwd_chunked_kernel` sums c over column chunks of CB, chunk 0 first,
-  left to right. Tile shapes, chunk widths and warp counts are functions of H (LaunchConfig), every row
+  left to right, and `_bwd_dots_kernel` likewise over chunks of DOTS_CHUNK ([DOTS_ROWS, DOTS_CHUNK]
+  tiles on DOTS_WARPS warps). Tile shapes, chunk widths and warp counts are functions of H (LaunchConfig), every row
   of a tile has the same layout, and masked-off rows are zeros in rows of their own: nothing in a row's
   tree depends on R, the grid, the plan or the row's position, so a row's y and dx are bitwise the same
   alone or in any batch (for a given LaunchConfig; different configs are different trees).
@@ -74,6 +77,9 @@ from kernels.common import (BY_HAND, INTERPRETED, cdiv, launch_keyed, local_orde
                             next_power_of_2, split_rows, sum_partials, tensor_key)
 
 MAX_HIDDEN = 32768
+# The split backward's first pass (`_bwd_dots_kernel`): [DOTS_ROWS, DOTS_CHUNK] tiles on DOTS_WARPS warps;
+# part of c's order (chunks of DOTS_CHUNK, chunk 0 first).
+DOTS_ROWS, DOTS_CHUNK, DOTS_WARPS = 2, 2048, 4
 LOCAL_MAX = 16                     # default local_max: the local plan's one-hot sort is [CMAX, M + 2] wide
 INFERENCE_SORT_BYTES = 16 << 20    # an inference call sorts rows first when sh + sc exceed this (L2 reuse)
 
@@ -94,6 +100,9 @@ class LaunchConfig:
     bwd_chunk: int = 0             # 0: whole rows in registers; else the chunked backward's column chunk
     bwd_prefetch: bool = False     # chunked backward: each chunk's x and dy loaded one chunk ahead (same bits;
                                    # the default above CHUNKED_ABOVE)
+    # > 0: the split backward (every row's c first, then column blocks of this width, bwd_rows rows a step);
+    # takes precedence over bwd_chunk
+    bwd_cols: int = 0
     fwd_programs_per_sm: int = 2   # "walk" only
     fwd_l1_tables: bool = False    # "rows" only: x read past L1 (.cg), y stored evict_first, tables kept
     # "rows" only, global plan (M > local_max): programs take rows in the plan's order (True: rows of one
@@ -110,7 +119,7 @@ class LaunchConfig:
     def __post_init__(self):
         if self.fwd_kernel not in ("rows", "walk"):
             raise ValueError(f"fwd_kernel must be 'rows' or 'walk', got {self.fwd_kernel!r}")
-        for name in ("fwd_rows", "bwd_rows", "bwd_chunk", "block_h"):
+        for name in ("fwd_rows", "bwd_rows", "bwd_chunk", "bwd_cols", "block_h"):
             value = getattr(self, name)
             if value and value & (value - 1):
                 raise ValueError(f"{name} must be a power of two, got {value}")
@@ -385,9 +394,40 @@ def _fwd_walk_kernel(X, W, SH, SC, IDX, ORDER, KEYS, SCRATCH, Y, RSTD, n_rows, M
 def _row_grads(x, dy, a, rstd, H: tl.constexpr):
     """One tile's rows: (xhat, dx) with c = sum(g * xhat) / H per row (tl.sum over axis 1)."""
     xhat = x * rstd[:, None]
-    g = dy * a
-    c = tl.sum(g * xhat, axis=1) / H
-    return xhat, (g - xhat * c[:, None]) * rstd[:, None]
+    c = tl.sum((dy * a) * xhat, axis=1) / H
+    return _row_grads_given(x, dy, a, rstd, c)
+
+
+@triton.jit
+def _row_grads_given(x, dy, a, rstd, c):
+    """(xhat, dx) of a tile's rows (or of a column block of them) whose c is known."""
+    xhat = x * rstd[:, None]
+    return xhat, (dy * a - xhat * c[:, None]) * rstd[:, None]
+
+
+@triton.jit(do_not_specialize=["n_rows"])
+def _bwd_dots_kernel(X, DY, W, SC, IDX, RSTD, C, n_rows, M, stride_x, stride_dy, stride_sc, H: tl.constexpr,
+                     CB: tl.constexpr, N_CB: tl.constexpr, G: tl.constexpr):
+    """The split backward's first pass: c[r] = sum(dy * a[m] * xhat) / H for G rows a program, in column
+    chunks of CB, chunk 0 first (each row's own tl.sum tree per chunk: no other row enters it). A bad
+    index has a NaN rstd (the forward's), so its c is NaN."""
+    rows = tl.program_id(0) * G + tl.arange(0, G)
+    ok = rows < n_rows
+    key = tl.load(IDX + rows, mask=ok, other=0)
+    m = tl.minimum(tl.maximum(key, 0), M - 1).to(tl.int64)
+    rstd = tl.load(RSTD + rows, mask=ok, other=0.0)
+    chunk = tl.arange(0, CB)
+    dot = tl.zeros((G,), dtype=tl.float32)
+    for c in range(0, N_CB):
+        cols = c * CB + chunk
+        col_ok = cols < H
+        x = _load_tile(X, rows, stride_x, cols, ok, H, False).to(tl.float32)
+        dy = _load_tile(DY, rows, stride_dy, cols, ok, H, False).to(tl.float32)
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+        sc = tl.load(SC + m[:, None] * stride_sc + cols[None, :], mask=ok[:, None] & col_ok[None, :],
+                     other=0.0).to(tl.float32)
+        dot += tl.sum((dy * (w[None, :] * (1.0 + sc))) * (x * rstd[:, None]), axis=1)
+    tl.store(C + rows, dot / H, mask=ok)
 
 
 @triton.jit
@@ -490,17 +530,24 @@ def _finish(META, KEYS, DSH, DSC, pid, lo, n, n_rows, n_seg, first, before, last
 
 
 @triton.jit(do_not_specialize=["n_rows", "CHUNK"])
-def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DSC, n_rows, M,
+def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DSC, C, n_rows, M,
                 stride_x, stride_dy, stride_dx, stride_sc, stride_dsh, stride_dsc, CHUNK, PSTRIDE,
                 H: tl.constexpr, BLOCK_H: tl.constexpr, ROWS: tl.constexpr, CMAX: tl.constexpr, K_P2: tl.constexpr,
-                GLOBAL: tl.constexpr, PARAMS: tl.constexpr, BY_HAND: tl.constexpr):
+                GLOBAL: tl.constexpr, PARAMS: tl.constexpr, COLS: tl.constexpr, BY_HAND: tl.constexpr):
     """Whole rows in registers: this program's rows in segment order, ROWS per step, the next step's x and
     dy loaded before this step's arithmetic (across segment ends too: 1.5x over loading in turn,
-    kernels/NOTES.md v5); D, S and the dw partial in fp32 registers."""
+    kernels/NOTES.md v5); D, S and the dw partial in fp32 registers. COLS (the split backward): columns
+    [program_id(1) * BLOCK_H, + BLOCK_H) of the rows only, with c from C (`_bwd_dots_kernel`), and the next
+    step's rstd and c loaded with its x and dy (a block's step moves few bytes: no load may wait in turn);
+    every block's program makes the same walk lists (the same values written to the same scratch words,
+    each program reading back its own writes)."""
     pid, lo, n, n_seg, starts, counts, prev_key = _walk_begin(IDX, KEYS, SCRATCH, n_rows, M, CHUNK, CMAX, K_P2,
                                                                  GLOBAL)
     first, before, last, beyond = _plan_edges(KEYS, lo, n, n_rows, M, GLOBAL)
-    cols = tl.arange(0, BLOCK_H)
+    if COLS:
+        cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    else:
+        cols = tl.arange(0, BLOCK_H)
     col_ok = cols < H
     steps = tl.arange(0, ROWS)
     if PARAMS:  # without parameter gradients PART, DSH and DSC are None
@@ -509,6 +556,8 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
     r_next = _rows_at(steps, steps < first_end, lo, ORDER, SCRATCH, pid, CMAX, GLOBAL)
     x_next = _load_tile(X, r_next, stride_x, cols, steps < first_end, H, False)
     dy_next = _load_tile(DY, r_next, stride_dy, cols, steps < first_end, H, False)
+    if COLS:
+        rstd_next, c_next = _row_scalars(RSTD, C, r_next, steps < first_end)
     acc_w = tl.zeros((BLOCK_H,), dtype=tl.float32)
     for s in range(0, n_seg):
         key, s0, s1, after = _segment(s, lo, n, starts, counts, KEYS, SCRATCH, pid, CMAX, K_P2, GLOBAL)
@@ -528,8 +577,13 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
             r_next = _rows_at(n0 + steps, n0 + steps < n1, lo, ORDER, SCRATCH, pid, CMAX, GLOBAL)
             x_next = _load_tile(X, r_next, stride_x, cols, n0 + steps < n1, H, False)
             dy_next = _load_tile(DY, r_next, stride_dy, cols, n0 + steps < n1, H, False)
-            rstd = tl.load(RSTD + rows, mask=ok, other=0.0)
-            xhat, dx = _row_grads(x, dy, a, rstd, H)
+            if COLS:
+                rstd, c = rstd_next, c_next
+                rstd_next, c_next = _row_scalars(RSTD, C, r_next, n0 + steps < n1)
+                xhat, dx = _row_grads_given(x, dy, a, rstd, c)
+            else:
+                rstd = tl.load(RSTD + rows, mask=ok, other=0.0)
+                xhat, dx = _row_grads(x, dy, a, rstd, H)
             tl.store(DX + rows[:, None] * stride_dx + cols[None, :], rounded(dx, DX.dtype.element_ty, BY_HAND),
                      mask=ok[:, None] & col_ok[None, :])
             if PARAMS:
@@ -543,6 +597,12 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
         tl.store(base + w_row * H + cols, acc_w, mask=col_ok)
         _finish(_meta(SCRATCH, CMAX), KEYS, DSH, DSC, pid, lo, n, n_rows, n_seg, first, before, last, beyond, M, cols,
                 col_ok, stride_dsh, stride_dsc, GLOBAL)
+
+
+@triton.jit
+def _row_scalars(RSTD, C, rows, ok):
+    """The split backward: rstd and c of a step's rows (zeros where masked off)."""
+    return tl.load(RSTD + rows, mask=ok, other=0.0), tl.load(C + rows, mask=ok, other=0.0)
 
 
 @triton.jit
@@ -810,9 +870,10 @@ def partial_rows(table_rows: int, cfg: LaunchConfig, global_plan: bool) -> int:
 
 @functools.lru_cache(maxsize=512)
 def _bwd_recipe(rows: int, hidden: int, table_rows: int, need_params: bool, cfg: LaunchConfig, device: int) -> tuple:
-    """Everything of a backward that depends on the shapes only: (global plan, programs, CHUNK, partial
-    stride, scratch int32 elements, rows kernel, its constexprs, (parameter stage kernel, grid, constexprs),
-    token: a fresh object per recipe, standing in the launch keys for everything the recipe fixes)."""
+    """Everything of a backward that depends on the shapes only: (global plan, programs, CHUNK, CMAX,
+    partial stride, scratch int32 elements, rows kernel, its grid and constexprs, the split backward's
+    first pass (grid, constexprs) or None, (parameter stage kernel, grid, constexprs), token: a fresh
+    object per recipe, standing in the launch keys for everything the recipe fixes)."""
     global_plan = table_rows > cfg.local_max
     pstride = partial_rows(table_rows, cfg, global_plan) * hidden
     if max(pstride, table_rows * hidden) >= 2 ** 31:
@@ -820,13 +881,21 @@ def _bwd_recipe(rows: int, hidden: int, table_rows: int, need_params: bool, cfg:
     programs, chunk, cmax = _geometry(rows, device, cfg.bwd_programs_per_sm, cfg.chunk_limit)
     meta = dict(H=hidden, CMAX=cmax, K_P2=_k_p2(table_rows, global_plan), GLOBAL=global_plan, PARAMS=need_params,
                 BY_HAND=BY_HAND, num_warps=cfg.bwd_warps)
-    if cfg.bwd_chunk:
+    dots = None
+    grid = (programs,)
+    if cfg.bwd_cols:
+        kernel = _bwd_kernel
+        meta.update(BLOCK_H=cfg.bwd_cols, ROWS=cfg.bwd_rows, COLS=True)
+        grid = (programs, cdiv(hidden, cfg.bwd_cols))
+        dots = ((cdiv(rows, DOTS_ROWS),), dict(H=hidden, CB=DOTS_CHUNK, N_CB=cdiv(hidden, DOTS_CHUNK), G=DOTS_ROWS,
+                                               num_warps=DOTS_WARPS))
+    elif cfg.bwd_chunk:
         kernel = _bwd_chunked_kernel
         meta.update(CB=cfg.bwd_chunk, N_CB=cdiv(hidden, cfg.bwd_chunk), G=cfg.bwd_rows,
                     PREFETCH=cfg.bwd_prefetch)
     else:
         kernel = _bwd_kernel
-        meta.update(BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows)
+        meta.update(BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows, COLS=False)
     if global_plan:
         block_c = cfg.param_cols if INTERPRETED else 128
         params = (_bwd_combine_kernel, (cdiv(hidden, block_c), programs + 1),
@@ -836,7 +905,7 @@ def _bwd_recipe(rows: int, hidden: int, table_rows: int, need_params: bool, cfg:
                   dict(H=hidden, BLOCK_C=cfg.param_cols, P_TILE=param_tile(programs, cfg.param_tile),
                        BY_HAND=BY_HAND, num_warps=4))
     scratch_len = programs * 2 * (cmax + 2) + (2 * programs if global_plan else 0)
-    return global_plan, programs, chunk, cmax, pstride, scratch_len, kernel, meta, params, object()
+    return global_plan, programs, chunk, cmax, pstride, scratch_len, kernel, grid, meta, dots, params, object()
 
 
 def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Tensor, idx: torch.Tensor,
@@ -865,7 +934,7 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
     dx = x2d.new_empty(rows, hidden)
     cfg = config or launch_config(hidden)
     device = x2d.get_device()
-    global_plan, programs, chunk, cmax, pstride, scratch_len, kernel, meta, params, token = _bwd_recipe(
+    global_plan, programs, chunk, cmax, pstride, scratch_len, kernel, grid, meta, dots, params, token = _bwd_recipe(
         rows, hidden, table_rows, need_params, cfg, device)
     if global_plan and plan is None:
         plan = make_plan(idx)
@@ -896,15 +965,23 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
     key = (token, in_strides, tables, tensor_key(x2d), tensor_key(dy), tensor_key(sc), tensor_key(rstd),
            None if row_idx is None else tensor_key(row_idx),
            None if order is None else (tensor_key(keys), tensor_key(order)))
-    launch_keyed(kernel, (programs,), device, key,
-                 (x2d, dy, dx, w, sc, rstd, row_idx, order, keys, scratch, partials, dsh, dsc, rows, table_rows,
-                  in_strides[0], in_strides[1], hidden, in_strides[2], *strides, chunk, pstride), meta)
+    args = (x2d, dy, dx, w, sc, rstd, row_idx, order, keys, scratch, partials, dsh, dsc)
+    if dots is not None:  # the split backward: every row's c first, into a fresh [R] fp32 buffer
+        c = x2d.new_empty(rows, dtype=torch.float32)
+        launch_keyed(_bwd_dots_kernel, dots[0], device, (token, "dots", key[1:], tensor_key(idx)),
+                     (x2d, dy, w, sc, idx, rstd, c, rows, table_rows, *in_strides), dots[1])
+        args += (c,)
+    elif kernel is _bwd_kernel:
+        args += (None,)
+    launch_keyed(kernel, grid, device, key,
+                 args + (rows, table_rows, in_strides[0], in_strides[1], hidden, in_strides[2], *strides, chunk,
+                         pstride), meta)
     if not need_params:
         return dx, None, None, None
-    params_kernel, grid, params_meta = params
+    params_kernel, params_grid, params_meta = params
     if global_plan:
         args = (partials, scratch, w, dw, dsh, dsc, programs, pstride, programs * 2 * (cmax + 2), *strides)
     else:
         args = (partials, w, dw, dsh, dsc, programs, table_rows, pstride, *strides)
-    launch_keyed(params_kernel, grid, device, (token, "params", tables), args, params_meta)
+    launch_keyed(params_kernel, params_grid, device, (token, "params", tables), args, params_meta)
     return dx, dw, dsh, dsc

@@ -393,9 +393,11 @@ def _with_idx(inputs, idx):
     return OP.bundle({**inputs.tensors, "idx": idx})
 
 
-# Two kernel sets: walk forward + whole-row backward, and per-row forward + chunked backward (3 chunks).
+# Three kernel sets: walk forward + whole-row backward, per-row forward + chunked backward (3 chunks),
+# per-row forward + split backward (c first, then column blocks of 8: 3 blocks at H = 20, 2 at 16).
 KERNEL_SETS = {"walk+rows": dict(fwd_kernel="walk", fwd_rows=4, bwd_rows=2, bwd_chunk=0),
-               "gather+chunked": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_chunk=8)}
+               "gather+chunked": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_chunk=8),
+               "gather+split": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_cols=8)}
 
 
 @pytest.mark.parametrize("kernels", KERNEL_SETS)
@@ -500,6 +502,20 @@ def test_chunked_backward_wide_rows(device, hidden, rows):
     assert torch.equal(as_bits(g1["x"][0]), as_bits(grads["x"][rows - 1]))
 
 
+def test_split_backward_wide_rows(device, monkeypatch):
+    """The split backward at H = 12288: c over six chunks of DOTS_CHUNK, then three column blocks of 4096;
+    within bf16's bounds of float64, the last row alone bitwise as in the batch."""
+    from kernels import norm_modulate as K
+    cfg = _config(monkeypatch, 12288, bwd_cols=4096, bwd_rows=2, bwd_chunk=0)
+    assert K.cdiv(12288, K.DOTS_CHUNK) > 1 and K.cdiv(12288, cfg.bwd_cols) == 3
+    params, inputs, grad_out = case(device, 12288, 3)
+    y, grads = run(inputs, grad_out)
+    assert_bf16_matches_float64(params, inputs, grad_out, y, grads)
+    y1, g1 = run(inputs.select_rows(torch.tensor([2], device=device)), grad_out[2:])
+    assert torch.equal(as_bits(y1[0]), as_bits(y[2]))
+    assert torch.equal(as_bits(g1["x"][0]), as_bits(grads["x"][2]))
+
+
 @pytest.mark.parametrize("table_rows", [9, 40])   # the local plan and the global one
 def test_chunked_backward_prefetch_changes_no_bit(device, monkeypatch, table_rows):
     """`bwd_prefetch` loads each chunk one chunk ahead (the last load masked off); the sums and their
@@ -519,7 +535,8 @@ def test_chunked_backward_prefetch_changes_no_bit(device, monkeypatch, table_row
 
 
 @pytest.mark.parametrize("changes", [dict(fwd_kernel="rows", fwd_rows=4, fwd_l1_tables=True),
-                                     dict(fwd_kernel="walk", fwd_rows=2, bwd_rows=4)])
+                                     dict(fwd_kernel="walk", fwd_rows=2, bwd_rows=4),
+                                     dict(bwd_cols=16, bwd_rows=4)])   # the split backward, 3 column blocks
 def test_variants_are_batch_invariant(device, monkeypatch, changes):
     """Every LaunchConfig variant keeps a row's bits independent of the batch around it."""
     _config(monkeypatch, 40, chunk_limit=8, **changes)

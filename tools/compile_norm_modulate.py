@@ -23,7 +23,7 @@ from kernels import norm_modulate as K
 
 POINTERS = {"X": "bf16", "DY": "bf16", "DX": "bf16", "Y": "bf16", "W": "bf16", "SH": "bf16", "SC": "bf16",
             "IDX": "i64", "ORDER": "i64", "KEYS": "i64", "SCRATCH": "i32", "RSTD": "fp32", "PART": "fp32",
-            "DSH": "bf16", "DSC": "bf16", "DW": "bf16"}
+            "DSH": "bf16", "DSC": "bf16", "DW": "bf16", "C": "fp32"}
 
 
 def _signature(kernel, constexprs: dict) -> dict:
@@ -72,14 +72,21 @@ def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9) -> list[t
                         dict(H=hidden, BLOCK_H=cfg.block_h, ROWS=cfg.fwd_rows, CMAX=256, K_P2=k_p2, GLOBAL=plan,
                              SAVE_RSTD=True, BY_HAND=False), cfg.fwd_warps))
         common = dict(H=hidden, CMAX=256, K_P2=k_p2, GLOBAL=plan, PARAMS=True, BY_HAND=False)
-        if cfg.bwd_chunk:
+        if cfg.bwd_cols:
+            out.append((f"bwd split global={plan}", K._bwd_kernel,
+                        dict(common, BLOCK_H=cfg.bwd_cols, ROWS=cfg.bwd_rows, COLS=True), cfg.bwd_warps))
+        elif cfg.bwd_chunk:
             out.append((f"bwd chunked global={plan}", K._bwd_chunked_kernel,
                         dict(common, CB=cfg.bwd_chunk, N_CB=triton.cdiv(hidden, cfg.bwd_chunk), G=cfg.bwd_rows,
                              PREFETCH=cfg.bwd_prefetch),
                         cfg.bwd_warps))
         else:
-            out.append((f"bwd global={plan}", K._bwd_kernel, dict(common, BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows),
-                        cfg.bwd_warps))
+            out.append((f"bwd global={plan}", K._bwd_kernel,
+                        dict(common, BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows, COLS=False), cfg.bwd_warps))
+    if cfg.bwd_cols:
+        out.append(("bwd split dots", K._bwd_dots_kernel,
+                    dict(H=hidden, CB=K.DOTS_CHUNK, N_CB=triton.cdiv(hidden, K.DOTS_CHUNK), G=K.DOTS_ROWS),
+                    K.DOTS_WARPS))
     out.append(("params", K._bwd_params_kernel, dict(H=hidden, BLOCK_C=32, P_TILE=256, BY_HAND=False), 4))
     out.append(("combine", K._bwd_combine_kernel, dict(H=hidden, BLOCK_C=128, P_TILE=32, BY_HAND=False), 4))
     return out

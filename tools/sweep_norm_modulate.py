@@ -79,6 +79,14 @@ def _variant(name: str, hidden: int):
         "bwd-prefetch": dict(bwd_chunk=2048, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=True),
         "bwd-prefetch-g2": dict(bwd_chunk=2048, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=True),
         "bwd-prefetch-c1024": dict(bwd_chunk=1024, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=True),
+        # the split backward (every row's c first, `_bwd_dots_kernel`, then (program, column block) walks
+        # with c given, the next step's rstd and c prefetched with its x and dy): 10RH bytes instead of 6RH,
+        # but many programs in flight. 512-column blocks were 1.3-2.4x slower than the defaults (v26, a
+        # block's step moved 4 KB a tensor); here blocks of 1024-4096 columns (kernels/NOTES.md v30)
+        "bwd-split-r4c2048": dict(bwd_cols=2048, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1),
+        "bwd-split-r2c4096": dict(bwd_cols=4096, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1),
+        "bwd-split-r4c1024": dict(bwd_cols=1024, bwd_rows=4, bwd_warps=4, bwd_programs_per_sm=1),
+        "bwd-split-r4c2048-2sm": dict(bwd_cols=2048, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=2),
         # the local plan up to M = 64 (no sort, no position -> row loads, no combine launch; partials
         # 4 P (2M + 1) H bytes: 366 MB at M = 64, H = 5376, P = 132; sm_90: 56 B spilled, 132 KB shared)
         "local-max-64": dict(local_max=64),
@@ -93,7 +101,8 @@ def _variant(name: str, hidden: int):
 
 VARIANT_NAMES = ("default", "gather", "gather-l1", "walk", "walk-1sm", "bwd-chunked", "bwd-registers",
                  "bwd-registers-w16", "bwd-chunk4096", "bwd-chunked-w4-2sm", "bwd-chunk1024-g8",
-                 "bwd-prefetch", "bwd-prefetch-g2", "bwd-prefetch-c1024",
+                 "bwd-prefetch", "bwd-prefetch-g2", "bwd-prefetch-c1024", "bwd-split-r4c2048", "bwd-split-r2c4096",
+                 "bwd-split-r4c1024", "bwd-split-r4c2048-2sm",
                  "local-max-64", "fwd-plan-order")
 
 

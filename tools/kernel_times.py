@@ -1,0 +1,102 @@
+"""Where a norm_modulate fwd+bwd's GPU time goes, kernel by kernel (a GPU measuring tool, not a probe).
+
+    python -m tools.kernel_times --hidden 12288 --table-rows 9 --variants default,bwd-split-r4c2048
+    python -m tools.kernel_times --hidden 5376 --table-rows 9,64 --json kernel_times.json
+
+For each (H, M, variant: a preset of tools/sweep_norm_modulate.py) it runs `--steps` fwd+bwd steps of
+our row on the sweep's inputs (R = --rows, bf16) after `--warmup` steps, under torch.profiler with CUDA
+activity, and reports each kernel's device time per step (the profiler's CUDA time of that kernel name,
+divided by the steps) and the sum. Device times only: launch gaps and the host are not in them (the
+harness's stream timing has those), so the sum is what the kernels cost, the floor arithmetic's
+counterpart (kernels/NOTES.md). Run twice before believing a difference of a few percent.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass
+
+import torch
+
+
+@dataclass
+class KernelTimes:
+    hidden: int
+    table_rows: int
+    variant: str
+    rows: int
+    steps: int
+    per_step_us: dict   # kernel name -> device us per fwd+bwd step
+    total_us: float
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v]
+
+
+def per_kernel_us(events, steps: int) -> dict:
+    """{kernel name: device us per step} from profiler key averages (their `device_time_total`, us)."""
+    out = {}
+    for event in events:
+        total = getattr(event, "device_time_total", None)
+        if total is None:   # older torch names it cuda_time_total
+            total = getattr(event, "cuda_time_total", 0.0)
+        if total > 0 and getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA:
+            out[event.key] = round(total / steps, 2)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def measure(hidden: int, table_rows: int, variant: str, rows: int, warmup: int, steps: int) -> KernelTimes:
+    from kernels.norm_modulate_api import norm_modulate
+    from tools.sweep_norm_modulate import _variant, make_case, using_config
+    device = torch.device("cuda")
+    _, t = make_case(device, hidden, rows, table_rows)
+    leaves = [t[n].detach().requires_grad_() for n in ("x", "w", "sh", "sc")]
+    dy = torch.randn_like(t["x"])
+    config = None if variant == "default" else _variant(variant, hidden)
+
+    def step():
+        for leaf in leaves:
+            leaf.grad = None
+        norm_modulate(*leaves, t["idx"], 1e-6, check_index=False).backward(dy)
+
+    with using_config(config):
+        for _ in range(warmup):
+            step()
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                step()
+            torch.cuda.synchronize()
+    times = per_kernel_us(prof.key_averages(), steps)
+    return KernelTimes(hidden, table_rows, variant, rows, steps, times, round(sum(times.values()), 2))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hidden", type=_ints, default=[5376])
+    parser.add_argument("--table-rows", type=_ints, default=[9])
+    parser.add_argument("--variants", default="default")
+    parser.add_argument("--rows", type=int, default=32768)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("tools.kernel_times needs a CUDA device (device times come from the profiler)")
+    results = []
+    for hidden in args.hidden:
+        for table_rows in args.table_rows:
+            for variant in args.variants.split(","):
+                r = measure(hidden, table_rows, variant, args.rows, args.warmup, args.steps)
+                results.append(r)
+                print(f"H={hidden} M={table_rows} {variant}: {r.total_us:.1f} us of kernels a fwd+bwd step", flush=True)
+                for name, us in r.per_step_us.items():
+                    print(f"    {us:9.2f}  {name[:100]}", flush=True)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump([asdict(r) for r in results], handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
