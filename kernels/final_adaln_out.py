@@ -65,9 +65,11 @@ class LaunchConfig:
     triton_silu: bool = True
     # the projection's backward as two launches of kernels/gemm.py (`PROJECTION_DX`, `PROJECTION_DW`)
     # instead of torch's five calls (mm, cast, silu_backward, mm, sum), each tens of us of host on the H200
-    # VM (kernels/NOTES.md v29): off until timed there (`triton_grads` variant). dtemb keeps dproj W in fp32
-    # up to its one rounding (torch's path rounds it to W's dtype first), so its bits differ from torch's.
-    triton_grads: bool = False
+    # VM (kernels/NOTES.md v29): H200 fwd+bwd 3-4% faster at S = 4097 in two runs, equal at S = 32768
+    # (kernels/notes/final_adaln_out.md v5; `torch_grads` is the old way as a variant). dtemb keeps
+    # dproj W in fp32 up to its one rounding (torch's path rounds it to W's dtype first), so its bits differ
+    # from torch's. (With projection_node=False autograd's composition makes that backward: not used.)
+    triton_grads: bool = True
     # the whole op as ONE autograd node (`_FinalAdaLNOut`): the projection, then norm_modulate's launchers
     # called directly (no second argument check, no chunk views, no second node, no torch.cat of dshift
     # and dscale: the backward writes them into the halves of one dproj buffer). The same kernels in the

@@ -37,8 +37,8 @@ Plans: how a program gets its rows sorted by table row ("segment" = the rows of 
   Table rows no row uses get zeros, written by the program whose slice their place in the order falls in.
 
 Partial memory (fp32 bytes): local 4*P*(2M + 1)*H with M <= local_max; global 20*P*H; the chunked
-backward adds a 2-row workspace per program (8*P*H). P = programs of the backward (`backward_split`:
-about SMs x bwd_programs_per_sm, at least ceil(R / chunk_limit)).
+backward adds a 2-row workspace per program (8*P*H), the split backward c, 4*R bytes. P = programs of
+the backward (`backward_split`: about SMs x bwd_programs_per_sm, at least ceil(R / chunk_limit)).
 
 Reduction orders (the point of this kernel: change them only with the probes rerun):
 
@@ -98,10 +98,9 @@ class LaunchConfig:
     bwd_warps: int
     bwd_programs_per_sm: int
     bwd_chunk: int = 0             # 0: whole rows in registers; else the chunked backward's column chunk
-    bwd_prefetch: bool = False     # chunked backward: each chunk's x and dy loaded one chunk ahead (same bits;
-                                   # the default above CHUNKED_ABOVE)
-    # > 0: the split backward (every row's c first, then column blocks of this width, bwd_rows rows a step);
-    # takes precedence over bwd_chunk
+    bwd_prefetch: bool = False     # chunked backward: each chunk's x and dy loaded one chunk ahead (same bits)
+    # > 0: the split backward (every row's c first, then column blocks of this width, bwd_rows rows a step;
+    # the default above SPLIT_ABOVE); 0 with bwd_chunk 0: whole rows in registers
     bwd_cols: int = 0
     fwd_programs_per_sm: int = 2   # "walk" only
     fwd_l1_tables: bool = False    # "rows" only: x read past L1 (.cg), y stored evict_first, tables kept
@@ -123,14 +122,19 @@ class LaunchConfig:
             value = getattr(self, name)
             if value and value & (value - 1):
                 raise ValueError(f"{name} must be a power of two, got {value}")
+        if self.bwd_chunk and self.bwd_cols:
+            raise ValueError(f"bwd_chunk ({self.bwd_chunk}) and bwd_cols ({self.bwd_cols}) name two different "
+                             "backwards (chunked, split): set one of them, the other 0")
 
 
 # Interpreter: one parameter program per 1024 columns (each interpreted program costs milliseconds).
 _PARAM_COLS = 1024 if INTERPRETED else 32
-# default: H above this takes the chunked backward. At H = 8192 the whole-row backward spills ~120 B a
+# default: H above this takes the split backward. At H = 8192 the whole-row backward spills ~120 B a
 # thread and still ran 904.6 / 815.1 us net fwd+bwd (sync / stream) against the chunked one's 1538.8 /
-# 1317.7 (H200, kernels/NOTES.md v21-v22); at 16384 lanes a row it would spill several times that.
-CHUNKED_ABOVE = 8192
+# 1317.7 (H200, kernels/NOTES.md v21-v22); at 16384 lanes a row it would spill several times that. Above
+# it the split backward (c first, then 2048-column blocks) took 1118 us of kernels at H = 12288 against
+# the chunked backward's 1632 (kernels/NOTES.md v30).
+SPLIT_ABOVE = 8192
 
 
 @functools.lru_cache(maxsize=64)
@@ -141,7 +145,7 @@ def launch_config(hidden: int) -> LaunchConfig:
     spill-free with 16-32 KB of loads in flight per SM. Forward: the per-row kernel (v13), at narrow H
     (<= 4096) with the tables kept in L1 and x, y streamed past them (`fwd_l1_tables`, v22: the sorted
     walk forward of v17 measured slower there). Backward: whole rows in registers up to H <= 8192, one
-    program per SM; chunked above."""
+    program per SM; split above (v30)."""
     block_h = next_power_of_2(hidden)
     common = dict(block_h=block_h, bwd_programs_per_sm=1, param_cols=_PARAM_COLS)
     if block_h <= 4096:
@@ -149,9 +153,9 @@ def launch_config(hidden: int) -> LaunchConfig:
         fwd = dict(fwd_kernel="rows", fwd_rows=rows, fwd_warps=warps, fwd_l1_tables=True)
     else:
         fwd = dict(fwd_kernel="rows", fwd_rows=1, fwd_warps=4 if block_h <= 8192 else 8)  # 16 warps spill at 32768
-    if hidden > CHUNKED_ABOVE:
-        # prefetching: the same bits, 3% faster at H = 12288 in three runs (kernels/NOTES.md v27)
-        bwd = dict(bwd_rows=4, bwd_warps=8, bwd_chunk=2048, bwd_prefetch=True)
+    if hidden > SPLIT_ABOVE:
+        # [4, 2048] steps on 8 warps: 252-255 registers, no spill in either plan (sm_90, triton 3.6)
+        bwd = dict(bwd_rows=4, bwd_warps=8, bwd_cols=2048)
     else:
         rows = max(1, min(64, 8192 // block_h)) if block_h <= 1024 else max(1, 4096 // block_h)
         bwd = dict(bwd_rows=rows, bwd_warps=_warps(rows * block_h))

@@ -395,9 +395,9 @@ def _with_idx(inputs, idx):
 
 # Three kernel sets: walk forward + whole-row backward, per-row forward + chunked backward (3 chunks),
 # per-row forward + split backward (c first, then column blocks of 8: 3 blocks at H = 20, 2 at 16).
-KERNEL_SETS = {"walk+rows": dict(fwd_kernel="walk", fwd_rows=4, bwd_rows=2, bwd_chunk=0),
-               "gather+chunked": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_chunk=8),
-               "gather+split": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_cols=8)}
+KERNEL_SETS = {"walk+rows": dict(fwd_kernel="walk", fwd_rows=4, bwd_rows=2, bwd_chunk=0, bwd_cols=0),
+               "gather+chunked": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_chunk=8, bwd_cols=0),
+               "gather+split": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_cols=8, bwd_chunk=0)}
 
 
 @pytest.mark.parametrize("kernels", KERNEL_SETS)
@@ -480,20 +480,36 @@ def test_many_table_rows_row_alone_equals_row_in_batch(device, monkeypatch):
 def test_partial_memory_is_bounded():
     """Partial sums: [programs, 2M + 1, H] fp32 up to local_max, then [programs, 5, H] whatever M is
     (+ 2 workspace rows for the chunked backward)."""
+    import dataclasses
+
     from kernels import norm_modulate as K
     cfg = K.launch_config(5376)
     assert K.partial_rows(9, cfg, global_plan=False) == 19
     for table_rows in (17, 1024, 4096, 10 ** 6):
         assert K.partial_rows(table_rows, cfg, global_plan=True) == 5
-    assert K.partial_rows(4096, K.launch_config(12288), global_plan=True) == 7
+    assert K.partial_rows(4096, K.launch_config(12288), global_plan=True) == 5   # the split backward: none
+    chunked = dataclasses.replace(K.launch_config(12288), bwd_cols=0, bwd_chunk=2048)
+    assert K.partial_rows(4096, chunked, global_plan=True) == 7   # its 2 workspace rows
 
 
 # --- wide H: the chunked backward (issue 13) --------------------------------------------------------------
 
 @pytest.mark.parametrize("hidden,rows", [(12288, 3), (32768, 2)])
-def test_chunked_backward_wide_rows(device, hidden, rows):
+def test_wide_rows_default_backward(device, hidden, rows):
+    """Above SPLIT_ABOVE the default is the split backward: within bf16's bounds of float64, the last row
+    alone bitwise as in the batch."""
     from kernels.norm_modulate import launch_config
-    assert launch_config(hidden).bwd_chunk
+    assert launch_config(hidden).bwd_cols and not launch_config(hidden).bwd_chunk
+    _wide_rows_match_float64_and_row_alone(device, hidden, rows)
+
+
+def test_chunked_backward_wide_rows(device, monkeypatch):
+    """The chunked backward (the default above 8192 before v30, now a variant) at H = 12288."""
+    _config(monkeypatch, 12288, bwd_chunk=2048, bwd_cols=0, bwd_rows=4, bwd_prefetch=True)
+    _wide_rows_match_float64_and_row_alone(device, 12288, 3)
+
+
+def _wide_rows_match_float64_and_row_alone(device, hidden, rows):
     params, inputs, grad_out = case(device, hidden, rows)
     y, grads = run(inputs, grad_out)
     assert_bf16_matches_float64(params, inputs, grad_out, y, grads)
@@ -503,17 +519,23 @@ def test_chunked_backward_wide_rows(device, hidden, rows):
 
 
 def test_split_backward_wide_rows(device, monkeypatch):
-    """The split backward at H = 12288: c over six chunks of DOTS_CHUNK, then three column blocks of 4096;
-    within bf16's bounds of float64, the last row alone bitwise as in the batch."""
+    """The split backward at H = 12288 in blocks of 4096 (the default's are 2048): c over six chunks of
+    DOTS_CHUNK, then three column blocks."""
     from kernels import norm_modulate as K
-    cfg = _config(monkeypatch, 12288, bwd_cols=4096, bwd_rows=2, bwd_chunk=0)
+    cfg = _config(monkeypatch, 12288, bwd_cols=4096, bwd_rows=2)
     assert K.cdiv(12288, K.DOTS_CHUNK) > 1 and K.cdiv(12288, cfg.bwd_cols) == 3
-    params, inputs, grad_out = case(device, 12288, 3)
-    y, grads = run(inputs, grad_out)
-    assert_bf16_matches_float64(params, inputs, grad_out, y, grads)
-    y1, g1 = run(inputs.select_rows(torch.tensor([2], device=device)), grad_out[2:])
-    assert torch.equal(as_bits(y1[0]), as_bits(y[2]))
-    assert torch.equal(as_bits(g1["x"][0]), as_bits(grads["x"][2]))
+    _wide_rows_match_float64_and_row_alone(device, 12288, 3)
+
+
+def test_config_takes_one_backward():
+    """bwd_chunk and bwd_cols name two different backwards: a config with both is refused, not resolved
+    by a precedence the caller cannot see."""
+    import dataclasses
+
+    from kernels import norm_modulate as K
+    with pytest.raises(ValueError, match="bwd_chunk .* and bwd_cols"):
+        dataclasses.replace(K.launch_config(12288), bwd_chunk=2048)
+
 
 
 @pytest.mark.parametrize("table_rows", [9, 40])   # the local plan and the global one
@@ -524,7 +546,7 @@ def test_chunked_backward_prefetch_changes_no_bit(device, monkeypatch, table_row
 
     from kernels import norm_modulate as K
     cfg = _config(monkeypatch, 20, chunk_limit=4, local_max=16, fwd_kernel="rows", fwd_rows=2, bwd_rows=2,
-                  bwd_chunk=8)
+                  bwd_chunk=8, bwd_cols=0)
     params, inputs, grad_out = _table_case(device, 20, 26, table_rows)
     plain = run(inputs, grad_out)
     monkeypatch.setattr(K, "launch_config", lambda h: dataclasses.replace(cfg, bwd_prefetch=True))

@@ -145,9 +145,9 @@ def variants(op: str, params: Any, interpreted: bool) -> dict[str, Callable]:
                    "autograd_projection": LaunchConfig(False, one_node=False),
                    "triton_projection": LaunchConfig(triton_projection=True),
                    "torch_silu": LaunchConfig(triton_silu=False),
-                   # the projection's backward as two gemm launches (off by default until timed)
-                   # (it took the place of two_nodes_triton: the Triton projection on the two-node path)
-                   "triton_grads": LaunchConfig(triton_grads=True)}
+                   # the projection's backward as torch's five calls (the default before
+                   # kernels/notes/final_adaln_out.md v5 took two gemm launches)
+                   "torch_grads": LaunchConfig(triton_grads=False)}
         return {name: (lambda cfg: lambda x, nw, temb, w, b, ti: final_adaln_out(
             x, nw, temb, w, b, ti, eps, check_index=False, config=cfg))(cfg) for name, cfg in configs.items()}
     if op == "timestep_sinusoid":

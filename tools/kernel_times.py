@@ -8,12 +8,18 @@ our row on the sweep's inputs (R = --rows, bf16) after `--warmup` steps, under t
 activity, and reports each kernel's device time per step (the profiler's CUDA time of that kernel name,
 divided by the steps) and the sum. Device times only: launch gaps and the host are not in them (the
 harness's stream timing has those), so the sum is what the kernels cost, the floor arithmetic's
-counterpart (kernels/NOTES.md). Run twice before believing a difference of a few percent.
+counterpart (kernels/NOTES.md). Beside it, without the profiler: the wall time per step of `--steps`
+steps queued back to back (one synchronize at the end: what a stream timing sees), and the host
+synchronizations one step makes (torch.cuda.set_sync_debug_mode, each warning's first line): a wall
+time far above the kernels' sum means the host or a synchronization sets the pace. Run twice before
+believing a difference of a few percent.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import time
+import warnings
 from dataclasses import asdict, dataclass
 
 import torch
@@ -28,6 +34,8 @@ class KernelTimes:
     steps: int
     per_step_us: dict   # kernel name -> device us per fwd+bwd step
     total_us: float
+    wall_us: float      # per step, steps queued back to back, no profiler
+    syncs: list         # host synchronizations one step makes (first line of each sync-debug warning)
 
 
 def _ints(text: str) -> list[int]:
@@ -68,8 +76,28 @@ def measure(hidden: int, table_rows: int, variant: str, rows: int, warmup: int, 
             for _ in range(steps):
                 step()
             torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - start) / steps * 1e6
+        syncs = host_syncs(step)
     times = per_kernel_us(prof.key_averages(), steps)
-    return KernelTimes(hidden, table_rows, variant, rows, steps, times, round(sum(times.values()), 2))
+    return KernelTimes(hidden, table_rows, variant, rows, steps, times, round(sum(times.values()), 2),
+                       round(wall, 2), syncs)
+
+
+def host_syncs(fn) -> list:
+    """First lines of the warnings torch's sync debug mode gives while `fn` runs once (each a host sync)."""
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    return [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message).lower()]
 
 
 def main() -> None:
@@ -90,7 +118,8 @@ def main() -> None:
             for variant in args.variants.split(","):
                 r = measure(hidden, table_rows, variant, args.rows, args.warmup, args.steps)
                 results.append(r)
-                print(f"H={hidden} M={table_rows} {variant}: {r.total_us:.1f} us of kernels a fwd+bwd step", flush=True)
+                print(f"H={hidden} M={table_rows} {variant}: {r.total_us:.1f} us of kernels a fwd+bwd step, "
+                      f"wall {r.wall_us:.1f} us a step back to back, host syncs {r.syncs or 'none'}", flush=True)
                 for name, us in r.per_step_us.items():
                     print(f"    {us:9.2f}  {name[:100]}", flush=True)
     if args.json:

@@ -54,7 +54,7 @@ def _variant(name: str, hidden: int):
     base = K.launch_config(hidden)
     block_h = base.block_h
     old_rows, old_warps = K.row_tile(block_h)   # v13's narrow tile / wide row shape
-    whole_rows = dict(bwd_chunk=0, bwd_rows=max(1, 4096 // block_h), bwd_programs_per_sm=1)
+    whole_rows = dict(bwd_chunk=0, bwd_cols=0, bwd_rows=max(1, 4096 // block_h), bwd_programs_per_sm=1)
     presets = {
         "default": {},
         "gather": dict(fwd_kernel="rows", fwd_rows=old_rows, fwd_warps=old_warps, fwd_l1_tables=False),
@@ -63,30 +63,30 @@ def _variant(name: str, hidden: int):
                      fwd_warps=8, fwd_programs_per_sm=2),
         "walk-1sm": dict(fwd_kernel="walk", fwd_rows=max(1, min(64, 16384 // block_h)) if block_h <= 2048 else 1,
                          fwd_warps=8, fwd_programs_per_sm=1),
-        "bwd-chunked": dict(bwd_chunk=2048, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=False),
+        "bwd-chunked": dict(bwd_chunk=2048, bwd_cols=0, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=False),
         "bwd-registers": dict(whole_rows, bwd_warps=8),
         # wide H: whole rows with 16 warps (half the registers a thread, so fewer spilled), or wider chunks
         "bwd-registers-w16": dict(whole_rows, bwd_warps=16),
-        "bwd-chunk4096": dict(bwd_chunk=4096, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=False),
+        "bwd-chunk4096": dict(bwd_chunk=4096, bwd_cols=0, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=False),
         # the chunked backward (H > 8192) is latency-bound: two programs an SM of 2 rows on 4 warps (239
         # registers at sm_90: both fit, so one loads while the other waits); 8 rows of 1024-column chunks on
         # 8 warps (the same tile, half the groups, twice the chunks; 184 B spilled). Both measured slower
         # (kernels/NOTES.md v26)
-        "bwd-chunked-w4-2sm": dict(bwd_chunk=2048, bwd_rows=2, bwd_warps=4, bwd_programs_per_sm=2, bwd_prefetch=False),
-        "bwd-chunk1024-g8": dict(bwd_chunk=1024, bwd_rows=8, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=False),
+        "bwd-chunked-w4-2sm": dict(bwd_chunk=2048, bwd_cols=0, bwd_rows=2, bwd_warps=4, bwd_programs_per_sm=2, bwd_prefetch=False),
+        "bwd-chunk1024-g8": dict(bwd_chunk=1024, bwd_cols=0, bwd_rows=8, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=False),
         # each chunk's x and dy loaded one chunk ahead in both passes (kernels/NOTES.md v27): the default's
         # shape (the same bits; 312 B spilled at sm_90), 2 rows a group (241 registers), 1024-column chunks
-        "bwd-prefetch": dict(bwd_chunk=2048, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=True),
-        "bwd-prefetch-g2": dict(bwd_chunk=2048, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=True),
-        "bwd-prefetch-c1024": dict(bwd_chunk=1024, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=True),
+        "bwd-prefetch": dict(bwd_chunk=2048, bwd_cols=0, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=True),
+        "bwd-prefetch-g2": dict(bwd_chunk=2048, bwd_cols=0, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=True),
+        "bwd-prefetch-c1024": dict(bwd_chunk=1024, bwd_cols=0, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=True),
         # the split backward (every row's c first, `_bwd_dots_kernel`, then (program, column block) walks
         # with c given, the next step's rstd and c prefetched with its x and dy): 10RH bytes instead of 6RH,
         # but many programs in flight. 512-column blocks were 1.3-2.4x slower than the defaults (v26, a
         # block's step moved 4 KB a tensor); here blocks of 1024-4096 columns (kernels/NOTES.md v30)
-        "bwd-split-r4c2048": dict(bwd_cols=2048, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1),
-        "bwd-split-r2c4096": dict(bwd_cols=4096, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1),
-        "bwd-split-r4c1024": dict(bwd_cols=1024, bwd_rows=4, bwd_warps=4, bwd_programs_per_sm=1),
-        "bwd-split-r4c2048-2sm": dict(bwd_cols=2048, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=2),
+        "bwd-split-r4c2048": dict(bwd_cols=2048, bwd_chunk=0, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1),
+        "bwd-split-r2c4096": dict(bwd_cols=4096, bwd_chunk=0, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1),
+        "bwd-split-r4c1024": dict(bwd_cols=1024, bwd_chunk=0, bwd_rows=4, bwd_warps=4, bwd_programs_per_sm=1),
+        "bwd-split-r4c2048-2sm": dict(bwd_cols=2048, bwd_chunk=0, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=2),
         # the local plan up to M = 64 (no sort, no position -> row loads, no combine launch; partials
         # 4 P (2M + 1) H bytes: 366 MB at M = 64, H = 5376, P = 132; sm_90: 56 B spilled, 132 KB shared)
         "local-max-64": dict(local_max=64),
