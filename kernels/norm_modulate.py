@@ -132,8 +132,8 @@ _PARAM_COLS = 1024 if INTERPRETED else 32
 # default: H above this takes the split backward. At H = 8192 the whole-row backward spills ~120 B a
 # thread and still ran 904.6 / 815.1 us net fwd+bwd (sync / stream) against the chunked one's 1538.8 /
 # 1317.7 (H200, kernels/NOTES.md v21-v22); at 16384 lanes a row it would spill several times that. Above
-# it the split backward (c first, then 2048-column blocks) took 1118 us of kernels at H = 12288 against
-# the chunked backward's 1632 (kernels/NOTES.md v30).
+# it the split backward (c first, then column blocks of 4096) took 1118-1163 us of kernels at H = 12288
+# against the chunked backward's 1632-1680 (kernels/NOTES.md v30).
 SPLIT_ABOVE = 8192
 
 
@@ -154,8 +154,9 @@ def launch_config(hidden: int) -> LaunchConfig:
     else:
         fwd = dict(fwd_kernel="rows", fwd_rows=1, fwd_warps=4 if block_h <= 8192 else 8)  # 16 warps spill at 32768
     if hidden > SPLIT_ABOVE:
-        # [4, 2048] steps on 8 warps: 252-255 registers, no spill in either plan (sm_90, triton 3.6)
-        bwd = dict(bwd_rows=4, bwd_warps=8, bwd_cols=2048)
+        # [2, 4096] steps on 8 warps (sm_90, triton 3.6: 255 registers, 72 B spilled under the global plan):
+        # 1.8-2.4% less kernel time than [4, 2048] (no spill) at H = 12288, M = 9 and 64, in two runs (v30)
+        bwd = dict(bwd_rows=2, bwd_warps=8, bwd_cols=4096)
     else:
         rows = max(1, min(64, 8192 // block_h)) if block_h <= 1024 else max(1, 4096 // block_h)
         bwd = dict(bwd_rows=rows, bwd_warps=_warps(rows * block_h))

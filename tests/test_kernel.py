@@ -519,11 +519,11 @@ def _wide_rows_match_float64_and_row_alone(device, hidden, rows):
 
 
 def test_split_backward_wide_rows(device, monkeypatch):
-    """The split backward at H = 12288 in blocks of 4096 (the default's are 2048): c over six chunks of
-    DOTS_CHUNK, then three column blocks."""
+    """The split backward at H = 12288 in blocks of 2048 (the default's are 4096): c over six chunks of
+    DOTS_CHUNK, then six column blocks of four rows a step."""
     from kernels import norm_modulate as K
-    cfg = _config(monkeypatch, 12288, bwd_cols=4096, bwd_rows=2)
-    assert K.cdiv(12288, K.DOTS_CHUNK) > 1 and K.cdiv(12288, cfg.bwd_cols) == 3
+    cfg = _config(monkeypatch, 12288, bwd_cols=2048, bwd_rows=4)
+    assert K.cdiv(12288, K.DOTS_CHUNK) > 1 and K.cdiv(12288, cfg.bwd_cols) == 6
     _wide_rows_match_float64_and_row_alone(device, 12288, 3)
 
 

@@ -9,10 +9,11 @@ activity, and reports each kernel's device time per step (the profiler's CUDA ti
 divided by the steps) and the sum. Device times only: launch gaps and the host are not in them (the
 harness's stream timing has those), so the sum is what the kernels cost, the floor arithmetic's
 counterpart (kernels/NOTES.md). Beside it, without the profiler: the wall time per step of `--steps`
-steps queued back to back (one synchronize at the end: what a stream timing sees), and the host
+steps queued back to back (one synchronize at the end: what a stream timing sees), the host
 synchronizations one step makes (torch.cuda.set_sync_debug_mode, each warning's first line): a wall
-time far above the kernels' sum means the host or a synchronization sets the pace. Run twice before
-believing a difference of a few percent.
+time far above the kernels' sum means the host or a synchronization sets the pace; `--trace` writes
+the host and device timeline of three steps per case to look at where. Run twice before believing a
+difference of a few percent.
 """
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ def per_kernel_us(events, steps: int) -> dict:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def measure(hidden: int, table_rows: int, variant: str, rows: int, warmup: int, steps: int) -> KernelTimes:
+def measure(hidden: int, table_rows: int, variant: str, rows: int, warmup: int, steps: int,
+            trace: str = "") -> KernelTimes:
     from kernels.norm_modulate_api import norm_modulate
     from tools.sweep_norm_modulate import _variant, make_case, using_config
     device = torch.device("cuda")
@@ -82,6 +84,13 @@ def measure(hidden: int, table_rows: int, variant: str, rows: int, warmup: int, 
         torch.cuda.synchronize()
         wall = (time.perf_counter() - start) / steps * 1e6
         syncs = host_syncs(step)
+        if trace:   # host and device timeline of a few steps (chrome://tracing, Perfetto)
+            activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+            with torch.profiler.profile(activities=activities) as timeline:
+                for _ in range(3):
+                    step()
+                torch.cuda.synchronize()
+            timeline.export_chrome_trace(f"{trace}/trace_H{hidden}_M{table_rows}_{variant}.json")
     times = per_kernel_us(prof.key_averages(), steps)
     return KernelTimes(hidden, table_rows, variant, rows, steps, times, round(sum(times.values()), 2),
                        round(wall, 2), syncs)
@@ -109,6 +118,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--trace", default="", help="folder: also a CPU+CUDA profiler trace of 3 steps per case")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("tools.kernel_times needs a CUDA device (device times come from the profiler)")
@@ -116,7 +126,7 @@ def main() -> None:
     for hidden in args.hidden:
         for table_rows in args.table_rows:
             for variant in args.variants.split(","):
-                r = measure(hidden, table_rows, variant, args.rows, args.warmup, args.steps)
+                r = measure(hidden, table_rows, variant, args.rows, args.warmup, args.steps, args.trace)
                 results.append(r)
                 print(f"H={hidden} M={table_rows} {variant}: {r.total_us:.1f} us of kernels a fwd+bwd step, "
                       f"wall {r.wall_us:.1f} us a step back to back, host syncs {r.syncs or 'none'}", flush=True)
