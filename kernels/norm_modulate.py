@@ -28,9 +28,9 @@ Plans: how a program gets its rows sorted by table row ("segment" = the rows of 
   (`backward_split`), one per program; a program sorts its own chunk with a stable counting sort in
   registers (`local_order`; bad indices form segment M) and walks segments 0..M in turn. It writes a
   partial row for every (program, table row): partial memory [programs, 2M + 1, H] fp32.
-* global plan (M > local_max): the rows are sorted once, stably, by idx (`make_plan`: torch.sort with
-  stable=True, so rows of one table row keep ascending row order); program p takes positions
-  [p*CHUNK, (p+1)*CHUNK) of that list, and its segments are the runs of equal idx in that slice. A
+* global plan (M > local_max): the rows are sorted once, stably, by idx (`make_plan`, kernels/plan.py:
+  a counting sort, so rows of one table row keep ascending row order); program p takes positions
+  [p*CHUNK, (p+1)*CHUNK) of that list, and its segments are the runs of equal keys in that slice. A
   segment wholly inside one program is written straight to dsh/dsc; only a program's first segment
   (if it began in an earlier program) and last segment (if it goes on into a later one) go to
   partial slots: partial memory [programs, 5, H] fp32 whatever M is (+ [2, programs] int32 keys).
@@ -73,6 +73,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.plan import make_plan as plan_rows
 from kernels.common import (BY_HAND, INTERPRETED, cdiv, launch_keyed, local_order, param_tile, pick, rounded, segment,
                             next_power_of_2, split_rows, sum_partials, tensor_key)
 
@@ -780,10 +781,11 @@ def _bwd_combine_kernel(PART, SCRATCH, W, DW, DSH, DSC, n_programs, PSTRIDE, MET
 # `_bwd_recipe`); unused pointers are passed as None (a constexpr: no data_ptr() call at launch);
 # outputs come from empty_like where it applies (half the host cost of torch.empty here).
 
-def make_plan(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The global plan: (idx sorted, the rows in that order), by a stable sort, so rows of one table row
-    keep ascending row order: a function of idx alone."""
-    return torch.sort(idx, stable=True)
+def make_plan(idx: torch.Tensor, table_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The global plan: (each position's table row clamped to [-1, M], the rows in that order), rows of
+    one table row in ascending row order: a function of idx and M alone (`kernels.plan`: three launches;
+    torch.sort(idx, stable=True), the same order, took ~25, kernels/NOTES.md v31)."""
+    return plan_rows(idx, table_rows)
 
 
 def wants_plan(table_rows: int, hidden: int, table_bytes: int, training: bool, cfg: LaunchConfig) -> bool:
@@ -842,7 +844,7 @@ def forward(x2d: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tens
     cfg = config or launch_config(hidden)
     table_rows = sh.shape[0]
     if plan is None and cfg.fwd_kernel == "walk" and table_rows > cfg.local_max:
-        plan = make_plan(idx)
+        plan = make_plan(idx, table_rows)
     device = x2d.get_device()
     kernel, grid, meta, scratch_len, chunk, token = _fwd_recipe(rows, hidden, table_rows, plan is not None,
                                                                 save_rstd, cfg, device)
@@ -942,7 +944,7 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
     global_plan, programs, chunk, cmax, pstride, scratch_len, kernel, grid, meta, dots, params, token = _bwd_recipe(
         rows, hidden, table_rows, need_params, cfg, device)
     if global_plan and plan is None:
-        plan = make_plan(idx)
+        plan = make_plan(idx, table_rows)
     keys, order = plan if global_plan else (None, None)
     scratch = x2d.new_empty(scratch_len, dtype=torch.int32)
     if need_params:

@@ -89,7 +89,7 @@ def global_plan(idx1d, table_rows: int, hidden: int, table_bytes: int, cfg, trai
     if table_rows <= cfg.local_max:
         return None
     if training or K.wants_plan(table_rows, hidden, table_bytes, False, cfg):
-        return K.make_plan(idx1d)
+        return K.make_plan(idx1d, table_rows)
     return None
 
 

@@ -75,7 +75,7 @@ def run_variant(name: str, cfg: K.LaunchConfig, params, t: dict, dy: torch.Tenso
     digest = {n: _digest(v) for n, v in [("y", y)] + [(n, leaf.grad) for n, leaf in zip(NAMES, leaves)]}
     del ref, y
 
-    plan = K.make_plan(idx) if sh.shape[0] > cfg.local_max else None
+    plan = K.make_plan(idx, sh.shape[0]) if sh.shape[0] > cfg.local_max else None
     _, rstd = K.forward(x, w, sh, sc, idx, 1e-5, config=cfg, plan=plan)
     table_rows = sh.shape[0]
 

@@ -1,0 +1,47 @@
+"""kernels.plan: the global plan (rows sorted stably by clamped table row) against torch's stable sort."""
+import pytest
+import torch
+
+from kernels.plan import make_plan
+
+
+def _expected(idx, table_rows):
+    clamped = idx.long().clamp(-1, table_rows)
+    keys, order = torch.sort(clamped, stable=True)
+    return keys, order
+
+
+@pytest.mark.parametrize("rows,table_rows,block,pattern", [
+    (1, 1, 8, "random"), (7, 3, 8, "random"), (8, 3, 8, "random"), (37, 5, 8, "random"),   # partial last block
+    (100, 300, 16, "random"),          # M > R: most table rows unused
+    (64, 40, 16, "one row"),           # every row one table row: one run across every block
+    (64, 40, 16, "sorted"), (64, 40, 16, "descending"),
+    (50, 9, 16, "bad"),                # indices < 0 and >= M: their own groups, first and last
+    (300, 4096, 64, "random"),         # many buckets: COUNTS zeroed over several chunks
+])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_plan_is_the_stable_sort_of_the_clamped_rows(device, rows, table_rows, block, pattern, dtype):
+    g = torch.Generator().manual_seed(rows * 31 + table_rows)
+    if pattern == "one row":
+        idx = torch.full((rows,), 7)
+    elif pattern == "sorted":
+        idx = torch.arange(rows) * table_rows // rows
+    elif pattern == "descending":
+        idx = (torch.arange(rows) * table_rows // rows).flip(0)
+    elif pattern == "bad":
+        idx = torch.randint(-3, table_rows + 3, (rows,), generator=g)
+    else:
+        idx = torch.randint(0, table_rows, (rows,), generator=g)
+    idx = idx.to(dtype).to(device)
+    keys, order = make_plan(idx, table_rows, block=block)
+    want_keys, want_order = _expected(idx.cpu(), table_rows)
+    assert keys.dtype == torch.int64 and order.dtype == torch.int64
+    assert torch.equal(order.cpu(), want_order), (order.cpu(), want_order)
+    assert torch.equal(keys.cpu(), want_keys)
+
+
+def test_empty_and_the_counter_bound(device):
+    keys, order = make_plan(torch.empty(0, dtype=torch.long, device=device), 9)
+    assert keys.shape == (0,) and order.shape == (0,)
+    with pytest.raises(ValueError, match="2\\^31 counters"):
+        make_plan(torch.zeros(4, dtype=torch.long, device=device), 2 ** 31, block=8)
