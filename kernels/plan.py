@@ -8,17 +8,20 @@ For good indices this is torch.sort(idx, stable=True), whose CUDA path is ~25 la
 radix sort over 64-bit keys: 8 passes, memsets, copies): on the H200 VM their host time, ~330 us a call
 with ~60 us of GPU work, set the pace of a whole fwd+bwd at M = 64 (kernels/NOTES.md v31).
 
-Launches, over blocks of BLOCK rows (P = ceil(R / BLOCK) programs):
+Launches, over blocks of BLOCK rows (P = ceil(R / BLOCK) programs), on a zeroed COUNTS [M + 2, P]:
 1. `_count_kernel`: for each row i of block p, of bucket b (its clamped table row + 1, so 0 .. M + 1):
    its rank among the block's bucket-b rows (those before it) and their count, by comparing the block's
    buckets with each other CHUNK at a time; RANKS[i] = the rank; COUNTS[b, p] = the count, written by
-   the bucket's first row (zeros written for every bucket first).
-2. `_offsets_kernel` (one program): COUNTS in place to its exclusive prefix sum in bucket-major,
-   block-minor order: where block p's rows of bucket b start in the plan.
-3. `_place_kernel`: row i goes to position COUNTS[b, p] + RANKS[i].
-Integer arithmetic only, no atomics, no sort (tl.sort's bitonic network took seconds a call under the
-Triton interpreter): the plan is a function of idx and M. Scratch: RANKS 4 * R bytes, COUNTS
-4 * (M + 2) * P bytes.
+   the bucket's first row.
+2. torch.cumsum over COUNTS in bucket-major, block-minor order (one scan kernel): block p's rows of
+   bucket b start at CUM[b, p] - COUNTS[b, p] in the plan.
+3. `_place_kernel`: row i goes to position CUM[b, p] - COUNTS[b, p] + RANKS[i].
+Integer arithmetic only, no atomics: the plan is a function of idx and M. BLOCK is 128 unless the
+counters (M + 2) * P would pass COUNTERS, then doubled up to MAX_BLOCK; beyond that (M in the millions)
+torch's stable sort of the clamped indices makes the same plan. Scratch: RANKS 4 * R bytes, COUNTS and
+CUM 4 * (M + 2) * P bytes each (at most 16 MB each). A first version sorted each block with tl.sort
+(2.5 s a call under the interpreter: its bitonic network) and scanned COUNTS in one program (87 us at
+M = 4096); with 512-row blocks the comparisons took 176 us (kernels/NOTES.md v31).
 """
 from __future__ import annotations
 
@@ -28,22 +31,25 @@ import triton.language as tl
 
 from kernels.common import cdiv, launch_keyed, tensor_key
 
-BLOCK = 512    # rows per program: each compares its rows' buckets with each other, O(BLOCK^2) per block
-CHUNK = 16     # rows compared at a time ([BLOCK, CHUNK] tiles)
-SCAN = 4096    # `_offsets_kernel`'s chunk
-ZERO = 1024    # `_count_kernel` zeroes its COUNTS column in chunks of this many buckets
+BLOCK = 128              # rows per program: each compares its rows' buckets with each other
+MAX_BLOCK = 4096
+COUNTERS = 1 << 22       # at most this many bucket x block counters (16 MB of int32)
+
+
+def _chunk_and_warps(block: int) -> tuple[int, int]:
+    """Rows compared at a time ([block, chunk] tiles of ~4K elements) and warps, by block size."""
+    return max(1, min(block, 4096 // block)), (4 if block <= 512 else 8)
 
 
 @triton.jit
 def _buckets(IDX, rows, ok, M):
     """Clamped table row + 1 (0 .. M + 1) of each row; M + 2 for rows past the end (matches no row)."""
     key = tl.load(IDX + rows, mask=ok, other=0).to(tl.int64)
-    return tl.where(ok, tl.minimum(tl.maximum(key, -1), M) + 1, M + 2)
+    return tl.where(ok, tl.minimum(tl.maximum(key, -1), M) + 1, M + 2).to(tl.int32)
 
 
 @triton.jit(do_not_specialize=["n_rows", "M", "programs"])
-def _count_kernel(IDX, RANKS, COUNTS, n_rows, M, programs, BLOCK: tl.constexpr, CHUNK: tl.constexpr,
-                  ZERO: tl.constexpr):
+def _count_kernel(IDX, RANKS, COUNTS, n_rows, M, programs, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
     p = tl.program_id(0)
     j = tl.arange(0, BLOCK)
     rows = p * BLOCK + j
@@ -57,58 +63,54 @@ def _count_kernel(IDX, RANKS, COUNTS, n_rows, M, programs, BLOCK: tl.constexpr, 
         count += tl.sum(same.to(tl.int32), axis=1)
         rank += tl.sum((same & (k[None, :] < j[:, None])).to(tl.int32), axis=1)
     tl.store(RANKS + rows, rank, mask=ok)
-    buckets = M + 2
-    for z in range(0, buckets, ZERO):
-        b = z + tl.arange(0, ZERO)
-        tl.store(COUNTS + b.to(tl.int64) * programs + p, tl.zeros([ZERO], dtype=tl.int32), mask=b < buckets)
-    tl.debug_barrier()   # the counts below overwrite zeros other threads wrote
-    tl.store(COUNTS + bucket * programs + p, count, mask=ok & (rank == 0))
-
-
-@triton.jit(do_not_specialize=["n"])
-def _offsets_kernel(COUNTS, n, SCAN: tl.constexpr):
-    carry = tl.zeros([1], dtype=tl.int32)
-    for start in range(0, n, SCAN):
-        i = start + tl.arange(0, SCAN)
-        v = tl.load(COUNTS + i, mask=i < n, other=0)
-        tl.store(COUNTS + i, carry + tl.cumsum(v, 0) - v, mask=i < n)
-        carry += tl.sum(v, 0)
+    tl.store(COUNTS + bucket.to(tl.int64) * programs + p, count, mask=ok & (rank == 0))
 
 
 @triton.jit(do_not_specialize=["n_rows", "M", "programs"])
-def _place_kernel(IDX, RANKS, COUNTS, KEYS, ORDER, n_rows, M, programs, BLOCK: tl.constexpr):
+def _place_kernel(IDX, RANKS, COUNTS, CUM, KEYS, ORDER, n_rows, M, programs, BLOCK: tl.constexpr):
     p = tl.program_id(0)
     rows = p * BLOCK + tl.arange(0, BLOCK)
     ok = rows < n_rows
     bucket = _buckets(IDX, rows, ok, M)
-    at = tl.load(COUNTS + bucket * programs + p, mask=ok, other=0) + tl.load(RANKS + rows, mask=ok, other=0)
+    at = bucket.to(tl.int64) * programs + p
+    start = tl.load(CUM + at, mask=ok, other=0) - tl.load(COUNTS + at, mask=ok, other=0)
+    at = start + tl.load(RANKS + rows, mask=ok, other=0)
     tl.store(ORDER + at, rows.to(tl.int64), mask=ok)
-    tl.store(KEYS + at, bucket - 1, mask=ok)
+    tl.store(KEYS + at, (bucket - 1).to(tl.int64), mask=ok)
 
 
-def make_plan(idx: torch.Tensor, table_rows: int, block: int = BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
+def plan_block(rows: int, table_rows: int) -> int:
+    """Rows per program: BLOCK, doubled while the counters would pass COUNTERS; 0: too many even at
+    MAX_BLOCK (torch's sort then)."""
+    block = BLOCK
+    while (table_rows + 2) * cdiv(rows, block) > COUNTERS:
+        if block >= MAX_BLOCK:
+            return 0
+        block *= 2
+    return block
+
+
+def make_plan(idx: torch.Tensor, table_rows: int, block: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(keys, order) of idx [R] (int32 or int64, contiguous) over `table_rows` table rows (module docstring).
-    `block`: rows per program, a power of two >= CHUNK (tests take small ones)."""
+    `block`: rows per program, a power of two (0: `plan_block`'s; tests take small ones)."""
     rows = idx.shape[0]
+    block = block or plan_block(rows, table_rows)
+    if block == 0 or rows == 0:
+        return torch.sort(idx.long().clamp(-1, table_rows), stable=True)
+    programs = cdiv(rows, block)
     keys = idx.new_empty(rows, dtype=torch.int64)
     order = idx.new_empty(rows, dtype=torch.int64)
-    if rows == 0:
-        return keys, order
-    programs = cdiv(rows, block)
-    buckets = table_rows + 2
-    if buckets * programs >= 2 ** 31:
-        raise ValueError(f"a plan of {rows} rows over {table_rows} table rows needs more than 2^31 counters")
     ranks = idx.new_empty(rows, dtype=torch.int32)
-    counts = idx.new_empty(buckets * programs, dtype=torch.int32)
+    counts = idx.new_zeros((table_rows + 2) * programs, dtype=torch.int32)
     device = idx.get_device()
+    chunk, warps = _chunk_and_warps(block)
     # keys of the launches (kernels.common.launch_keyed): idx is the only tensor from outside; the ints
     # are not specialized (do_not_specialize), the constexprs are named in the keys
     where = tensor_key(idx)
-    meta = dict(BLOCK=block, CHUNK=min(CHUNK, block), ZERO=ZERO, num_warps=4)
     launch_keyed(_count_kernel, (programs,), device, ("plan-count", block, where),
-                 (idx, ranks, counts, rows, table_rows, programs), meta)
-    launch_keyed(_offsets_kernel, (1,), device, ("plan-offsets",), (counts, buckets * programs),
-                 dict(SCAN=SCAN, num_warps=4))
+                 (idx, ranks, counts, rows, table_rows, programs), dict(BLOCK=block, CHUNK=chunk, num_warps=warps))
+    cum = torch.cumsum(counts, 0, dtype=torch.int32)
     launch_keyed(_place_kernel, (programs,), device, ("plan-place", block, where),
-                 (idx, ranks, counts, keys, order, rows, table_rows, programs), dict(BLOCK=block, num_warps=4))
+                 (idx, ranks, counts, cum, keys, order, rows, table_rows, programs),
+                 dict(BLOCK=block, num_warps=warps))
     return keys, order

@@ -40,8 +40,17 @@ def test_plan_is_the_stable_sort_of_the_clamped_rows(device, rows, table_rows, b
     assert torch.equal(keys.cpu(), want_keys)
 
 
-def test_empty_and_the_counter_bound(device):
+def test_empty_default_block_and_counter_bound(device):
+    from kernels import plan
     keys, order = make_plan(torch.empty(0, dtype=torch.long, device=device), 9)
-    assert keys.shape == (0,) and order.shape == (0,)
-    with pytest.raises(ValueError, match="2\\^31 counters"):
-        make_plan(torch.zeros(4, dtype=torch.long, device=device), 2 ** 31, block=8)
+    assert keys.shape == (0,) and order.shape == (0,) and keys.dtype == order.dtype == torch.int64
+    idx = torch.randint(-2, 70, (300,)).to(device)
+    assert plan.plan_block(300, 64) == plan.BLOCK
+    assert torch.equal(make_plan(idx, 64)[1].cpu(), _expected(idx.cpu(), 64)[1])
+    # the counters stay bounded: blocks grow with M, then torch's sort takes over
+    assert plan.plan_block(32768, 4096) == plan.BLOCK
+    assert plan.plan_block(32768, 20000) == 2 * plan.BLOCK
+    assert plan.plan_block(32768, 10 ** 7) == 0
+    keys, order = make_plan(idx, 10 ** 7)   # torch's sort: the same plan
+    assert torch.equal(order.cpu(), _expected(idx.cpu(), 10 ** 7)[1])
+    assert torch.equal(keys.cpu(), _expected(idx.cpu(), 10 ** 7)[0])
