@@ -73,9 +73,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.plan import make_plan as plan_rows
 from kernels.common import (BY_HAND, INTERPRETED, cdiv, launch_keyed, local_order, param_tile, pick, rounded, segment,
                             next_power_of_2, split_rows, sum_partials, tensor_key)
+from kernels.plan import make_plan as plan_rows
 
 MAX_HIDDEN = 32768
 # The split backward's first pass (`_bwd_dots_kernel`): [DOTS_ROWS, DOTS_CHUNK] tiles on DOTS_WARPS warps;
@@ -133,8 +133,8 @@ _PARAM_COLS = 1024 if INTERPRETED else 32
 # default: H above this takes the split backward. At H = 8192 the whole-row backward spills ~120 B a
 # thread and still ran 904.6 / 815.1 us net fwd+bwd (sync / stream) against the chunked one's 1538.8 /
 # 1317.7 (H200, kernels/NOTES.md v21-v22); at 16384 lanes a row it would spill several times that. Above
-# it the split backward (c first, then column blocks of 4096) took 1118-1163 us of kernels at H = 12288
-# against the chunked backward's 1632-1680 (kernels/NOTES.md v30).
+# it the split backward (c first, then column blocks of 4096) took ~1120 us of kernels at H = 12288 (dots
+# 442, blocks 676) against the chunked backward's 1632 (kernels/NOTES.md v30).
 SPLIT_ABOVE = 8192
 
 
