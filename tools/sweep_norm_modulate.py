@@ -74,15 +74,17 @@ def _variant(name: str, hidden: int):
         # (kernels/NOTES.md v26)
         "bwd-chunked-w4-2sm": dict(bwd_chunk=2048, bwd_cols=0, bwd_rows=2, bwd_warps=4, bwd_programs_per_sm=2, bwd_prefetch=False),
         "bwd-chunk1024-g8": dict(bwd_chunk=1024, bwd_cols=0, bwd_rows=8, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=False),
-        # each chunk's x and dy loaded one chunk ahead in both passes (kernels/NOTES.md v27): the default's
-        # shape (the same bits; 312 B spilled at sm_90), 2 rows a group (241 registers), 1024-column chunks
+        # each chunk's x and dy loaded one chunk ahead in both passes (kernels/NOTES.md v27): the default above
+        # H = 8192 from v27 to v30 (the same bits; 312 B spilled at sm_90), 2 rows a group (241 registers),
+        # 1024-column chunks
         "bwd-prefetch": dict(bwd_chunk=2048, bwd_cols=0, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=True),
         "bwd-prefetch-g2": dict(bwd_chunk=2048, bwd_cols=0, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=True),
         "bwd-prefetch-c1024": dict(bwd_chunk=1024, bwd_cols=0, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=True),
         # the split backward (every row's c first, `_bwd_dots_kernel`, then (program, column block) walks
         # with c given, the next step's rstd and c prefetched with its x and dy): 10RH bytes instead of 6RH,
         # but many programs in flight. 512-column blocks were 1.3-2.4x slower than the defaults (v26, a
-        # block's step moved 4 KB a tensor); here blocks of 1024-4096 columns (kernels/NOTES.md v30)
+        # block's step moved 4 KB a tensor); here blocks of 1024-4096 columns (kernels/NOTES.md v30; r2c4096
+        # is the default above H = 8192)
         "bwd-split-r4c2048": dict(bwd_cols=2048, bwd_chunk=0, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1),
         "bwd-split-r2c4096": dict(bwd_cols=4096, bwd_chunk=0, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1),
         "bwd-split-r4c1024": dict(bwd_cols=1024, bwd_chunk=0, bwd_rows=4, bwd_warps=4, bwd_programs_per_sm=1),
