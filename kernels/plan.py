@@ -1,4 +1,4 @@
-"""The global plan of norm_modulate's row walks: rows sorted stably by table row, in three Triton launches.
+"""The global plan of norm_modulate's row walks: rows sorted stably by table row, in four launches.
 
     keys, order = make_plan(idx, table_rows)
 

@@ -3,7 +3,7 @@ from types import SimpleNamespace
 
 import torch
 
-from tools.kernel_times import per_kernel_us
+from tools.kernel_times import per_kernel_us, sync_lines
 
 CUDA, CPU = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
 
@@ -22,3 +22,11 @@ def test_device_kernels_only_divided_by_steps_largest_first():
 def test_older_profiler_name():
     event = SimpleNamespace(key="k", cuda_time_total=30.0, device_type=CUDA)
     assert per_kernel_us([event], 3) == {"k": 10.0}
+
+
+def test_sync_lines_keep_synchronizing_operations_only():
+    notice = ("Synchronization debug mode is a prototype feature and does not yet detect all synchronizing "
+              "operations (Triggered internally at Module.cpp:1003.)")
+    sync = "called a synchronizing CUDA operation\nException raised from warn_or_error_on_sync"
+    assert sync_lines([notice, sync, "something else"]) == ["called a synchronizing CUDA operation"]
+    assert sync_lines([notice]) == []

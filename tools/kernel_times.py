@@ -106,7 +106,13 @@ def host_syncs(fn) -> list:
             fn()
         finally:
             torch.cuda.set_sync_debug_mode(previous)
-    return [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message).lower()]
+    return sync_lines(str(w.message) for w in caught)
+
+
+def sync_lines(messages) -> list:
+    """The synchronizing-operation warnings among `messages`, first line each: torch's sync debug mode says
+    "called a synchronizing CUDA operation"; its once-only notice that the mode is a prototype is not one."""
+    return [m.splitlines()[0] for m in messages if "called a synchronizing" in m]
 
 
 def main() -> None:
