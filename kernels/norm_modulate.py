@@ -783,7 +783,7 @@ def _bwd_combine_kernel(PART, SCRATCH, W, DW, DSH, DSC, n_programs, PSTRIDE, MET
 
 def make_plan(idx: torch.Tensor, table_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The global plan: (each position's table row clamped to [-1, M], the rows in that order), rows of
-    one table row in ascending row order: a function of idx and M alone (`kernels.plan`: three launches;
+    one table row in ascending row order: a function of idx and M alone (`kernels.plan`: four launches;
     torch.sort(idx, stable=True), the same order, took ~25, kernels/NOTES.md v31)."""
     return plan_rows(idx, table_rows)
 
