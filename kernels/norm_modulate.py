@@ -75,7 +75,8 @@ import triton.language as tl
 
 from kernels.common import (BY_HAND, INTERPRETED, cdiv, launch_keyed, local_order, param_tile, pick, rounded, segment,
                             next_power_of_2, split_rows, sum_partials, tensor_key)
-from kernels.plan import make_plan as plan_rows
+# the global plan (rows sorted stably by table row; NOTES.md v31), called as K.make_plan by the API too
+from kernels.plan import make_plan
 
 MAX_HIDDEN = 32768
 # The split backward's first pass (`_bwd_dots_kernel`): [DOTS_ROWS, DOTS_CHUNK] tiles on DOTS_WARPS warps;
@@ -780,13 +781,6 @@ def _bwd_combine_kernel(PART, SCRATCH, W, DW, DSH, DSC, n_programs, PSTRIDE, MET
 # shapes only is computed once per (R, H, M, plan, config, device) and cached (`_fwd_recipe`,
 # `_bwd_recipe`); unused pointers are passed as None (a constexpr: no data_ptr() call at launch);
 # outputs come from empty_like where it applies (half the host cost of torch.empty here).
-
-def make_plan(idx: torch.Tensor, table_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The global plan: (each position's table row clamped to [-1, M], the rows in that order), rows of
-    one table row in ascending row order: a function of idx and M alone (`kernels.plan`: four launches;
-    torch.sort(idx, stable=True), the same order, took ~25, kernels/NOTES.md v31)."""
-    return plan_rows(idx, table_rows)
-
 
 def wants_plan(table_rows: int, hidden: int, table_bytes: int, training: bool, cfg: LaunchConfig) -> bool:
     """The global plan is used when M > local_max: always for a backward; for an inference call when the
