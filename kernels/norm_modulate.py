@@ -112,6 +112,10 @@ class LaunchConfig:
     # stream: M = 1024 forward 352-365 us against 420, M = 4096 422-426 against 432, kernels/NOTES.md v22).
     # Rows are independent: y and rstd are the same bits either way.
     fwd_ordered: bool = False
+    # "rows" only, when the loads are issued (the same bits either way; kernels/NOTES.md v33): the tables
+    # before x (one wait for a row's loads; more registers held), x read again for y (fewer held)
+    fwd_tables_first: bool = False
+    fwd_reload: bool = False
     local_max: int = LOCAL_MAX     # M <= local_max: local plan; above: global plan
     chunk_limit: int = 1024        # rows per program at most (the local sort is a [CMAX, M + 2] one-hot)
     param_cols: int = 32           # parameter stage: columns per program (no effect on any sum's order)
@@ -312,8 +316,8 @@ def _normalize_modulate(Y, rows, ok, cols, x, rstd, a, sh, H: tl.constexpr, STRE
 
 
 @triton.jit
-def _gather_modulate(Y, W, SH, SC, rows, ok, m, cols, x, rstd, H: tl.constexpr, stride_sh, stride_sc,
-                     L1_TABLES: tl.constexpr, BY_HAND: tl.constexpr):
+def _tables(W, SH, SC, ok, m, cols, H: tl.constexpr, stride_sh, stride_sc, L1_TABLES: tl.constexpr):
+    """w, sc[m], sh[m] for a [ROWS, width] tile, as stored (kept in L1 when L1_TABLES)."""
     col_ok = cols < H
     mask = ok[:, None] & col_ok[None, :]
     if L1_TABLES:
@@ -324,38 +328,71 @@ def _gather_modulate(Y, W, SH, SC, rows, ok, m, cols, x, rstd, H: tl.constexpr, 
         w = tl.load(W + cols, mask=col_ok, other=0.0)
         sc = tl.load(SC + m[:, None] * stride_sc + cols[None, :], mask=mask, other=0.0)
         sh = tl.load(SH + m[:, None] * stride_sh + cols[None, :], mask=mask, other=0.0)
+    return w, sc, sh
+
+
+@triton.jit
+def _modulate(Y, rows, ok, cols, x, rstd, w, sc, sh, H: tl.constexpr, STREAM: tl.constexpr, BY_HAND: tl.constexpr):
     a = w.to(tl.float32)[None, :] * (1.0 + sc.to(tl.float32))
-    _normalize_modulate(Y, rows, ok, cols, x, rstd, a, sh.to(tl.float32), H, L1_TABLES, BY_HAND)
+    _normalize_modulate(Y, rows, ok, cols, x, rstd, a, sh.to(tl.float32), H, STREAM, BY_HAND)
+
+
+@triton.jit
+def _x_again(X, rows, stride_x, cols, ok, H: tl.constexpr):
+    """x read a second time (L1 or L2: just read), its last use: an eviction hint of its own, so the
+    compiler cannot fold it into the first load and keep the row in registers after all."""
+    mask = ok[:, None] & (cols < H)[None, :]
+    return tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0,
+                   eviction_policy="evict_first").to(tl.float32)
 
 
 @triton.jit(do_not_specialize=["n_rows"])
-def _fwd_rows_kernel(X, W, SH, SC, IDX, ORDER, Y, RSTD, n_rows, M, stride_x, stride_sh, stride_sc, eps,
+def _fwd_rows_kernel(X, W, SH, SC, IDX, ORDER, KEYS, Y, RSTD, n_rows, M, stride_x, stride_sh, stride_sc, eps,
                      H: tl.constexpr, ROWS: tl.constexpr, HEAD: tl.constexpr, TAIL: tl.constexpr, ORDERED: tl.constexpr,
-                     L1_TABLES: tl.constexpr, SAVE_RSTD: tl.constexpr, BY_HAND: tl.constexpr):
+                     L1_TABLES: tl.constexpr, TABLES_FIRST: tl.constexpr, RELOAD: tl.constexpr,
+                     SAVE_RSTD: tl.constexpr, BY_HAND: tl.constexpr):
     """ROWS rows per program (positions of the global plan's list when ORDERED, so programs that run
     together share table rows in L2), w, sh[m], sc[m] gathered per row. A row is a HEAD-wide block (the
     largest power of two <= H: its mask folds away) and a TAIL-wide block for the rest, so H = 5376
-    computes on 4096 + 2048 lanes instead of 8192. A bad index makes rstd, so the row, NaN."""
+    computes on 4096 + 2048 lanes instead of 8192. A bad index makes rstd, so the row, NaN.
+    When the loads are issued (same arithmetic, same bits; `LaunchConfig.fwd_tables_first`, `fwd_reload`):
+    the tables after the sum of squares (default) or before x's loads (one wait for all of a row's
+    loads, more registers held), and x held in registers until y (default) or read again for y."""
     pos = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     ok = pos < n_rows
     if ORDERED:
+        # the row and its key side by side from the plan (keys[pos] = idx[order[pos]] clamped to [-1, M]:
+        # the same segment), so the tables' loads wait on one load, not on two in a chain (v33)
         rows = tl.load(ORDER + pos, mask=ok, other=0).to(tl.int64)
+        seg = segment(tl.load(KEYS + pos, mask=ok, other=0), ok, M)
     else:
         rows = pos.to(tl.int64)
-    seg = segment(tl.load(IDX + rows, mask=ok, other=0), ok, M)
+        seg = segment(tl.load(IDX + rows, mask=ok, other=0), ok, M)
     m = tl.minimum(seg, M - 1).to(tl.int64)
     head = tl.arange(0, HEAD)
+    tail = HEAD + tl.arange(0, TAIL)
+    if TABLES_FIRST:
+        w_head, sc_head, sh_head = _tables(W, SH, SC, ok, m, head, H, stride_sh, stride_sc, L1_TABLES)
+        if TAIL > 0:
+            w_tail, sc_tail, sh_tail = _tables(W, SH, SC, ok, m, tail, H, stride_sh, stride_sc, L1_TABLES)
     x_head = _load_tile(X, rows, stride_x, head, ok, H, L1_TABLES).to(tl.float32)
     ss = tl.sum(x_head * x_head, axis=1)
     if TAIL > 0:
-        tail = HEAD + tl.arange(0, TAIL)
         x_tail = _load_tile(X, rows, stride_x, tail, ok, H, L1_TABLES).to(tl.float32)
         ss += tl.sum(x_tail * x_tail, axis=1)
     rstd = 1.0 / tl.sqrt(ss / H + eps)
     rstd = tl.where(seg < M, rstd, float("nan"))
-    _gather_modulate(Y, W, SH, SC, rows, ok, m, head, x_head, rstd, H, stride_sh, stride_sc, L1_TABLES, BY_HAND)
+    if not TABLES_FIRST:
+        w_head, sc_head, sh_head = _tables(W, SH, SC, ok, m, head, H, stride_sh, stride_sc, L1_TABLES)
+    if RELOAD:
+        x_head = _x_again(X, rows, stride_x, head, ok, H)
+    _modulate(Y, rows, ok, head, x_head, rstd, w_head, sc_head, sh_head, H, L1_TABLES, BY_HAND)
     if TAIL > 0:
-        _gather_modulate(Y, W, SH, SC, rows, ok, m, tail, x_tail, rstd, H, stride_sh, stride_sc, L1_TABLES, BY_HAND)
+        if not TABLES_FIRST:
+            w_tail, sc_tail, sh_tail = _tables(W, SH, SC, ok, m, tail, H, stride_sh, stride_sc, L1_TABLES)
+        if RELOAD:
+            x_tail = _x_again(X, rows, stride_x, tail, ok, H)
+        _modulate(Y, rows, ok, tail, x_tail, rstd, w_tail, sc_tail, sh_tail, H, L1_TABLES, BY_HAND)
     if SAVE_RSTD:
         tl.store(RSTD + rows, rstd, mask=ok)
 
@@ -812,7 +849,8 @@ def _fwd_recipe(rows: int, hidden: int, table_rows: int, global_plan: bool, save
     if cfg.fwd_kernel == "rows":
         head, tail = _head_tail(hidden)
         meta = dict(H=hidden, ROWS=cfg.fwd_rows, HEAD=head, TAIL=tail, ORDERED=global_plan and cfg.fwd_ordered,
-                    L1_TABLES=cfg.fwd_l1_tables, SAVE_RSTD=save_rstd, BY_HAND=BY_HAND, num_warps=cfg.fwd_warps)
+                    L1_TABLES=cfg.fwd_l1_tables, TABLES_FIRST=cfg.fwd_tables_first, RELOAD=cfg.fwd_reload,
+                    SAVE_RSTD=save_rstd, BY_HAND=BY_HAND, num_warps=cfg.fwd_warps)
         return _fwd_rows_kernel, (cdiv(rows, cfg.fwd_rows),), meta, 0, 0, object()
     programs, chunk, cmax = _geometry(rows, device, cfg.fwd_programs_per_sm, cfg.chunk_limit)
     meta = dict(H=hidden, BLOCK_H=cfg.block_h, ROWS=cfg.fwd_rows, CMAX=cmax, K_P2=_k_p2(table_rows, global_plan),
@@ -853,7 +891,9 @@ def forward(x2d: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tens
         scratch = x2d.new_empty(scratch_len, dtype=torch.int32)
         args = (x2d, w, sh, sc, idx, order, keys, scratch, y, rstd, rows, table_rows, *strides, eps, chunk)
     else:
-        args = (x2d, w, sh, sc, idx, order, y, rstd, rows, table_rows, *strides, eps)
+        ordered = meta["ORDERED"]  # the plan's lists only where the kernel reads them (None: no data_ptr())
+        args = (x2d, w, sh, sc, idx, order if ordered else None, keys if ordered else None, y, rstd, rows,
+                table_rows, *strides, eps)
     launch_keyed(kernel, grid, device, key, args, meta)
     return y, rstd
 

@@ -27,10 +27,10 @@ def reference(params, inputs, grad_out):
     return OP.reference(params, inputs, (grad_out,), NAMES, OP.name)
 
 
-def run(inputs, grad_out, idx=None, x=None):
+def run(inputs, grad_out, idx=None, x=None, check_index=True):
     t = inputs.tensors
     leaves = [(x if (n == "x" and x is not None) else t[n]).detach().requires_grad_() for n in NAMES]
-    y = norm_modulate(*leaves, t["idx"] if idx is None else idx)
+    y = norm_modulate(*leaves, t["idx"] if idx is None else idx, check_index=check_index)
     y.backward(grad_out.reshape(y.shape))
     return y.detach(), {n: l.grad for n, l in zip(NAMES, leaves)}
 
@@ -588,6 +588,30 @@ def test_forward_row_order_equals_plan_order(device, monkeypatch, table_rows):
     for name in g_plan:
         assert torch.equal(as_bits(g_plan[name]), as_bits(g_rows[name])), name
     assert_bf16_matches_float64(params, inputs, grad_out, y_rows, g_rows)
+
+
+@pytest.mark.parametrize("hidden,first,reload", [(24, True, False), (24, False, True), (40, True, True)])
+def test_forward_load_timing_keeps_the_bits(device, monkeypatch, hidden, first, reload):
+    """fwd_tables_first / fwd_reload move loads, not arithmetic: y and every gradient are the default's
+    bits, in row order (M = 9) and in the plan's order (M = 40); H = 40 has a tail block (32 + 8)."""
+    for table_rows in (9, 40):
+        params, inputs, grad_out = _table_case(device, hidden, 30, table_rows)
+        base = dict(chunk_limit=6, local_max=16, fwd_kernel="rows", fwd_rows=2, fwd_ordered=True)
+        bad = inputs.tensors["idx"].clone()
+        bad[[3, 17]] = torch.tensor([-1, table_rows + 2], device=bad.device)  # NaN rows, no gradient share
+        for idx in (None, bad):
+            outs = []
+            for extra in ({}, dict(fwd_tables_first=first, fwd_reload=reload)):
+                _config(monkeypatch, hidden, **base, **extra)
+                outs.append(run(inputs, grad_out, idx=idx, check_index=idx is None))
+            (y0, g0), (y1, g1) = outs
+            assert torch.equal(as_bits(y0), as_bits(y1))
+            for name in g0:
+                assert torch.equal(as_bits(g0[name]), as_bits(g1[name])), name
+            if idx is None:
+                assert_bf16_matches_float64(params, inputs, grad_out, y1, g1)
+            else:
+                assert y1[[3, 17]].isnan().all() and not y1[[0, 16]].isnan().any()
 
 
 # --- tools/sweep_norm_modulate.py: importable and checked on the CPU ---------------------------------

@@ -66,7 +66,8 @@ def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9) -> list[t
         if cfg.fwd_kernel == "rows":
             out.append((f"fwd rows ordered={plan}", K._fwd_rows_kernel,
                         dict(H=hidden, ROWS=cfg.fwd_rows, HEAD=head, TAIL=tail, ORDERED=plan,
-                             L1_TABLES=cfg.fwd_l1_tables, SAVE_RSTD=True, BY_HAND=False), cfg.fwd_warps))
+                             L1_TABLES=cfg.fwd_l1_tables, TABLES_FIRST=cfg.fwd_tables_first,
+                             RELOAD=cfg.fwd_reload, SAVE_RSTD=True, BY_HAND=False), cfg.fwd_warps))
         else:
             out.append((f"fwd walk global={plan}", K._fwd_walk_kernel,
                         dict(H=hidden, BLOCK_H=cfg.block_h, ROWS=cfg.fwd_rows, CMAX=256, K_P2=k_p2, GLOBAL=plan,

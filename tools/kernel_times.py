@@ -3,8 +3,8 @@
     python -m tools.kernel_times --hidden 12288 --table-rows 9 --variants default,bwd-split-r4c2048
     python -m tools.kernel_times --hidden 5376 --table-rows 9,64 --json kernel_times.json
 
-For each (H, M, variant: a preset of tools/sweep_norm_modulate.py) it runs `--steps` fwd+bwd steps of
-our row on the sweep's inputs (R = --rows, bf16) after `--warmup` steps, under torch.profiler with CUDA
+For each (H, M, variant: a preset of tools/sweep_norm_modulate.py, or `torch`: F.rms_norm alone, the
+issue's yardstick) it runs `--steps` fwd+bwd steps of the row on the sweep's inputs (R = --rows, bf16) after `--warmup` steps, under torch.profiler with CUDA
 activity, and reports each kernel's device time per step (the profiler's CUDA time of that kernel name,
 divided by the steps) and the sum. Device times only: launch gaps and the host are not in them (the
 harness's stream timing has those), so the sum is what the kernels cost, the floor arithmetic's
@@ -39,6 +39,9 @@ class KernelTimes:
     syncs: list         # host synchronizations one step makes (first line of each sync-debug warning)
 
 
+TORCH = "torch"   # a variant name: torch F.rms_norm's fwd+bwd instead of ours
+
+
 def _ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v]
 
@@ -63,12 +66,16 @@ def measure(hidden: int, table_rows: int, variant: str, rows: int, warmup: int, 
     _, t = make_case(device, hidden, rows, table_rows)
     leaves = [t[n].detach().requires_grad_() for n in ("x", "w", "sh", "sc")]
     dy = torch.randn_like(t["x"])
-    config = None if variant == "default" else _variant(variant, hidden)
+    torch_row = variant == TORCH
+    config = None if variant == "default" or torch_row else _variant(variant, hidden)
 
     def step():
         for leaf in leaves:
             leaf.grad = None
-        norm_modulate(*leaves, t["idx"], 1e-6, check_index=False).backward(dy)
+        if torch_row:   # the yardstick: F.rms_norm alone (no modulation) on the same x and w
+            torch.nn.functional.rms_norm(leaves[0], (hidden,), leaves[1], 1e-6).backward(dy)
+        else:
+            norm_modulate(*leaves, t["idx"], 1e-6, check_index=False).backward(dy)
 
     with using_config(config):
         for _ in range(warmup):

@@ -95,6 +95,18 @@ def _variant(name: str, hidden: int):
         # the per-row forward under the global plan in the plan's order (v15; row order is v22's default,
         # and with the tables in L1 it is `gather-l1`, timed as fwd-row-order-l1 before v22)
         "fwd-plan-order": dict(fwd_ordered=True),
+        # when the per-row forward issues its loads (kernels/NOTES.md v33; the same bits): the tables before
+        # x, x read again for y (fewer registers held, more programs an SM), both, and with the plan's order
+        "fwd-tables-first": dict(fwd_tables_first=True),
+        "fwd-reload": dict(fwd_reload=True),
+        "fwd-first-reload": dict(fwd_tables_first=True, fwd_reload=True),
+        "fwd-plan-order-first": dict(fwd_ordered=True, fwd_tables_first=True),
+        # the per-row forward's warps (H = 12288: 80 registers on 8 warps, 3 programs an SM)
+        "fwd-w4": dict(fwd_warps=4),
+        "fwd-w16": dict(fwd_warps=16),
+        # narrow H: the whole-row backward as two programs an SM, half the rows a step on half the warps
+        "bwd-w4-2sm": dict(bwd_rows=max(1, base.bwd_rows // 2), bwd_warps=max(1, base.bwd_warps // 2),
+                           bwd_programs_per_sm=2),
     }
     if name not in presets:
         raise ValueError(f"unknown variant {name!r}; known: {', '.join(presets)}")
