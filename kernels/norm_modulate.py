@@ -116,6 +116,12 @@ class LaunchConfig:
     # before x (one wait for a row's loads; more registers held), x read again for y (fewer held)
     fwd_tables_first: bool = False
     fwd_reload: bool = False
+    # "rows" only: > 0: under the global plan (M > local_max, training and inference alike) the forward is
+    # the walk instead, plan_walk_rows rows a step on plan_walk_warps warps, fwd_programs_per_sm programs an
+    # SM (H200, H = 5376: M = 1024 204 us against the per-row forward's 288, M = 4096 221 against 347;
+    # kernels/NOTES.md v33). 0: the per-row forward under the plan too
+    plan_walk_rows: int = 0
+    plan_walk_warps: int = 8
     local_max: int = LOCAL_MAX     # M <= local_max: local plan; above: global plan
     chunk_limit: int = 1024        # rows per program at most (the local sort is a [CMAX, M + 2] one-hot)
     param_cols: int = 32           # parameter stage: columns per program (no effect on any sum's order)
@@ -124,7 +130,7 @@ class LaunchConfig:
     def __post_init__(self):
         if self.fwd_kernel not in ("rows", "walk"):
             raise ValueError(f"fwd_kernel must be 'rows' or 'walk', got {self.fwd_kernel!r}")
-        for name in ("fwd_rows", "bwd_rows", "bwd_chunk", "bwd_cols", "block_h"):
+        for name in ("fwd_rows", "bwd_rows", "bwd_chunk", "bwd_cols", "block_h", "plan_walk_rows"):
             value = getattr(self, name)
             if value and value & (value - 1):
                 raise ValueError(f"{name} must be a power of two, got {value}")
@@ -153,12 +159,15 @@ def launch_config(hidden: int) -> LaunchConfig:
     walk forward of v17 measured slower there). Backward: whole rows in registers up to H <= 8192, one
     program per SM; split above (v30)."""
     block_h = next_power_of_2(hidden)
-    common = dict(block_h=block_h, bwd_programs_per_sm=1, param_cols=_PARAM_COLS)
+    common = dict(block_h=block_h, bwd_programs_per_sm=1, param_cols=_PARAM_COLS, plan_walk_warps=8,
+                  plan_walk_rows=max(1, min(64, 8192 // block_h)) if block_h <= 2048 else 1)
     if block_h <= 4096:
         rows, warps = row_tile(block_h)
         fwd = dict(fwd_kernel="rows", fwd_rows=rows, fwd_warps=warps, fwd_l1_tables=True)
     else:
-        fwd = dict(fwd_kernel="rows", fwd_rows=1, fwd_warps=4 if block_h <= 8192 else 8)  # 16 warps spill at 32768
+        # x read again for y (v33: H = 5376 221 -> 188 us, 12288 584 -> 430 on the H200, same bits)
+        fwd = dict(fwd_kernel="rows", fwd_rows=1, fwd_warps=4 if block_h <= 8192 else 8,  # 16 warps spill at 32768
+                   fwd_reload=True)
     if hidden > SPLIT_ABOVE:
         # [2, 4096] steps on 8 warps (sm_90, triton 3.6: 255 registers, 72 B spilled under the global plan):
         # 1.8-2.4% less kernel time than [4, 2048] (no spill) at H = 12288, M = 9 and 64, in two runs (v30)
@@ -370,7 +379,8 @@ def _fwd_rows_kernel(X, W, SH, SC, IDX, ORDER, KEYS, Y, RSTD, n_rows, M, stride_
         seg = segment(tl.load(IDX + rows, mask=ok, other=0), ok, M)
     m = tl.minimum(seg, M - 1).to(tl.int64)
     head = tl.arange(0, HEAD)
-    tail = HEAD + tl.arange(0, TAIL)
+    if TAIL > 0:
+        tail = HEAD + tl.arange(0, TAIL)
     if TABLES_FIRST:
         w_head, sc_head, sh_head = _tables(W, SH, SC, ok, m, head, H, stride_sh, stride_sc, L1_TABLES)
         if TAIL > 0:
@@ -825,7 +835,8 @@ def wants_plan(table_rows: int, hidden: int, table_bytes: int, training: bool, c
     order (`fwd_ordered`: sorted rows then share table rows in L2)."""
     if table_rows <= cfg.local_max:
         return False
-    return training or cfg.fwd_kernel == "walk" or (cfg.fwd_ordered and table_bytes > INFERENCE_SORT_BYTES)
+    return (training or cfg.fwd_kernel == "walk" or cfg.plan_walk_rows > 0
+            or (cfg.fwd_ordered and table_bytes > INFERENCE_SORT_BYTES))
 
 
 @functools.lru_cache(maxsize=64)
@@ -846,15 +857,18 @@ def _fwd_recipe(rows: int, hidden: int, table_rows: int, global_plan: bool, save
                 device: int) -> tuple:
     """(kernel, grid, constexprs and warps, scratch int32 elements, CHUNK, token) of a forward launch. The
     token (a fresh object per recipe) stands in a launch key for everything the recipe fixes."""
-    if cfg.fwd_kernel == "rows":
+    walk_rows, walk_warps = cfg.fwd_rows, cfg.fwd_warps
+    if cfg.fwd_kernel == "rows" and global_plan and cfg.plan_walk_rows:
+        walk_rows, walk_warps = cfg.plan_walk_rows, cfg.plan_walk_warps
+    elif cfg.fwd_kernel == "rows":
         head, tail = _head_tail(hidden)
         meta = dict(H=hidden, ROWS=cfg.fwd_rows, HEAD=head, TAIL=tail, ORDERED=global_plan and cfg.fwd_ordered,
                     L1_TABLES=cfg.fwd_l1_tables, TABLES_FIRST=cfg.fwd_tables_first, RELOAD=cfg.fwd_reload,
                     SAVE_RSTD=save_rstd, BY_HAND=BY_HAND, num_warps=cfg.fwd_warps)
         return _fwd_rows_kernel, (cdiv(rows, cfg.fwd_rows),), meta, 0, 0, object()
     programs, chunk, cmax = _geometry(rows, device, cfg.fwd_programs_per_sm, cfg.chunk_limit)
-    meta = dict(H=hidden, BLOCK_H=cfg.block_h, ROWS=cfg.fwd_rows, CMAX=cmax, K_P2=_k_p2(table_rows, global_plan),
-                GLOBAL=global_plan, SAVE_RSTD=save_rstd, BY_HAND=BY_HAND, num_warps=cfg.fwd_warps)
+    meta = dict(H=hidden, BLOCK_H=cfg.block_h, ROWS=walk_rows, CMAX=cmax, K_P2=_k_p2(table_rows, global_plan),
+                GLOBAL=global_plan, SAVE_RSTD=save_rstd, BY_HAND=BY_HAND, num_warps=walk_warps)
     return _fwd_walk_kernel, (programs,), meta, programs * 2 * (cmax + 2), chunk, object()
 
 
@@ -875,7 +889,7 @@ def forward(x2d: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tens
         return y, rstd
     cfg = config or launch_config(hidden)
     table_rows = sh.shape[0]
-    if plan is None and cfg.fwd_kernel == "walk" and table_rows > cfg.local_max:
+    if plan is None and table_rows > cfg.local_max and (cfg.fwd_kernel == "walk" or cfg.plan_walk_rows):
         plan = make_plan(idx, table_rows)
     device = x2d.get_device()
     kernel, grid, meta, scratch_len, chunk, token = _fwd_recipe(rows, hidden, table_rows, plan is not None,

@@ -396,7 +396,9 @@ def _with_idx(inputs, idx):
 # Three kernel sets: walk forward + whole-row backward, per-row forward + chunked backward (3 chunks),
 # per-row forward + split backward (c first, then column blocks of 8: 3 blocks at H = 20, 2 at 16).
 KERNEL_SETS = {"walk+rows": dict(fwd_kernel="walk", fwd_rows=4, bwd_rows=2, bwd_chunk=0, bwd_cols=0),
-               "gather+chunked": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_chunk=8, bwd_cols=0),
+               # the per-row forward under the global plan too (plan_walk_rows=0); gather+split walks there
+               "gather+chunked": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_chunk=8, bwd_cols=0,
+                                      plan_walk_rows=0),
                "gather+split": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_cols=8, bwd_chunk=0)}
 
 
@@ -580,7 +582,8 @@ def test_forward_row_order_equals_plan_order(device, monkeypatch, table_rows):
     params, inputs, grad_out = _table_case(device, 24, 30, table_rows)
     outs = []
     for ordered in (True, False):
-        _config(monkeypatch, 24, chunk_limit=6, local_max=16, fwd_kernel="rows", fwd_rows=2, fwd_ordered=ordered)
+        _config(monkeypatch, 24, chunk_limit=6, local_max=16, fwd_kernel="rows", fwd_rows=2, fwd_ordered=ordered,
+                plan_walk_rows=0)
         outs.append(run(inputs, grad_out))
         assert K.launch_config(24).fwd_ordered is ordered
     (y_plan, g_plan), (y_rows, g_rows) = outs
@@ -596,7 +599,7 @@ def test_forward_load_timing_keeps_the_bits(device, monkeypatch, hidden, first, 
     bits, in row order (M = 9) and in the plan's order (M = 40); H = 40 has a tail block (32 + 8)."""
     for table_rows in (9, 40):
         params, inputs, grad_out = _table_case(device, hidden, 30, table_rows)
-        base = dict(chunk_limit=6, local_max=16, fwd_kernel="rows", fwd_rows=2, fwd_ordered=True)
+        base = dict(chunk_limit=6, local_max=16, fwd_kernel="rows", fwd_rows=2, fwd_ordered=True, plan_walk_rows=0)
         bad = inputs.tensors["idx"].clone()
         bad[[3, 17]] = torch.tensor([-1, table_rows + 2], device=bad.device)  # NaN rows, no gradient share
         for idx in (None, bad):
@@ -612,6 +615,32 @@ def test_forward_load_timing_keeps_the_bits(device, monkeypatch, hidden, first, 
                 assert_bf16_matches_float64(params, inputs, grad_out, y1, g1)
             else:
                 assert y1[[3, 17]].isnan().all() and not y1[[0, 16]].isnan().any()
+
+
+@pytest.mark.parametrize("hidden", [24, 40])
+def test_plan_walk_forward(device, monkeypatch, hidden):
+    """M > local_max: the forward walks the plan (plan_walk_rows) in training and inference alike, so both
+    give the same y bits; bad indices give NaN rows; the result is within bf16 of float64."""
+    from kernels import norm_modulate as K
+    from kernels.norm_modulate_api import norm_modulate
+    cfg = _config(monkeypatch, hidden, chunk_limit=6, local_max=16, fwd_kernel="rows", fwd_rows=2, plan_walk_rows=2,
+                  plan_walk_warps=2)
+    params, inputs, grad_out = _table_case(device, hidden, 30, 40)
+    assert K._fwd_recipe(30, hidden, 40, True, True, cfg, -1)[0] is K._fwd_walk_kernel
+    assert K._fwd_recipe(30, hidden, 9, False, True, cfg, -1)[0] is K._fwd_rows_kernel
+    assert K.wants_plan(40, hidden, 0, False, cfg) and not K.wants_plan(9, hidden, 0, False, cfg)
+    y, grads = run(inputs, grad_out)
+    assert_bf16_matches_float64(params, inputs, grad_out, y, grads)
+    t = inputs.tensors
+    with torch.no_grad():
+        y_inference = norm_modulate(t["x"], t["w"], t["sh"], t["sc"], t["idx"])
+    assert torch.equal(as_bits(y_inference), as_bits(y))
+    bad = t["idx"].clone()
+    bad[[2, 29]] = torch.tensor([-5, 40], device=bad.device)
+    with torch.no_grad():
+        y_bad = norm_modulate(t["x"], t["w"], t["sh"], t["sc"], bad, check_index=False)
+    assert y_bad[[2, 29]].isnan().all() and not y_bad[[0, 1, 28]].isnan().any()
+    assert torch.equal(as_bits(y_bad[:2]), as_bits(y[:2]))
 
 
 # --- tools/sweep_norm_modulate.py: importable and checked on the CPU ---------------------------------

@@ -63,7 +63,11 @@ def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9) -> list[t
     out = []
     for plan in (False, True):
         k_p2 = 2 if plan else triton.next_power_of_2(table_rows + 2)
-        if cfg.fwd_kernel == "rows":
+        if cfg.fwd_kernel == "rows" and plan and cfg.plan_walk_rows:   # the plan walk (kernels/NOTES.md v33)
+            out.append(("fwd plan walk", K._fwd_walk_kernel,
+                        dict(H=hidden, BLOCK_H=cfg.block_h, ROWS=cfg.plan_walk_rows, CMAX=256, K_P2=k_p2, GLOBAL=True,
+                             SAVE_RSTD=True, BY_HAND=False), cfg.plan_walk_warps))
+        elif cfg.fwd_kernel == "rows":
             out.append((f"fwd rows ordered={plan}", K._fwd_rows_kernel,
                         dict(H=hidden, ROWS=cfg.fwd_rows, HEAD=head, TAIL=tail, ORDERED=plan,
                              L1_TABLES=cfg.fwd_l1_tables, TABLES_FIRST=cfg.fwd_tables_first,

@@ -101,6 +101,12 @@ def _variant(name: str, hidden: int):
         "fwd-reload": dict(fwd_reload=True),
         "fwd-first-reload": dict(fwd_tables_first=True, fwd_reload=True),
         "fwd-plan-order-first": dict(fwd_ordered=True, fwd_tables_first=True),
+        # under the global plan the per-row forward in row order (the default before v33), or the plan walk
+        # on 4 warps, 4 programs an SM; the per-row forward without x read again (the default before v33)
+        "fwd-plan-rows": dict(plan_walk_rows=0),
+        "plan-walk-w4": dict(plan_walk_warps=4, fwd_programs_per_sm=4),
+        "fwd-no-reload": dict(fwd_reload=False),
+        "fwd-reload-w4": dict(fwd_reload=True, fwd_warps=4),
         # the per-row forward's warps (H = 12288: 80 registers on 8 warps, 3 programs an SM)
         "fwd-w4": dict(fwd_warps=4),
         "fwd-w16": dict(fwd_warps=16),
