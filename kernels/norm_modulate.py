@@ -12,8 +12,11 @@ its store. A row whose index is outside [0, M) comes out NaN (y and dx) and adds
 Kernels (all launch settings in `LaunchConfig`, a function of H and the device only: `launch_config`)
 * forward, one place (`_normalize_modulate` does the arithmetic), two ways to walk the rows:
   `_fwd_rows_kernel` gathers w, sh[m], sc[m] for every row (ROWS rows per program, in row order or in
-  the global plan's order); `_fwd_walk_kernel` walks a program's rows sorted by table row and loads
-  a[m] = w * (1 + sc[m]) and sh[m] once per segment, with the next ROWS rows prefetched.
+  the global plan's order; above H = 4096 x is read again for y instead of held in registers across the
+  table loads); `_fwd_walk_kernel` walks a program's rows sorted by table row and loads
+  a[m] = w * (1 + sc[m]) and sh[m] once per segment, with the next ROWS rows prefetched. Defaults: the
+  per-row forward, and above H = 4096 under the global plan (M > local_max) the walk (`plan_walk_rows`:
+  the tables are read once per segment instead of once per row, kernels/NOTES.md v33).
 * backward, one place (`_row_grads` does the arithmetic), two ways to hold a row: `_bwd_kernel` keeps
   whole rows and the fp32 sums in registers (ROWS rows per step, the next step prefetched);
   `_bwd_chunked_kernel` (wide H: a whole row no longer fits in registers) takes G rows at a time in
@@ -51,7 +54,9 @@ Reduction orders (the point of this kernel: change them only with the probes rer
   tiles on DOTS_WARPS warps). Tile shapes, chunk widths and warp counts are functions of H (LaunchConfig), every row
   of a tile has the same layout, and masked-off rows are zeros in rows of their own: nothing in a row's
   tree depends on R, the grid, the plan or the row's position, so a row's y and dx are bitwise the same
-  alone or in any batch (for a given LaunchConfig; different configs are different trees).
+  alone or in any batch (for a given LaunchConfig; different configs are different trees). Which
+  forward kernel runs depends on H and on M > local_max (the plan walk above H = 4096), never on R or
+  the grad mode: at one (H, M) training and inference give the same y bits.
 * Parameter gradients: cross-row sums in a fixed order, without atomics. Within a program, for each
   of its segments in turn (its rows in ascending row order, both plans): per column, D and S add one
   step's tl.sum over its ROWS (or G) rows (axis 0) at a time, steps in list order. Local plan:
@@ -156,26 +161,36 @@ def launch_config(hidden: int) -> LaunchConfig:
     Registers per thread (sm_90, `python -m tools.compile_norm_modulate`) set the shapes: each kernel
     spill-free with 16-32 KB of loads in flight per SM. Forward: the per-row kernel (v13), at narrow H
     (<= 4096) with the tables kept in L1 and x, y streamed past them (`fwd_l1_tables`, v22: the sorted
-    walk forward of v17 measured slower there). Backward: whole rows in registers up to H <= 8192, one
-    program per SM; split above (v30)."""
+    walk forward of v17 measured slower there); above, x read again for y and, under the global plan,
+    the plan walk (v33). Backward: whole rows in registers up to H <= 8192, one program per SM (two of
+    half the tile up to 2048 lanes a row, v33); split above (v30)."""
     block_h = next_power_of_2(hidden)
-    common = dict(block_h=block_h, bwd_programs_per_sm=1, param_cols=_PARAM_COLS, plan_walk_warps=8,
-                  plan_walk_rows=max(1, min(64, 8192 // block_h)) if block_h <= 2048 else 1)
+    common = dict(block_h=block_h, bwd_programs_per_sm=1, param_cols=_PARAM_COLS)
     if block_h <= 4096:
+        # under the global plan too: the plan walk measured slower here (H = 1024, M = 1024: 81.6 us
+        # against 42.6; 2048: 91.2 against 74.9; v33)
         rows, warps = row_tile(block_h)
         fwd = dict(fwd_kernel="rows", fwd_rows=rows, fwd_warps=warps, fwd_l1_tables=True)
     else:
-        # x read again for y (v33: H = 5376 221 -> 188 us, 12288 584 -> 430 on the H200, same bits)
+        # x read again for y (v33, kernel time on the H200: H = 5376 221 -> 188 us, 8192 311 -> 288, 12288
+        # 585 -> 431; the same bits), and the plan walk under the global plan (M = 1024 at 5376: 204 us
+        # against the per-row forward's 259; M = 4096 221 against 310; at M = 64 195-198 either way)
         fwd = dict(fwd_kernel="rows", fwd_rows=1, fwd_warps=4 if block_h <= 8192 else 8,  # 16 warps spill at 32768
-                   fwd_reload=True)
+                   fwd_reload=True, plan_walk_rows=1, plan_walk_warps=8)
     if hidden > SPLIT_ABOVE:
         # [2, 4096] steps on 8 warps (sm_90, triton 3.6: 255 registers, 72 B spilled under the global plan):
         # 1.8-2.4% less kernel time than [4, 2048] (no spill) at H = 12288, M = 9 and 64, in two runs (v30)
         bwd = dict(bwd_rows=2, bwd_warps=8, bwd_cols=4096)
     else:
         rows = max(1, min(64, 8192 // block_h)) if block_h <= 1024 else max(1, 4096 // block_h)
-        bwd = dict(bwd_rows=rows, bwd_warps=_warps(rows * block_h))
-    return LaunchConfig(**common, **fwd, **bwd)
+        warps = _warps(rows * block_h)
+        if block_h <= 2048:
+            # two programs an SM, each half the tile on half the warps (v33, H200 kernel time per fwd+bwd
+            # step: H = 1024 214 -> 140 us, 2048 278 -> 239; partials 2x, 20 MB at H = 1024, M = 9)
+            bwd = dict(bwd_rows=max(1, rows // 2), bwd_warps=max(1, warps // 2), bwd_programs_per_sm=2)
+        else:
+            bwd = dict(bwd_rows=rows, bwd_warps=warps)
+    return LaunchConfig(**{**common, **fwd, **bwd})
 
 
 def row_tile(block_h: int) -> tuple[int, int]:

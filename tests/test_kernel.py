@@ -657,7 +657,7 @@ def test_sweep_tool_arguments_floors_and_refusal(monkeypatch):
     assert sweep.floor_us(5376, 32768, False, 4250) == pytest.approx(165.8, abs=0.1)
     assert sweep.floor_us(5376, 32768, True, 4250) == pytest.approx(414.5, abs=0.1)
     from kernels.norm_modulate import launch_config
-    grid = sweep.variant_grid(list(sweep.VARIANT_NAMES), [1024, 8192], [9, 64])
+    grid = sweep.variant_grid(list(sweep._variant_names()), [1024, 8192], [9, 64])
     for name, hidden, table_rows, config in grid:
         assert config.block_h == triton.next_power_of_2(hidden) and table_rows in (9, 64)
         # a preset equal to the default is timed only when it is asked for as "default"

@@ -28,7 +28,7 @@ from harness.timing import SYNCHRONIZED, median, take
 from kernels import common
 from kernels import norm_modulate as K
 from kernels.norm_modulate_api import norm_modulate
-from tools.sweep_norm_modulate import VARIANT_NAMES, _variant, make_case, using_config
+from tools.sweep_norm_modulate import _variant, _variant_names, make_case, using_config
 
 NAMES = ("x", "w", "sh", "sc")
 
@@ -108,7 +108,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=32768)
     parser.add_argument("--hidden", type=int, default=5376)
     parser.add_argument("--table-rows", type=int, default=9)
-    parser.add_argument("--variants", default="default", help=f"presets: {', '.join(VARIANT_NAMES)}")
+    parser.add_argument("--variants", default="default", help=f"presets: {', '.join(_variant_names())}")
     parser.add_argument("--fwd-warps", default="", help="override, e.g. 4,8 (empty: the preset's)")
     parser.add_argument("--bwd-warps", default="")
     parser.add_argument("--programs-per-sm", default="", help="backward programs per SM")

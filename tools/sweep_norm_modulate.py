@@ -52,7 +52,17 @@ def _variant(name: str, hidden: int):
     """The LaunchConfig preset `name` for `hidden` (kernels/NOTES.md v16 says what each tests)."""
     from kernels import norm_modulate as K
     base = K.launch_config(hidden)
+    presets = _presets(base)
+    if name not in presets:
+        raise ValueError(f"unknown variant {name!r}; known: {', '.join(presets)}")
+    return dataclasses.replace(base, **presets[name])
+
+
+def _presets(base) -> dict:
+    """{preset name: LaunchConfig fields it changes from `base`, the default config of one H}."""
+    from kernels import norm_modulate as K
     block_h = base.block_h
+    _old_rows = max(1, min(64, 8192 // block_h)) if block_h <= 1024 else max(1, 4096 // block_h)
     old_rows, old_warps = K.row_tile(block_h)   # v13's narrow tile / wide row shape
     whole_rows = dict(bwd_chunk=0, bwd_cols=0, bwd_rows=max(1, 4096 // block_h), bwd_programs_per_sm=1)
     presets = {
@@ -110,20 +120,20 @@ def _variant(name: str, hidden: int):
         # the per-row forward's warps (H = 12288: 80 registers on 8 warps, 3 programs an SM)
         "fwd-w4": dict(fwd_warps=4),
         "fwd-w16": dict(fwd_warps=16),
+        # narrow H: the whole-row backward as one program an SM of the full tile (the default before v33)
+        "bwd-1sm": dict(bwd_rows=_old_rows, bwd_warps=K._warps(_old_rows * block_h), bwd_programs_per_sm=1),
         # narrow H: the whole-row backward as two programs an SM, half the rows a step on half the warps
         "bwd-w4-2sm": dict(bwd_rows=max(1, base.bwd_rows // 2), bwd_warps=max(1, base.bwd_warps // 2),
                            bwd_programs_per_sm=2),
     }
-    if name not in presets:
-        raise ValueError(f"unknown variant {name!r}; known: {', '.join(presets)}")
-    return dataclasses.replace(base, **presets[name])
+    return presets
 
 
-VARIANT_NAMES = ("default", "gather", "gather-l1", "walk", "walk-1sm", "bwd-chunked", "bwd-registers",
-                 "bwd-registers-w16", "bwd-chunk4096", "bwd-chunked-w4-2sm", "bwd-chunk1024-g8",
-                 "bwd-prefetch", "bwd-prefetch-g2", "bwd-prefetch-c1024", "bwd-split-r4c2048", "bwd-split-r2c4096",
-                 "bwd-split-r4c1024", "bwd-split-r4c2048-2sm",
-                 "local-max-64", "fwd-plan-order")
+def _variant_names() -> tuple:
+    """The presets' names (the same for every H: any H's default config lists them)."""
+    from kernels import norm_modulate as K
+    return tuple(_presets(K.launch_config(1024)))
+
 
 
 def _ints(text: str) -> list[int]:
@@ -140,7 +150,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--table-hidden", type=int, default=MODEL_HIDDEN, help="the M sweep's H")
     parser.add_argument("--variants", default="gather,gather-l1,walk-1sm,bwd-chunked,bwd-registers",
                         help=f"LaunchConfig presets timed beside the default at each --variant-hidden (presets "
-                             f"identical to the default there are skipped): {', '.join(VARIANT_NAMES)}; '' for none")
+                             f"identical to the default there are skipped): {', '.join(_variant_names())}; '' for none")
     parser.add_argument("--variant-hidden", type=_ints, default=[1024, 4096, 8192])
     parser.add_argument("--variant-table-rows", type=_ints, default=[9],
                         help="table rows M of the variants' cases (fwd-plan-order differs from the default above 16)")
@@ -155,8 +165,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.variants = [v for v in args.variants.split(",") if v.strip()]
     for name in args.variants:
-        if name not in VARIANT_NAMES:
-            parser.error(f"unknown variant {name!r}; known: {', '.join(VARIANT_NAMES)}")
+        if name not in _variant_names():
+            parser.error(f"unknown variant {name!r}; known: {', '.join(_variant_names())}")
     if min(args.rows, args.reps, args.host_reps, args.small_rows, args.dtype_rows) < 1 or args.warmup < 0:
         parser.error("--rows, --reps, --host-reps, --small-rows and --dtype-rows must be >= 1, --warmup >= 0")
     return args
