@@ -1,4 +1,4 @@
-"""The global plan of norm_modulate's row walks: rows sorted stably by table row, in four launches.
+"""The global plan of norm_modulate's row walks: rows sorted stably by table row, in three launches.
 
     keys, order = make_plan(idx, table_rows)
 
@@ -8,20 +8,25 @@ For good indices this is torch.sort(idx, stable=True), whose CUDA path is ~25 la
 radix sort over 64-bit keys: 8 passes, memsets, copies): on the H200 VM their host time, ~330 us a call
 with ~60 us of GPU work, set the pace of a whole fwd+bwd at M = 64 (kernels/NOTES.md v31).
 
-Launches, over blocks of BLOCK rows (P = ceil(R / BLOCK) programs), on a zeroed COUNTS [M + 2, P]:
-1. `_count_kernel`: for each row i of block p, of bucket b (its clamped table row + 1, so 0 .. M + 1):
-   its rank among the block's bucket-b rows (those before it) and their count, by comparing the block's
-   buckets with each other CHUNK at a time; RANKS[i] = the rank; COUNTS[b, p] = the count, written by
-   the bucket's first row.
-2. torch.cumsum over COUNTS in bucket-major, block-minor order (one scan kernel): block p's rows of
-   bucket b start at CUM[b, p] - COUNTS[b, p] in the plan.
-3. `_place_kernel`: row i goes to position CUM[b, p] - COUNTS[b, p] + RANKS[i].
+Launches, over blocks of BLOCK rows (P = ceil(R / BLOCK) programs), with bucket b = the clamped table row
++ 1 (0 .. M + 1) and one int32 workspace [RANKS: R | COUNTS: P x (M + 2), block-major | TOTAL: M + 2]:
+1. `_count_kernel`, one program a block: each row's rank among the block's bucket-b rows before it and
+   their count, by comparing the block's buckets with each other CHUNK at a time; RANKS[i] = the rank;
+   the block's row of COUNTS zeroed, then (after a barrier) COUNTS[p, b] = the count, written by the
+   bucket's first row.
+2. `_scan_kernel`, one program per SCAN_BUCKETS buckets: down each bucket's column, COUNTS[p, b] becomes
+   the exclusive sum over blocks p' < p (tiles of SCAN_BLOCKS blocks, left to right), TOTAL[b] the column's
+   sum.
+3. `_place_kernel`, one program a block: row i of bucket b goes to position
+   sum(TOTAL[b'] for b' < b) + COUNTS[p, b] + RANKS[i] (the bucket sums in chunks of PLACE_BUCKETS).
 Integer arithmetic only, no atomics: the plan is a function of idx and M. BLOCK is 128 unless the
-counters (M + 2) * P would pass COUNTERS, then doubled up to MAX_BLOCK; beyond that (M in the millions)
-torch's stable sort of the clamped indices makes the same plan. Scratch: RANKS 4 * R bytes, COUNTS and
-CUM 4 * (M + 2) * P bytes each (at most 16 MB each). A first version sorted each block with tl.sort
-(2.5 s a call under the interpreter: its bitonic network) and scanned COUNTS in one program (87 us at
-M = 4096); with 512-row blocks the comparisons took 176 us (kernels/NOTES.md v31).
+counters (M + 2) * P would pass COUNTERS, then doubled up to MAX_BLOCK; beyond that, or where a place
+program's bucket sums ((M + 2) * BLOCK) would pass PLACE_WORK (M in the hundreds of thousands), torch's
+stable sort of the clamped indices makes the same plan. Scratch: 4 * (R + (M + 2) * (P + 1)) bytes (at
+most ~16 MB of counters). Versions (kernels/NOTES.md v31, v34): tl.sort per block (2.5 s a call under the
+interpreter: its bitonic network) and COUNTS scanned in one program (87 us at M = 4096); 512-row blocks
+(176 us of comparisons); then four launches and torch.cumsum (a zeroed COUNTS, counts, cub's scan as two
+kernels, placement: five launches and five allocations a call, the host time of every M > local_max call).
 """
 from __future__ import annotations
 
@@ -34,6 +39,10 @@ from kernels.common import cdiv, launch_keyed, tensor_key
 BLOCK = 128              # rows per program: each compares its rows' buckets with each other
 MAX_BLOCK = 4096
 COUNTERS = 1 << 22       # at most this many bucket x block counters (16 MB of int32)
+PLACE_WORK = 1 << 24     # at most this many bucket x row comparisons in one place program
+SCAN_BUCKETS, SCAN_BLOCKS = 32, 64   # the scan's [blocks, buckets] tiles
+PLACE_BUCKETS = 32       # buckets summed at a time by a place program
+ZERO_CHUNK = 1024        # COUNTS entries a count program zeroes at a time
 
 
 def _chunk_and_warps(block: int) -> tuple[int, int]:
@@ -49,7 +58,8 @@ def _buckets(IDX, rows, ok, M):
 
 
 @triton.jit(do_not_specialize=["n_rows", "M", "programs"])
-def _count_kernel(IDX, RANKS, COUNTS, n_rows, M, programs, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
+def _count_kernel(IDX, WORK, n_rows, M, programs, BLOCK: tl.constexpr, CHUNK: tl.constexpr,
+                  ZERO: tl.constexpr):
     p = tl.program_id(0)
     j = tl.arange(0, BLOCK)
     rows = p * BLOCK + j
@@ -62,19 +72,47 @@ def _count_kernel(IDX, RANKS, COUNTS, n_rows, M, programs, BLOCK: tl.constexpr, 
         same = bucket[:, None] == _buckets(IDX, p * BLOCK + k, p * BLOCK + k < n_rows, M)[None, :]
         count += tl.sum(same.to(tl.int32), axis=1)
         rank += tl.sum((same & (k[None, :] < j[:, None])).to(tl.int32), axis=1)
-    tl.store(RANKS + rows, rank, mask=ok)
-    tl.store(COUNTS + bucket.to(tl.int64) * programs + p, count, mask=ok & (rank == 0))
+    tl.store(WORK + rows, rank, mask=ok)
+    counts = WORK + n_rows + p.to(tl.int64) * (M + 2)   # this block's row of COUNTS
+    for z in range(0, M + 2, ZERO):
+        b = z + tl.arange(0, ZERO)
+        tl.store(counts + b, tl.zeros([ZERO], dtype=tl.int32), mask=b < M + 2)
+    tl.debug_barrier()  # the zeros first: a bucket's count is stored over its zero by another thread
+    tl.store(counts + bucket, count, mask=ok & (rank == 0))
 
 
 @triton.jit(do_not_specialize=["n_rows", "M", "programs"])
-def _place_kernel(IDX, RANKS, COUNTS, CUM, KEYS, ORDER, n_rows, M, programs, BLOCK: tl.constexpr):
+def _scan_kernel(WORK, n_rows, M, programs, BUCKETS: tl.constexpr, BLOCKS: tl.constexpr):
+    b = tl.program_id(0) * BUCKETS + tl.arange(0, BUCKETS)
+    b_ok = b < M + 2
+    carry = tl.zeros([BUCKETS], dtype=tl.int32)
+    for p0 in range(0, programs, BLOCKS):
+        p = p0 + tl.arange(0, BLOCKS)
+        at = WORK + n_rows + p.to(tl.int64)[:, None] * (M + 2) + b[None, :]
+        mask = (p < programs)[:, None] & b_ok[None, :]
+        tile = tl.load(at, mask=mask, other=0)
+        tl.store(at, tl.cumsum(tile, axis=0) - tile + carry[None, :], mask=mask)
+        carry += tl.sum(tile, axis=0)
+    tl.store(WORK + n_rows + programs.to(tl.int64) * (M + 2) + b, carry, mask=b_ok)
+
+
+@triton.jit(do_not_specialize=["n_rows", "M", "programs"])
+def _place_kernel(IDX, WORK, KEYS, ORDER, n_rows, M, programs, BLOCK: tl.constexpr, BUCKETS: tl.constexpr):
     p = tl.program_id(0)
     rows = p * BLOCK + tl.arange(0, BLOCK)
     ok = rows < n_rows
     bucket = _buckets(IDX, rows, ok, M)
-    at = bucket.to(tl.int64) * programs + p
-    start = tl.load(CUM + at, mask=ok, other=0) - tl.load(COUNTS + at, mask=ok, other=0)
-    at = start + tl.load(RANKS + rows, mask=ok, other=0)
+    total = WORK + n_rows + programs.to(tl.int64) * (M + 2)
+    base = tl.zeros([BLOCK], dtype=tl.int32)   # rows in buckets before each row's
+    carry = tl.zeros([BUCKETS], dtype=tl.int32)
+    for c in range(0, M + 2, BUCKETS):
+        b = c + tl.arange(0, BUCKETS)
+        sums = tl.load(total + b, mask=b < M + 2, other=0)
+        before = tl.cumsum(sums, axis=0) - sums + carry   # rows in buckets < b, for each b of this chunk
+        base += tl.sum(tl.where(bucket[:, None] == b[None, :], before[None, :], 0), axis=1)
+        carry += tl.sum(sums, axis=0)
+    pre = tl.load(WORK + n_rows + p.to(tl.int64) * (M + 2) + bucket, mask=ok, other=0)
+    at = base + pre + tl.load(WORK + rows, mask=ok, other=0)
     tl.store(ORDER + at, rows.to(tl.int64), mask=ok)
     tl.store(KEYS + at, (bucket - 1).to(tl.int64), mask=ok)
 
@@ -87,7 +125,7 @@ def plan_block(rows: int, table_rows: int) -> int:
         if block >= MAX_BLOCK:
             return 0
         block *= 2
-    return block
+    return block if (table_rows + 2) * block <= PLACE_WORK else 0
 
 
 def make_plan(idx: torch.Tensor, table_rows: int, block: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,17 +138,17 @@ def make_plan(idx: torch.Tensor, table_rows: int, block: int = 0) -> tuple[torch
     programs = cdiv(rows, block)
     keys = idx.new_empty(rows, dtype=torch.int64)
     order = idx.new_empty(rows, dtype=torch.int64)
-    ranks = idx.new_empty(rows, dtype=torch.int32)
-    counts = idx.new_zeros((table_rows + 2) * programs, dtype=torch.int32)
+    work = idx.new_empty(rows + (table_rows + 2) * (programs + 1), dtype=torch.int32)
     device = idx.get_device()
     chunk, warps = _chunk_and_warps(block)
     # keys of the launches (kernels.common.launch_keyed): idx is the only tensor from outside; the ints
     # are not specialized (do_not_specialize), the constexprs are named in the keys
     where = tensor_key(idx)
-    launch_keyed(_count_kernel, (programs,), device, ("plan-count", block, where),
-                 (idx, ranks, counts, rows, table_rows, programs), dict(BLOCK=block, CHUNK=chunk, num_warps=warps))
-    cum = torch.cumsum(counts, 0, dtype=torch.int32)
-    launch_keyed(_place_kernel, (programs,), device, ("plan-place", block, where),
-                 (idx, ranks, counts, cum, keys, order, rows, table_rows, programs),
-                 dict(BLOCK=block, num_warps=warps))
+    args = (rows, table_rows, programs)
+    launch_keyed(_count_kernel, (programs,), device, ("plan-count", block, where), (idx, work, *args),
+                 dict(BLOCK=block, CHUNK=chunk, ZERO=ZERO_CHUNK, num_warps=warps))
+    launch_keyed(_scan_kernel, (cdiv(table_rows + 2, SCAN_BUCKETS),), device, ("plan-scan",), (work, *args),
+                 dict(BUCKETS=SCAN_BUCKETS, BLOCKS=SCAN_BLOCKS, num_warps=4))
+    launch_keyed(_place_kernel, (programs,), device, ("plan-place", block, where), (idx, work, keys, order, *args),
+                 dict(BLOCK=block, BUCKETS=PLACE_BUCKETS, num_warps=warps))
     return keys, order

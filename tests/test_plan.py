@@ -51,6 +51,9 @@ def test_empty_default_block_and_counter_bound(device):
     assert plan.plan_block(32768, 4096) == plan.BLOCK
     assert plan.plan_block(32768, 20000) == 2 * plan.BLOCK
     assert plan.plan_block(32768, 10 ** 7) == 0
+    # a place program sums every bucket for its rows: past PLACE_WORK comparisons torch's sort takes over
+    assert plan.plan_block(4096, 60000) == plan.BLOCK
+    assert plan.plan_block(4096, 200000) == 0 and (200000 + 2) * 256 > plan.PLACE_WORK
     keys, order = make_plan(idx, 10 ** 7)   # torch's sort: the same plan
     assert torch.equal(order.cpu(), _expected(idx.cpu(), 10 ** 7)[1])
     assert torch.equal(keys.cpu(), _expected(idx.cpu(), 10 ** 7)[0])

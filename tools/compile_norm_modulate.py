@@ -23,7 +23,7 @@ from kernels import norm_modulate as K
 
 POINTERS = {"X": "bf16", "DY": "bf16", "DX": "bf16", "Y": "bf16", "W": "bf16", "SH": "bf16", "SC": "bf16",
             "IDX": "i64", "ORDER": "i64", "KEYS": "i64", "SCRATCH": "i32", "RSTD": "fp32", "PART": "fp32",
-            "DSH": "bf16", "DSC": "bf16", "DW": "bf16", "C": "fp32"}
+            "DSH": "bf16", "DSC": "bf16", "DW": "bf16", "C": "fp32", "WORK": "i32"}
 
 
 def _signature(kernel, constexprs: dict) -> dict:
@@ -94,7 +94,17 @@ def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9) -> list[t
                     K.DOTS_WARPS))
     out.append(("params", K._bwd_params_kernel, dict(H=hidden, BLOCK_C=32, P_TILE=256, BY_HAND=False), 4))
     out.append(("combine", K._bwd_combine_kernel, dict(H=hidden, BLOCK_C=128, P_TILE=32, BY_HAND=False), 4))
+    out.extend(plan_kernels())
     return out
+
+
+def plan_kernels() -> list[tuple[str, object, dict, int]]:
+    """The global plan's three launches (kernels/plan.py) at the default block."""
+    from kernels import plan as P
+    chunk, warps = P._chunk_and_warps(P.BLOCK)
+    return [("plan count", P._count_kernel, dict(BLOCK=P.BLOCK, CHUNK=chunk, ZERO=P.ZERO_CHUNK), warps),
+            ("plan scan", P._scan_kernel, dict(BUCKETS=P.SCAN_BUCKETS, BLOCKS=P.SCAN_BLOCKS), 4),
+            ("plan place", P._place_kernel, dict(BLOCK=P.BLOCK, BUCKETS=P.PLACE_BUCKETS), warps)]
 
 
 def main() -> None:
