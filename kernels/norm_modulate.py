@@ -163,7 +163,7 @@ def launch_config(hidden: int) -> LaunchConfig:
     (<= 4096) with the tables kept in L1 and x, y streamed past them (`fwd_l1_tables`, v22: the sorted
     walk forward of v17 measured slower there); above, x read again for y and, under the global plan,
     the plan walk (v33). Backward: whole rows in registers up to H <= 8192, one program per SM (two of
-    half the tile up to 2048 lanes a row, v33); split above (v30)."""
+    half the tile up to 4096 lanes a row, v33-v34); split above (v30)."""
     block_h = next_power_of_2(hidden)
     common = dict(block_h=block_h, bwd_programs_per_sm=1, param_cols=_PARAM_COLS)
     if block_h <= 4096:
@@ -184,9 +184,11 @@ def launch_config(hidden: int) -> LaunchConfig:
     else:
         rows = max(1, min(64, 8192 // block_h)) if block_h <= 1024 else max(1, 4096 // block_h)
         warps = _warps(rows * block_h)
-        if block_h <= 2048:
-            # two programs an SM, each half the tile on half the warps (v33, H200 kernel time per fwd+bwd
-            # step: H = 1024 214 -> 140 us, 2048 278 -> 239; partials 2x, 20 MB at H = 1024, M = 9)
+        if block_h <= 4096:
+            # two programs an SM, each half the tile on half the warps (v33-v34, H200 kernel time per
+            # fwd+bwd step: H = 1024 214 -> 140 us, 2048 278 -> 239, 3072 385 -> 347, 4096 439 -> 433;
+            # the backward kernel alone at 3072 257 -> 207 with 32 B spilled; partials 2x: 20 MB at
+            # H = 1024, M = 9)
             bwd = dict(bwd_rows=max(1, rows // 2), bwd_warps=max(1, warps // 2), bwd_programs_per_sm=2)
         else:
             bwd = dict(bwd_rows=rows, bwd_warps=warps)

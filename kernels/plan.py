@@ -9,21 +9,24 @@ radix sort over 64-bit keys: 8 passes, memsets, copies): on the H200 VM their ho
 with ~60 us of GPU work, set the pace of a whole fwd+bwd at M = 64 (kernels/NOTES.md v31).
 
 Launches, over blocks of BLOCK rows (P = ceil(R / BLOCK) programs), with bucket b = the clamped table row
-+ 1 (0 .. M + 1) and one int32 workspace [RANKS: R | COUNTS: P x (M + 2), block-major | TOTAL: M + 2]:
++ 1 (0 .. M + 1) and one int32 workspace [RANKS: R | COUNTS: P x (M + 2), block-major | WITHIN: M + 2 |
+CHUNK_SUM: ceil((M + 2) / SCAN_BUCKETS)]:
 1. `_count_kernel`, one program a block: each row's rank among the block's bucket-b rows before it and
    their count, by comparing the block's buckets with each other CHUNK at a time; RANKS[i] = the rank;
    the block's row of COUNTS zeroed, then (after a barrier) COUNTS[p, b] = the count, written by the
    bucket's first row.
-2. `_scan_kernel`, one program per SCAN_BUCKETS buckets: down each bucket's column, COUNTS[p, b] becomes
-   the exclusive sum over blocks p' < p (tiles of SCAN_BLOCKS blocks, left to right), TOTAL[b] the column's
-   sum.
-3. `_place_kernel`, one program a block: row i of bucket b goes to position
-   sum(TOTAL[b'] for b' < b) + COUNTS[p, b] + RANKS[i] (the bucket sums in chunks of PLACE_BUCKETS).
+2. `_scan_kernel`, one program per chunk of SCAN_BUCKETS buckets: down each bucket's column, COUNTS[p, b]
+   becomes the exclusive sum over blocks p' < p (tiles of SCAN_BLOCKS blocks, left to right); WITHIN[b] =
+   the rows of the chunk's buckets before b, CHUNK_SUM[c] = the chunk's rows.
+3. `_place_kernel`, one program a block: row i of bucket b (chunk c) goes to position
+   sum(CHUNK_SUM[c'] for c' < c) + WITHIN[b] + COUNTS[p, b] + RANKS[i] (the chunk sums PLACE_CHUNKS at a
+   time).
 Integer arithmetic only, no atomics: the plan is a function of idx and M. BLOCK is 128 unless the
 counters (M + 2) * P would pass COUNTERS, then doubled up to MAX_BLOCK; beyond that, or where a place
-program's bucket sums ((M + 2) * BLOCK) would pass PLACE_WORK (M in the hundreds of thousands), torch's
-stable sort of the clamped indices makes the same plan. Scratch: 4 * (R + (M + 2) * (P + 1)) bytes (at
-most ~16 MB of counters). Versions (kernels/NOTES.md v31, v34): tl.sort per block (2.5 s a call under the
+program's chunk sums (ceil((M + 2) / SCAN_BUCKETS) * BLOCK) would pass PLACE_WORK (M in the millions),
+torch's stable sort of the clamped indices makes the same plan. Scratch: 4 * (R + (M + 2) * (P + 1) +
+ceil((M + 2) / SCAN_BUCKETS)) bytes (at most ~16 MB of counters). A first three-launch version summed every
+bucket's total in each place program (O(M) a program: 75 us at M = 4096 on the H200, v34). Versions (kernels/NOTES.md v31, v34): tl.sort per block (2.5 s a call under the
 interpreter: its bitonic network) and COUNTS scanned in one program (87 us at M = 4096); 512-row blocks
 (176 us of comparisons); then four launches and torch.cumsum (a zeroed COUNTS, counts, cub's scan as two
 kernels, placement: five launches and five allocations a call, the host time of every M > local_max call).
@@ -39,9 +42,9 @@ from kernels.common import cdiv, launch_keyed, tensor_key
 BLOCK = 128              # rows per program: each compares its rows' buckets with each other
 MAX_BLOCK = 4096
 COUNTERS = 1 << 22       # at most this many bucket x block counters (16 MB of int32)
-PLACE_WORK = 1 << 24     # at most this many bucket x row comparisons in one place program
-SCAN_BUCKETS, SCAN_BLOCKS = 32, 64   # the scan's [blocks, buckets] tiles
-PLACE_BUCKETS = 32       # buckets summed at a time by a place program
+PLACE_WORK = 1 << 24     # at most this many scan chunk x row comparisons in one place program
+SCAN_BUCKETS, SCAN_BLOCKS = 32, 64   # the scan's [blocks, buckets] tiles: one program per SCAN_BUCKETS
+PLACE_CHUNKS = 32        # scan chunks' sums added at a time by a place program
 ZERO_CHUNK = 1024        # COUNTS entries a count program zeroes at a time
 
 
@@ -83,7 +86,8 @@ def _count_kernel(IDX, WORK, n_rows, M, programs, BLOCK: tl.constexpr, CHUNK: tl
 
 @triton.jit(do_not_specialize=["n_rows", "M", "programs"])
 def _scan_kernel(WORK, n_rows, M, programs, BUCKETS: tl.constexpr, BLOCKS: tl.constexpr):
-    b = tl.program_id(0) * BUCKETS + tl.arange(0, BUCKETS)
+    c = tl.program_id(0)
+    b = c * BUCKETS + tl.arange(0, BUCKETS)
     b_ok = b < M + 2
     carry = tl.zeros([BUCKETS], dtype=tl.int32)
     for p0 in range(0, programs, BLOCKS):
@@ -93,24 +97,27 @@ def _scan_kernel(WORK, n_rows, M, programs, BUCKETS: tl.constexpr, BLOCKS: tl.co
         tile = tl.load(at, mask=mask, other=0)
         tl.store(at, tl.cumsum(tile, axis=0) - tile + carry[None, :], mask=mask)
         carry += tl.sum(tile, axis=0)
-    tl.store(WORK + n_rows + programs.to(tl.int64) * (M + 2) + b, carry, mask=b_ok)
+    # carry: each bucket's rows over all blocks; WITHIN[b]: the rows of this chunk's buckets before b
+    within = WORK + n_rows + programs.to(tl.int64) * (M + 2)
+    tl.store(within + b, tl.cumsum(carry, axis=0) - carry, mask=b_ok)
+    tl.store(within + M + 2 + c, tl.sum(carry, axis=0))   # CHUNK_SUM[c]
 
 
 @triton.jit(do_not_specialize=["n_rows", "M", "programs"])
-def _place_kernel(IDX, WORK, KEYS, ORDER, n_rows, M, programs, BLOCK: tl.constexpr, BUCKETS: tl.constexpr):
+def _place_kernel(IDX, WORK, KEYS, ORDER, n_rows, M, programs, BLOCK: tl.constexpr, SCAN_BUCKETS: tl.constexpr,
+                  CHUNKS: tl.constexpr):
     p = tl.program_id(0)
     rows = p * BLOCK + tl.arange(0, BLOCK)
     ok = rows < n_rows
     bucket = _buckets(IDX, rows, ok, M)
-    total = WORK + n_rows + programs.to(tl.int64) * (M + 2)
-    base = tl.zeros([BLOCK], dtype=tl.int32)   # rows in buckets before each row's
-    carry = tl.zeros([BUCKETS], dtype=tl.int32)
-    for c in range(0, M + 2, BUCKETS):
-        b = c + tl.arange(0, BUCKETS)
-        sums = tl.load(total + b, mask=b < M + 2, other=0)
-        before = tl.cumsum(sums, axis=0) - sums + carry   # rows in buckets < b, for each b of this chunk
-        base += tl.sum(tl.where(bucket[:, None] == b[None, :], before[None, :], 0), axis=1)
-        carry += tl.sum(sums, axis=0)
+    within = WORK + n_rows + programs.to(tl.int64) * (M + 2)
+    mine = bucket // SCAN_BUCKETS                         # the scan chunk of each row's bucket
+    base = tl.load(within + bucket, mask=ok, other=0)     # rows before it in its chunk's buckets
+    n_chunks = (M + 2 + SCAN_BUCKETS - 1) // SCAN_BUCKETS
+    for c0 in range(0, n_chunks, CHUNKS):                 # + every earlier chunk's rows
+        c = c0 + tl.arange(0, CHUNKS)
+        sums = tl.load(within + M + 2 + c, mask=c < n_chunks, other=0)
+        base += tl.sum(tl.where(c[None, :] < mine[:, None], sums[None, :], 0), axis=1)
     pre = tl.load(WORK + n_rows + p.to(tl.int64) * (M + 2) + bucket, mask=ok, other=0)
     at = base + pre + tl.load(WORK + rows, mask=ok, other=0)
     tl.store(ORDER + at, rows.to(tl.int64), mask=ok)
@@ -125,7 +132,7 @@ def plan_block(rows: int, table_rows: int) -> int:
         if block >= MAX_BLOCK:
             return 0
         block *= 2
-    return block if (table_rows + 2) * block <= PLACE_WORK else 0
+    return block if cdiv(table_rows + 2, SCAN_BUCKETS) * block <= PLACE_WORK else 0
 
 
 def make_plan(idx: torch.Tensor, table_rows: int, block: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -138,7 +145,8 @@ def make_plan(idx: torch.Tensor, table_rows: int, block: int = 0) -> tuple[torch
     programs = cdiv(rows, block)
     keys = idx.new_empty(rows, dtype=torch.int64)
     order = idx.new_empty(rows, dtype=torch.int64)
-    work = idx.new_empty(rows + (table_rows + 2) * (programs + 1), dtype=torch.int32)
+    scan_chunks = cdiv(table_rows + 2, SCAN_BUCKETS)
+    work = idx.new_empty(rows + (table_rows + 2) * (programs + 1) + scan_chunks, dtype=torch.int32)
     device = idx.get_device()
     chunk, warps = _chunk_and_warps(block)
     # keys of the launches (kernels.common.launch_keyed): idx is the only tensor from outside; the ints
@@ -147,8 +155,8 @@ def make_plan(idx: torch.Tensor, table_rows: int, block: int = 0) -> tuple[torch
     args = (rows, table_rows, programs)
     launch_keyed(_count_kernel, (programs,), device, ("plan-count", block, where), (idx, work, *args),
                  dict(BLOCK=block, CHUNK=chunk, ZERO=ZERO_CHUNK, num_warps=warps))
-    launch_keyed(_scan_kernel, (cdiv(table_rows + 2, SCAN_BUCKETS),), device, ("plan-scan",), (work, *args),
+    launch_keyed(_scan_kernel, (scan_chunks,), device, ("plan-scan",), (work, *args),
                  dict(BUCKETS=SCAN_BUCKETS, BLOCKS=SCAN_BLOCKS, num_warps=4))
     launch_keyed(_place_kernel, (programs,), device, ("plan-place", block, where), (idx, work, keys, order, *args),
-                 dict(BLOCK=block, BUCKETS=PLACE_BUCKETS, num_warps=warps))
+                 dict(BLOCK=block, SCAN_BUCKETS=SCAN_BUCKETS, CHUNKS=PLACE_CHUNKS, num_warps=warps))
     return keys, order

@@ -18,6 +18,7 @@ def _expected(idx, table_rows):
     (64, 40, 16, "sorted"), (64, 40, 16, "descending"),
     (50, 9, 16, "bad"),                # indices < 0 and >= M: their own groups, first and last
     (300, 4096, 64, "random"),         # many buckets: COUNTS zeroed over several chunks
+    (1000, 70, 8, "random"),           # 125 blocks: the scan's column walks more than one tile
 ])
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
 def test_plan_is_the_stable_sort_of_the_clamped_rows(device, rows, table_rows, block, pattern, dtype):
@@ -53,7 +54,8 @@ def test_empty_default_block_and_counter_bound(device):
     assert plan.plan_block(32768, 10 ** 7) == 0
     # a place program sums every bucket for its rows: past PLACE_WORK comparisons torch's sort takes over
     assert plan.plan_block(4096, 60000) == plan.BLOCK
-    assert plan.plan_block(4096, 200000) == 0 and (200000 + 2) * 256 > plan.PLACE_WORK
+    assert plan.plan_block(1024, 10 ** 5) == plan.BLOCK
+    assert plan.plan_block(1024, 3 * 10 ** 6) == 0   # 1024-row blocks, 93751 chunk sums each: past PLACE_WORK
     keys, order = make_plan(idx, 10 ** 7)   # torch's sort: the same plan
     assert torch.equal(order.cpu(), _expected(idx.cpu(), 10 ** 7)[1])
     assert torch.equal(keys.cpu(), _expected(idx.cpu(), 10 ** 7)[0])

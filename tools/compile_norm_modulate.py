@@ -104,7 +104,8 @@ def plan_kernels() -> list[tuple[str, object, dict, int]]:
     chunk, warps = P._chunk_and_warps(P.BLOCK)
     return [("plan count", P._count_kernel, dict(BLOCK=P.BLOCK, CHUNK=chunk, ZERO=P.ZERO_CHUNK), warps),
             ("plan scan", P._scan_kernel, dict(BUCKETS=P.SCAN_BUCKETS, BLOCKS=P.SCAN_BLOCKS), 4),
-            ("plan place", P._place_kernel, dict(BLOCK=P.BLOCK, BUCKETS=P.PLACE_BUCKETS), warps)]
+            ("plan place", P._place_kernel, dict(BLOCK=P.BLOCK, SCAN_BUCKETS=P.SCAN_BUCKETS,
+                                                    CHUNKS=P.PLACE_CHUNKS), warps)]
 
 
 def main() -> None:
