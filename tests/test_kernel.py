@@ -220,8 +220,8 @@ def test_fast_predicate_only_where_the_detailed_check_passes(device, monkeypatch
 
 @pytest.mark.parametrize("hidden,rows", [(2048, 9), (3000, 20), (5376, 6)])
 def test_wide_rows_path(device, hidden, rows):
-    """Wide H: whole rows in registers, one or two rows per backward step (prefetched); the walk forward
-    up to 4096, the per-row forward (head + tail blocks) above."""
+    """Wide H: whole rows in registers, one or two rows per backward step (prefetched; two programs an
+    SM up to 4096 lanes a row); the per-row forward (head + tail blocks; x read again above 4096)."""
     from kernels.norm_modulate import launch_config
     assert launch_config(hidden).bwd_rows <= 2 and not launch_config(hidden).bwd_chunk
     params, inputs, grad_out = case(device, hidden, rows)
