@@ -123,7 +123,7 @@ class LaunchConfig:
     fwd_reload: bool = False
     # "rows" only: > 0: under the global plan (M > local_max, training and inference alike) the forward is
     # the walk instead, plan_walk_rows rows a step on plan_walk_warps warps, fwd_programs_per_sm programs an
-    # SM (H200, H = 5376: M = 1024 204 us against the per-row forward's 288, M = 4096 221 against 347;
+    # SM (H200, H = 5376: M = 1024 204 us against the per-row forward's 259, M = 4096 221 against 310;
     # kernels/NOTES.md v33). 0: the per-row forward under the plan too
     plan_walk_rows: int = 0
     plan_walk_warps: int = 8
@@ -874,15 +874,15 @@ def _fwd_recipe(rows: int, hidden: int, table_rows: int, global_plan: bool, save
                 device: int) -> tuple:
     """(kernel, grid, constexprs and warps, scratch int32 elements, CHUNK, token) of a forward launch. The
     token (a fresh object per recipe) stands in a launch key for everything the recipe fixes."""
-    walk_rows, walk_warps = cfg.fwd_rows, cfg.fwd_warps
-    if cfg.fwd_kernel == "rows" and global_plan and cfg.plan_walk_rows:
-        walk_rows, walk_warps = cfg.plan_walk_rows, cfg.plan_walk_warps
-    elif cfg.fwd_kernel == "rows":
+    plan_walk = cfg.fwd_kernel == "rows" and global_plan and cfg.plan_walk_rows > 0
+    if cfg.fwd_kernel == "rows" and not plan_walk:
         head, tail = _head_tail(hidden)
         meta = dict(H=hidden, ROWS=cfg.fwd_rows, HEAD=head, TAIL=tail, ORDERED=global_plan and cfg.fwd_ordered,
                     L1_TABLES=cfg.fwd_l1_tables, TABLES_FIRST=cfg.fwd_tables_first, RELOAD=cfg.fwd_reload,
                     SAVE_RSTD=save_rstd, BY_HAND=BY_HAND, num_warps=cfg.fwd_warps)
         return _fwd_rows_kernel, (cdiv(rows, cfg.fwd_rows),), meta, 0, 0, object()
+    # the walk: the config's own (fwd_kernel "walk") or, under the global plan, the plan walk's shape
+    walk_rows, walk_warps = (cfg.plan_walk_rows, cfg.plan_walk_warps) if plan_walk else (cfg.fwd_rows, cfg.fwd_warps)
     programs, chunk, cmax = _geometry(rows, device, cfg.fwd_programs_per_sm, cfg.chunk_limit)
     meta = dict(H=hidden, BLOCK_H=cfg.block_h, ROWS=walk_rows, CMAX=cmax, K_P2=_k_p2(table_rows, global_plan),
                 GLOBAL=global_plan, SAVE_RSTD=save_rstd, BY_HAND=BY_HAND, num_warps=walk_warps)
