@@ -30,3 +30,24 @@ def test_sync_lines_keep_synchronizing_operations_only():
     sync = "called a synchronizing CUDA operation\nException raised from warn_or_error_on_sync"
     assert sync_lines([notice, sync, "something else"]) == ["called a synchronizing CUDA operation"]
     assert sync_lines([notice]) == []
+
+
+def test_fwd_bwd_step_runs_our_row_or_torch_rms_norm_alone():
+    """The step kernel_times profiles, on the CPU (our row under the interpreter): our row gives every
+    leaf a gradient; the torch row is F.rms_norm alone (x and w get its gradients, the tables none)."""
+    from tools.kernel_times import fwd_bwd_step
+    g = torch.Generator().manual_seed(3)
+    t = {"x": torch.randn(6, 32, generator=g).bfloat16(), "w": (1 + torch.rand(32, generator=g)).bfloat16(),
+         "sh": (0.1 * torch.randn(4, 32, generator=g)).bfloat16(),
+         "sc": (0.1 * torch.randn(4, 32, generator=g)).bfloat16(), "idx": torch.tensor([0, 3, 1, 1, 2, 0])}
+    dy = torch.randn(6, 32, generator=g).bfloat16()
+    ours, ours_leaves = fwd_bwd_step(t, torch_row=False, dy=dy)
+    ours()
+    assert all(leaf.grad is not None for leaf in ours_leaves)
+    ref, ref_leaves = fwd_bwd_step(t, torch_row=True, dy=dy)
+    ref()
+    assert ref_leaves[2].grad is None and ref_leaves[3].grad is None
+    x, w = (t[n].detach().requires_grad_() for n in ("x", "w"))
+    torch.nn.functional.rms_norm(x, (32,), w, 1e-6).backward(dy)
+    assert torch.equal(ref_leaves[0].grad, x.grad) and torch.equal(ref_leaves[1].grad, w.grad)
+    assert not torch.equal(ours_leaves[0].grad, x.grad)   # the modulation changes our row's x gradient

@@ -60,23 +60,11 @@ def per_kernel_us(events, steps: int) -> dict:
 
 def measure(hidden: int, table_rows: int, variant: str, rows: int, warmup: int, steps: int,
             trace: str = "") -> KernelTimes:
-    from kernels.norm_modulate_api import norm_modulate
     from tools.sweep_norm_modulate import _variant, make_case, using_config
     device = torch.device("cuda")
     _, t = make_case(device, hidden, rows, table_rows)
-    leaves = [t[n].detach().requires_grad_() for n in ("x", "w", "sh", "sc")]
-    dy = torch.randn_like(t["x"])
-    torch_row = variant == TORCH
-    config = None if variant == "default" or torch_row else _variant(variant, hidden)
-
-    def step():
-        for leaf in leaves:
-            leaf.grad = None
-        if torch_row:   # the issue's yardstick: F.rms_norm alone (no modulation) on the same x and w
-            torch.nn.functional.rms_norm(leaves[0], (hidden,), leaves[1], 1e-6).backward(dy)
-        else:
-            norm_modulate(*leaves, t["idx"], 1e-6, check_index=False).backward(dy)
-
+    step, leaves = fwd_bwd_step(t, variant == TORCH)
+    config = None if variant in ("default", TORCH) else _variant(variant, hidden)
     with using_config(config):
         for _ in range(warmup):
             step()
@@ -101,6 +89,25 @@ def measure(hidden: int, table_rows: int, variant: str, rows: int, warmup: int, 
     times = per_kernel_us(prof.key_averages(), steps)
     return KernelTimes(hidden, table_rows, variant, rows, steps, times, round(sum(times.values()), 2),
                        round(wall, 2), syncs)
+
+
+def fwd_bwd_step(t: dict, torch_row: bool, dy=None):
+    """(step, leaves): one fwd+bwd of our row on the case's tensors `t`, or of torch F.rms_norm alone on
+    its x and w (the issue's yardstick, no modulation: sh and sc get no gradient), with output gradient
+    `dy` (random if None); each step first resets the leaves' .grad, as the harness's fwd_bwd_net step."""
+    from kernels.norm_modulate_api import norm_modulate
+    leaves = [t[n].detach().requires_grad_() for n in ("x", "w", "sh", "sc")]
+    dy = torch.randn_like(t["x"]) if dy is None else dy
+    hidden = t["x"].shape[-1]
+
+    def step():
+        for leaf in leaves:
+            leaf.grad = None
+        if torch_row:
+            torch.nn.functional.rms_norm(leaves[0], (hidden,), leaves[1], 1e-6).backward(dy)
+        else:
+            norm_modulate(*leaves, t["idx"], 1e-6, check_index=False).backward(dy)
+    return step, leaves
 
 
 def host_syncs(fn) -> list:
