@@ -62,7 +62,9 @@ def _presets(base) -> dict:
     """{preset name: LaunchConfig fields it changes from `base`, the default config of one H}."""
     from kernels import norm_modulate as K
     block_h = base.block_h
-    _old_rows = max(1, min(64, 8192 // block_h)) if block_h <= 1024 else max(1, 4096 // block_h)
+    # the whole-row backward's rows a step and warps before v33 (one program an SM)
+    one_sm_rows = max(1, min(64, 8192 // block_h)) if block_h <= 1024 else max(1, 4096 // block_h)
+    one_sm_warps = K._warps(one_sm_rows * block_h)
     old_rows, old_warps = K.row_tile(block_h)   # v13's narrow tile / wide row shape
     whole_rows = dict(bwd_chunk=0, bwd_cols=0, bwd_rows=max(1, 4096 // block_h), bwd_programs_per_sm=1)
     presets = {
@@ -121,9 +123,10 @@ def _presets(base) -> dict:
         "fwd-w4": dict(fwd_warps=4),
         "fwd-w16": dict(fwd_warps=16),
         # narrow H: the whole-row backward as one program an SM of the full tile (the default before v33)
-        "bwd-1sm": dict(bwd_rows=_old_rows, bwd_warps=K._warps(_old_rows * block_h), bwd_programs_per_sm=1),
-        # narrow H: the whole-row backward as two programs an SM, half the rows a step on half the warps
-        "bwd-w4-2sm": dict(bwd_rows=max(1, base.bwd_rows // 2), bwd_warps=max(1, base.bwd_warps // 2),
+        "bwd-1sm": dict(bwd_rows=one_sm_rows, bwd_warps=one_sm_warps, bwd_programs_per_sm=1),
+        # narrow H: the whole-row backward as two programs an SM, half those rows a step on half the warps
+        # (the default up to 4096 lanes a row since v33-v34)
+        "bwd-w4-2sm": dict(bwd_rows=max(1, one_sm_rows // 2), bwd_warps=max(1, one_sm_warps // 2),
                            bwd_programs_per_sm=2),
     }
     return presets
@@ -133,7 +136,6 @@ def _variant_names() -> tuple:
     """The presets' names (the same for every H: any H's default config lists them)."""
     from kernels import norm_modulate as K
     return tuple(_presets(K.launch_config(1024)))
-
 
 
 def _ints(text: str) -> list[int]:
