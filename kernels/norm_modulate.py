@@ -846,14 +846,19 @@ def _bwd_combine_kernel(PART, SCRATCH, W, DW, DSH, DSC, n_programs, PSTRIDE, MET
 # `_bwd_recipe`); unused pointers are passed as None (a constexpr: no data_ptr() call at launch);
 # outputs come from empty_like where it applies (half the host cost of torch.empty here).
 
+def walks_plan(cfg: LaunchConfig) -> bool:
+    """Whether the forward walks the global plan when there is one (M > local_max): the walk kernel, or
+    the per-row forward's plan walk."""
+    return cfg.fwd_kernel == "walk" or cfg.plan_walk_rows > 0
+
+
 def wants_plan(table_rows: int, hidden: int, table_bytes: int, training: bool, cfg: LaunchConfig) -> bool:
     """The global plan is used when M > local_max: always for a backward; for an inference call when the
     walk forward needs it, or when sh + sc outgrow L2 and the per-row forward takes rows in the plan's
     order (`fwd_ordered`: sorted rows then share table rows in L2)."""
     if table_rows <= cfg.local_max:
         return False
-    return (training or cfg.fwd_kernel == "walk" or cfg.plan_walk_rows > 0
-            or (cfg.fwd_ordered and table_bytes > INFERENCE_SORT_BYTES))
+    return training or walks_plan(cfg) or (cfg.fwd_ordered and table_bytes > INFERENCE_SORT_BYTES)
 
 
 @functools.lru_cache(maxsize=64)
@@ -906,7 +911,7 @@ def forward(x2d: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tens
         return y, rstd
     cfg = config or launch_config(hidden)
     table_rows = sh.shape[0]
-    if plan is None and table_rows > cfg.local_max and (cfg.fwd_kernel == "walk" or cfg.plan_walk_rows):
+    if plan is None and table_rows > cfg.local_max and walks_plan(cfg):
         plan = make_plan(idx, table_rows)
     device = x2d.get_device()
     kernel, grid, meta, scratch_len, chunk, token = _fwd_recipe(rows, hidden, table_rows, plan is not None,

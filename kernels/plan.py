@@ -25,11 +25,12 @@ Integer arithmetic only, no atomics: the plan is a function of idx and M. BLOCK 
 counters (M + 2) * P would pass COUNTERS, then doubled up to MAX_BLOCK; beyond that, or where a place
 program's chunk sums (ceil((M + 2) / SCAN_BUCKETS) * BLOCK) would pass PLACE_WORK (M in the millions),
 torch's stable sort of the clamped indices makes the same plan. Scratch: 4 * (R + (M + 2) * (P + 1) +
-ceil((M + 2) / SCAN_BUCKETS)) bytes (at most ~16 MB of counters). A first three-launch version summed every
-bucket's total in each place program (O(M) a program: 75 us at M = 4096 on the H200, v34). Versions (kernels/NOTES.md v31, v34): tl.sort per block (2.5 s a call under the
-interpreter: its bitonic network) and COUNTS scanned in one program (87 us at M = 4096); 512-row blocks
-(176 us of comparisons); then four launches and torch.cumsum (a zeroed COUNTS, counts, cub's scan as two
-kernels, placement: five launches and five allocations a call, the host time of every M > local_max call).
+ceil((M + 2) / SCAN_BUCKETS)) bytes (at most ~16 MB of counters). Versions (kernels/NOTES.md v31, v34):
+tl.sort per block (2.5 s a call under the interpreter: its bitonic network) and COUNTS scanned in one
+program (87 us at M = 4096); 512-row blocks (176 us of comparisons); four launches and torch.cumsum (a
+zeroed COUNTS, counts, cub's scan as two kernels, placement: five launches and five allocations a call,
+the host time of every M > local_max call); a first three-launch version whose place programs summed
+every bucket's total (O(M) a program: 75 us at M = 4096 on the H200).
 """
 from __future__ import annotations
 
@@ -60,6 +61,12 @@ def _buckets(IDX, rows, ok, M):
     return tl.where(ok, tl.minimum(tl.maximum(key, -1), M) + 1, M + 2).to(tl.int32)
 
 
+@triton.jit
+def _counts_row(WORK, n_rows, M, p):
+    """Where block p's row of COUNTS starts in the workspace (p = the block count: WITHIN, then CHUNK_SUM)."""
+    return WORK + n_rows + p.to(tl.int64) * (M + 2)
+
+
 @triton.jit(do_not_specialize=["n_rows", "M", "programs"])
 def _count_kernel(IDX, WORK, n_rows, M, programs, BLOCK: tl.constexpr, CHUNK: tl.constexpr,
                   ZERO: tl.constexpr):
@@ -76,7 +83,7 @@ def _count_kernel(IDX, WORK, n_rows, M, programs, BLOCK: tl.constexpr, CHUNK: tl
         count += tl.sum(same.to(tl.int32), axis=1)
         rank += tl.sum((same & (k[None, :] < j[:, None])).to(tl.int32), axis=1)
     tl.store(WORK + rows, rank, mask=ok)
-    counts = WORK + n_rows + p.to(tl.int64) * (M + 2)   # this block's row of COUNTS
+    counts = _counts_row(WORK, n_rows, M, p)
     for z in range(0, M + 2, ZERO):
         b = z + tl.arange(0, ZERO)
         tl.store(counts + b, tl.zeros([ZERO], dtype=tl.int32), mask=b < M + 2)
@@ -92,13 +99,13 @@ def _scan_kernel(WORK, n_rows, M, programs, BUCKETS: tl.constexpr, BLOCKS: tl.co
     carry = tl.zeros([BUCKETS], dtype=tl.int32)
     for p0 in range(0, programs, BLOCKS):
         p = p0 + tl.arange(0, BLOCKS)
-        at = WORK + n_rows + p.to(tl.int64)[:, None] * (M + 2) + b[None, :]
+        at = _counts_row(WORK, n_rows, M, p)[:, None] + b[None, :]
         mask = (p < programs)[:, None] & b_ok[None, :]
         tile = tl.load(at, mask=mask, other=0)
         tl.store(at, tl.cumsum(tile, axis=0) - tile + carry[None, :], mask=mask)
         carry += tl.sum(tile, axis=0)
     # carry: each bucket's rows over all blocks; WITHIN[b]: the rows of this chunk's buckets before b
-    within = WORK + n_rows + programs.to(tl.int64) * (M + 2)
+    within = _counts_row(WORK, n_rows, M, programs)
     tl.store(within + b, tl.cumsum(carry, axis=0) - carry, mask=b_ok)
     tl.store(within + M + 2 + c, tl.sum(carry, axis=0))   # CHUNK_SUM[c]
 
@@ -110,7 +117,7 @@ def _place_kernel(IDX, WORK, KEYS, ORDER, n_rows, M, programs, BLOCK: tl.constex
     rows = p * BLOCK + tl.arange(0, BLOCK)
     ok = rows < n_rows
     bucket = _buckets(IDX, rows, ok, M)
-    within = WORK + n_rows + programs.to(tl.int64) * (M + 2)
+    within = _counts_row(WORK, n_rows, M, programs)
     mine = bucket // SCAN_BUCKETS                         # the scan chunk of each row's bucket
     base = tl.load(within + bucket, mask=ok, other=0)     # rows before it in its chunk's buckets
     n_chunks = (M + 2 + SCAN_BUCKETS - 1) // SCAN_BUCKETS
@@ -118,7 +125,7 @@ def _place_kernel(IDX, WORK, KEYS, ORDER, n_rows, M, programs, BLOCK: tl.constex
         c = c0 + tl.arange(0, CHUNKS)
         sums = tl.load(within + M + 2 + c, mask=c < n_chunks, other=0)
         base += tl.sum(tl.where(c[None, :] < mine[:, None], sums[None, :], 0), axis=1)
-    pre = tl.load(WORK + n_rows + p.to(tl.int64) * (M + 2) + bucket, mask=ok, other=0)
+    pre = tl.load(_counts_row(WORK, n_rows, M, p) + bucket, mask=ok, other=0)
     at = base + pre + tl.load(WORK + rows, mask=ok, other=0)
     tl.store(ORDER + at, rows.to(tl.int64), mask=ok)
     tl.store(KEYS + at, (bucket - 1).to(tl.int64), mask=ok)

@@ -264,3 +264,17 @@ def shifted(t: torch.Tensor) -> torch.Tensor:
     span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
     out = torch.as_strided(torch.zeros(span + 1, dtype=t.dtype, device=t.device), t.shape, t.stride(), 1)
     return out.copy_(t)
+
+
+def assert_same_bits(first, second) -> None:
+    """Two runs' (output, {name: gradient or None}) are the same bits: output, and every gradient present in
+    both (the same names given a gradient, each of the same shape and dtype)."""
+    from harness.execute import as_bits
+    (out1, grads1), (out2, grads2) = first, second
+    assert out1.shape == out2.shape and torch.equal(as_bits(out1), as_bits(out2))
+    assert grads1.keys() == grads2.keys()
+    for name, g1 in grads1.items():
+        g2 = grads2[name]
+        assert (g1 is None) == (g2 is None), name
+        if g1 is not None:
+            assert g1.shape == g2.shape and g1.dtype == g2.dtype and torch.equal(as_bits(g1), as_bits(g2)), name

@@ -9,7 +9,7 @@ from harness.ops.norm_modulate import OP
 from harness.probes.accuracy_latency import rel_err
 from kernels.norm_modulate_api import norm_modulate
 from kernels.common import local_order
-from tests.helpers import nm_params, shifted
+from tests.helpers import assert_same_bits, nm_params, shifted
 
 # max|err|/max|ref| bounds: one rounding of a value near max|ref| costs at most 2^-8 (bf16),
 # 2^-11 (fp16); fp32 only accumulates rounding.
@@ -586,11 +586,8 @@ def test_forward_row_order_equals_plan_order(device, monkeypatch, table_rows):
                 plan_walk_rows=0)
         outs.append(run(inputs, grad_out))
         assert K.launch_config(24).fwd_ordered is ordered
-    (y_plan, g_plan), (y_rows, g_rows) = outs
-    assert torch.equal(as_bits(y_plan), as_bits(y_rows))
-    for name in g_plan:
-        assert torch.equal(as_bits(g_plan[name]), as_bits(g_rows[name])), name
-    assert_bf16_matches_float64(params, inputs, grad_out, y_rows, g_rows)
+    assert_same_bits(*outs)
+    assert_bf16_matches_float64(params, inputs, grad_out, *outs[1])
 
 
 @pytest.mark.parametrize("hidden,first,reload", [(24, True, False), (24, False, True), (40, True, True)])
@@ -607,10 +604,8 @@ def test_forward_load_timing_keeps_the_bits(device, monkeypatch, hidden, first, 
             for extra in ({}, dict(fwd_tables_first=first, fwd_reload=reload)):
                 _config(monkeypatch, hidden, **base, **extra)
                 outs.append(run(inputs, grad_out, idx=idx, check_index=idx is None))
-            (y0, g0), (y1, g1) = outs
-            assert torch.equal(as_bits(y0), as_bits(y1))
-            for name in g0:
-                assert torch.equal(as_bits(g0[name]), as_bits(g1[name])), name
+            assert_same_bits(*outs)
+            y1, g1 = outs[1]
             if idx is None:
                 assert_bf16_matches_float64(params, inputs, grad_out, y1, g1)
             else:

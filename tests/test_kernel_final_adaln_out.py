@@ -11,7 +11,7 @@ from harness.ops.final_adaln_out import OP
 from harness.probes.accuracy_latency import rel_err
 from kernels import final_adaln_out as FA
 from kernels.final_adaln_out import LaunchConfig, final_adaln_out
-from tests.helpers import run_quick_plan
+from tests.helpers import assert_same_bits, run_quick_plan
 
 NAMES = ("x", "nw", "temb", "w", "b")
 PARAMS = ("nw", "temb", "w", "b")
@@ -173,16 +173,6 @@ def run_some(t, dout, wants, config):
     else:
         assert out.grad_fn is None
     return out.detach(), {n: leaves[n].grad for n in NAMES}
-
-
-def assert_same_bits(first, second):
-    (out1, grads1), (out2, grads2) = first, second
-    assert out1.shape == out2.shape and torch.equal(as_bits(out1), as_bits(out2))
-    for name in NAMES:
-        g1, g2 = grads1[name], grads2[name]
-        assert (g1 is None) == (g2 is None), name
-        if g1 is not None:
-            assert g1.shape == g2.shape and g1.dtype == g2.dtype and torch.equal(as_bits(g1), as_bits(g2)), name
 
 
 @pytest.mark.parametrize("projection", [{}, {"triton_projection": True}, {"triton_silu": False},

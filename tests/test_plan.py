@@ -52,7 +52,8 @@ def test_empty_default_block_and_counter_bound(device):
     assert plan.plan_block(32768, 4096) == plan.BLOCK
     assert plan.plan_block(32768, 20000) == 2 * plan.BLOCK
     assert plan.plan_block(32768, 10 ** 7) == 0
-    # a place program sums every bucket for its rows: past PLACE_WORK comparisons torch's sort takes over
+    # a place program adds every earlier scan chunk's sum for its rows: past PLACE_WORK comparisons torch's
+    # sort takes over
     assert plan.plan_block(4096, 60000) == plan.BLOCK
     assert plan.plan_block(1024, 10 ** 5) == plan.BLOCK
     assert plan.plan_block(1024, 3 * 10 ** 6) == 0   # 1024-row blocks, 93751 chunk sums each: past PLACE_WORK

@@ -166,9 +166,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--allow-cpu", action="store_true", help=argparse.SUPPRESS)  # tests: interpreter smoke run
     args = parser.parse_args(argv)
     args.variants = [v for v in args.variants.split(",") if v.strip()]
+    known = _variant_names()
     for name in args.variants:
-        if name not in _variant_names():
-            parser.error(f"unknown variant {name!r}; known: {', '.join(_variant_names())}")
+        if name not in known:
+            parser.error(f"unknown variant {name!r}; known: {', '.join(known)}")
     if min(args.rows, args.reps, args.host_reps, args.small_rows, args.dtype_rows) < 1 or args.warmup < 0:
         parser.error("--rows, --reps, --host-reps, --small-rows and --dtype-rows must be >= 1, --warmup >= 0")
     return args
