@@ -50,6 +50,13 @@ invariance checks rerun):
   one scale for the whole tensor (`row_maxima` gives the maxima; `_pow2_scale` the scale). Magnitudes
   below 2^-24 of the scaled maximum (fp16 subnormals' spacing) lose bits: an absolute error of at most
   ~2^-38 of that maximum per element. One config for every row count, as tf32x3.
+  With `local_scales` (LaunchConfig) the scales come from each step's own tiles instead: a row of A's
+  [BLOCK_M, BLOCK_K] tile by that row's max over the step's k, a column of B's tile likewise, so no
+  maxima pass runs before the GEMM (at small T that pass reads the whole weight once more). The step's
+  fresh accumulator is scaled back (two exact power-of-two products) before it is added to the fp32
+  total. A row's scales are still its own values' (k blocks fixed by BLOCK_K from k = 0 or the chunk's
+  start), so a row's bits stay independent of the batch; a step's maxima are never above the whole
+  row's, so each block keeps at least the bits the row-wide scale gave it.
 * A persistent config (LaunchConfig.persistent) runs the same per-tile loop for tiles pid, pid + P,
   ... (P programs): which program computes a tile changes, the tile's arithmetic does not.
 * `k_major` (input and weight gradients) multiplies K-contiguous copies of the operands: the same
@@ -69,6 +76,7 @@ shared B tile, so neither its position in the batch nor the batch size reaches i
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -116,6 +124,8 @@ class LaunchConfig:
     # loads are software-pipelined under this tile's epilogue); each tile's arithmetic is unchanged, so
     # the order of every element is the non-persistent one. split_k == 1 only.
     persistent: bool = False
+    # fp16x3 only: each step's operand scales from that step's own tiles (module docstring), no maxima
+    local_scales: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "block_k"):
@@ -134,6 +144,8 @@ class LaunchConfig:
             raise ValueError("a persistent config takes no split-K")
         if self.precision == SCALED and (self.k_major or self.transpose_w):
             raise ValueError("an fp16x3 config reads its operands as they are (no k_major / transpose_w copies)")
+        if self.local_scales and self.precision != SCALED:
+            raise ValueError(f"local_scales is an {SCALED} option, got precision {self.precision!r}")
         if self.k_major and self.transpose_w:
             raise ValueError("transpose_w is the forward's k_major for FMA dots: set one of them")
 
@@ -141,7 +153,7 @@ class LaunchConfig:
         s = f"{self.block_m}x{self.block_n}x{self.block_k}/w{self.num_warps}/s{self.num_stages}"
         return (s + (f"/k{self.split_k}" if self.split_k > 1 else "") + ("/wT" if self.transpose_w else "")
                 + (f"/{self.precision}" if self.precision != "ieee" else "") + ("/P" if self.persistent else "")
-                + ("/KM" if self.k_major else ""))
+                + ("/KM" if self.k_major else "") + ("/L" if self.local_scales else ""))
 
 
 Tiers = Sequence[tuple[int, LaunchConfig]]   # (largest row count, config), ascending; last = the rest
@@ -179,6 +191,15 @@ def _pow2_scale(mx):
     e = (mx.to(tl.int32, bitcast=True) >> 23) & 0xFF
     se = tl.minimum(tl.maximum(13 - (e - 127) + 127, 1), 254)
     return (se << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _pow2_scale_pair(mx):
+    """(2^(13 - e), its inverse) for e the exponent of mx >= 0, both normal fp32 (scale exponents clamped to
+    [-126, 126]): the per-step scales of `local_scales`, whose inverse multiplies a step's sum back exactly."""
+    e = (mx.to(tl.int32, bitcast=True) >> 23) & 0xFF
+    se = tl.minimum(tl.maximum(13 - (e - 127) + 127, 1), 253)
+    return (se << 23).to(tl.float32, bitcast=True), ((254 - se) << 23).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -271,11 +292,11 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
               SA, SB, n_sa, n_sb,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
               PRECISION: tl.constexpr, DOT_F32: tl.constexpr, A_SILU: tl.constexpr, ONES: tl.constexpr,
-              SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, BY_HAND: tl.constexpr):
+              SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, LOCAL: tl.constexpr, BY_HAND: tl.constexpr):
     """The accumulator of one tile over k in [k_lo, k_hi), ascending, BLOCK_K a step (the order): fp32, or
     float64 for PRECISION "fp64". fp16x3: SA / SB hold the maxima its scales come from (A's rows, B's
-    columns; SA_ALL / SB_ALL: one scale from all n_sa / n_sb of them)."""
-    if PRECISION == "fp16x3":
+    columns; SA_ALL / SB_ALL: one scale from all n_sa / n_sb of them); with LOCAL, each step's tiles."""
+    if PRECISION == "fp16x3" and not LOCAL:
         sa = _operand_scale(SA, rm, row_ok, n_sa, SA_ALL, BLOCK_M)
         sb = _operand_scale(SB, rn, load_ok, n_sb, SB_ALL, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
@@ -303,6 +324,9 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
         elif PRECISION == "fp64":
             acc = tl.dot(a.to(tl.float64), b.to(tl.float64), acc, input_precision="ieee", out_dtype=tl.float64)
         elif PRECISION == "fp16x3":
+            if LOCAL:   # a max rounds nothing: the scales are the step's values' own
+                sa, ia = _pow2_scale_pair(tl.max(tl.abs(a), 1))
+                sb, ib = _pow2_scale_pair(tl.max(tl.abs(b), 0))
             a = a * sa[:, None]   # powers of two: exact
             b = b * sb[None, :]
             a_hi = a.to(tl.float16)
@@ -312,12 +336,15 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
             step = tl.dot(a_lo, b_hi)   # a fresh accumulator per step, the small terms first
             step = tl.dot(a_hi, b_lo, step)
             step = tl.dot(a_hi, b_hi, step)
-            acc += step
+            if LOCAL:
+                acc += (step * ia[:, None]) * ib[None, :]   # exact: the inverses are normal powers of two
+            else:
+                acc += step
         else:
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
-    if PRECISION == "fp16x3":
+    if PRECISION == "fp16x3" and not LOCAL:
         acc = acc * (1.0 / sa)[:, None]   # exact: 1 / 2^j
         acc = acc * (1.0 / sb)[None, :]
     return acc
@@ -333,7 +360,7 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
                  PRECISION: tl.constexpr, DOT_F32: tl.constexpr, PERSISTENT: tl.constexpr,
                  A_SILU: tl.constexpr, ONES: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr,
                  OUT_SILU: tl.constexpr, SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr,
-                 SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, BY_HAND: tl.constexpr):
+                 SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, LOCAL: tl.constexpr, BY_HAND: tl.constexpr):
     """One [BLOCK_M, BLOCK_N] tile of C (or, with SPLIT_K > 1, one K chunk of it; or, PERSISTENT, the
     tiles pid, pid + programs, ...). Columns n_load .. N - 1 of B are not read: with ONES they are ones
     (the db column), else zeros."""
@@ -346,7 +373,7 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
                                                MASK_N)
             acc = _mainloop(A, B, rm, rn, 0, K, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
                             SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
-                            SA_ALL, SB_ALL, BY_HAND)
+                            SA_ALL, SB_ALL, LOCAL, BY_HAND)
             _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm,
                       stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, BY_HAND)
         return
@@ -361,7 +388,7 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
         k_hi = tl.minimum(K, k_lo + chunk)
     acc = _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
                     SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
-                    SA_ALL, SB_ALL, BY_HAND)
+                    SA_ALL, SB_ALL, LOCAL, BY_HAND)
 
     if SPLIT_K == 1:
         _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm, stride_zn,
@@ -374,6 +401,7 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
         tl.debug_barrier()  # every thread's partial is written before the counter says so
         done = tl.atomic_add(COUNTS + tile, 1, sem="acq_rel", scope="gpu")
         if done == SPLIT_K - 1:  # the last chunk of this tile to finish adds them all, in chunk order
+            tl.store(COUNTS + tile, 0)   # and leaves the counter as it found it: the next launch reuses it
             total = tl.load(PART + offs, mask=mask, other=0.0, cache_modifier=".cg")
             for s in tl.static_range(1, SPLIT_K):
                 total += tl.load(PART + s * plane64 + offs, mask=mask, other=0.0, cache_modifier=".cg")
@@ -475,12 +503,16 @@ def row_maxima(x: torch.Tensor, y: Optional[torch.Tensor] = None) -> tuple[torch
     return outs[0], outs[1]
 
 
+def needs_maxima(cfg: LaunchConfig) -> bool:
+    """An fp16x3 config whose scales come from its operands' maxima (`row_maxima`), not from each step."""
+    return cfg.precision == SCALED and not cfg.local_scales
+
+
 def _maxima(t: torch.Tensor, given: Optional[torch.Tensor]) -> torch.Tensor:
     return given if given is not None else row_maxima(t if t.stride(-1) == 1 else t.contiguous())[0]
 
 
 _PROGRAMS: dict = {}
-_META: dict = {}   # the launch's constexprs and options by its flags (built once each)
 _I32_LIMIT = 1 << 31   # an int argument at or above this is passed as int64: another specialization
 
 
@@ -495,74 +527,117 @@ def persistent_programs(device: torch.device) -> int:
     return count
 
 
-def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_strides: tuple[int, int],
-          c: torch.Tensor, c_strides: tuple[int, int], M: int, N: int, K: int, cfg: LaunchConfig, *,
-          n_main: Optional[int] = None, n_load: Optional[int] = None, bias=None, zin=None, zout=None,
-          extra=None, a_silu=False, ones=False, out_silu=False, m_fixed: bool = False,
-          scales: Optional["Scales"] = None) -> None:
-    """Launch `_gemm_kernel` for C[M, N] = A'[M, K] @ B'[K, N] (views given by pointer + strides);
-    an fp16x3 config needs `scales`. c, zout and extra must be the caller's fresh allocations (16-byte
-    aligned: the launch's key takes them so)."""
-    if (cfg.precision == SCALED) != (scales is not None):
-        raise ValueError(f"an {SCALED} config needs its operands' maxima (scales), others none: {cfg.short()}")
-    if scales is not None and (a_silu or ones):
-        raise ValueError(f"an {SCALED} GEMM takes no prologue silu and no ones column (its scales are of the operands)")
-    device = c.device
-    n_main = N if n_main is None else n_main
-    n_load = N if n_load is None else n_load
-    fp32 = b.dtype == torch.float32
+# Split-K tile counters, one zeroed int32 buffer per (device, stream), kept: the last program of a tile
+# sets its counter back to 0, so every launch finds them zeroed without a fill launch of its own (a
+# torch.zeros per call was an allocation and a fill kernel: host time at small T). Launches on one
+# stream run in turn, so they never share a counter at the same time; another stream gets its own.
+_COUNTERS: dict = {}
+
+
+def split_counters(device: torch.device, tiles: int) -> torch.Tensor:
+    """At least `tiles` zeroed int32 counters for split-K launches on the current stream of `device`."""
+    stream = torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0
+    found = _COUNTERS.get((device, stream))
+    if found is None or found.numel() < tiles:
+        found = _COUNTERS[(device, stream)] = torch.zeros((max(tiles, 1024),), dtype=torch.int32, device=device)
+    return found
+
+
+@dataclass(frozen=True, eq=False)
+class _Plan:
+    """Everything a `_gemm_kernel` launch takes from the shapes, strides, config and flags (not from the
+    tensors' addresses): built once per such combination (`_plan`). Hashed by identity: a plan stands
+    for its shape part of a launch key (`key` spells that part out, for the key tests)."""
+    programs: int
+    split: int
+    num_tiles: int
+    ints: tuple   # the kernel's int arguments, in its order
+    meta: dict
+    key: tuple    # the launch key's shape part (kernels.common.launch_keyed)
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M: int, N: int, K: int,
+          cfg: LaunchConfig, n_main: int, n_load: int, fp32: bool, flags: tuple, n_sa: int, n_sb: int,
+          programs_per_device: int) -> _Plan:
+    a_silu, ones, out_silu, m_fixed, has_bias, has_zin, has_zout, has_extra, sa_all, sb_all = flags
     split = cfg.split_k
     chunk = k_chunk(K, split)
     even_k = K % cfg.block_k == 0 and (split == 1 or chunk % cfg.block_k == 0)
     mask_n = column_mask_needed(N, n_load, cfg.block_n)
     mask_m = not (m_fixed and M % cfg.block_m == 0)   # M of T rows: always masked (one kernel for all T)
     num_tiles = cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n)
-    programs = min(num_tiles, persistent_programs(device)) if cfg.persistent else num_tiles * split
+    programs = min(num_tiles, programs_per_device) if cfg.persistent else num_tiles * split
+    strides = a_strides + b_strides + c_strides + z_strides + o_strides
+    ints = (M, N, K, n_main, n_load, chunk, M * N, n_sa, n_sb) + strides   # the kernel's order
+    meta = dict(
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, SPLIT_K=split,
+        EVEN_K=even_k, MASK_M=mask_m, MASK_N=mask_n, PRECISION=cfg.precision if fp32 else "tf32",
+        DOT_F32=INTERPRETED and not fp32, PERSISTENT=cfg.persistent,
+        A_SILU=a_silu, ONES=ones, HAS_BIAS=has_bias, MUL_DSILU=has_zin, OUT_SILU=out_silu,
+        SAVE_PRE=has_zout, EXTRA_COL=has_extra, SA_ALL=sa_all, SB_ALL=sb_all, LOCAL=cfg.local_scales,
+        BY_HAND=BY_HAND, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    # The specialization's key (kernels.common.launch_keyed): every int above, the constexprs, and (added
+    # at launch) c's dtype and the dtype and 16-byte alignment of each tensor from outside (c, the
+    # partials, the counters and the maxima are fresh allocations here or in `row_maxima`, or the
+    # counters' aligned cache: aligned, their dtypes fixed). M, K, chunk, plane, n_sa and n_sb are not
+    # specialized on (`do_not_specialize`): only whether they fit int32 counts, so one key serves every T.
+    unspecialized = (M, K, chunk, M * N, n_sa, n_sb)
+    key = (_gemm_kernel, device_index, tuple(sorted(meta.items())), (N, K, n_main, n_load) + strides,
+           all(v < _I32_LIMIT for v in unspecialized))
+    return _Plan(programs, split, num_tiles, ints, meta, key)
+
+
+def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_strides: tuple[int, int],
+          c: torch.Tensor, c_strides: tuple[int, int], M: int, N: int, K: int, cfg: LaunchConfig, *,
+          n_main: Optional[int] = None, n_load: Optional[int] = None, bias=None, zin=None, zout=None,
+          extra=None, a_silu=False, ones=False, out_silu=False, m_fixed: bool = False,
+          scales: Optional["Scales"] = None) -> None:
+    """Launch `_gemm_kernel` for C[M, N] = A'[M, K] @ B'[K, N] (views given by pointer + strides);
+    an fp16x3 config needs `scales`, unless its scales are local (`local_scales`). c, zout and extra
+    must be the caller's fresh allocations (16-byte aligned: the launch's key takes them so)."""
+    if (cfg.precision == SCALED and not cfg.local_scales) != (scales is not None):
+        raise ValueError(f"an {SCALED} config needs its operands' maxima (scales), unless its scales are local; "
+                         f"others none: {cfg.short()}")
+    if cfg.precision == SCALED and (a_silu or ones):
+        raise ValueError(f"an {SCALED} GEMM takes no prologue silu and no ones column (its scales are of the operands)")
+    if scales is not None and not all(m.dtype == torch.float32 and m.dim() == 1 and m.stride(0) == 1
+                                      for m in (scales.a, scales.b)):
+        raise ValueError("the maxima of an fp16x3 GEMM are fp32 vectors with unit stride (`row_maxima`'s)")
+    device = c.device
+    plan = _plan(device.index, a_strides, b_strides, c_strides,
+                 (zin.stride(0), zin.stride(1)) if zin is not None else (0, 0),
+                 (zout.stride(0), zout.stride(1)) if zout is not None else (0, 0),
+                 M, N, K, cfg, N if n_main is None else n_main, N if n_load is None else n_load,
+                 b.dtype == torch.float32,
+                 (a_silu, ones, out_silu, m_fixed, bias is not None, zin is not None, zout is not None,
+                  extra is not None, scales is not None and scales.a_all, scales is not None and scales.b_all),
+                 scales.a.numel() if scales is not None else 0, scales.b.numel() if scales is not None else 0,
+                 persistent_programs(device) if cfg.persistent else 0)
+    run_plan(plan, a, b, c, bias=bias, zin=zin, zout=zout, extra=extra, scales=scales)
+
+
+def run_plan(plan: _Plan, a, b, c, *, bias=None, zin=None, zout=None, extra=None, scales=None) -> None:
+    """Launch a `_plan` on these tensors (the ones its shape, strides and flags were taken from; split-K
+    partials made here, the counters from `split_counters`)."""
+    device = c.device
     dummy = c  # stands in for every pointer a constexpr flag leaves unused (never dereferenced)
-    if split > 1:
-        part = torch.empty((split, M, N), dtype=torch.float32, device=device)
-        counts = torch.zeros((num_tiles,), dtype=torch.int32, device=device)
+    if plan.split > 1:
+        part = c.new_empty(plan.split * plan.ints[6], dtype=torch.float32)   # ints[6]: M * N, one plane a chunk
+        counts = split_counters(device, plan.num_tiles)
     else:
         part = counts = dummy
-
-    def ptr(t):
-        return dummy if t is None else t
-
-    sa, sb, sa_all, sb_all = (scales.a, scales.b, scales.a_all, scales.b_all) if scales is not None else (
-        dummy, dummy, False, False)
-    if scales is not None and not all(m.dtype == torch.float32 and m.dim() == 1 and m.stride(0) == 1 for m in (sa, sb)):
-        raise ValueError("the maxima of an fp16x3 GEMM are fp32 vectors with unit stride (`row_maxima`'s)")
-    zs = (zin.stride(0), zin.stride(1)) if zin is not None else (0, 0)
-    os_ = (zout.stride(0), zout.stride(1)) if zout is not None else (0, 0)
-    n_sa, n_sb = (sa.numel(), sb.numel()) if scales is not None else (0, 0)
-    strides = (a_strides[0], a_strides[1], b_strides[0], b_strides[1], c_strides[0], c_strides[1], zs[0], zs[1],
-               os_[0], os_[1])
-    ints = (M, N, K, n_main, n_load, chunk, M * N, n_sa, n_sb) + strides   # the kernel's order
-    flags = (cfg, even_k, mask_m, mask_n, fp32, a_silu, ones, out_silu, bias is not None, zin is not None,
-             zout is not None, extra is not None, sa_all, sb_all)
-    meta = _META.get(flags)
-    if meta is None:
-        meta = _META[flags] = dict(
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, SPLIT_K=split,
-            EVEN_K=even_k, MASK_M=mask_m, MASK_N=mask_n, PRECISION=cfg.precision if fp32 else "tf32",
-            DOT_F32=INTERPRETED and not fp32, PERSISTENT=cfg.persistent,
-            A_SILU=a_silu, ONES=ones, HAS_BIAS=bias is not None, MUL_DSILU=zin is not None, OUT_SILU=out_silu,
-            SAVE_PRE=zout is not None, EXTRA_COL=extra is not None, SA_ALL=sa_all, SB_ALL=sb_all, BY_HAND=BY_HAND,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    # The specialization's key (kernels.common.launch_keyed): every int above, the flags (the constexprs),
-    # c's dtype and the dtype and 16-byte alignment of each tensor the caller passed (c, the partials, the
-    # counters and the maxima are fresh allocations here or in `row_maxima`: aligned, their dtypes fixed).
-    # M, K, chunk, plane, n_sa and n_sb are not specialized on (`do_not_specialize`): only whether they fit
-    # int32 counts, so one key serves every T.
-    user = (a, b, bias, zin)
-    unspecialized = (M, K, chunk, M * N, n_sa, n_sb)
-    if scales is not None:   # the maxima may be the caller's: their dtype and alignment count too
-        user += (sa, sb)
-    key = (_gemm_kernel, device.index, flags, (N, K, n_main, n_load) + strides,
-           all(v < _I32_LIMIT for v in unspecialized), c.dtype,
-           tuple(None if t is None else tensor_key(t) for t in user))
-    args = (a, b, c, ptr(bias), ptr(zin), ptr(zout), ptr(extra), part, counts, sa, sb) + ints
-    launch_keyed(_gemm_kernel, (programs,), device.index, key, args, meta)
+    if scales is None:
+        sa = sb = dummy
+        user = (tensor_key(a), tensor_key(b), None if bias is None else tensor_key(bias),
+                None if zin is None else tensor_key(zin))
+    else:   # the maxima may be the caller's: their dtype and alignment count too
+        sa, sb = scales.a, scales.b
+        user = (tensor_key(a), tensor_key(b), None if bias is None else tensor_key(bias),
+                None if zin is None else tensor_key(zin), tensor_key(sa), tensor_key(sb))
+    args = (a, b, c, dummy if bias is None else bias, dummy if zin is None else zin,
+            dummy if zout is None else zout, dummy if extra is None else extra, part, counts, sa, sb) + plan.ints
+    launch_keyed(_gemm_kernel, (plan.programs,), device.index, (plan, c.dtype, user), args, plan.meta)
 
 
 def silu_cast(x: torch.Tensor, dtype: torch.dtype, ones_column: bool = False) -> torch.Tensor:
@@ -571,6 +646,8 @@ def silu_cast(x: torch.Tensor, dtype: torch.dtype, ones_column: bool = False) ->
     Triton's specialization sees 16-divisible, so its loads vectorize), whose column D is 1 (the db
     column of the weight-gradient GEMM, `weight_grad(..., a_ones="stored")`) and D+1.. are 0."""
     rows, d = x.shape
+    if d > 1 and x.stride(1) != 1:
+        x = x.contiguous()   # the kernel reads a row's elements at unit stride
     width = cdiv(d + 1, 16) * 16 if ones_column else d
     pad = width - d
     out = torch.empty((rows, width), dtype=dtype, device=x.device)
@@ -583,6 +660,22 @@ def silu_cast(x: torch.Tensor, dtype: torch.dtype, ones_column: bool = False) ->
         launch_keyed(_silu_cast_kernel, (cdiv(rows, tile_rows), cdiv(width, block)), out.device.index,
                      key, (x, out) + ints, meta)
     return out[:, :d]
+
+
+def forward_plan(rows: int, a_strides: tuple[int, int], w: torch.Tensor, bias: Optional[torch.Tensor],
+                 cfg: LaunchConfig, *, out_silu: bool = False) -> Optional[_Plan]:
+    """The `_plan` that `forward(a, w, bias, cfg, out_silu=out_silu)` launches for an a of `rows` rows and
+    these strides when that launch reads the operands as they are (no copy, no maxima pass, a unit-stride
+    bias, rows and K present), for a caller that launches it itself (`run_plan`, on a fresh contiguous
+    [rows, N] output); else None."""
+    N, K = w.shape
+    if (rows == 0 or N == 0 or K == 0 or cfg.transpose_w or needs_maxima(cfg)
+            or (bias is not None and bias.stride(0) != 1)):
+        return None
+    return _plan(w.device.index, tuple(a_strides), (w.stride(1), w.stride(0)), (N, 1), (0, 0), (0, 0),
+                 rows, N, K, cfg, N, N, w.dtype == torch.float32,
+                 (False, False, out_silu, False, bias is not None, False, False, False, False, False), 0, 0,
+                 persistent_programs(w.device) if cfg.persistent else 0)
 
 
 def forward(a: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], cfg: LaunchConfig, *,
@@ -604,12 +697,14 @@ def forward(a: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], cfg:
         return y, pre
     if K == 0:
         raise ValueError("forward needs K >= 1")
+    if bias is not None and bias.stride(0) != 1:
+        bias = bias.contiguous()   # the epilogue reads bias[n] at n: a strided view would be read wrong
     if cfg.transpose_w:
         w = w.t().contiguous()   # [K, N]: B = w as it now is
         b_strides = (w.stride(0), w.stride(1))
     else:
         b_strides = (w.stride(1), w.stride(0))
-    scales = Scales(_maxima(a, a_max), _maxima(w, w_max)) if cfg.precision == SCALED else None
+    scales = Scales(_maxima(a, a_max), _maxima(w, w_max)) if needs_maxima(cfg) else None
     _gemm(a, (a.stride(0), a.stride(1)), w, b_strides, y, (y.stride(0), y.stride(1)), M, N, K, cfg,
           bias=bias, zout=pre, a_silu=a_silu, out_silu=out_silu, scales=scales)
     return y, pre
@@ -634,7 +729,7 @@ def input_grad(dy: torch.Tensor, w: torch.Tensor, cfg: LaunchConfig, *, dsilu_of
         w = wt
     else:
         b_strides = (w.stride(0), w.stride(1))
-    scales = Scales(_maxima(dy, dy_max), _maxima(w, w_max), b_all=True) if cfg.precision == SCALED else None
+    scales = Scales(_maxima(dy, dy_max), _maxima(w, w_max), b_all=True) if needs_maxima(cfg) else None
     _gemm(dy, (dy.stride(0), dy.stride(1)), w, b_strides, dx, (dx.stride(0), dx.stride(1)),
           M, K, N, cfg, zin=dsilu_of, scales=scales)
     return dx
@@ -678,9 +773,9 @@ def weight_grad(dy: torch.Tensor, a: torch.Tensor, cfg: LaunchConfig, *, a_ones:
     else:
         a_op, a_strides, b_op, b_strides = dy, (dy.stride(1), dy.stride(0)), a, (a.stride(0), a.stride(1))
     scales = None
-    if cfg.precision == SCALED:
-        if with_db:
-            raise ValueError(f"an {SCALED} weight gradient takes db as column sums (db_blocks=True)")
+    if cfg.precision == SCALED and with_db:
+        raise ValueError(f"an {SCALED} weight gradient takes db as column sums (db_blocks=True)")
+    if needs_maxima(cfg):
         scales = Scales(_maxima(dy, dy_max), _maxima(a, a_max), a_all=True, b_all=True)
     _gemm(a_op, a_strides, b_op, b_strides, dw, (dw.stride(0), dw.stride(1)),
           N, cols, T, cfg, n_main=K_a, n_load=a.stride(0) if stored else K_a, extra=db, ones=with_db and not stored,

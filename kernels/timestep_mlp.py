@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -131,6 +132,14 @@ DEFAULT = dataclasses.replace(
     dh=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=2, **_H3)),),
     dx=((BIG, C(64, 64, 32, num_warps=4, num_stages=4, split_k=DX_SPLIT, **_KM)),),
     dw2=(IEEE.dw2[0], (64, IEEE.dw2[1][1]), (BIG, C(128, 128, 64, num_warps=8, num_stages=3, **_H3))))
+# GEMM2 with each step's own scales (`local_scales`: no maxima pass over W2 before it, which at T <= 8
+# reads the 58 MB of W2 once more) in 4 or 6 K chunks, on 128- or 64-row tiles (bench sets: at T <= 8 the
+# forward streams W2, and 64-row tiles halve the MMA work a step; 2688 / 128 x 6 chunks = 126 programs)
+_L = {"precision": "fp16x3", "local_scales": True}
+FWD2_LOCAL_128K4 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=4, **_L)),))
+FWD2_LOCAL_64K4 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(64, 128, 64, num_warps=4, num_stages=4, split_k=4, **_L)),))
+FWD2_LOCAL_64K6 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(64, 128, 64, num_warps=4, num_stages=4, split_k=6, **_L)),))
+FWD2_LOCAL_128K6 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=6, **_L)),))
 # GEMM2 in 2 and 8 K chunks (bench sets: the split is part of the order)
 FP16X3_K2 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=2, **_H3)),))
 FP16X3_K8 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=8, **_H3)),))
@@ -208,10 +217,71 @@ def _check(x, w1, b1, w2, b2) -> None:
         raise ValueError(f"b2 must have shape ({w2.shape[0]},) to match w2, got {tuple(b2.shape)}")
 
 
+def _fast_ok(x, w1, b1, w2, b2) -> bool:
+    """Every argument well formed and all on one CUDA device, or all on the CPU under the interpreter (the
+    common case, checked with attribute reads only; the CPU case so the tests and tools/hostcost_cpu.py
+    take the path a GPU call takes). False sends the call through `_check`, which raises naming the
+    argument or accepts what this does not cover. True only where `_check` passes (tests)."""
+    try:
+        f32 = torch.float32
+        if not (x.dtype == f32 and w1.dtype == f32 and b1.dtype == f32 and w2.dtype == f32 and b2.dtype == f32):
+            return False
+        device = x.get_device()
+        if device >= 0:
+            same = (x.is_cuda and w1.is_cuda and b1.is_cuda and w2.is_cuda and b2.is_cuda
+                    and w1.get_device() == device and b1.get_device() == device and w2.get_device() == device
+                    and b2.get_device() == device)
+        else:
+            same = x.is_cpu and w1.is_cpu and b1.is_cpu and w2.is_cpu and b2.is_cpu and interpreter_active()
+        hidden = w1.shape[0]
+        return (same and x.dim() == 2 and w1.dim() == 2 and w2.dim() == 2 and b1.dim() == 1 and b2.dim() == 1
+                and 0 < x.shape[1] == w1.shape[1] and 0 < hidden == b1.shape[0] == w2.shape[1]
+                and 0 < w2.shape[0] == b2.shape[0])
+    except (AttributeError, IndexError, TypeError, RuntimeError):
+        return False
+
+
+# --- the no-grad forward ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class _Inference:
+    """The two launches of a no-grad forward for one (shape, strides, device) under one config set:
+    GEMM1 (+ b1, silu) and GEMM2 (+ b2), both reading their operands as they are. plans None: this case
+    takes `_forward` (a config that needs maxima or copies, a strided bias, zero rows)."""
+    configs: MLPConfigs
+    plans: Optional[tuple]
+
+
+_INFERENCE: dict = {}
+
+
+def _inference(x, w1, b1, w2, b2) -> torch.Tensor:
+    """The no-grad forward with its shape-dependent work done once per (shape, strides, device, config
+    set): at T <= 8 the host time of a call is most of its time (two launches, two allocations here)."""
+    cfg = configs()
+    key = (x.shape, x.stride(), w1.stride(), w2.shape, w2.stride(), b1.stride(), b2.stride(), x.device)
+    found = _INFERENCE.get(key)
+    if found is None or found.configs is not cfg:
+        rows = x.shape[0]
+        plan1 = gemm.forward_plan(rows, x.stride(), w1, b1, pick(cfg.fwd1, rows), out_silu=True)
+        plan2 = gemm.forward_plan(rows, (w1.shape[0], 1), w2, b2, pick(cfg.fwd2, rows))   # h: fresh, contiguous
+        found = _INFERENCE[key] = _Inference(cfg, (plan1, plan2) if plan1 and plan2 else None)
+    if found.plans is None:
+        return _forward(x, w1, b1, w2, b2, keep_pre=False)[0]
+    plan1, plan2 = found.plans
+    rows = x.shape[0]
+    h = x.new_empty((rows, w1.shape[0]))
+    out = x.new_empty((rows, w2.shape[0]))
+    gemm.run_plan(plan1, x, w1, h, bias=b1)
+    gemm.run_plan(plan2, h, w2, out, bias=b2)
+    return out
+
+
 # --- autograd ------------------------------------------------------------------------------------------
 
 def _scaled(*configs: C) -> bool:
-    return any(cfg.precision == gemm.SCALED for cfg in configs)
+    """Whether any of these GEMMs takes its fp16x3 scales from row maxima (not from each step's tiles)."""
+    return any(gemm.needs_maxima(cfg) for cfg in configs)
 
 
 def _forward(x, w1, b1, w2, b2, keep_pre: bool):
@@ -266,10 +336,12 @@ def timestep_mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.
     x: [T, F] fp32; w1: [Hd, F]; b1: [Hd]; w2: [D, Hd]; b2: [D], all fp32 on one device (CUDA, or the
     CPU under TRITON_INTERPRET=1). T = 0 gives an empty [0, D] output and zero weight gradients.
     Each output row is bitwise the same whatever T is; the weight gradients repeat bitwise."""
-    _check(x, w1, b1, w2, b2)
-    if x.device.type == "cuda" and x.device.index != torch.cuda.current_device():
+    if not _fast_ok(x, w1, b1, w2, b2):
+        _check(x, w1, b1, w2, b2)
+    if x.is_cuda and x.get_device() != torch.cuda.current_device():
         with torch.cuda.device(x.device):  # triton launches on the current device
             return timestep_mlp(x, w1, b1, w2, b2)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, w1, b1, w2, b2)):
+    if torch.is_grad_enabled() and (x.requires_grad or w1.requires_grad or b1.requires_grad or w2.requires_grad
+                                    or b2.requires_grad):
         return _TimestepMLP.apply(x, w1, b1, w2, b2)
-    return _forward(x, w1, b1, w2, b2, keep_pre=False)[0]
+    return _inference(x, w1, b1, w2, b2)

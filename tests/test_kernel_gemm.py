@@ -70,7 +70,7 @@ def test_timestep_mlp_matches_float64(device, rows):
         assert rel_err(grads[name], ref.grads[name]) <= FP32_TOL, name
 
 
-@pytest.mark.parametrize("configs", ["DEFAULT", "TF32X3_V5", "FMA_FWD1"])
+@pytest.mark.parametrize("configs", ["DEFAULT", "TF32X3_V5", "FMA_FWD1", "FWD2_LOCAL_64K6"])
 @pytest.mark.parametrize("rows", [1, 70])
 def test_timestep_mlp_gpu_default_plumbing_matches_float64(device, monkeypatch, rows, configs):
     """The GPU's default configs (v6: GEMM2, dz1 and dW2 in fp16x3 with the row maxima shared by forward
@@ -90,6 +90,9 @@ def test_timestep_mlp_gpu_default_plumbing_matches_float64(device, monkeypatch, 
     _, again = run_op(timestep_mlp, MLP_NAMES, inputs, dy)
     for name in ("w1", "b1", "w2", "b2"):
         assert torch.equal(as_bits(again[name]), as_bits(grads[name])), name
+    with torch.no_grad():   # the no-grad forward (its own launches where the configs allow): the same bits
+        y_plain = timestep_mlp(*(inputs.tensors[n] for n in MLP_NAMES))
+    assert torch.equal(as_bits(y_plain), as_bits(y))
 
 
 def _silu64(t):
@@ -147,6 +150,32 @@ def test_rows_alone_and_in_sub_batches_equal_the_full_batch(device, op):
         y_sub, g_sub = run_op(fn, names, sub, dy[lo:hi])
         assert torch.equal(as_bits(y_sub), as_bits(y[lo:hi])), (lo, hi)
         assert torch.equal(as_bits(g_sub[row_name]), as_bits(grads[row_name][lo:hi])), (lo, hi)
+
+
+def _strided(t: torch.Tensor) -> torch.Tensor:
+    """The same values as a view with no unit stride anywhere: every other element of a buffer twice as
+    long in the last dimension, laid out transposed for matrices."""
+    if t.dim() == 1:
+        return torch.stack([t, torch.full_like(t, float("nan"))], 1).reshape(-1)[::2]
+    wide = torch.full((t.shape[1], 2 * t.shape[0]), float("nan"), dtype=t.dtype, device=t.device)
+    wide[:, ::2] = t.T
+    return wide.T[::2]
+
+
+@pytest.mark.parametrize("op", ["timestep_mlp", "adaln_projection"])
+def test_strided_inputs_give_the_contiguous_bits(device, op):
+    """Every input a strided view (no unit stride, NaN between its elements): output and every gradient
+    bitwise those of contiguous inputs (a strided bias was once read as if contiguous)."""
+    fn, names, (inputs, dy) = ((timestep_mlp, MLP_NAMES, mlp_case(device, 5)) if op == "timestep_mlp"
+                               else (adaln_projection, ADA_NAMES, ada_case(device, 5)))
+    y, grads = run_op(fn, names, inputs, dy)
+    strided = dataclasses.replace(inputs, tensors={n: _strided(t) for n, t in inputs.tensors.items()})
+    for name, t in strided.tensors.items():
+        assert torch.equal(t, inputs.tensors[name]) and (t.dim() == 1 or 1 not in t.stride()), name
+    ys, grads_s = run_op(fn, names, strided, dy)
+    assert torch.equal(as_bits(ys), as_bits(y))
+    for name in names:
+        assert torch.equal(as_bits(grads_s[name]), as_bits(grads[name])), name
 
 
 def test_inference_path_matches_autograd_path(device):
@@ -352,12 +381,14 @@ def test_fp64_gemm_rounds_once_from_float64(device):
 FP16X3 = gemm.LaunchConfig(32, 64, 32, precision="fp16x3")
 
 
+@pytest.mark.parametrize("local", [False, True], ids=["row_maxima", "local_scales"])
 @pytest.mark.parametrize("split_k", [1, 2])
-def test_fp16x3_gemms_match_float64_and_a_row_alone(device, split_k):
-    """precision="fp16x3" (three fp16 products a step, power-of-two scaled operands): forward, input and
-    weight gradient within fp32's bound of float64 at odd sizes; a row alone bitwise equal to it in the
-    batch (its scale is its own row's); the weight gradient twice bitwise."""
-    cfg = dataclasses.replace(FP16X3, split_k=split_k)
+def test_fp16x3_gemms_match_float64_and_a_row_alone(device, split_k, local):
+    """precision="fp16x3" (three fp16 products a step, power-of-two scaled operands, from row maxima or
+    each step's tiles): forward, input and weight gradient within fp32's bound of float64 at odd sizes;
+    a row alone bitwise equal to it in the batch (its scale is its own row's); the weight gradient twice
+    bitwise."""
+    cfg = dataclasses.replace(FP16X3, split_k=split_k, local_scales=local)
     g = torch.Generator().manual_seed(5)
     a = torch.randn(37, 300, generator=g).to(device)
     w = (torch.randn(70, 300, generator=g) / 40).to(device)
@@ -380,18 +411,22 @@ def test_fp16x3_gemms_match_float64_and_a_row_alone(device, split_k):
     assert torch.equal(as_bits(dw2), as_bits(dw))
 
 
-def test_fp16x3_scales_reach_fp32_range_and_propagate_nonfinite(device):
+@pytest.mark.parametrize("local", [False, True], ids=["row_maxima", "local_scales"])
+def test_fp16x3_scales_reach_fp32_range_and_propagate_nonfinite(device, local):
     """Rows 1e-30 and 1e25 times the others (far outside fp16's range unscaled) and a zero row: each row's
     error within fp32's bound of its own size; a NaN or an inf in a row makes that row's outputs
-    non-finite, as in fp32, and leaves the other rows' bits alone."""
+    non-finite, as in fp32, and leaves the other rows' bits alone. With local scales also a row whose
+    k blocks differ by 1e-35 (the smallest block's scale and its inverse at the clamp, both normal)."""
+    cfg = dataclasses.replace(FP16X3, local_scales=local)
     g = torch.Generator().manual_seed(6)
     a = torch.randn(6, 200, generator=g)
     a[0] *= 1e-30
     a[1] *= 1e25
     a[2] = 0.0
+    a[3, :32] *= 1e-35
     a = a.to(device)
     w = (torch.randn(40, 200, generator=g) * 1e-6).to(device)
-    y, _ = gemm.forward(a, w, None, FP16X3, out_dtype=torch.float32)
+    y, _ = gemm.forward(a, w, None, cfg, out_dtype=torch.float32)
     ref = a.double() @ w.double().T
     for r in (0, 1, 3, 4, 5):
         assert rel_err(y[r], ref[r]) <= FP32_TOL, r
@@ -399,9 +434,43 @@ def test_fp16x3_scales_reach_fp32_range_and_propagate_nonfinite(device):
     bad = a.clone()
     bad[4, 7] = float("nan")
     bad[5, 9] = float("inf")
-    yb, _ = gemm.forward(bad, w, None, FP16X3, out_dtype=torch.float32)
+    yb, _ = gemm.forward(bad, w, None, cfg, out_dtype=torch.float32)
     assert not torch.isfinite(yb[4]).any() and not torch.isfinite(yb[5]).any()
     assert torch.equal(as_bits(yb[:4]), as_bits(y[:4]))
+
+
+def test_local_scales_need_no_maxima_and_only_fp16x3_takes_them(device, monkeypatch):
+    """A local-scales fp16x3 GEMM launches no `row_maxima` (its scales are each step's) and refuses maxima
+    passed in; `local_scales` on another precision is refused."""
+    cfg = dataclasses.replace(FP16X3, local_scales=True)
+    assert not gemm.needs_maxima(cfg) and gemm.needs_maxima(FP16X3)
+    with pytest.raises(ValueError, match="local_scales is an fp16x3 option"):
+        gemm.LaunchConfig(32, 64, 32, precision="tf32x3", local_scales=True)
+    g = torch.Generator().manual_seed(8)
+    a = torch.randn(5, 70, generator=g).to(device)
+    w = torch.randn(9, 70, generator=g).to(device)
+    called = []
+    monkeypatch.setattr(gemm, "row_maxima", lambda *t: called.append(t))
+    y, _ = gemm.forward(a, w, None, cfg, out_dtype=torch.float32)
+    assert not called and rel_err(y, a.double() @ w.double().T) <= FP32_TOL
+    with pytest.raises(ValueError, match="unless its scales are local"):
+        gemm._gemm(a, (a.stride(0), a.stride(1)), w, (w.stride(1), w.stride(0)), y, (y.stride(0), y.stride(1)),
+                   5, 9, 70, cfg, scales=gemm.Scales(a.abs().amax(1), w.abs().amax(1)))
+
+
+def test_split_k_counters_are_left_zeroed_and_reused(device):
+    """The split-K tile counters (one buffer per device and stream) are back at 0 after every launch, so the
+    next launch finds them ready: two launches in a row give the same bits, the buffer is not reallocated."""
+    cfg = gemm.LaunchConfig(32, 32, 32, split_k=3)
+    g = torch.Generator().manual_seed(9)
+    a = torch.randn(40, 400, generator=g).to(device)
+    w = torch.randn(70, 400, generator=g).to(device)
+    y, _ = gemm.forward(a, w, None, cfg, out_dtype=torch.float32)
+    counters = gemm.split_counters(a.device, 1)
+    assert counters.dtype == torch.int32 and not counters.any()
+    y2, _ = gemm.forward(a, w, None, cfg, out_dtype=torch.float32)
+    assert gemm.split_counters(a.device, 1) is counters and not counters.any()
+    assert torch.equal(as_bits(y2), as_bits(y)) and rel_err(y, a.double() @ w.double().T) <= FP32_TOL
 
 
 def test_fp16x3_configs_and_row_maxima(device):
@@ -610,7 +679,10 @@ def test_column_mask_needed():
 def test_timestep_mlp_bad_input_names_the_argument(device, change, error, match):
     inputs, _ = mlp_case(device, 5)
     args = {**inputs.tensors}
+    from kernels import timestep_mlp as TM
+    assert TM._fast_ok(*(inputs.tensors[n] for n in MLP_NAMES))   # the good call takes the cheap check
     args.update(change(args))
+    assert not TM._fast_ok(*(args[n] for n in MLP_NAMES))   # a bad one never does: `_check` names it
     with pytest.raises(error, match=match):
         timestep_mlp(*(args[n] for n in MLP_NAMES))
 

@@ -330,6 +330,19 @@ def mlp_candidates():
                         c(128, 128, 64, 8, 3, persistent=True, **h3), c(128, 64, 64, 4, 3, **h3)]),
         ("fwd2", 1, [gemm.pick(d.fwd2, 1), c(128, 128, 64, 8, 3, **h3), c(128, 128, 64, 8, 3, split_k=2, **h3),
                      c(128, 128, 64, 8, 3, split_k=4, **h3), c(128, 128, 64, 8, 3, split_k=8, **h3)]),
+    ]
+    # fp16x3 with each step's own scales (`local_scales`: no maxima pass over W2 first), at the T they
+    # must serve: small T streams W2 (its tiles' MMA work and the programs' count decide), T = 2048 is
+    # MMA-bound (the per-step maxima are extra CUDA-core work there)
+    lh = {"precision": "fp16x3", "local_scales": True}
+    local = [c(128, 128, 64, 8, 3, split_k=4, **lh), c(64, 128, 64, 4, 4, split_k=4, **lh),
+             c(64, 128, 64, 4, 4, split_k=6, **lh), c(128, 128, 64, 8, 3, split_k=6, **lh),
+             c(64, 128, 64, 4, 3, split_k=6, **lh), c(64, 64, 64, 4, 4, split_k=4, **lh),
+             c(64, 256, 64, 8, 3, split_k=8, **lh), c(128, 64, 64, 4, 3, split_k=6, **lh)]
+    found += [
+        ("fwd2", 2048, [gemm.pick(d.fwd2, 2048)] + local),
+        ("fwd2", 8, [gemm.pick(d.fwd2, 8)] + local),
+        ("fwd2", 1, [gemm.pick(d.fwd2, 1)] + local),
         ("dh", 2048, [gemm.pick(d.dh, 2048), c(128, 128, 64, 8, 3, **h3), c(128, 128, 64, 8, 3, split_k=2, **h3),
                       c(128, 128, 64, 8, 4, **h3), c(128, 128, 64, 8, 3, persistent=True, **h3)]),
         ("dw2", 2048, [gemm.pick(d.dw2, 2048), c(128, 128, 64, 8, 3, **h3), c(128, 128, 64, 8, 4, **h3),
@@ -400,6 +413,8 @@ def mlp_configs(args) -> list:
     wanted = set(filter(None, args.mlp_precisions.split(",")))
     for kernel, rows, cands in mlp_candidates():
         if wanted and not any(cfg.precision in wanted for cfg in cands):
+            continue
+        if args.mlp_kernels and kernel not in args.mlp_kernels.split(","):
             continue
         rows = min(rows, BIG)
         if rows not in cache:
@@ -545,6 +560,8 @@ def main() -> None:
                         help="config sets of kernels/adaln_projection.py run as the whole op")
     parser.add_argument("--mlp-precisions", default="",
                         help="only the timestep_mlp candidate lists holding a config of these precisions (e.g. fp16x3)")
+    parser.add_argument("--mlp-kernels", default="",
+                        help="only the timestep_mlp candidate lists of these kernels (e.g. fwd2; default: all)")
     parser.add_argument("--configs-of", default="adaln_projection,timestep_mlp",
                         help="whose candidate lists to time")
     parser.add_argument("--dry-run", action="store_true",

@@ -146,6 +146,22 @@ def final_adaln_out_case(rows: int, hidden: int, table_rows: int, dtype: torch.d
                   (x, nw, temb, w, b), dy)
 
 
+def timestep_mlp_case(rows: int, hidden: int, freq_dim: int = 16, temb_dim: int = 24
+                      ) -> dict[str, Callable[[], None]]:
+    """fp32 throughout, with the GPU's config set (kernels.timestep_mlp.DEFAULT: fp16x3 GEMM2, split-K),
+    not the interpreter's: the host path a CUDA call takes (the launches are stubbed, nothing runs)."""
+    from kernels import timestep_mlp as TM
+    TM.configs = lambda: TM._CONFIGS[0]
+    g = torch.Generator().manual_seed(0)
+    x = _leaf(torch.randn(rows, freq_dim, generator=g))
+    w1 = _leaf(0.1 * torch.randn(hidden, freq_dim, generator=g))
+    b1 = _leaf(0.1 * torch.randn(hidden, generator=g))
+    w2 = _leaf(0.1 * torch.randn(temb_dim, hidden, generator=g))
+    b2 = _leaf(0.1 * torch.randn(temb_dim, generator=g))
+    dy = torch.randn(rows, temb_dim, generator=g)
+    return _steps(lambda: TM.timestep_mlp(x, w1, b1, w2, b2), (x, w1, b1, w2, b2), dy)
+
+
 def profile_text(fn: Callable[[], None], calls: int, top: int) -> str:
     prof = cProfile.Profile()
     prof.enable()
@@ -161,7 +177,7 @@ def profile_text(fn: Callable[[], None], calls: int, top: int) -> str:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--op", choices=("norm_modulate", "final_adaln_out"), default="norm_modulate")
+    ap.add_argument("--op", choices=("norm_modulate", "final_adaln_out", "timestep_mlp"), default="norm_modulate")
     ap.add_argument("--rows", type=int, default=8)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--table-rows", type=int, default=9)
@@ -177,12 +193,16 @@ def main(argv=None) -> dict:
     torch.set_num_threads(1)
     import kernels.final_adaln_out  # noqa: F401  (every launcher's module, so stub_launches sees them)
     import kernels.norm_modulate_api  # noqa: F401
+    import kernels.timestep_mlp  # noqa: F401
     restore = stub_launches()
     try:
         cases = []
         for name in args.dtype.split(","):
             dtype = DTYPES[name.strip()]
-            if args.op == "norm_modulate":
+            if args.op == "timestep_mlp":
+                if dtype == torch.float32:   # fp32 only (the op's contract)
+                    cases.append(("timestep_mlp fp32", timestep_mlp_case(args.rows, args.hidden)))
+            elif args.op == "norm_modulate":
                 cases.append((f"norm_modulate {name}", norm_modulate_case(
                     args.rows, args.hidden, args.table_rows, dtype, args.check_index)))
             else:

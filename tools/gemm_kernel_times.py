@@ -1,0 +1,126 @@
+"""Where a timestep_mlp call's time goes at small T, kernel by kernel (a GPU measuring tool, not a probe).
+
+    python -m tools.gemm_kernel_times --rows 1,8 --configs DEFAULT,FWD2_LOCAL_64K6 --json out.json
+
+For each (config set of kernels/timestep_mlp.py, or `cublas`: the diffusers composition F.linear,
+F.silu, F.linear in fp32 with TF32 off; row count T; step: `fwd` under no_grad or `fwd_bwd`) it runs
+`--steps` steps after `--warmup` under torch.profiler with CUDA activity and reports each kernel's device
+time per step and their sum; then, without the profiler, the wall time per step of `--steps` steps queued
+back to back (one synchronize at the end: the harness's stream timing) and the host time per step (the
+same loop's time before that synchronize: while the GPU keeps up, the host sets the pace). Against the
+op's floor (weights read once: the forward's bytes at the copy bandwidth measured here): the target of
+issue 11 is a forward at >= 70% of that floor at T <= 8.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+from tools.kernel_times import per_kernel_us
+
+CUBLAS = "cublas"
+
+
+@dataclass
+class StepTimes:
+    configs: str
+    rows: int
+    step: str
+    per_step_us: dict   # kernel name -> device us per step
+    kernels_us: float
+    wall_us: float      # per step, steps queued back to back
+    host_us: float      # per step, the same loop before its synchronize
+    floor_fraction: float   # forward floor / wall (fwd only)
+
+
+def _inputs(rows: int, device: torch.device) -> tuple:
+    from harness.config import load_config
+    from harness.ops import get_op
+    params = load_config("timestep_mlp").inputs
+    inputs = get_op("timestep_mlp").make_inputs(params, rows, 11, device)
+    return params, tuple(inputs.tensors[n] for n in ("x", "w1", "b1", "w2", "b2"))
+
+
+def _call(configs: str):
+    if configs == CUBLAS:
+        return lambda x, w1, b1, w2, b2: F.linear(F.silu(F.linear(x, w1, b1)), w2, b2)
+    from kernels import timestep_mlp as TM
+    TM.use_configs(getattr(TM, configs))
+    return TM.timestep_mlp
+
+
+def measure(configs: str, rows: int, step_name: str, warmup: int, steps: int, floor_us: float) -> StepTimes:
+    device = torch.device("cuda")
+    _, tensors = _inputs(rows, device)
+    fn = _call(configs)
+    if step_name == "fwd":
+        def step():
+            with torch.no_grad():
+                fn(*tensors)
+    else:
+        leaves = [t.detach().requires_grad_() for t in tensors]
+        dy = torch.randn(rows, tensors[3].shape[0], device=device)
+
+        def step():
+            for leaf in leaves:
+                leaf.grad = None
+            fn(*leaves).backward(dy)
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    issued = time.perf_counter()
+    torch.cuda.synchronize()
+    done = time.perf_counter()
+    times = per_kernel_us(prof.key_averages(), steps)
+    wall = (done - start) / steps * 1e6
+    return StepTimes(configs, rows, step_name, times, round(sum(times.values()), 2), round(wall, 2),
+                     round((issued - start) / steps * 1e6, 2), round(floor_us / wall, 3) if step_name == "fwd" else 0.0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="1,8")
+    parser.add_argument("--configs", default="DEFAULT")
+    parser.add_argument("--steps-of", default="fwd,fwd_bwd")
+    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    from harness.environment import measure_copy_bandwidth
+    from harness.ops import get_op
+    from tools.bench_gemm import tf32_off
+    tf32_off()
+    device = torch.device("cuda")
+    copy_gbps = measure_copy_bandwidth(device)[0]
+    op = get_op("timestep_mlp")
+    results = []
+    for rows in (int(r) for r in args.rows.split(",")):
+        params, _ = _inputs(rows, device)
+        floor_us = op.floor_bytes(params, rows, backward=False) / (copy_gbps * 1e3)
+        for configs in args.configs.split(","):
+            for step_name in args.steps_of.split(","):
+                r = measure(configs, rows, step_name, args.warmup, args.steps, floor_us)
+                results.append(r)
+                top = ", ".join(f"{k[:60]} {v}" for k, v in list(r.per_step_us.items())[:6])
+                print(f"T={rows:5d} {configs:18s} {step_name:8s} kernels {r.kernels_us:9.2f} us  wall {r.wall_us:9.2f}"
+                      f"  host {r.host_us:9.2f}  floor {floor_us:.1f} us ({r.floor_fraction:.0%})  [{top}]", flush=True)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"device": torch.cuda.get_device_name(), "copy_gbps": round(copy_gbps, 1),
+                       "results": [asdict(r) for r in results]}, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
