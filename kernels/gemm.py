@@ -126,6 +126,11 @@ class LaunchConfig:
     persistent: bool = False
     # fp16x3 only: each step's operand scales from that step's own tiles (module docstring), no maxima
     local_scales: bool = False
+    # with split_k > 1: above this many rows (M) one program per tile walks the K chunks in turn, adding
+    # the chunk sums in chunk order as the split launch's last program does (the same bits: the chunks
+    # are the order, not how many programs share them); at or below it, a program per chunk (small M:
+    # the K chunks fill the machine, their partials are small)
+    walk_chunks_above: int = 1 << 62
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "block_k"):
@@ -140,6 +145,8 @@ class LaunchConfig:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.precision == "fp64" and self.split_k > 1:
             raise ValueError("an fp64 config takes no split-K (its partials would be rounded to fp32)")
+        if self.walk_chunks_above < 0:
+            raise ValueError(f"walk_chunks_above must be >= 0, got {self.walk_chunks_above}")
         if self.persistent and self.split_k > 1:
             raise ValueError("a persistent config takes no split-K")
         if self.precision == SCALED and (self.k_major or self.transpose_w):
@@ -153,7 +160,8 @@ class LaunchConfig:
         s = f"{self.block_m}x{self.block_n}x{self.block_k}/w{self.num_warps}/s{self.num_stages}"
         return (s + (f"/k{self.split_k}" if self.split_k > 1 else "") + ("/wT" if self.transpose_w else "")
                 + (f"/{self.precision}" if self.precision != "ieee" else "") + ("/P" if self.persistent else "")
-                + ("/KM" if self.k_major else "") + ("/L" if self.local_scales else ""))
+                + ("/KM" if self.k_major else "") + ("/L" if self.local_scales else "")
+                + (f"/W{self.walk_chunks_above}" if self.split_k > 1 and self.walk_chunks_above < (1 << 62) else ""))
 
 
 Tiers = Sequence[tuple[int, LaunchConfig]]   # (largest row count, config), ascending; last = the rest
@@ -360,10 +368,11 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
                  PRECISION: tl.constexpr, DOT_F32: tl.constexpr, PERSISTENT: tl.constexpr,
                  A_SILU: tl.constexpr, ONES: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr,
                  OUT_SILU: tl.constexpr, SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr,
-                 SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, LOCAL: tl.constexpr, BY_HAND: tl.constexpr):
+                 SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, LOCAL: tl.constexpr, WALK_CHUNKS: tl.constexpr,
+                 BY_HAND: tl.constexpr):
     """One [BLOCK_M, BLOCK_N] tile of C (or, with SPLIT_K > 1, one K chunk of it; or, PERSISTENT, the
     tiles pid, pid + programs, ...). Columns n_load .. N - 1 of B are not read: with ONES they are ones
-    (the db column), else zeros."""
+    (the db column), else zeros. WALK_CHUNKS: one program a tile adds its SPLIT_K chunks itself."""
     pid = tl.program_id(0)
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = tl.cdiv(N, BLOCK_N)
@@ -380,17 +389,29 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
     tile = pid % (num_m * num_n)   # split-major: all tiles of chunk 0 first (its operands share L2)
     split = pid // (num_m * num_n)
     rm, rn, row_ok, load_ok = _tile_of(tile, M, n_load, num_m, num_n, BLOCK_M, BLOCK_N, GROUP_M, MASK_M, MASK_N)
-    if SPLIT_K == 1:
-        k_lo = 0
-        k_hi = K
-    else:  # chunk is a multiple of KALIGN: saying so keeps the loads vectorized
-        k_lo = tl.multiple_of(split * chunk, _KALIGN)
-        k_hi = tl.minimum(K, k_lo + chunk)
-    acc = _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
-                    SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
-                    SA_ALL, SB_ALL, LOCAL, BY_HAND)
+    if WALK_CHUNKS:
+        # this program's tile, its K chunks in turn: each chunk's sum from +0, the chunk sums added in
+        # chunk order, as the split launch's last program adds them: the same bits, no partials in memory
+        acc = _mainloop(A, B, rm, rn, 0, tl.minimum(K, chunk), n_main, row_ok, load_ok, stride_am, stride_ak,
+                        stride_bk, stride_bn, SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
+                        DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, BY_HAND)
+        for s in range(1, SPLIT_K):
+            k_lo = tl.multiple_of(s * chunk, _KALIGN)
+            acc += _mainloop(A, B, rm, rn, k_lo, tl.minimum(K, k_lo + chunk), n_main, row_ok, load_ok, stride_am,
+                             stride_ak, stride_bk, stride_bn, SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
+                             PRECISION, DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, BY_HAND)
+    else:
+        if SPLIT_K == 1:
+            k_lo = 0
+            k_hi = K
+        else:  # chunk is a multiple of KALIGN: saying so keeps the loads vectorized
+            k_lo = tl.multiple_of(split * chunk, _KALIGN)
+            k_hi = tl.minimum(K, k_lo + chunk)
+        acc = _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
+                        SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
+                        SA_ALL, SB_ALL, LOCAL, BY_HAND)
 
-    if SPLIT_K == 1:
+    if SPLIT_K == 1 or WALK_CHUNKS:
         _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm, stride_zn,
                   stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, BY_HAND)
     else:
@@ -567,7 +588,8 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
     mask_n = column_mask_needed(N, n_load, cfg.block_n)
     mask_m = not (m_fixed and M % cfg.block_m == 0)   # M of T rows: always masked (one kernel for all T)
     num_tiles = cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n)
-    programs = min(num_tiles, programs_per_device) if cfg.persistent else num_tiles * split
+    walk = split > 1 and M > cfg.walk_chunks_above
+    programs = min(num_tiles, programs_per_device) if cfg.persistent else num_tiles * (1 if walk else split)
     strides = a_strides + b_strides + c_strides + z_strides + o_strides
     ints = (M, N, K, n_main, n_load, chunk, M * N, n_sa, n_sb) + strides   # the kernel's order
     meta = dict(
@@ -575,7 +597,7 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
         EVEN_K=even_k, MASK_M=mask_m, MASK_N=mask_n, PRECISION=cfg.precision if fp32 else "tf32",
         DOT_F32=INTERPRETED and not fp32, PERSISTENT=cfg.persistent,
         A_SILU=a_silu, ONES=ones, HAS_BIAS=has_bias, MUL_DSILU=has_zin, OUT_SILU=out_silu,
-        SAVE_PRE=has_zout, EXTRA_COL=has_extra, SA_ALL=sa_all, SB_ALL=sb_all, LOCAL=cfg.local_scales,
+        SAVE_PRE=has_zout, EXTRA_COL=has_extra, SA_ALL=sa_all, SB_ALL=sb_all, LOCAL=cfg.local_scales, WALK_CHUNKS=walk,
         BY_HAND=BY_HAND, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     # The specialization's key (kernels.common.launch_keyed): every int above, the constexprs, and (added
     # at launch) c's dtype and the dtype and 16-byte alignment of each tensor from outside (c, the
@@ -585,7 +607,7 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
     unspecialized = (M, K, chunk, M * N, n_sa, n_sb)
     key = (_gemm_kernel, device_index, tuple(sorted(meta.items())), (N, K, n_main, n_load) + strides,
            all(v < _I32_LIMIT for v in unspecialized))
-    return _Plan(programs, split, num_tiles, ints, meta, key)
+    return _Plan(programs, 1 if walk else split, num_tiles, ints, meta, key)
 
 
 def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_strides: tuple[int, int],

@@ -140,6 +140,15 @@ FWD2_LOCAL_128K4 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_
 FWD2_LOCAL_64K4 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(64, 128, 64, num_warps=4, num_stages=4, split_k=4, **_L)),))
 FWD2_LOCAL_64K6 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(64, 128, 64, num_warps=4, num_stages=4, split_k=6, **_L)),))
 FWD2_LOCAL_128K6 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=6, **_L)),))
+# GEMM2 in fixed K chunks of 256 (21 chunks) or 128 / 512, local scales, walked by one program a tile above
+# T = 64 (`walk_chunks_above`: the same bits as a program per chunk; at T = 2048 no partials in memory) and
+# split into a program per chunk at T <= 64 (441 programs at T <= 128 on 128-row tiles: W2 streamed by
+# the whole machine)
+_W = {"precision": "fp16x3", "local_scales": True, "walk_chunks_above": 64}
+FWD2_WALK_128K21 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=21, **_W)),))
+FWD2_WALK_64K21 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(64, 128, 64, num_warps=4, num_stages=4, split_k=21, **_W)),))
+FWD2_WALK_128K42 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=42, **_W)),))
+FWD2_WALK_128K11 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=11, **_W)),))
 # GEMM2 in 2 and 8 K chunks (bench sets: the split is part of the order)
 FP16X3_K2 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=2, **_H3)),))
 FP16X3_K8 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=8, **_H3)),))
@@ -293,7 +302,7 @@ def _forward(x, w1, b1, w2, b2, keep_pre: bool):
     fwd2 = pick(cfg.fwd2, rows)
     maxima = (None, None)
     if rows and (_scaled(fwd2) or (keep_pre and _scaled(pick(cfg.dh, rows), pick(cfg.dw2, rows)))):
-        maxima = gemm.row_maxima(h, w2)
+        maxima = gemm.row_maxima(h, w2 if w2.stride(1) == 1 else w2.contiguous())   # (unit inner stride)
     out, _ = gemm.forward(h, w2, b2, fwd2, out_dtype=torch.float32, a_max=maxima[0], w_max=maxima[1])
     return out, h, z1, maxima
 

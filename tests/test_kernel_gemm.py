@@ -458,6 +458,31 @@ def test_local_scales_need_no_maxima_and_only_fp16x3_takes_them(device, monkeypa
                    5, 9, 70, cfg, scales=gemm.Scales(a.abs().amax(1), w.abs().amax(1)))
 
 
+@pytest.mark.parametrize("precision", ["ieee", "fp16x3"])
+def test_walked_chunks_give_the_split_launch_bits(device, precision):
+    """`walk_chunks_above`: above that many rows one program per tile adds its K chunks in turn instead of a
+    program per chunk; the chunks' sums and their order are the same, so are the bits (forward with its
+    epilogue, input gradient with silu'), while the launch has split_k times fewer programs and no partials."""
+    more = {"local_scales": True} if precision == "fp16x3" else {}
+    split = gemm.LaunchConfig(32, 32, 32, split_k=3, precision=precision, **more)
+    walk = dataclasses.replace(split, walk_chunks_above=0)
+    g = torch.Generator().manual_seed(10)
+    a = torch.randn(40, 400, generator=g).to(device)
+    w = torch.randn(70, 400, generator=g).to(device)
+    b = torch.randn(70, generator=g).to(device)
+    y_split, z_split = gemm.forward(a, w, b, split, out_dtype=torch.float32, out_silu=True, save_pre=True)
+    y_walk, z_walk = gemm.forward(a, w, b, walk, out_dtype=torch.float32, out_silu=True, save_pre=True)
+    assert torch.equal(as_bits(y_walk), as_bits(y_split)) and torch.equal(as_bits(z_walk), as_bits(z_split))
+    assert rel_err(z_walk, a.double() @ w.double().T + b.double()) <= FP32_TOL
+    dy = torch.randn(40, 70, generator=g).to(device)
+    z = torch.randn(40, 400, generator=g).to(device)
+    assert torch.equal(as_bits(gemm.input_grad(dy, w, walk, dsilu_of=z)),
+                       as_bits(gemm.input_grad(dy, w, split, dsilu_of=z)))
+    plans = [gemm.forward_plan(40, a.stride(), w, b, cfg) for cfg in (split, walk)]
+    assert plans[0].programs == 3 * plans[1].programs and plans[0].split == 3 and plans[1].split == 1
+    assert "/W0" in walk.short() and "/W" not in split.short()
+
+
 def test_split_k_counters_are_left_zeroed_and_reused(device):
     """The split-K tile counters (one buffer per device and stream) are back at 0 after every launch, so the
     next launch finds them ready: two launches in a row give the same bits, the buffer is not reallocated."""

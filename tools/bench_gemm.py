@@ -338,7 +338,12 @@ def mlp_candidates():
     local = [c(128, 128, 64, 8, 3, split_k=4, **lh), c(64, 128, 64, 4, 4, split_k=4, **lh),
              c(64, 128, 64, 4, 4, split_k=6, **lh), c(128, 128, 64, 8, 3, split_k=6, **lh),
              c(64, 128, 64, 4, 3, split_k=6, **lh), c(64, 64, 64, 4, 4, split_k=4, **lh),
-             c(64, 256, 64, 8, 3, split_k=8, **lh), c(128, 64, 64, 4, 3, split_k=6, **lh)]
+             c(128, 128, 64, 8, 3, split_k=21, walk_chunks_above=64, **lh),
+             c(64, 128, 64, 4, 4, split_k=21, walk_chunks_above=64, **lh),
+             c(128, 128, 64, 8, 3, split_k=42, walk_chunks_above=64, **lh),
+             c(128, 128, 64, 8, 3, split_k=11, walk_chunks_above=64, **lh),
+             c(128, 128, 64, 8, 4, split_k=21, walk_chunks_above=64, **lh),
+             c(128, 128, 64, 8, 3, split_k=21, walk_chunks_above=64, **h3)]   # row maxima, walked
     found += [
         ("fwd2", 2048, [gemm.pick(d.fwd2, 2048)] + local),
         ("fwd2", 8, [gemm.pick(d.fwd2, 8)] + local),

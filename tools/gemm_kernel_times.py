@@ -32,6 +32,7 @@ class StepTimes:
     rows: int
     step: str
     per_step_us: dict   # kernel name -> device us per step
+    launches_us: list   # [name, mean device us] of each launch of a step, in issue order
     kernels_us: float
     wall_us: float      # per step, steps queued back to back
     host_us: float      # per step, the same loop before its synchronize
@@ -84,9 +85,23 @@ def measure(configs: str, rows: int, step_name: str, warmup: int, steps: int, fl
     torch.cuda.synchronize()
     done = time.perf_counter()
     times = per_kernel_us(prof.key_averages(), steps)
+    launches = launch_means(prof.events(), steps)
     wall = (done - start) / steps * 1e6
-    return StepTimes(configs, rows, step_name, times, round(sum(times.values()), 2), round(wall, 2),
+    return StepTimes(configs, rows, step_name, times, launches, round(sum(times.values()), 2), round(wall, 2),
                      round((issued - start) / steps * 1e6, 2), round(floor_us / wall, 3) if step_name == "fwd" else 0.0)
+
+
+def launch_means(events, steps: int) -> list:
+    """[name, mean us] per launch position of a step: the profiler's kernel events in start order, cut into
+    `steps` equal steps (two launches of one kernel, GEMM1 and GEMM2, told apart by position); [] when
+    the kernels do not divide into equal steps."""
+    kernels = sorted((e for e in events if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA
+                      and getattr(e, "device_time_total", 0) > 0), key=lambda e: e.time_range.start)
+    if not kernels or len(kernels) % steps:
+        return []
+    per = len(kernels) // steps
+    return [[kernels[i].name[:60], round(sum(kernels[j * per + i].device_time_total for j in range(steps)) / steps, 2)]
+            for i in range(per)]
 
 
 def main() -> None:
@@ -113,7 +128,7 @@ def main() -> None:
             for step_name in args.steps_of.split(","):
                 r = measure(configs, rows, step_name, args.warmup, args.steps, floor_us)
                 results.append(r)
-                top = ", ".join(f"{k[:60]} {v}" for k, v in list(r.per_step_us.items())[:6])
+                top = ", ".join(f"{k[:40]} {v}" for k, v in (r.launches_us or list(r.per_step_us.items()))[:6])
                 print(f"T={rows:5d} {configs:18s} {step_name:8s} kernels {r.kernels_us:9.2f} us  wall {r.wall_us:9.2f}"
                       f"  host {r.host_us:9.2f}  floor {floor_us:.1f} us ({r.floor_fraction:.0%})  [{top}]", flush=True)
     if args.json:
