@@ -9,7 +9,7 @@ mkdir -p "$W"
 echo "commit ${H3BENCH_COMMIT:-?}" > "$W/COMMIT.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$W/gpu.txt"
 t0=$(date +%s)
-H3BENCH_TEST_DEVICE=cuda timeout 200 python3 -m pytest -q tests/test_kernel_gemm.py > "$W/gemm_tests.log" 2>&1
+H3BENCH_TEST_DEVICE=cuda timeout 170 python3 -m pytest -q tests/test_kernel_gemm.py > "$W/gemm_tests.log" 2>&1
 echo "gemm tests rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 "$W/gemm_tests.log")"
 grep -E "^FAILED" "$W/gemm_tests.log" | head
 t0=$(date +%s)
@@ -19,8 +19,8 @@ timeout 120 python3 -m tools.gemm_kernel_times --rows 1,8 --steps-of fwd \
 echo "kernel times rc=$? $(( $(date +%s) - t0 )) s"
 grep "^T=" "$W/gemm_kernel_times.log" | cut -c1-330
 t0=$(date +%s)
-timeout 300 python3 -m tools.bench_gemm --skip-ops --mlp-variants FWD2_WALK_128K21,FWD2_WALK_64K21,FWD2_WALK_128K42 \
-  --ada-variants "" --configs-of timestep_mlp --mlp-precisions fp16x3 --mlp-kernels fwd2 --budget 230 \
+timeout 250 python3 -m tools.bench_gemm --skip-ops --mlp-variants FWD2_WALK_128K21,FWD2_WALK_64K21,FWD2_WALK_128K42 \
+  --ada-variants "" --configs-of timestep_mlp --mlp-precisions fp16x3 --mlp-kernels fwd2 --budget 190 \
   --out "$W/bench_gemm.json" > "$W/bench_gemm.log" 2>&1
 echo "bench rc=$? $(( $(date +%s) - t0 )) s"
 grep -E "/L|\* fwd2" "$W/bench_gemm.log" | cut -c1-160
