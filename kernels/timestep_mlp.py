@@ -3,8 +3,10 @@
 Launches of `kernels.gemm._gemm_kernel` (TF32 off: fp32 accuracy throughout), with the default configs:
 
     forward   z1 = x W1^T + b1, h = silu(z1)          GEMM1 (float64; epilogue: bias, silu; z1 kept for a backward)
-              max|h[t]|, max|W2[n]|                    `gemm.row_maxima` (one launch; fp16x3's scales)
-              out = h W2^T + b2                       GEMM2 (fp16x3; epilogue: bias; 4 fixed K chunks)
+              out = h W2^T + b2                       GEMM2 (fp16x3, each step's own scales; epilogue: bias;
+                                                      6 fixed K chunks)
+              max|h[t]|, max|W2[n]|                    `gemm.row_maxima` (one launch; the backward's fp16x3
+                                                      scales: only when a backward will follow)
     backward  max|dy[t]|                              `gemm.row_maxima`
               dz1 = (dy W2) * silu'(z1)               `gemm.input_grad` (fp16x3; epilogue: silu'; 2 fixed K chunks)
               dW2 = dy^T h, db2 = colsum(dy)          `gemm.weight_grad` (fp16x3), `gemm.column_sums` (float64)
@@ -13,8 +15,9 @@ Launches of `kernels.gemm._gemm_kernel` (TF32 off: fp32 accuracy throughout), wi
 
 Reduction orders (kernels/gemm.py): GEMM1 runs in float64 (fp64 MMA: exact products, float64 sums,
 bias and silu, one rounding of z1 and of h); GEMM2 and dz1 in fp16x3 (operands scaled by powers of two:
-h's and dy's rows each by their own maximum, W2 by its rows' in GEMM2 and by its whole maximum in dz1;
-each split into fp16 halves, three products a k64 step into a fresh accumulator, steps added in fp32)
+in GEMM2 each k64 step's rows of h and of W2 by their own maxima over the step's k; in dz1 dy's rows
+by their own maximum, W2 by its whole maximum; each split into fp16 halves, three products a k64 step
+into a fresh accumulator, steps added in fp32)
 and dx in tf32x3 (each operand split into two tf32 halves, three products a k8 slice, fp32
 accumulation); each with ONE tile config and one K split for every T (`MLPConfigs` refuses anything else for fp64 and tensor-core
 kernels): a row's bits do not depend on T. The weight gradients are sums over t, one fixed order per T (FMA chains
@@ -120,18 +123,25 @@ TF32X3_V5 = MLPConfigs(
     db_blocks=True,
 )
 _H3 = {"precision": "fp16x3"}
-# The default, v6 (kernels/notes/gemm.md): the three large GEMMs as three fp16 products per k64 step with
+# v6 (kernels/notes/gemm.md): the three large GEMMs as three fp16 products per k64 step with
 # power-of-two scaled operands (kernels/gemm.py's fp16x3). H200 at 6ecfb00 (tools/bench_gemm.py, stream us
 # at T = 2048, error against float64): GEMM2 in 4 fixed K chunks 579.0 (2.79e-7; tf32x3 in 8: 833.9,
 # 2.62e-7; one chunk 551.2 but 1.6-1.9x cuBLAS's forward error at T <= 8), dz1 in 2 chunks 590.5 (2.68e-7;
 # tf32x3 961.0), dW2 636.8 (3.35e-7; tf32x3 869.4); dx's tf32x3 with 4 stages (the same order as 3:
 # 119.5-152.0 us against 171.2-185.8). The whole op at T = 2048: 2266.6 us fwd+bwd against v5's 3301.9.
-DEFAULT = dataclasses.replace(
+FP16X3_V6 = dataclasses.replace(
     TF32X3_V5,
     fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=4, **_H3)),),
     dh=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=2, **_H3)),),
     dx=((BIG, C(64, 64, 32, num_warps=4, num_stages=4, split_k=DX_SPLIT, **_KM)),),
     dw2=(IEEE.dw2[0], (64, IEEE.dw2[1][1]), (BIG, C(128, 128, 64, num_warps=8, num_stages=3, **_H3))))
+# The default, v7 (kernels/notes/gemm.md): v6 with GEMM2's fp16x3 scales from each step's own tiles
+# (`local_scales`) in 6 K chunks: the no-grad forward is two launches and reads W2 once (v6 read it twice:
+# its row maxima first, 15 us at T <= 8); H200 (session 14, calls 1-2) kernels per no-grad forward at
+# T = 1 / 8: 61.4 / 61.9 us against v6's 76.2 / 76.9 (GEMM2 alone 52 against 52 + 15); GEMM2 at T = 2048
+# 799.7 us against 577.8 (the per-step maxima are CUDA-core work an MMA-bound GEMM pays for).
+DEFAULT = dataclasses.replace(
+    FP16X3_V6, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=6, precision="fp16x3", local_scales=True)),))
 # GEMM2 with each step's own scales (`local_scales`: no maxima pass over W2 before it, which at T <= 8
 # reads the 58 MB of W2 once more) in 4 or 6 K chunks, on 128- or 64-row tiles (bench sets: at T <= 8 the
 # forward streams W2, and 64-row tiles halve the MMA work a step; 2688 / 128 x 6 chunks = 126 programs)
@@ -139,19 +149,18 @@ _L = {"precision": "fp16x3", "local_scales": True}
 FWD2_LOCAL_128K4 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=4, **_L)),))
 FWD2_LOCAL_64K4 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(64, 128, 64, num_warps=4, num_stages=4, split_k=4, **_L)),))
 FWD2_LOCAL_64K6 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(64, 128, 64, num_warps=4, num_stages=4, split_k=6, **_L)),))
-FWD2_LOCAL_128K6 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=6, **_L)),))
 # GEMM2 in fixed K chunks of 256 (21 chunks) or 128 / 512, local scales, walked by one program a tile above
 # T = 64 (`walk_chunks_above`: the same bits as a program per chunk; at T = 2048 no partials in memory) and
-# split into a program per chunk at T <= 64 (441 programs at T <= 128 on 128-row tiles: W2 streamed by
-# the whole machine)
+# split into a program per chunk at T <= 64 (441 programs at T <= 128 on 128-row tiles). Session 14, call 2:
+# slower than 6 chunks split at every T (GEMM2 at T = 1 78.0 / 71.2 / 118.3 / 61.5 us of kernel for
+# 128K21 / 64K21 / 128K42 / 128K11 against 48.0 for 64K6; at T = 2048 933 / 1809 / 1076 / 871 us): each
+# chunk restarts the software pipeline, and short programs pay their setup more often.
 _W = {"precision": "fp16x3", "local_scales": True, "walk_chunks_above": 64}
 FWD2_WALK_128K21 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=21, **_W)),))
-FWD2_WALK_64K21 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(64, 128, 64, num_warps=4, num_stages=4, split_k=21, **_W)),))
-FWD2_WALK_128K42 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=42, **_W)),))
 FWD2_WALK_128K11 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=11, **_W)),))
 # GEMM2 in 2 and 8 K chunks (bench sets: the split is part of the order)
-FP16X3_K2 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=2, **_H3)),))
-FP16X3_K8 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=8, **_H3)),))
+FP16X3_K2 = dataclasses.replace(FP16X3_V6, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=2, **_H3)),))
+FP16X3_K8 = dataclasses.replace(FP16X3_V6, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=8, **_H3)),))
 # v4's default: GEMM1 as the FMA chains (IEEE.fwd1, tiers by T). Its h carries ~3x cuBLAS's error, which
 # at T = 1 is dW2's whole error (a dW2 element is dy * h there): w2 3.08x cuBLAS's (evidence at 296b918).
 FMA_FWD1 = dataclasses.replace(TF32X3_V5, fwd1=IEEE.fwd1)

@@ -274,6 +274,13 @@ def mlp_candidates():
     wt = {"transpose_w": True}
     found = [
         ("fwd1", 1, [gemm.pick(d.fwd1, 1), c(4, 64, 64, 2, 3), c(4, 16, 128, 1, 3)]),
+        # GEMM1 in float64 (the default's precision) at small T: 84 programs of 32 x 64 took 9.1 us for 5.5 MB
+        ("fwd1", 1, [gemm.pick(TM.DEFAULT.fwd1, 1), c(32, 32, 32, 4, 3, precision="fp64"),
+                     c(16, 64, 32, 4, 3, precision="fp64"), c(32, 32, 64, 4, 2, precision="fp64"),
+                     c(32, 64, 32, 8, 3, precision="fp64"), c(16, 32, 64, 4, 3, precision="fp64")]),
+        ("fwd1", 2048, [gemm.pick(TM.DEFAULT.fwd1, 2048), c(32, 32, 32, 4, 3, precision="fp64"),
+                        c(16, 64, 32, 4, 3, precision="fp64"), c(32, 32, 64, 4, 2, precision="fp64"),
+                        c(32, 64, 32, 8, 3, precision="fp64"), c(16, 32, 64, 4, 3, precision="fp64")]),
         ("fwd2", 1, [gemm.pick(d.fwd2, 1), c(4, 8, 128, 1, 4), c(4, 32, 64, 1, 4), c(4, 16, 16, 1, 8),
                      c(2, 16, 128, 1, 5)]),
         ("fwd2", 8, [gemm.pick(d.fwd2, 8), c(8, 32, 64, 2, 4), c(8, 8, 128, 1, 4), c(8, 16, 32, 1, 6)]),
@@ -335,15 +342,14 @@ def mlp_candidates():
     # must serve: small T streams W2 (its tiles' MMA work and the programs' count decide), T = 2048 is
     # MMA-bound (the per-step maxima are extra CUDA-core work there)
     lh = {"precision": "fp16x3", "local_scales": True}
-    local = [c(128, 128, 64, 8, 3, split_k=4, **lh), c(64, 128, 64, 4, 4, split_k=4, **lh),
-             c(64, 128, 64, 4, 4, split_k=6, **lh), c(128, 128, 64, 8, 3, split_k=6, **lh),
-             c(64, 128, 64, 4, 3, split_k=6, **lh), c(64, 64, 64, 4, 4, split_k=4, **lh),
-             c(128, 128, 64, 8, 3, split_k=21, walk_chunks_above=64, **lh),
-             c(64, 128, 64, 4, 4, split_k=21, walk_chunks_above=64, **lh),
-             c(128, 128, 64, 8, 3, split_k=42, walk_chunks_above=64, **lh),
-             c(128, 128, 64, 8, 3, split_k=11, walk_chunks_above=64, **lh),
-             c(128, 128, 64, 8, 4, split_k=21, walk_chunks_above=64, **lh),
-             c(128, 128, 64, 8, 3, split_k=21, walk_chunks_above=64, **h3)]   # row maxima, walked
+    # (session 14, call 2: the walked K chunks of 256 or 128 were slower at every T; 64-row tiles ~2.3x
+    # slower at T = 2048.) Smaller stages and wider programs: more warps an SM to hide each step's
+    # latency at small T
+    local = [c(128, 128, 64, 8, 3, split_k=6, **lh), c(64, 128, 64, 4, 4, split_k=6, **lh),
+             c(128, 128, 32, 8, 3, split_k=6, **lh), c(128, 128, 64, 8, 2, split_k=6, **lh),
+             c(64, 128, 32, 4, 3, split_k=6, **lh), c(128, 128, 64, 8, 3, split_k=7, **lh),
+             c(128, 128, 64, 16, 2, split_k=6, **lh), c(128, 128, 32, 8, 4, split_k=6, **lh),
+             c(128, 256, 64, 8, 2, split_k=6, **lh), c(128, 128, 32, 4, 3, split_k=6, **lh)]
     found += [
         ("fwd2", 2048, [gemm.pick(d.fwd2, 2048)] + local),
         ("fwd2", 8, [gemm.pick(d.fwd2, 8)] + local),
@@ -442,9 +448,22 @@ def mlp_configs(args) -> list:
                     rec["bitwise_equal_default"] = bool(torch.equal(as_bits(y), as_bits(reference)))
                 rec["err"] = rel_err(y, exact)
                 rec["us"] = timed(call, args.warmup, args.reps)
+                if rows <= 64 and DEV.type == "cuda":   # small T: the host paces the stream; the kernels' own time
+                    rec["kernel_us"] = kernel_us(call, args.reps)
             except Exception as exc:
                 rec["error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
     return out
+
+
+def kernel_us(call: Callable[[], object], reps: int) -> float:
+    """Device time per call, every kernel of it summed (torch.profiler's CUDA times over `reps` calls)."""
+    from tools.kernel_times import per_kernel_us
+    sync()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            call()
+        sync()
+    return round(sum(per_kernel_us(prof.key_averages(), reps).values()), 2)
 
 
 def ada_configs(args) -> list:
@@ -542,6 +561,8 @@ def table(report: dict) -> str:
             us = rec["us"]
             t = (" ".join(f"T{r}:{best(x):.1f}" for r, x in us.items()) if "stream_us" not in us
                  else f"T{rec.get('rows')}:{best(us):.1f}")
+            if "kernel_us" in rec:
+                t += f" (kernels {rec['kernel_us']:.1f})"
         else:
             t = rec.get("error") or rec.get("skipped", "")
         check = rec.get("bitwise_equal_default", rec.get("row_alone_equal", ""))
