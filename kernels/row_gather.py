@@ -54,6 +54,7 @@ def table_gradient(row_grads: torch.Tensor, idx: torch.Tensor, table_rows: int) 
         raise ValueError(f"a table of {table_rows} rows of {hidden} is too large for int32 offsets")
     if rows == 0:
         return torch.zeros((table_rows, hidden), dtype=row_grads.dtype, device=device)
+    idx = idx if idx.stride(0) == 1 else idx.contiguous()  # local_order reads the index at unit stride
     out = torch.empty((table_rows, hidden), dtype=row_grads.dtype, device=device)
     cfg = K.launch_config(hidden)
     programs, chunk = K.backward_split(rows, cfg, device)

@@ -278,3 +278,30 @@ def assert_same_bits(first, second) -> None:
         assert (g1 is None) == (g2 is None), name
         if g1 is not None:
             assert g1.shape == g2.shape and g1.dtype == g2.dtype and torch.equal(as_bits(g1), as_bits(g2)), name
+
+
+def _gap_fill(t: torch.Tensor):
+    """What a strided copy holds between its elements: NaN, or for an index an entry far out of range."""
+    return float("nan") if t.is_floating_point() else (1 << 30 if t.dtype == torch.int32 else 1 << 40)
+
+
+def gapped(t: torch.Tensor) -> torch.Tensor:
+    """`t`'s values as a view with no unit stride: every other element, in every dimension, of a buffer laid
+    out transposed (a vector: every other element of one twice as long), the gaps holding NaN or an index
+    far out of range, so a kernel that reads it at the wrong stride gives other bits or an error."""
+    buf = torch.full(tuple(2 * n + 1 for n in reversed(t.shape)), _gap_fill(t), dtype=t.dtype, device=t.device)
+    view = buf.permute(*reversed(range(t.dim())))[(slice(1, None, 2),) * t.dim()]
+    return view.copy_(t)
+
+
+def row_gapped(t: torch.Tensor) -> torch.Tensor:
+    """`t`'s values as a row-strided view (unit inner stride): columns 2 .. H + 1 of a [..., 2H + 3] buffer
+    whose other columns hold what `gapped`'s gaps do; a vector as `gapped`."""
+    if t.dim() < 2:
+        return gapped(t)
+    hidden = t.shape[-1]
+    buf = torch.full((*t.shape[:-1], 2 * hidden + 3), _gap_fill(t), dtype=t.dtype, device=t.device)
+    return buf[..., 2:2 + hidden].copy_(t)
+
+
+STRIDED = {"gapped": gapped, "row_gapped": row_gapped}  # tests parametrize over these layouts

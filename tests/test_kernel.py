@@ -9,7 +9,7 @@ from harness.ops.norm_modulate import OP
 from harness.probes.accuracy_latency import rel_err
 from kernels.norm_modulate_api import norm_modulate
 from kernels.common import local_order
-from tests.helpers import assert_same_bits, nm_params, shifted
+from tests.helpers import STRIDED, assert_same_bits, nm_params, row_gapped, shifted
 
 # max|err|/max|ref| bounds: one rounding of a value near max|ref| costs at most 2^-8 (bf16),
 # 2^-11 (fp16); fp32 only accumulates rounding.
@@ -83,6 +83,29 @@ def test_leading_dims_and_contiguous_tables(device):
     dense = {"sh": t["sh"].contiguous(), "sc": t["sc"].contiguous()}
     y_dense = norm_modulate(t["x"], t["w"], dense["sh"], dense["sc"], t["idx"])
     assert torch.equal(as_bits(y_dense), as_bits(flat)), "strided and dense tables must agree bitwise"
+
+
+@pytest.mark.parametrize("layout", [*STRIDED, "halves"])
+@pytest.mark.parametrize("table_rows", [9, 40])  # local plan, global plan (M > local_max)
+def test_strided_inputs_give_the_contiguous_bits(device, layout, table_rows):
+    """Every argument and the upstream gradient a strided view (NaN or an out-of-range index between the
+    elements; "halves": sh and sc the two column halves of one row-strided [M, 2H] table, as the harness
+    passes them): output, gradients and the no-grad output bitwise those of contiguous inputs."""
+    _, inputs, grad_out = _table_case(device, 7, 13, table_rows)
+    dense = {n: inputs.tensors[n].contiguous() for n in (*NAMES, "idx")}
+    y, grads = run(OP.bundle(dense), grad_out)
+    view = row_gapped if layout == "halves" else STRIDED[layout]
+    strided = {n: view(t) for n, t in dense.items()}
+    if layout == "halves":
+        table = row_gapped(torch.cat([dense["sh"], dense["sc"]], dim=1))
+        strided["sh"], strided["sc"] = table.chunk(2, dim=1)
+    assert strided["idx"].stride(0) == 2 and all(torch.equal(strided[n], dense[n]) for n in dense)
+    s_y, s_grads = run(OP.bundle(strided), view(grad_out))
+    assert torch.equal(as_bits(s_y), as_bits(y))
+    for name in NAMES:
+        assert torch.equal(as_bits(s_grads[name]), as_bits(grads[name])), name
+    with torch.no_grad():
+        assert torch.equal(as_bits(norm_modulate(*(strided[n] for n in (*NAMES, "idx")))), as_bits(y))
 
 
 def test_row_alone_equals_row_in_batch(device):

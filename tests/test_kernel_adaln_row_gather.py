@@ -10,7 +10,7 @@ from harness.probes.accuracy_latency import rel_err
 from kernels import adaln_row_gather as K
 from kernels import common
 from kernels.adaln_row_gather_api import adaln_row_gather
-from tests.helpers import run_quick_plan
+from tests.helpers import STRIDED, run_quick_plan
 
 # max|err|/max|ref| of the table gradient: fp32 sums rounded once, and one rounding of an element costs at
 # most 2^-8 of it in bf16, 2^-11 in fp16 (the margin covers the fp32 accumulation); fp32 only accumulates.
@@ -87,6 +87,26 @@ def test_non_contiguous_indices_and_gradients(device):
     ref_outs, ref_dt = reference(table, ti, tag, grads)
     assert all(torch.equal(o, r) for o, r in zip(outs, ref_outs))
     assert rel_err(dtable, ref_dt) <= TOL[torch.bfloat16]
+
+
+@pytest.mark.parametrize("layout", STRIDED)
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+def test_strided_inputs_give_the_contiguous_bits(device, layout, index_dtype):
+    """table, ti, tag and the six upstream gradients as strided views (NaN or an out-of-range index
+    between the elements): outputs, table gradient and the no-grad outputs bitwise those of contiguous
+    inputs."""
+    table, ti, tag, grads = case(device, 7, 13, index_dtype=index_dtype)
+    table = table.contiguous()
+    outs, dtable = run(table, ti, tag, grads)
+    view = STRIDED[layout]
+    s_table, s_ti, s_tag = view(table), view(ti), view(tag)
+    assert s_ti.stride(0) == 2 and torch.equal(s_ti, ti) and torch.equal(s_tag, tag) and torch.equal(s_table, table)
+    s_outs, s_dtable = run(s_table, s_ti, s_tag, [view(g) for g in grads])
+    assert torch.equal(as_bits(s_dtable), as_bits(dtable))
+    with torch.no_grad():
+        plain = adaln_row_gather(s_table, s_ti, s_tag)
+    for a, b, c in zip(s_outs, plain, outs):
+        assert torch.equal(as_bits(a), as_bits(c)) and torch.equal(as_bits(b), as_bits(c))
 
 
 def test_row_alone_equals_row_in_batch(device):

@@ -11,7 +11,7 @@ from harness.ops.final_adaln_out import OP
 from harness.probes.accuracy_latency import rel_err
 from kernels import final_adaln_out as FA
 from kernels.final_adaln_out import LaunchConfig, final_adaln_out
-from tests.helpers import assert_same_bits, run_quick_plan
+from tests.helpers import STRIDED, assert_same_bits, run_quick_plan
 
 NAMES = ("x", "nw", "temb", "w", "b")
 PARAMS = ("nw", "temb", "w", "b")
@@ -162,6 +162,24 @@ def test_triton_grads_takes_the_gemm_launches(device, monkeypatch, one_node):
 def test_triton_projection_needs_the_projection_node():
     with pytest.raises(ValueError, match="needs projection_node"):
         LaunchConfig(projection_node=False, one_node=False, triton_projection=True)
+
+
+@pytest.mark.parametrize("layout", STRIDED)
+@pytest.mark.parametrize("config", [None, LaunchConfig(one_node=False), TRITON_PROJECTION, ALL_TORCH],
+                         ids=["default", "two_nodes", "gemm", "all_torch"])
+def test_strided_inputs_give_the_contiguous_bits(device, config, layout):
+    """Every argument and the upstream gradient a strided view (NaN or an out-of-range index between the
+    elements): output, gradients and the no-grad output bitwise those of contiguous inputs, on each
+    projection path (a strided b was once read as if contiguous by the gemm forward)."""
+    _, t, dout = case(device, 7, 13, dim=9)
+    dense = {n: v.contiguous() for n, v in t.items()}
+    out, grads = run(dense, dout, config=config)
+    strided = {n: STRIDED[layout](v) for n, v in dense.items()}
+    assert strided["ti"].stride(0) == 2 and strided["b"].stride(0) == 2
+    assert all(torch.equal(strided[n], dense[n]) for n in dense)
+    assert_same_bits(run(strided, STRIDED[layout](dout), config=config), (out, grads))
+    with torch.no_grad():
+        assert torch.equal(as_bits(final_adaln_out(*strided.values(), EPS, config=config)), as_bits(out))
 
 
 def run_some(t, dout, wants, config):

@@ -9,7 +9,7 @@ from harness.execute import as_bits
 from harness.probes.accuracy_latency import rel_err
 from kernels import gate_residual as K
 from kernels.gate_residual_api import gate_residual
-from tests.helpers import run_quick_plan
+from tests.helpers import STRIDED, run_quick_plan
 
 # max|err|/max|ref|: every output is rounded once from fp32, which costs at most 2^-8 of the element in
 # bf16 and 2^-11 in fp16 (the margin covers the fp32 sum of the gate gradient and, for out, the fp32
@@ -87,6 +87,24 @@ def test_leading_dims_transposed_input_and_inference(device):
     with torch.no_grad():
         plain = gate_residual(t["res"], t["y"], t["gate"].contiguous(), t["idx"])
     assert torch.equal(as_bits(plain), as_bits(flat_out))
+
+
+@pytest.mark.parametrize("layout", STRIDED)
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+def test_strided_inputs_give_the_contiguous_bits(device, layout, index_dtype):
+    """Every argument and the upstream gradient a strided view (NaN or an out-of-range index between the
+    elements): output, gradients and the no-grad output bitwise those of contiguous inputs."""
+    t, dout = case(device, 7, 13, index_dtype=index_dtype)
+    dense = {n: v.contiguous() for n, v in t.items()}
+    out, grads = run(dense, dout)
+    strided = {n: STRIDED[layout](v) for n, v in dense.items()}
+    assert strided["idx"].stride(0) == 2 and all(torch.equal(strided[n], dense[n]) for n in dense)
+    s_out, s_grads = run(strided, STRIDED[layout](dout))
+    assert torch.equal(as_bits(s_out), as_bits(out))
+    for name in NAMES:
+        assert torch.equal(as_bits(s_grads[name]), as_bits(grads[name])), name
+    with torch.no_grad():
+        assert torch.equal(as_bits(gate_residual(*strided.values())), as_bits(out))
 
 
 def test_row_alone_equals_row_in_batch(device):

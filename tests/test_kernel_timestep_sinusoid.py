@@ -7,7 +7,7 @@ from harness.execute import as_bits
 from harness.ops.timestep_sinusoid import TimestepSinusoidParams, sinusoid64
 from harness.probes.accuracy_latency import rel_err
 from kernels.timestep_sinusoid import LaunchConfig, timestep_sinusoid
-from tests.helpers import run_quick_plan, within
+from tests.helpers import gapped, run_quick_plan, within
 
 MODEL = TimestepSinusoidParams(freq_dim=256, max_period=10000, downscale_freq_shift=0.0)
 BOUND = 1e-7  # the target: max|out - ref| / max|ref|; one fp32 rounding of values <= 1 costs <= 2^-25 ~ 3e-8
@@ -47,6 +47,16 @@ def test_t_dtypes_and_strides(device, dtype):
     t = sample_t(device, 300).to(dtype)[::2]  # a stride-2 view
     assert t.stride(0) == 2
     assert rel_err(timestep_sinusoid(t), sinusoid64(t, MODEL)) <= BOUND
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_strided_t_gives_the_contiguous_bits(device, dtype):
+    """t as every other element of a NaN-filled buffer: bitwise the output of a contiguous t (a kernel
+    reading the gaps would give NaN rows)."""
+    t = sample_t(device, 20).to(dtype)
+    strided = gapped(t)
+    assert strided.stride(0) == 2 and torch.equal(strided, t)
+    assert torch.equal(as_bits(timestep_sinusoid(strided, 10)), as_bits(timestep_sinusoid(t, 10)))
 
 
 def test_row_alone_equals_row_in_batch_and_many_programs(device):

@@ -5,6 +5,7 @@ import torch
 from harness.execute import as_bits
 from harness.probes.accuracy_latency import rel_err
 from kernels.row_gather import deterministic_row_gather
+from tests.helpers import STRIDED
 
 TOL = {torch.bfloat16: 4.5e-3, torch.float16: 1e-3, torch.float32: 1e-6}
 
@@ -44,6 +45,22 @@ def test_backward_repeats_bitwise_and_unused_rows_get_zero(device):
     second = gather(table, idx, grads)[1]
     assert torch.equal(as_bits(first), as_bits(second))
     assert torch.count_nonzero(first[5]) == 0 and torch.count_nonzero(first[4]) > 0
+
+
+@pytest.mark.parametrize("layout", STRIDED)
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+def test_strided_inputs_give_the_contiguous_bits(device, layout, index_dtype):
+    """table, idx and the row gradients as strided views (NaN or an out-of-range index between their
+    elements): rows and table gradient bitwise those of contiguous inputs (a strided idx was once read at
+    unit stride by the backward's sort)."""
+    table, idx, grads = inputs(device, 7, 13)
+    idx = idx.to(index_dtype)
+    out, dtable = gather(table.contiguous(), idx, grads)
+    view = STRIDED[layout]
+    s_table, s_idx, s_grads = view(table), view(idx), view(grads)
+    assert s_idx.stride(0) == 2 and torch.equal(s_idx, idx) and torch.equal(s_table, table)
+    s_out, s_dtable = gather(s_table, s_idx, s_grads)
+    assert torch.equal(as_bits(s_out), as_bits(out)) and torch.equal(as_bits(s_dtable), as_bits(dtable))
 
 
 def test_zero_rows(device):
