@@ -135,13 +135,20 @@ FP16X3_V6 = dataclasses.replace(
     dh=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=2, **_H3)),),
     dx=((BIG, C(64, 64, 32, num_warps=4, num_stages=4, split_k=DX_SPLIT, **_KM)),),
     dw2=(IEEE.dw2[0], (64, IEEE.dw2[1][1]), (BIG, C(128, 128, 64, num_warps=8, num_stages=3, **_H3))))
-# The default, v7 (kernels/notes/gemm.md): v6 with GEMM2's fp16x3 scales from each step's own tiles
+# v7 (kernels/notes/gemm.md): v6 with GEMM2's fp16x3 scales from each step's own tiles
 # (`local_scales`) in 6 K chunks: the no-grad forward is two launches and reads W2 once (v6 read it twice:
 # its row maxima first, 15 us at T <= 8); H200 (session 14, calls 1-2) kernels per no-grad forward at
 # T = 1 / 8: 61.4 / 61.9 us against v6's 76.2 / 76.9 (GEMM2 alone 52 against 52 + 15); GEMM2 at T = 2048
 # 799.7 us against 577.8 (the per-step maxima are CUDA-core work an MMA-bound GEMM pays for).
-DEFAULT = dataclasses.replace(
+FP16X3_LOCAL_V7 = dataclasses.replace(
     FP16X3_V6, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=6, precision="fp16x3", local_scales=True)),))
+# The default, v8: v7 with the tiles session 14's call 3 measured best for small T (tools/bench_gemm.py, each
+# config's kernel time per call at T = 1, stream time at T = 2048): GEMM1 on 32 x 32 x 32 float64 tiles
+# (6.4 us against 8.4 at T = 1; 145.6 against 150.8-152.8 at T = 2048) and GEMM2 on 64 x 128 x 32 tiles, 4
+# warps, 3 stages (40.8 us against 52.3 at T = 1; 876.8 against 800.6-814.3 at T = 2048).
+DEFAULT = dataclasses.replace(
+    FP16X3_LOCAL_V7, fwd1=((BIG, C(32, 32, 32, num_warps=4, num_stages=3, precision="fp64")),),
+    fwd2=((BIG, C(64, 128, 32, num_warps=4, num_stages=3, split_k=6, precision="fp16x3", local_scales=True)),))
 # GEMM2 with each step's own scales (`local_scales`: no maxima pass over W2 before it, which at T <= 8
 # reads the 58 MB of W2 once more) in 4 or 6 K chunks, on 128- or 64-row tiles (bench sets: at T <= 8 the
 # forward streams W2, and 64-row tiles halve the MMA work a step; 2688 / 128 x 6 chunks = 126 programs)

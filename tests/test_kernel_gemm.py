@@ -70,7 +70,7 @@ def test_timestep_mlp_matches_float64(device, rows):
         assert rel_err(grads[name], ref.grads[name]) <= FP32_TOL, name
 
 
-@pytest.mark.parametrize("configs", ["DEFAULT", "FP16X3_V6", "TF32X3_V5", "FMA_FWD1", "FWD2_WALK_128K11"])
+@pytest.mark.parametrize("configs", ["DEFAULT", "FP16X3_LOCAL_V7", "FP16X3_V6", "TF32X3_V5", "FMA_FWD1", "FWD2_WALK_128K11"])
 @pytest.mark.parametrize("rows", [1, 70])
 def test_timestep_mlp_gpu_default_plumbing_matches_float64(device, monkeypatch, rows, configs):
     """The GPU's default configs (v6: GEMM2, dz1 and dW2 in fp16x3 with the row maxima shared by forward
