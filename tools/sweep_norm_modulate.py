@@ -128,6 +128,12 @@ def _presets(base) -> dict:
         # (the default up to 4096 lanes a row since v33-v34)
         "bwd-w4-2sm": dict(bwd_rows=max(1, one_sm_rows // 2), bwd_warps=max(1, one_sm_warps // 2),
                            bwd_programs_per_sm=2),
+        # the default's backward tile as three programs an SM (H = 2048: 168 registers on 4 warps, three fit
+        # the register file; more partial rows for the parameter stage)
+        "bwd-3sm": dict(bwd_programs_per_sm=3),
+        # the parameter stage's columns per program (no sum's order changes)
+        "param-c16": dict(param_cols=16),
+        "param-c64": dict(param_cols=64),
     }
     return presets
 
