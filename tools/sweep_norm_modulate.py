@@ -132,6 +132,7 @@ def _presets(base) -> dict:
         # the register file; more partial rows for the parameter stage)
         "bwd-3sm": dict(bwd_programs_per_sm=3),
         # the parameter stage's columns per program (no sum's order changes)
+        "param-c8": dict(param_cols=8),
         "param-c16": dict(param_cols=16),
         "param-c64": dict(param_cols=64),
     }
