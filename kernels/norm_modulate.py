@@ -190,6 +190,11 @@ def launch_config(hidden: int) -> LaunchConfig:
             # the backward kernel alone at 3072 257 -> 207 with 32 B spilled; partials 2x: 20 MB at
             # H = 1024, M = 9)
             bwd = dict(bwd_rows=max(1, rows // 2), bwd_warps=max(1, warps // 2), bwd_programs_per_sm=2)
+            if block_h <= 2048 and not INTERPRETED:
+                # twice the partial rows of one program an SM: 16 columns a parameter program (v35, H200
+                # parameter stage at M = 9: H = 1024 18.2 -> 10.6 us, 2048 21.9 -> 16.5, two runs each;
+                # at 3072 and 5376 16 columns were slower, 8 slower than 16 at every width)
+                bwd["param_cols"] = 16
         else:
             bwd = dict(bwd_rows=rows, bwd_warps=warps)
     return LaunchConfig(**{**common, **fwd, **bwd})
