@@ -129,7 +129,7 @@ class LaunchConfig:
     plan_walk_warps: int = 8
     local_max: int = LOCAL_MAX     # M <= local_max: local plan; above: global plan
     chunk_limit: int = 1024        # rows per program at most (the local sort is a [CMAX, M + 2] one-hot)
-    param_cols: int = 32           # parameter stage: columns per program (no effect on any sum's order)
+    param_cols: int = 32           # parameter stage: columns per program (each width its own fixed tl.sum trees)
     param_tile: int = 256          # parameter stage: partial rows per tl.sum, at most
 
     def __post_init__(self):
