@@ -567,14 +567,17 @@ def split_counters(device: torch.device, tiles: int) -> torch.Tensor:
 @dataclass(frozen=True, eq=False)
 class _Plan:
     """Everything a `_gemm_kernel` launch takes from the shapes, strides, config and flags (not from the
-    tensors' addresses): built once per such combination (`_plan`). Hashed by identity: a plan stands
-    for its shape part of a launch key (`key` spells that part out, for the key tests)."""
+    tensors' addresses): built once per such combination (`_plan`)."""
     programs: int
-    split: int
+    split: int    # programs per tile (1: one program a tile, with or without walked K chunks)
     num_tiles: int
     ints: tuple   # the kernel's int arguments, in its order
     meta: dict
-    key: tuple    # the launch key's shape part (kernels.common.launch_keyed)
+    key: tuple    # the launch key's shape part (kernels.common.launch_keyed), spelled out
+    token: object  # stands for `key` in launch keys: one per distinct key (every T shares it), hashed by identity
+
+
+_TOKENS: dict = {}   # a launch key's shape part -> its token
 
 
 @functools.lru_cache(maxsize=4096)
@@ -607,7 +610,7 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
     unspecialized = (M, K, chunk, M * N, n_sa, n_sb)
     key = (_gemm_kernel, device_index, tuple(sorted(meta.items())), (N, K, n_main, n_load) + strides,
            all(v < _I32_LIMIT for v in unspecialized))
-    return _Plan(programs, 1 if walk else split, num_tiles, ints, meta, key)
+    return _Plan(programs, 1 if walk else split, num_tiles, ints, meta, key, _TOKENS.setdefault(key, object()))
 
 
 def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_strides: tuple[int, int],
@@ -659,7 +662,7 @@ def run_plan(plan: _Plan, a, b, c, *, bias=None, zin=None, zout=None, extra=None
                 None if zin is None else tensor_key(zin), tensor_key(sa), tensor_key(sb))
     args = (a, b, c, dummy if bias is None else bias, dummy if zin is None else zin,
             dummy if zout is None else zout, dummy if extra is None else extra, part, counts, sa, sb) + plan.ints
-    launch_keyed(_gemm_kernel, (plan.programs,), device.index, (plan, c.dtype, user), args, plan.meta)
+    launch_keyed(_gemm_kernel, (plan.programs,), device.index, (plan.token, c.dtype, user), args, plan.meta)
 
 
 def silu_cast(x: torch.Tensor, dtype: torch.dtype, ones_column: bool = False) -> torch.Tensor:

@@ -290,6 +290,8 @@ def _inference(x, w1, b1, w2, b2) -> torch.Tensor:
         rows = x.shape[0]
         plan1 = gemm.forward_plan(rows, x.stride(), w1, b1, pick(cfg.fwd1, rows), out_silu=True)
         plan2 = gemm.forward_plan(rows, (w1.shape[0], 1), w2, b2, pick(cfg.fwd2, rows))   # h: fresh, contiguous
+        if len(_INFERENCE) >= 4096:   # a recipe per T: bounded like gemm._plan's cache
+            _INFERENCE.clear()
         found = _INFERENCE[key] = _Inference(cfg, (plan1, plan2) if plan1 and plan2 else None)
     if found.plans is None:
         return _forward(x, w1, b1, w2, b2, keep_pre=False)[0]

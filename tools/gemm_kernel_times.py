@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 
-from tools.kernel_times import per_kernel_us
+from tools.kernel_times import per_kernel_us, profile_steps
 
 CUBLAS = "cublas"
 
@@ -71,24 +70,11 @@ def measure(configs: str, rows: int, step_name: str, warmup: int, steps: int, fl
             for leaf in leaves:
                 leaf.grad = None
             fn(*leaves).backward(dy)
-    for _ in range(warmup):
-        step()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    issued = time.perf_counter()
-    torch.cuda.synchronize()
-    done = time.perf_counter()
+    prof, wall, host = profile_steps(step, warmup, steps)
     times = per_kernel_us(prof.key_averages(), steps)
     launches = launch_means(prof.events(), steps)
-    wall = (done - start) / steps * 1e6
     return StepTimes(configs, rows, step_name, times, launches, round(sum(times.values()), 2), round(wall, 2),
-                     round((issued - start) / steps * 1e6, 2), round(floor_us / wall, 3) if step_name == "fwd" else 0.0)
+                     round(host, 2), round(floor_us / wall, 3) if step_name == "fwd" else 0.0)
 
 
 def launch_means(events, steps: int) -> list:

@@ -66,18 +66,7 @@ def measure(hidden: int, table_rows: int, variant: str, rows: int, warmup: int, 
     step, leaves = fwd_bwd_step(t, variant == TORCH)
     config = None if variant in ("default", TORCH) else _variant(variant, hidden)
     with using_config(config):
-        for _ in range(warmup):
-            step()
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(steps):
-                step()
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-        wall = (time.perf_counter() - start) / steps * 1e6
+        prof, wall, _ = profile_steps(step, warmup, steps)
         syncs = host_syncs(step)
         if trace:   # host and device timeline of a few steps (chrome://tracing, Perfetto)
             activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
@@ -89,6 +78,26 @@ def measure(hidden: int, table_rows: int, variant: str, rows: int, warmup: int, 
     times = per_kernel_us(prof.key_averages(), steps)
     return KernelTimes(hidden, table_rows, variant, rows, steps, times, round(sum(times.values()), 2),
                        round(wall, 2), syncs)
+
+
+def profile_steps(step, warmup: int, steps: int):
+    """(profiler, wall us per step, host us per step): `warmup` steps, `steps` under torch.profiler with CUDA
+    activity, then `steps` more without it, queued back to back: their wall time to the final synchronize,
+    and the time the host took to issue them (before that synchronize)."""
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    issued = time.perf_counter()
+    torch.cuda.synchronize()
+    done = time.perf_counter()
+    return prof, (done - start) / steps * 1e6, (issued - start) / steps * 1e6
 
 
 def fwd_bwd_step(t: dict, torch_row: bool, dy=None):
