@@ -51,3 +51,19 @@ def test_fwd_bwd_step_runs_our_row_or_torch_rms_norm_alone():
     torch.nn.functional.rms_norm(x, (32,), w, 1e-6).backward(dy)
     assert torch.equal(ref_leaves[0].grad, x.grad) and torch.equal(ref_leaves[1].grad, w.grad)
     assert not torch.equal(ours_leaves[0].grad, x.grad)   # the modulation changes our row's x gradient
+
+
+def _kernel(name, start, total, device_type=CUDA):
+    return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start), device_time_total=total,
+                           device_type=device_type)
+
+
+def test_launch_means_by_position_in_the_step():
+    """tools.gemm_kernel_times' per-launch means: kernels in start order cut into equal steps, the same
+    kernel at two positions (GEMM1, GEMM2) kept apart; host events ignored; unequal steps give []."""
+    from tools.gemm_kernel_times import launch_means
+    events = [_kernel("_gemm_kernel", 30, 40.0), _kernel("_gemm_kernel", 0, 8.0), _kernel("aten::empty", 5, 3.0, CPU),
+              _kernel("_gemm_kernel", 100, 10.0), _kernel("_gemm_kernel", 130, 44.0)]
+    assert launch_means(events, 2) == [["_gemm_kernel", 9.0], ["_gemm_kernel", 42.0]]
+    assert launch_means(events[:4], 2) == []
+    assert launch_means([], 2) == []

@@ -345,11 +345,13 @@ def mlp_candidates():
     # (session 14, call 2: the walked K chunks of 256 or 128 were slower at every T; 64-row tiles ~2.3x
     # slower at T = 2048.) Smaller stages and wider programs: more warps an SM to hide each step's
     # latency at small T
-    local = [c(128, 128, 64, 8, 3, split_k=6, **lh), c(64, 128, 64, 4, 4, split_k=6, **lh),
-             c(128, 128, 32, 8, 3, split_k=6, **lh), c(128, 128, 64, 8, 2, split_k=6, **lh),
-             c(64, 128, 32, 4, 3, split_k=6, **lh), c(128, 128, 64, 8, 3, split_k=7, **lh),
-             c(128, 128, 64, 16, 2, split_k=6, **lh), c(128, 128, 32, 8, 4, split_k=6, **lh),
-             c(128, 256, 64, 8, 2, split_k=6, **lh), c(128, 128, 32, 4, 3, split_k=6, **lh)]
+    # (call 3: 64 x 128 x 32 / 4 warps / 3 stages best at T = 1, 40.8 us of kernel, the v8 default; 255
+    # registers and 126 programs at T <= 64: one program of 4 warps an SM.) Next: narrower tiles for two
+    # programs an SM at small T, and more stages
+    local = [c(128, 128, 64, 8, 3, split_k=6, **lh), c(64, 128, 32, 4, 3, split_k=6, **lh),
+             c(64, 64, 32, 4, 3, split_k=6, **lh), c(64, 64, 32, 4, 4, split_k=6, **lh),
+             c(64, 128, 32, 4, 4, split_k=6, **lh), c(64, 128, 16, 4, 4, split_k=6, **lh),
+             c(64, 128, 32, 4, 3, split_k=7, **lh), c(64, 64, 64, 4, 3, split_k=6, **lh)]
     found += [
         ("fwd2", 2048, [gemm.pick(d.fwd2, 2048)] + local),
         ("fwd2", 8, [gemm.pick(d.fwd2, 8)] + local),
