@@ -560,7 +560,10 @@ def split_counters(device: torch.device, tiles: int) -> torch.Tensor:
     stream = torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0
     found = _COUNTERS.get((device, stream))
     if found is None or found.numel() < tiles:
-        found = _COUNTERS[(device, stream)] = torch.zeros((max(tiles, 1024),), dtype=torch.int32, device=device)
+        fresh = torch.zeros((max(tiles, 1024),), dtype=torch.int32, device=device)
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return fresh   # a graph's zero fill runs at replay, not now: never hand this buffer to eager calls
+        found = _COUNTERS[(device, stream)] = fresh
     return found
 
 
