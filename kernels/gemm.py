@@ -65,7 +65,10 @@ invariance checks rerun):
   `k_chunk` (a function of K and S only: ceil(K / S) rounded up to KALIGN, which every BLOCK_K
   divides), each chunk s is accumulated as above from +0 into an fp32 partial P[s], and the last
   program of a tile to finish (an acq_rel atomic counter per tile decides who, not what) adds
-  P[0] + P[1] + ... + P[S-1] in that order and runs the epilogue. The order depends on K and S only.
+  P[0] + P[1] + ... + P[S-1] in that order and runs the epilogue. The order depends on K and S only:
+  with `walk_chunks_above` one program per tile computes P[0], P[1], ... in turn and adds them in the
+  same order (the same bits, no partials in memory), so how many programs share a tile's chunks may
+  follow T while the order does not.
 * Weight gradients reduce over the rows: dW's K dimension is T, so dW = dY^T A repeats bitwise run
   to run (one program per output tile, t ascending) but depends on T by nature. db is the extra
   column of the same GEMM: B's column K_a is all ones (in memory for adaln's prepared operand,
