@@ -178,6 +178,30 @@ def test_strided_inputs_give_the_contiguous_bits(device, op):
         assert torch.equal(as_bits(grads_s[name]), as_bits(grads[name])), name
 
 
+def test_default_no_grad_forward_is_two_launches(device, monkeypatch):
+    """Under the GPU's default configs a no-grad timestep_mlp call takes the two-launch recipe (GEMM1, GEMM2
+    with local scales, not through `gemm.forward`): no `row_maxima`, no other launch; a config that needs
+    maxima (v6) falls back to the general path with its maxima launch. The same bits as the autograd path
+    either way."""
+    from kernels import timestep_mlp as TM
+    from kernels.gemm import _gemm_kernel
+    inputs, dy = mlp_case(device, 3)
+    for name, launches in (("DEFAULT", 2), ("FP16X3_V6", 3)):
+        monkeypatch.setattr(TM, "configs", lambda name=name: getattr(TM, name))
+        seen, general = [], []
+        real, real_forward = gemm.launch_keyed, gemm.forward
+        monkeypatch.setattr(gemm, "launch_keyed", lambda kernel, *a, **k: (seen.append(kernel), real(kernel, *a, **k)))
+        monkeypatch.setattr(gemm, "forward", lambda *a, **k: (general.append(1), real_forward(*a, **k))[1])
+        with torch.no_grad():
+            y = timestep_mlp(*(inputs.tensors[n] for n in MLP_NAMES))
+        monkeypatch.setattr(gemm, "launch_keyed", real)
+        monkeypatch.setattr(gemm, "forward", real_forward)
+        assert len(seen) == launches and (name == "DEFAULT") == (not general), (name, seen, general)
+        assert (seen.count(_gemm_kernel) == 2) and (name == "DEFAULT") == (gemm._rowmax_kernel not in seen)
+        y_grad, _ = run_op(timestep_mlp, MLP_NAMES, inputs, dy)
+        assert torch.equal(as_bits(y), as_bits(y_grad)), name
+
+
 def test_inference_path_matches_autograd_path(device):
     """No grad: no autograd node, no kept pre-activation, no ones column; the same bits."""
     for fn, names, (inputs, dy) in ((timestep_mlp, MLP_NAMES, mlp_case(device, 19)),
