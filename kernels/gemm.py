@@ -579,8 +579,8 @@ class _Plan:
     num_tiles: int
     ints: tuple   # the kernel's int arguments, in its order
     meta: dict
-    key: tuple    # the launch key's shape part (kernels.common.launch_keyed), spelled out
-    token: object  # stands for `key` in launch keys: one per distinct key (every T shares it), hashed by identity
+    token: object  # the launch key's shape part (`_plan`'s `key`): one object per distinct key, so every T
+                   # shares it, hashed by identity
 
 
 _TOKENS: dict = {}   # a launch key's shape part -> its token
@@ -616,7 +616,7 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
     unspecialized = (M, K, chunk, M * N, n_sa, n_sb)
     key = (_gemm_kernel, device_index, tuple(sorted(meta.items())), (N, K, n_main, n_load) + strides,
            all(v < _I32_LIMIT for v in unspecialized))
-    return _Plan(programs, 1 if walk else split, num_tiles, ints, meta, key, _TOKENS.setdefault(key, object()))
+    return _Plan(programs, 1 if walk else split, num_tiles, ints, meta, _TOKENS.setdefault(key, object()))
 
 
 def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_strides: tuple[int, int],
@@ -635,17 +635,26 @@ def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_stride
     if scales is not None and not all(m.dtype == torch.float32 and m.dim() == 1 and m.stride(0) == 1
                                       for m in (scales.a, scales.b)):
         raise ValueError("the maxima of an fp16x3 GEMM are fp32 vectors with unit stride (`row_maxima`'s)")
-    device = c.device
-    plan = _plan(device.index, a_strides, b_strides, c_strides,
+    plan = _plan_for(c.device, a_strides, b_strides, c_strides, M, N, K, cfg, b.dtype, n_main=n_main, n_load=n_load,
+                     bias=bias, zin=zin, zout=zout, extra=extra, a_silu=a_silu, ones=ones, out_silu=out_silu,
+                     m_fixed=m_fixed, scales=scales)
+    run_plan(plan, a, b, c, bias=bias, zin=zin, zout=zout, extra=extra, scales=scales)
+
+
+def _plan_for(device: torch.device, a_strides, b_strides, c_strides, M: int, N: int, K: int, cfg: LaunchConfig,
+              b_dtype: torch.dtype, *, n_main=None, n_load=None, bias=None, zin=None, zout=None, extra=None,
+              a_silu=False, ones=False, out_silu=False, m_fixed=False, scales=None) -> _Plan:
+    """`_plan`'s arguments from `_gemm`'s (the tensors only say which pointers are present and zin's and
+    zout's strides; every strides argument a tuple, as `_plan`'s cache keys on them)."""
+    return _plan(device.index, a_strides, b_strides, c_strides,
                  (zin.stride(0), zin.stride(1)) if zin is not None else (0, 0),
                  (zout.stride(0), zout.stride(1)) if zout is not None else (0, 0),
                  M, N, K, cfg, N if n_main is None else n_main, N if n_load is None else n_load,
-                 b.dtype == torch.float32,
+                 b_dtype == torch.float32,
                  (a_silu, ones, out_silu, m_fixed, bias is not None, zin is not None, zout is not None,
                   extra is not None, scales is not None and scales.a_all, scales is not None and scales.b_all),
                  scales.a.numel() if scales is not None else 0, scales.b.numel() if scales is not None else 0,
                  persistent_programs(device) if cfg.persistent else 0)
-    run_plan(plan, a, b, c, bias=bias, zin=zin, zout=zout, extra=extra, scales=scales)
 
 
 def run_plan(plan: _Plan, a, b, c, *, bias=None, zin=None, zout=None, extra=None, scales=None) -> None:
@@ -658,14 +667,13 @@ def run_plan(plan: _Plan, a, b, c, *, bias=None, zin=None, zout=None, extra=None
         counts = split_counters(device, plan.num_tiles)
     else:
         part = counts = dummy
+    user = (tensor_key(a), tensor_key(b), None if bias is None else tensor_key(bias),
+            None if zin is None else tensor_key(zin))
     if scales is None:
         sa = sb = dummy
-        user = (tensor_key(a), tensor_key(b), None if bias is None else tensor_key(bias),
-                None if zin is None else tensor_key(zin))
     else:   # the maxima may be the caller's: their dtype and alignment count too
         sa, sb = scales.a, scales.b
-        user = (tensor_key(a), tensor_key(b), None if bias is None else tensor_key(bias),
-                None if zin is None else tensor_key(zin), tensor_key(sa), tensor_key(sb))
+        user += (tensor_key(sa), tensor_key(sb))
     args = (a, b, c, dummy if bias is None else bias, dummy if zin is None else zin,
             dummy if zout is None else zout, dummy if extra is None else extra, part, counts, sa, sb) + plan.ints
     launch_keyed(_gemm_kernel, (plan.programs,), device.index, (plan.token, c.dtype, user), args, plan.meta)
@@ -703,10 +711,8 @@ def forward_plan(rows: int, a_strides: tuple[int, int], w: torch.Tensor, bias: O
     if (rows == 0 or N == 0 or K == 0 or cfg.transpose_w or needs_maxima(cfg)
             or (bias is not None and bias.stride(0) != 1)):
         return None
-    return _plan(w.device.index, tuple(a_strides), (w.stride(1), w.stride(0)), (N, 1), (0, 0), (0, 0),
-                 rows, N, K, cfg, N, N, w.dtype == torch.float32,
-                 (False, False, out_silu, False, bias is not None, False, False, False, False, False), 0, 0,
-                 persistent_programs(w.device) if cfg.persistent else 0)
+    return _plan_for(w.device, a_strides, (w.stride(1), w.stride(0)), (N, 1), rows, N, K, cfg, w.dtype, bias=bias,
+                     out_silu=out_silu)
 
 
 def forward(a: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], cfg: LaunchConfig, *,

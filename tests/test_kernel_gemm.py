@@ -22,7 +22,7 @@ from harness.probes.accuracy_latency import rel_err
 from kernels import gemm
 from kernels.adaln_projection import adaln_projection
 from kernels.timestep_mlp import DX_SPLIT, MLPConfigs, timestep_mlp
-from tests.helpers import run_quick_plan, within
+from tests.helpers import gapped, run_quick_plan, within
 
 # Odd widths: no K or N is a multiple of the interpreter's tiles (32 x 64 x 32).
 MLP_PARAMS = TimestepMLPParams(freq_dim=20, hidden=37, temb_dim=29)
@@ -152,16 +152,6 @@ def test_rows_alone_and_in_sub_batches_equal_the_full_batch(device, op):
         assert torch.equal(as_bits(g_sub[row_name]), as_bits(grads[row_name][lo:hi])), (lo, hi)
 
 
-def _strided(t: torch.Tensor) -> torch.Tensor:
-    """The same values as a view with no unit stride anywhere: every other element of a buffer twice as
-    long in the last dimension, laid out transposed for matrices."""
-    if t.dim() == 1:
-        return torch.stack([t, torch.full_like(t, float("nan"))], 1).reshape(-1)[::2]
-    wide = torch.full((t.shape[1], 2 * t.shape[0]), float("nan"), dtype=t.dtype, device=t.device)
-    wide[:, ::2] = t.T
-    return wide.T[::2]
-
-
 @pytest.mark.parametrize("op", ["timestep_mlp", "adaln_projection"])
 def test_strided_inputs_give_the_contiguous_bits(device, op):
     """Every input a strided view (no unit stride, NaN between its elements): output and every gradient
@@ -169,7 +159,7 @@ def test_strided_inputs_give_the_contiguous_bits(device, op):
     fn, names, (inputs, dy) = ((timestep_mlp, MLP_NAMES, mlp_case(device, 5)) if op == "timestep_mlp"
                                else (adaln_projection, ADA_NAMES, ada_case(device, 5)))
     y, grads = run_op(fn, names, inputs, dy)
-    strided = dataclasses.replace(inputs, tensors={n: _strided(t) for n, t in inputs.tensors.items()})
+    strided = dataclasses.replace(inputs, tensors={n: gapped(t) for n, t in inputs.tensors.items()})
     for name, t in strided.tensors.items():
         assert torch.equal(t, inputs.tensors[name]) and (t.dim() == 1 or 1 not in t.stride()), name
     ys, grads_s = run_op(fn, names, strided, dy)
