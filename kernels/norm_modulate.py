@@ -182,8 +182,7 @@ def launch_config(hidden: int) -> LaunchConfig:
         # 1.8-2.4% less kernel time than [4, 2048] (no spill) at H = 12288, M = 9 and 64, in two runs (v30)
         bwd = dict(bwd_rows=2, bwd_warps=8, bwd_cols=4096)
     else:
-        rows = max(1, min(64, 8192 // block_h)) if block_h <= 1024 else max(1, 4096 // block_h)
-        warps = _warps(rows * block_h)
+        rows, warps = whole_row_tile(block_h)
         if block_h <= 4096:
             # two programs an SM, each half the tile on half the warps (v33-v34, H200 kernel time per
             # fwd+bwd step: H = 1024 214 -> 140 us, 2048 278 -> 239, 3072 385 -> 347, 4096 439 -> 433;
@@ -207,6 +206,13 @@ def row_tile(block_h: int) -> tuple[int, int]:
         rows = max(1, 4096 // block_h)
         return rows, _warps(rows * block_h)
     return 1, 4
+
+
+def whole_row_tile(block_h: int) -> tuple[int, int]:
+    """(rows a step, warps) of the whole-row backward as one program an SM: 8K elements a step up to 1024
+    lanes a row, 4K above (halved, on half the warps, where two programs share an SM)."""
+    rows = max(1, min(64, 8192 // block_h)) if block_h <= 1024 else max(1, 4096 // block_h)
+    return rows, _warps(rows * block_h)
 
 
 def _warps(tile_elements: int) -> int:

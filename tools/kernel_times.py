@@ -6,7 +6,8 @@
 For each (H, M, variant: a preset of tools/sweep_norm_modulate.py, or `torch`: F.rms_norm alone, the
 issue's yardstick) it runs `--steps` fwd+bwd steps of the row on the sweep's inputs (R = --rows, bf16)
 after `--warmup` steps, under torch.profiler with CUDA activity, and reports each kernel's device time
-per step (the profiler's CUDA time of that kernel name, divided by the steps) and the sum. Device times only: launch gaps and the host are not in them (the
+per step (the profiler's CUDA time of that kernel name, divided by the steps) and the sum. Device times
+only: launch gaps and the host are not in them (the
 harness's stream timing has those), so the sum is what the kernels cost, the floor arithmetic's
 counterpart (kernels/NOTES.md). Beside it, without the profiler: the wall time per step of `--steps`
 steps queued back to back (one synchronize at the end: what a stream timing sees), the host

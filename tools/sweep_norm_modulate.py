@@ -62,9 +62,7 @@ def _presets(base) -> dict:
     """{preset name: LaunchConfig fields it changes from `base`, the default config of one H}."""
     from kernels import norm_modulate as K
     block_h = base.block_h
-    # the whole-row backward's rows a step and warps before v33 (one program an SM)
-    one_sm_rows = max(1, min(64, 8192 // block_h)) if block_h <= 1024 else max(1, 4096 // block_h)
-    one_sm_warps = K._warps(one_sm_rows * block_h)
+    one_sm_rows, one_sm_warps = K.whole_row_tile(block_h)   # the whole-row backward before v33
     old_rows, old_warps = K.row_tile(block_h)   # v13's narrow tile / wide row shape
     whole_rows = dict(bwd_chunk=0, bwd_cols=0, bwd_rows=max(1, 4096 // block_h), bwd_programs_per_sm=1)
     presets = {
