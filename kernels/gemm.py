@@ -134,6 +134,13 @@ class LaunchConfig:
     # are the order, not how many programs share them); at or below it, a program per chunk (small M:
     # the K chunks fill the machine, their partials are small)
     walk_chunks_above: int = 1 << 62
+    # forward only, fp16x3 with local scales: the launch computes C^T = W A^T (W's rows the MMA's M, the
+    # rows of A its N), so a few rows of A are a narrow N tile instead of a 64-row M tile padded with
+    # zeros. The steps' products, scales and sums are the unswapped launch's, in its order (the two small
+    # products and the two scale-backs taken in the unswapped order, `_mainloop`): each output element
+    # is the same fp32 expression; that the tensor core sums a step's products the same whichever operand
+    # holds W is the hardware's, checked bitwise on the GPU (tools/probe_swap_ab.py, the harness's probes)
+    swap_ab: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "block_k"):
@@ -156,6 +163,8 @@ class LaunchConfig:
             raise ValueError("an fp16x3 config reads its operands as they are (no k_major / transpose_w copies)")
         if self.local_scales and self.precision != SCALED:
             raise ValueError(f"local_scales is an {SCALED} option, got precision {self.precision!r}")
+        if self.swap_ab and not self.local_scales:
+            raise ValueError(f"swap_ab is an {SCALED} option with local_scales (the order it mirrors)")
         if self.k_major and self.transpose_w:
             raise ValueError("transpose_w is the forward's k_major for FMA dots: set one of them")
 
@@ -163,7 +172,7 @@ class LaunchConfig:
         s = f"{self.block_m}x{self.block_n}x{self.block_k}/w{self.num_warps}/s{self.num_stages}"
         return (s + (f"/k{self.split_k}" if self.split_k > 1 else "") + ("/wT" if self.transpose_w else "")
                 + (f"/{self.precision}" if self.precision != "ieee" else "") + ("/P" if self.persistent else "")
-                + ("/KM" if self.k_major else "") + ("/L" if self.local_scales else "")
+                + ("/KM" if self.k_major else "") + ("/L" if self.local_scales else "") + ("/S" if self.swap_ab else "")
                 + (f"/W{self.walk_chunks_above}" if self.split_k > 1 and self.walk_chunks_above < (1 << 62) else ""))
 
 
@@ -256,14 +265,16 @@ def _sigmoid(z):
 @triton.jit
 def _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm, stride_zn,
               stride_om, stride_on, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr, OUT_SILU: tl.constexpr,
-              SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr, BY_HAND: tl.constexpr):
-    """Accumulator -> outputs: bias, silu' or silu in the accumulator's type (fp32; float64 for fp64
-    configs), one rounding per stored value."""
+              SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr, BIAS_ROWS: tl.constexpr, BY_HAND: tl.constexpr):
+    """Accumulator -> outputs: bias (per column; BIAS_ROWS, a swapped launch's C^T: per row), silu' or
+    silu in the accumulator's type (fp32; float64 for fp64 configs), one rounding per stored value."""
     row_ok = rm < M
     col_ok = rn < n_main
     mask = row_ok[:, None] & col_ok[None, :]
     rm64 = rm.to(tl.int64)
-    if HAS_BIAS:
+    if HAS_BIAS and BIAS_ROWS:
+        acc = acc + tl.load(BIAS + rm, mask=row_ok, other=0.0).to(tl.float32)[:, None]
+    elif HAS_BIAS:
         acc = acc + tl.load(BIAS + rn, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     if MUL_DSILU:
         z = tl.load(ZIN + rm64[:, None] * stride_zm + rn[None, :] * stride_zn, mask=mask, other=0.0).to(tl.float32)
@@ -303,7 +314,8 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
               SA, SB, n_sa, n_sb,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
               PRECISION: tl.constexpr, DOT_F32: tl.constexpr, A_SILU: tl.constexpr, ONES: tl.constexpr,
-              SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, LOCAL: tl.constexpr, BY_HAND: tl.constexpr):
+              SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, LOCAL: tl.constexpr, SWAP: tl.constexpr,
+              BY_HAND: tl.constexpr):
     """The accumulator of one tile over k in [k_lo, k_hi), ascending, BLOCK_K a step (the order): fp32, or
     float64 for PRECISION "fp64". fp16x3: SA / SB hold the maxima its scales come from (A's rows, B's
     columns; SA_ALL / SB_ALL: one scale from all n_sa / n_sb of them); with LOCAL, each step's tiles."""
@@ -344,10 +356,18 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
             a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)
             b_hi = b.to(tl.float16)
             b_lo = (b - b_hi.to(tl.float32)).to(tl.float16)
-            step = tl.dot(a_lo, b_hi)   # a fresh accumulator per step, the small terms first
-            step = tl.dot(a_hi, b_lo, step)
+            # a fresh accumulator per step, the small terms first: lo(rows of T) hi(W), hi(rows) lo(W), hi hi;
+            # SWAP (A holds W, B the rows of T): the same products in the same order
+            if SWAP:
+                step = tl.dot(a_hi, b_lo)
+                step = tl.dot(a_lo, b_hi, step)
+            else:
+                step = tl.dot(a_lo, b_hi)
+                step = tl.dot(a_hi, b_lo, step)
             step = tl.dot(a_hi, b_hi, step)
-            if LOCAL:
+            if SWAP:   # exact either way unless a product leaves fp32's normal range: the rows' inverse first
+                acc += (step * ib[None, :]) * ia[:, None]
+            elif LOCAL:
                 acc += (step * ia[:, None]) * ib[None, :]   # exact: the inverses are normal powers of two
             else:
                 acc += step
@@ -372,7 +392,7 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
                  A_SILU: tl.constexpr, ONES: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr,
                  OUT_SILU: tl.constexpr, SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr,
                  SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, LOCAL: tl.constexpr, WALK_CHUNKS: tl.constexpr,
-                 BY_HAND: tl.constexpr):
+                 SWAP: tl.constexpr, BY_HAND: tl.constexpr):
     """One [BLOCK_M, BLOCK_N] tile of C (or, with SPLIT_K > 1, one K chunk of it; or, PERSISTENT, the
     tiles pid, pid + programs, ...). Columns n_load .. N - 1 of B are not read: with ONES they are ones
     (the db column), else zeros. WALK_CHUNKS: one program a tile adds its SPLIT_K chunks itself."""
@@ -385,9 +405,9 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
                                                MASK_N)
             acc = _mainloop(A, B, rm, rn, 0, K, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
                             SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
-                            SA_ALL, SB_ALL, LOCAL, BY_HAND)
+                            SA_ALL, SB_ALL, LOCAL, SWAP, BY_HAND)
             _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm,
-                      stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, BY_HAND)
+                      stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, SWAP, BY_HAND)
         return
     tile = pid % (num_m * num_n)   # split-major: all tiles of chunk 0 first (its operands share L2)
     split = pid // (num_m * num_n)
@@ -397,12 +417,12 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
         # chunk order, as the split launch's last program adds them: the same bits, no partials in memory
         acc = _mainloop(A, B, rm, rn, 0, tl.minimum(K, chunk), n_main, row_ok, load_ok, stride_am, stride_ak,
                         stride_bk, stride_bn, SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
-                        DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, BY_HAND)
+                        DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, SWAP, BY_HAND)
         for s in range(1, SPLIT_K):
             k_lo = tl.multiple_of(s * chunk, _KALIGN)
             acc += _mainloop(A, B, rm, rn, k_lo, tl.minimum(K, k_lo + chunk), n_main, row_ok, load_ok, stride_am,
                              stride_ak, stride_bk, stride_bn, SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
-                             PRECISION, DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, BY_HAND)
+                             PRECISION, DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, SWAP, BY_HAND)
     else:
         if SPLIT_K == 1:
             k_lo = 0
@@ -412,11 +432,11 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
             k_hi = tl.minimum(K, k_lo + chunk)
         acc = _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
                         SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
-                        SA_ALL, SB_ALL, LOCAL, BY_HAND)
+                        SA_ALL, SB_ALL, LOCAL, SWAP, BY_HAND)
 
     if SPLIT_K == 1 or WALK_CHUNKS:
         _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm, stride_zn,
-                  stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, BY_HAND)
+                  stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, SWAP, BY_HAND)
     else:
         mask = row_ok[:, None] & (rn < N)[None, :]
         offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
@@ -430,7 +450,7 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
             for s in tl.static_range(1, SPLIT_K):
                 total += tl.load(PART + s * plane64 + offs, mask=mask, other=0.0, cache_modifier=".cg")
             _epilogue(total, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm,
-                      stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, BY_HAND)
+                      stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, SWAP, BY_HAND)
 
 
 @triton.jit
@@ -579,6 +599,7 @@ class _Plan:
     num_tiles: int
     ints: tuple   # the kernel's int arguments, in its order
     meta: dict
+    swap: bool     # the config's swap_ab: A is the weight, B the rows (`run_forward_plan` passes them so)
     token: object  # the launch key's shape part (`_plan`'s `key`): one object per distinct key, so every T
                    # shares it, hashed by identity
 
@@ -607,6 +628,7 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
         DOT_F32=INTERPRETED and not fp32, PERSISTENT=cfg.persistent,
         A_SILU=a_silu, ONES=ones, HAS_BIAS=has_bias, MUL_DSILU=has_zin, OUT_SILU=out_silu,
         SAVE_PRE=has_zout, EXTRA_COL=has_extra, SA_ALL=sa_all, SB_ALL=sb_all, LOCAL=cfg.local_scales, WALK_CHUNKS=walk,
+        SWAP=cfg.swap_ab,
         BY_HAND=BY_HAND, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     # The specialization's key (kernels.common.launch_keyed): every int above, the constexprs, and (added
     # at launch) c's dtype and the dtype and 16-byte alignment of each tensor from outside (c, the
@@ -616,7 +638,7 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
     unspecialized = (M, K, chunk, M * N, n_sa, n_sb)
     key = (_gemm_kernel, device_index, tuple(sorted(meta.items())), (N, K, n_main, n_load) + strides,
            all(v < _I32_LIMIT for v in unspecialized))
-    return _Plan(programs, 1 if walk else split, num_tiles, ints, meta, _TOKENS.setdefault(key, object()))
+    return _Plan(programs, 1 if walk else split, num_tiles, ints, meta, cfg.swap_ab, _TOKENS.setdefault(key, object()))
 
 
 def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_strides: tuple[int, int],
@@ -701,16 +723,38 @@ def silu_cast(x: torch.Tensor, dtype: torch.dtype, ones_column: bool = False) ->
     return out[:, :d]
 
 
+def run_forward_plan(plan: _Plan, a: torch.Tensor, w: torch.Tensor, y: torch.Tensor, bias=None) -> None:
+    """Launch a `forward_plan` as `forward(a, w, bias, ...)` would, into a fresh contiguous y."""
+    if plan.swap:
+        run_plan(plan, w, a, y, bias=bias)
+    else:
+        run_plan(plan, a, w, y, bias=bias)
+
+
+def _refuse_swap(cfg: LaunchConfig) -> None:
+    if cfg.swap_ab:
+        raise ValueError(f"swap_ab is a forward option (GEMM2's small-T launch), got it for a gradient: {cfg.short()}")
+
+
+def _refuse_swap_epilogue(fused: bool) -> None:
+    if fused:
+        raise ValueError("a swap_ab config is GEMM2's forward: no fused silu (its epilogue would need C^T's z)")
+
+
 def forward_plan(rows: int, a_strides: tuple[int, int], w: torch.Tensor, bias: Optional[torch.Tensor],
                  cfg: LaunchConfig, *, out_silu: bool = False) -> Optional[_Plan]:
     """The `_plan` that `forward(a, w, bias, cfg, out_silu=out_silu)` launches for an a of `rows` rows and
     these strides when that launch reads the operands as they are (no copy, no maxima pass, a unit-stride
-    bias, rows and K present), for a caller that launches it itself (`run_plan`, on a fresh contiguous
+    bias, rows and K present), for a caller that launches it itself (`run_forward_plan`, on a fresh contiguous
     [rows, N] output); else None."""
     N, K = w.shape
     if (rows == 0 or N == 0 or K == 0 or cfg.transpose_w or needs_maxima(cfg)
             or (bias is not None and bias.stride(0) != 1)):
         return None
+    if cfg.swap_ab:
+        _refuse_swap_epilogue(out_silu)
+        return _plan_for(w.device, (w.stride(0), w.stride(1)), (a_strides[1], a_strides[0]), (1, N), N, rows, K, cfg,
+                         w.dtype, bias=bias, m_fixed=True)
     return _plan_for(w.device, a_strides, (w.stride(1), w.stride(0)), (N, 1), rows, N, K, cfg, w.dtype, bias=bias,
                      out_silu=out_silu)
 
@@ -742,6 +786,11 @@ def forward(a: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], cfg:
     else:
         b_strides = (w.stride(1), w.stride(0))
     scales = Scales(_maxima(a, a_max), _maxima(w, w_max)) if needs_maxima(cfg) else None
+    if cfg.swap_ab:   # y^T = w a^T: W's rows are the launch's M (a multiple of its tiles: m_fixed)
+        _refuse_swap_epilogue(out_silu or a_silu)
+        _gemm(w, (w.stride(0), w.stride(1)), a, (a.stride(1), a.stride(0)), y, (y.stride(1), y.stride(0)), N, M, K,
+              cfg, bias=bias, m_fixed=True)
+        return y, pre
     _gemm(a, (a.stride(0), a.stride(1)), w, b_strides, y, (y.stride(0), y.stride(1)), M, N, K, cfg,
           bias=bias, zout=pre, a_silu=a_silu, out_silu=out_silu, scales=scales)
     return y, pre
@@ -753,6 +802,7 @@ def input_grad(dy: torch.Tensor, w: torch.Tensor, cfg: LaunchConfig, *, dsilu_of
     """dx = (dy @ w) * silu'(z): dy [M, N], w [N, K], z = `dsilu_of` [M, K] fp32 (or no factor).
     fp16x3: a row of dy is scaled by its own max, w by its whole max (w's rows are the reduction axis);
     `dy_max` / `w_max`: `row_maxima` of dy / w when the caller has them."""
+    _refuse_swap(cfg)
     M, N = dy.shape
     K = w.shape[1]
     dx = torch.empty((M, K), dtype=out_dtype, device=dy.device)
@@ -783,6 +833,7 @@ def weight_grad(dy: torch.Tensor, a: torch.Tensor, cfg: LaunchConfig, *, a_ones:
     `column_sums(dy)` instead (fp32 output only: float64 sums rounded once, one launch more).
     fp16x3 (db as column sums only): dy and a each scaled by its whole max (their rows are the
     reduction axis; a weight gradient's order is one per T anyway); `dy_max` / `a_max`: `row_maxima`."""
+    _refuse_swap(cfg)
     if db_blocks and db_dtype is not None and dy.shape[0] and dy.shape[1]:
         dw, _ = weight_grad(dy, a, cfg, a_ones=a_ones, dw_dtype=dw_dtype, db_dtype=None, dy_max=dy_max, a_max=a_max)
         return dw, column_sums(dy if dy.stride(1) == 1 else dy.contiguous(), db_dtype)

@@ -75,9 +75,22 @@ class MLPConfigs:
                 raise ValueError(f"{name}'s split_k must be the same in every tier, got {[c.short() for _, c in tiers]}")
         for name in ("fwd1", "fwd2", "dh", "dx"):  # the row-wise GEMMs: their order must not depend on T
             tiers = getattr(self, name)
+            if name == "fwd2" and _one_local_order(tiers):
+                continue
             if any(cfg.precision != "ieee" for _, cfg in tiers) and len({cfg for _, cfg in tiers}) > 1:
                 raise ValueError(f"{name}: a tf32x3, fp16x3 or fp64 kernel needs one config for every row count, "
                                  f"got {[cfg.short() for _, cfg in tiers]}")
+
+
+def _one_local_order(tiers: Tiers) -> bool:
+    """fp16x3 tiers with each step's own scales that differ only in tiles, warps, stages and swap_ab: each
+    output element is one fp32 expression of its k steps (the scales, the three products, the scale-backs
+    and the adds, `gemm._mainloop`) whatever the tile; that a step's MMA sum does not depend on the tile's
+    shape or on which operand holds W is the tensor core's, checked bitwise on the H200
+    (tools/probe_swap_ab.py; kernels/notes/gemm.md v11)."""
+    def order(cfg: C) -> tuple:
+        return cfg.precision, cfg.local_scales, cfg.block_k, cfg.split_k, cfg.walk_chunks_above
+    return all(cfg.local_scales for _, cfg in tiers) and len({order(cfg) for _, cfg in tiers}) == 1
 
 
 BIG = 1 << 62
@@ -165,6 +178,16 @@ FWD2_LOCAL_64K6 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(64, 128, 64, num_wa
 _W = {"precision": "fp16x3", "local_scales": True, "walk_chunks_above": 64}
 FWD2_WALK_128K21 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=21, **_W)),))
 FWD2_WALK_128K11 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=11, **_W)),))
+# GEMM2 swapped at small T (`swap_ab`, kernels/notes/gemm.md v11): up to 16 rows the launch computes
+# out^T = W2 h^T, W2's rows the MMA's 64 or 128 and the rows of h a 16-wide N tile (the 64-row tile pads
+# T = 1 with 63 zero rows a step: 4x the MMA work, 64 accumulator registers a thread for 1 row of output);
+# the same steps, products and sums as the default's tile above 16 rows (`_one_local_order`)
+_S = {"precision": "fp16x3", "local_scales": True, "swap_ab": True}
+_FWD2 = DEFAULT.fwd2[-1][1]
+FWD2_SWAP_M64 = dataclasses.replace(DEFAULT, fwd2=((16, C(64, 16, 32, num_warps=4, num_stages=4, split_k=6, **_S)),
+                                                   (BIG, _FWD2)))
+FWD2_SWAP_M128 = dataclasses.replace(DEFAULT, fwd2=((16, C(128, 16, 32, num_warps=4, num_stages=4, split_k=6, **_S)),
+                                                    (BIG, _FWD2)))
 # GEMM2 in 2 and 8 K chunks (bench sets: the split is part of the order)
 FP16X3_K2 = dataclasses.replace(FP16X3_V6, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=2, **_H3)),))
 FP16X3_K8 = dataclasses.replace(FP16X3_V6, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=8, **_H3)),))
@@ -299,8 +322,8 @@ def _inference(x, w1, b1, w2, b2) -> torch.Tensor:
     rows = x.shape[0]
     h = x.new_empty((rows, w1.shape[0]))
     out = x.new_empty((rows, w2.shape[0]))
-    gemm.run_plan(plan1, x, w1, h, bias=b1)
-    gemm.run_plan(plan2, h, w2, out, bias=b2)
+    gemm.run_forward_plan(plan1, x, w1, h, bias=b1)
+    gemm.run_forward_plan(plan2, h, w2, out, bias=b2)
     return out
 
 

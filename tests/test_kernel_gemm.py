@@ -752,3 +752,81 @@ def test_quick_plan_with_our_row(device, op):
 
     adapter = importlib.import_module(f"adapters.{op}.h3bench_triton").ADAPTER
     run_quick_plan(op, adapter, device)  # batch-invariant, weight gradients repeatable
+
+
+# --- GEMM2 swapped at small T (swap_ab) ------------------------------------------------------------------
+
+SWAP = gemm.LaunchConfig(32, 16, 32, num_warps=4, num_stages=3, split_k=3, precision="fp16x3", local_scales=True,
+                         swap_ab=True)
+
+
+@pytest.mark.parametrize("rows", [1, 5, 16, 21])
+def test_swapped_forward_gives_the_unswapped_bits(device, rows):
+    """out^T = W a^T with the same steps, products and sums as the unswapped tile (bias added per row of
+    C^T, the two small products and the scale-backs in the unswapped order): the same bits at every T,
+    rows of the batch alone too, and within fp32's bound of float64. Under the interpreter the dots are
+    numpy's; on the GPU this is the tensor core's claim (tools/probe_swap_ab.py checks it at the op's size)."""
+    unswapped = dataclasses.replace(SWAP, block_m=16, block_n=32, swap_ab=False)
+    g = torch.Generator().manual_seed(rows)
+    a = (torch.randn(rows, 300, generator=g) * torch.exp2(torch.randint(-8, 9, (rows, 300), generator=g))).to(device)
+    w = (torch.randn(70, 300, generator=g) / 40).to(device)
+    b = torch.randn(70, generator=g).to(device)
+    y, _ = gemm.forward(a, w, b, SWAP, out_dtype=torch.float32)
+    ref, _ = gemm.forward(a, w, b, unswapped, out_dtype=torch.float32)
+    assert y.shape == (rows, 70) and y.is_contiguous()
+    assert torch.equal(as_bits(y), as_bits(ref))
+    assert rel_err(y, a.double() @ w.double().T + b.double()) <= FP32_TOL
+    alone, _ = gemm.forward(a[-1:], w, b, SWAP, out_dtype=torch.float32)
+    assert torch.equal(as_bits(alone[0]), as_bits(y[-1]))
+    plain, _ = gemm.forward(a, w, None, SWAP, out_dtype=torch.float32)   # no bias: the same sums, bias-free
+    assert rel_err(plain, a.double() @ w.double().T) <= FP32_TOL
+
+
+def test_swap_ab_is_a_forward_option_of_local_fp16x3_only(device):
+    with pytest.raises(ValueError, match="swap_ab"):
+        gemm.LaunchConfig(64, 16, 32, precision="fp16x3", swap_ab=True)   # row maxima: not the order it mirrors
+    with pytest.raises(ValueError, match="swap_ab"):
+        gemm.LaunchConfig(64, 16, 32, swap_ab=True)
+    a, w = torch.randn(3, 64).to(device), torch.randn(40, 64).to(device)
+    with pytest.raises(ValueError, match="silu"):
+        gemm.forward(a, w, None, SWAP, out_dtype=torch.float32, out_silu=True)
+    with pytest.raises(ValueError, match="forward option"):
+        gemm.input_grad(torch.randn(3, 40).to(device), w, SWAP)
+    with pytest.raises(ValueError, match="forward option"):
+        gemm.weight_grad(torch.randn(3, 40).to(device), a, SWAP, dw_dtype=torch.float32, db_dtype=None)
+
+
+def test_fwd2_tiers_may_differ_only_outside_the_order():
+    """fp16x3 local-scale tiers of GEMM2 may change tiles, warps, stages and swap_ab with T (each output is
+    the same fp32 expression of its steps), never the step (block_k), the split or the precision."""
+    from kernels import timestep_mlp as TM
+    base = TM.DEFAULT
+    big = base.fwd2[-1][1]
+    dataclasses.replace(base, fwd2=((16, dataclasses.replace(SWAP, split_k=big.split_k)), (1 << 62, big)))
+    for change in ({"block_k": 64, "split_k": big.split_k}, {"split_k": 4}):
+        with pytest.raises(ValueError, match="one config for every row count"):
+            dataclasses.replace(base, fwd2=((16, dataclasses.replace(SWAP, **change)), (1 << 62, big)))
+    unscaled = dataclasses.replace(big, local_scales=False)
+    with pytest.raises(ValueError, match="one config for every row count"):
+        dataclasses.replace(base, fwd2=((16, dataclasses.replace(unscaled, block_m=128)), (1 << 62, unscaled)))
+    assert TM.FWD2_SWAP_M64.fwd2[0][1].swap_ab and not TM.FWD2_SWAP_M64.fwd2[-1][1].swap_ab
+
+
+@pytest.mark.parametrize("configs", ["FWD2_SWAP_M64", "FWD2_SWAP_M128"])
+def test_swapped_config_sets_no_grad_and_autograd_agree(device, monkeypatch, configs):
+    """The swap sets through the op: the no-grad recipe (swapped plan, operands passed the other way round)
+    and the autograd path give the same bits at T = 3 (swapped) and T = 20 (the default's tile), both
+    within fp32's bound; a row alone equals it within T = 20's batch (swapped against unswapped)."""
+    from kernels import timestep_mlp as TM
+    monkeypatch.setattr(TM, "configs", lambda: getattr(TM, configs))
+    inputs, dy = mlp_case(device, 20)
+    x = inputs.tensors["x"]
+    rest = [inputs.tensors[n] for n in MLP_NAMES[1:]]
+    with torch.no_grad():
+        y20 = timestep_mlp(x, *rest)
+        y3 = timestep_mlp(x[:3].clone(), *rest)
+    assert torch.equal(as_bits(y3), as_bits(y20[:3]))
+    y_grad, _ = run_op(timestep_mlp, MLP_NAMES, inputs, dy)
+    assert torch.equal(as_bits(y_grad), as_bits(y20))
+    ref = MLP.reference(MLP_PARAMS, inputs, (dy,), MLP_NAMES, MLP.name)
+    assert rel_err(y20, ref.outputs[0]) <= FP32_TOL

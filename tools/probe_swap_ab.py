@@ -1,0 +1,145 @@
+"""GEMM2 of timestep_mlp swapped (`LaunchConfig.swap_ab`): the same bits as the default's tile, and its speed.
+
+    python -m tools.probe_swap_ab [--rows 1,2,3,4,8,13,16] [--configs M64S4,M128S4,...] [--json FILE]
+
+A swapped launch computes out^T = W2 h^T (W2's rows the MMA's M, the rows of h a narrow N tile) with the
+same per-step scales, products, scale-backs and adds as the default's unswapped tile (kernels/gemm.py,
+`_mainloop`). Whether the tensor core sums a step's products to the same bits whichever operand holds W2
+and whatever the tile's shape is the hardware's: this checks it, bitwise, for each candidate config and
+each T against (a) the default config on the same rows and (b) the same rows as the first T rows of a
+T = 2048 batch under the default config (the batch-invariance claim itself), on four data sets:
+  model     the op's own inputs (harness/ops/timestep_mlp.py parameters; h = silu(x W1^T + b1) by the
+            default config, as the forward makes it)
+  spread    h and W2 with every element scaled by 2^U{-12..12} (a step's products far apart in exponent:
+            where a tensor core's alignment of its addends would show)
+  rows      each row of h and of W2 scaled by 2^U{-40..40}, one row of h all zero, one of tiny values
+  cancel    h's rows in +v / -v pairs along k (sums near zero: the last bits of a sum are its rounding)
+Then each config's kernel time per call (torch.profiler, GEMM2's launch alone) at each T. GPU only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+DATA = ("model", "spread", "rows", "cancel")
+BIG_T = 2048
+
+
+def candidates() -> dict:
+    from kernels.gemm import LaunchConfig as C
+    s = {"precision": "fp16x3", "local_scales": True, "swap_ab": True, "split_k": 6}
+    return {
+        "M64S3": C(64, 16, 32, num_warps=4, num_stages=3, **s),
+        "M64S4": C(64, 16, 32, num_warps=4, num_stages=4, **s),
+        "M64S6": C(64, 16, 32, num_warps=4, num_stages=6, **s),
+        "M128S3": C(128, 16, 32, num_warps=4, num_stages=3, **s),
+        "M128S4": C(128, 16, 32, num_warps=4, num_stages=4, **s),
+        "M128W8S4": C(128, 16, 32, num_warps=8, num_stages=4, **s),
+        "M64N32S4": C(64, 32, 32, num_warps=4, num_stages=4, **s),
+        # the same tile unswapped (BLOCK_M 64 rows of h): a tile-shape check without the swap
+        "U64N64S4": C(64, 64, 32, num_warps=4, num_stages=4, split_k=6, precision="fp16x3", local_scales=True),
+    }
+
+
+def data_sets(device: torch.device) -> dict:
+    """{name: (h [BIG_T, K], w2 [D, K], b2 [D])}."""
+    from harness.config import load_config
+    from harness.ops import get_op
+    from kernels import gemm
+    from kernels import timestep_mlp as TM
+    params = load_config("timestep_mlp").inputs
+    inputs = get_op("timestep_mlp").make_inputs(params, BIG_T, 11, device)
+    x, w1, b1, w2, b2 = (inputs.tensors[n] for n in ("x", "w1", "b1", "w2", "b2"))
+    h, _ = gemm.forward(x, w1, b1, gemm.pick(TM.DEFAULT.fwd1, BIG_T), out_dtype=torch.float32, out_silu=True)
+    g = torch.Generator(device=device).manual_seed(5)
+
+    def pow2(shape, lo, hi):
+        return torch.exp2(torch.randint(lo, hi + 1, shape, generator=g, device=device).float())
+
+    out = {"model": (h, w2, b2)}
+    out["spread"] = (h * pow2(h.shape, -12, 12), w2 * pow2(w2.shape, -12, 12), b2)
+    hr = h * pow2((h.shape[0], 1), -40, 40)
+    hr[1] = 0.0
+    hr[2] = h[2] * 2.0 ** -120
+    out["rows"] = (hr, w2 * pow2((w2.shape[0], 1), -40, 40), b2)
+    half = h[:, : h.shape[1] // 2]
+    out["cancel"] = (torch.cat([half, -half * (1 + 2.0 ** -20)], dim=1).contiguous(), w2, b2)
+    return out
+
+
+def kernel_us(fn, reps: int = 50) -> float:
+    from tools.kernel_times import per_kernel_us
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    return round(sum(per_kernel_us(prof.key_averages(), reps).values()), 2)
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default="1,2,3,4,8,13,16")
+    ap.add_argument("--configs", default=",".join(candidates()))
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("probe_swap_ab needs a GPU (the claim it checks is the tensor core's)")
+    from kernels import gemm
+    from kernels import timestep_mlp as TM
+    device = torch.device("cuda")
+    default = gemm.pick(TM.DEFAULT.fwd2, BIG_T)
+    cands = {name: candidates()[name] for name in args.configs.split(",") if name}
+    rows = [int(r) for r in args.rows.split(",")]
+    sets = data_sets(device)
+
+    def run(cfg, h, w2, b2):
+        return gemm.forward(h, w2, b2, cfg, out_dtype=torch.float32)[0]
+
+    records = []
+    for data, (h, w2, b2) in sets.items():
+        big = run(default, h, w2, b2)
+        for t in rows:
+            alone = run(default, h[:t].clone(), w2, b2)
+            rec = {"data": data, "rows": t, "default_alone_equals_big": bool(torch.equal(alone, big[:t]))}
+            for name, cfg in cands.items():
+                try:
+                    y = run(cfg, h[:t].clone(), w2, b2)
+                    rec[name] = {"equal_default": bool(torch.equal(y, alone)), "equal_big": bool(torch.equal(y, big[:t])),
+                                 "differing": int((y != alone).sum().item()), "nonfinite": int((~torch.isfinite(y)).sum().item())}
+                except Exception as exc:   # a candidate that fails to compile is a record, not the end of the run
+                    rec[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            records.append(rec)
+            print(json.dumps(rec), flush=True)
+    timings = []
+    h, w2, b2 = sets["model"]
+    for t in rows:
+        ht = h[:t].clone()
+        rec = {"rows": t, "default": kernel_us(lambda: run(default, ht, w2, b2), args.reps)}
+        for name, cfg in cands.items():
+            try:
+                rec[name] = kernel_us(lambda: run(cfg, ht, w2, b2), args.reps)
+            except Exception as exc:
+                rec[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        timings.append(rec)
+        print("kernel us", json.dumps(rec), flush=True)
+    all_equal = all(v.get("equal_default") and v.get("equal_big") for r in records for k, v in r.items()
+                    if isinstance(v, dict) and "error" not in v)
+    result = {"device": torch.cuda.get_device_name(), "default": default.short(),
+              "configs": {k: v.short() for k, v in cands.items()}, "bitwise": records, "kernel_us": timings,
+              "every_candidate_bitwise_equal": all_equal}
+    print("every candidate bitwise equal to the default (alone and as rows of T = 2048):", all_equal)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return result
+
+
+if __name__ == "__main__":
+    main()
