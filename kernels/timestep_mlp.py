@@ -4,7 +4,7 @@ Launches of `kernels.gemm._gemm_kernel` (TF32 off: fp32 accuracy throughout), wi
 
     forward   z1 = x W1^T + b1, h = silu(z1)          GEMM1 (float64; epilogue: bias, silu; z1 kept for a backward)
               out = h W2^T + b2                       GEMM2 (fp16x3, each step's own scales; epilogue: bias;
-                                                      6 fixed K chunks)
+                                                      6 fixed K chunks; up to 16 rows as out^T = W2 h^T)
               max|h[t]|, max|W2[n]|                    `gemm.row_maxima` (one launch; the backward's fp16x3
                                                       scales: only when a backward will follow)
     backward  max|dy[t]|                              `gemm.row_maxima`
@@ -15,12 +15,13 @@ Launches of `kernels.gemm._gemm_kernel` (TF32 off: fp32 accuracy throughout), wi
 
 Reduction orders (kernels/gemm.py): GEMM1 runs in float64 (fp64 MMA: exact products, float64 sums,
 bias and silu, one rounding of z1 and of h); GEMM2 and dz1 in fp16x3 (operands scaled by powers of two:
-in GEMM2 each k64 step's rows of h and of W2 by their own maxima over the step's k; in dz1 dy's rows
-by their own maximum, W2 by its whole maximum; each split into fp16 halves, three products a k64 step
+in GEMM2 each k32 step's rows of h and of W2 by their own maxima over the step's k; in dz1 dy's rows
+by their own maximum, W2 by its whole maximum; each split into fp16 halves, three products a step
 into a fresh accumulator, steps added in fp32)
 and dx in tf32x3 (each operand split into two tf32 halves, three products a k8 slice, fp32
 accumulation); each with ONE tile config and one K split for every T (`MLPConfigs` refuses anything else for fp64 and tensor-core
-kernels): a row's bits do not depend on T. The weight gradients are sums over t, one fixed order per T (FMA chains
+kernels; GEMM2's tiers differ only in the tile and in which operand holds W2, never in the steps, the
+split or the scales: `_one_local_order`, checked bitwise on the H200): a row's bits do not depend on T. The weight gradients are sums over t, one fixed order per T (FMA chains
 up to T = 64, fp16x3 (dW2, dy and h each scaled by its whole maximum) or tf32x3 (dW1) above), the bias
 gradients float64 column sums: they repeat bitwise run to run.
 
@@ -159,9 +160,18 @@ FP16X3_LOCAL_V7 = dataclasses.replace(
 # config's kernel time per call at T = 1, stream time at T = 2048): GEMM1 on 32 x 32 x 32 float64 tiles
 # (6.4 us against 8.4 at T = 1; 145.6 against 150.8-152.8 at T = 2048) and GEMM2 on 64 x 128 x 32 tiles, 4
 # warps, 3 stages (40.8 us against 52.3 at T = 1; 876.8 against 800.6-814.3 at T = 2048).
-DEFAULT = dataclasses.replace(
+FP16X3_LOCAL_V8 = dataclasses.replace(
     FP16X3_LOCAL_V7, fwd1=((BIG, C(32, 32, 32, num_warps=4, num_stages=3, precision="fp64")),),
     fwd2=((BIG, C(64, 128, 32, num_warps=4, num_stages=3, split_k=6, precision="fp16x3", local_scales=True)),))
+# The default, v11 (kernels/notes/gemm.md): v8 with GEMM2 swapped up to 16 rows (`swap_ab`: out^T = W2 h^T
+# on 64 x 16 x 32 tiles, 4 warps, 4 stages; the same steps, products and sums as v8's tile, bitwise on the
+# H200 at T = 1-16 on four data sets, alone and as rows of T = 2048: tools/probe_swap_ab.py, session 15
+# call 1): GEMM2's kernel 28.3-31.2 us at T = 1-16 against 40.3-41.0 (75 registers a thread, 252 programs,
+# against 255 and 126); v8's tile above 16 rows.
+_S = {"precision": "fp16x3", "local_scales": True, "swap_ab": True}
+_FWD2 = FP16X3_LOCAL_V8.fwd2[-1][1]
+DEFAULT = dataclasses.replace(
+    FP16X3_LOCAL_V8, fwd2=((16, C(64, 16, 32, num_warps=4, num_stages=4, split_k=6, **_S)), (BIG, _FWD2)))
 # GEMM2 with each step's own scales (`local_scales`: no maxima pass over W2 before it, which at T <= 8
 # reads the 58 MB of W2 once more) in 4 or 6 K chunks, on 128- or 64-row tiles (bench sets: at T <= 8 the
 # forward streams W2, and 64-row tiles halve the MMA work a step; 2688 / 128 x 6 chunks = 126 programs)
@@ -181,11 +191,8 @@ FWD2_WALK_128K11 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_
 # GEMM2 swapped at small T (`swap_ab`, kernels/notes/gemm.md v11): up to 16 rows the launch computes
 # out^T = W2 h^T, W2's rows the MMA's 64 or 128 and the rows of h a 16-wide N tile (the 64-row tile pads
 # T = 1 with 63 zero rows a step: 4x the MMA work, 64 accumulator registers a thread for 1 row of output);
-# the same steps, products and sums as the default's tile above 16 rows (`_one_local_order`)
-_S = {"precision": "fp16x3", "local_scales": True, "swap_ab": True}
-_FWD2 = DEFAULT.fwd2[-1][1]
-FWD2_SWAP_M64 = dataclasses.replace(DEFAULT, fwd2=((16, C(64, 16, 32, num_warps=4, num_stages=4, split_k=6, **_S)),
-                                                   (BIG, _FWD2)))
+# the same steps, products and sums as v8's tile above 16 rows (`_one_local_order`). M64 is the default.
+FWD2_SWAP_M64 = DEFAULT
 FWD2_SWAP_M128 = dataclasses.replace(DEFAULT, fwd2=((16, C(128, 16, 32, num_warps=4, num_stages=4, split_k=6, **_S)),
                                                     (BIG, _FWD2)))
 # GEMM2 in 2 and 8 K chunks (bench sets: the split is part of the order)

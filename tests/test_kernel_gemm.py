@@ -70,7 +70,7 @@ def test_timestep_mlp_matches_float64(device, rows):
         assert rel_err(grads[name], ref.grads[name]) <= FP32_TOL, name
 
 
-@pytest.mark.parametrize("configs", ["DEFAULT", "FP16X3_LOCAL_V7", "FP16X3_V6", "TF32X3_V5", "FMA_FWD1", "FWD2_WALK_128K11"])
+@pytest.mark.parametrize("configs", ["DEFAULT", "FP16X3_LOCAL_V8", "FP16X3_LOCAL_V7", "FP16X3_V6", "TF32X3_V5", "FMA_FWD1", "FWD2_WALK_128K11"])
 @pytest.mark.parametrize("rows", [1, 70])
 def test_timestep_mlp_gpu_default_plumbing_matches_float64(device, monkeypatch, rows, configs):
     """The GPU's default configs (v6: GEMM2, dz1 and dW2 in fp16x3 with the row maxima shared by forward
@@ -803,8 +803,9 @@ def test_fwd2_tiers_may_differ_only_outside_the_order():
     base = TM.DEFAULT
     big = base.fwd2[-1][1]
     dataclasses.replace(base, fwd2=((16, dataclasses.replace(SWAP, split_k=big.split_k)), (1 << 62, big)))
-    for change in ({"block_k": 64, "split_k": big.split_k}, {"split_k": 4}):
-        with pytest.raises(ValueError, match="one config for every row count"):
+    for change, error in (({"block_k": 64, "split_k": big.split_k}, "one config for every row count"),
+                          ({"split_k": 4}, "fwd2's split_k")):
+        with pytest.raises(ValueError, match=error):
             dataclasses.replace(base, fwd2=((16, dataclasses.replace(SWAP, **change)), (1 << 62, big)))
     unscaled = dataclasses.replace(big, local_scales=False)
     with pytest.raises(ValueError, match="one config for every row count"):

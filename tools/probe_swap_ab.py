@@ -39,6 +39,10 @@ def candidates() -> dict:
         "M128S4": C(128, 16, 32, num_warps=4, num_stages=4, **s),
         "M128W8S4": C(128, 16, 32, num_warps=8, num_stages=4, **s),
         "M64N32S4": C(64, 32, 32, num_warps=4, num_stages=4, **s),
+        # W2's rows on mma.sync (BLOCK_M < 64 or fewer than 4 warps: no wgmma): 1008 / 504 programs of 1-2 warps
+        "M16W1S4": C(16, 16, 32, num_warps=1, num_stages=4, **s),
+        "M16W1S6": C(16, 16, 32, num_warps=1, num_stages=6, **s),
+        "M32W2S4": C(32, 16, 32, num_warps=2, num_stages=4, **s),
         # the same tile unswapped (BLOCK_M 64 rows of h): a tile-shape check without the swap
         "U64N64S4": C(64, 64, 32, num_warps=4, num_stages=4, split_k=6, precision="fp16x3", local_scales=True),
     }

@@ -38,6 +38,8 @@
 #                  final_adaln_out and the two GEMM ops)
 #   hostcost-direct the same rows with kernels.common.runner's direct C launcher call on and off
 #   hostcost-profile torch.profiler's host-side table of those rows' fwd+bwd
+#   probe-swap     tools/probe_swap_ab.py: timestep_mlp's GEMM2 swapped candidates, bitwise against the default
+#                  tile and their kernel times (H3BENCH_PROBE_ARGS: its arguments)
 #   probe-fp16x3   tools/probe_fp16x3.py: timestep_mlp's large GEMMs as three fp16 products against tf32x3
 # `install` is idempotent: a later call on the same (warm) machine skips what is there already. With
 # H3BENCH_DEADLINE_S set, a step that would start after that many seconds of the call is skipped and the
@@ -209,6 +211,11 @@ step_bench-gemm() {
   # shellcheck disable=SC2086  # the arguments are words
   PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.bench_gemm --budget "${H3BENCH_GEMM_BUDGET:-$(( $(left) - 20 ))}" \
     ${H3BENCH_GEMM_ARGS:-} --out "$OUT/work/bench_gemm.json"
+}
+
+step_probe-swap() {  # tools/probe_swap_ab.py: GEMM2's swapped candidates, bitwise and kernel time (H3BENCH_PROBE_ARGS)
+  # shellcheck disable=SC2086  # the arguments are words
+  PYTHONPATH=$ROOT timeout "$(left)" python3 -m tools.probe_swap_ab ${H3BENCH_PROBE_ARGS:-} --json "$OUT/work/probe_swap_ab.json"
 }
 
 step_probe-fp16x3() {
