@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Pack every wheel the GPU machine's rows need (the big set: Transformer Engine, the CuTe DSL; the small set:
+# SGLang, Liger and their imports) into .devpkgs/part-NN folders that each fit one device call beside the
+# working tree (a call carries 64 MiB in all; the tree with its committed evidence is ~30 MB):
+#
+#   bash tools/pack_devpkgs.sh [LIMIT_MB]      (default 35: decimal MB per part, pieces and wheels together)
+#
+# Then one `run_h200.sh stash` call per part but the smallest, and the smallest with `.third_party` in the
+# call that runs `stash install ...` (adapters/COMPETITORS.md). Needs /work/shared/tools/devpkgs and PyPI.
+set -euo pipefail
+LIMIT_MB=${1:-35}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+DIR=$ROOT/.devpkgs
+rm -rf "$DIR"
+# devpkgs cuts wheels into pieces of PART_MB MiB and groups small wheels into parts of their own
+PART_MB=$(( LIMIT_MB * 1000 * 1000 / 1048576 - 1 )) /work/shared/tools/devpkgs pack "$DIR" \
+  transformer-engine-cu13==2.20.2 transformer-engine==2.20.2 nvdlfw-inspect==0.2.2 \
+  nvidia-cutlass-dsl-libs-cu13==4.8.0 nvidia-cutlass-dsl==4.8.0 nvidia-cutlass-dsl-libs-base==4.8.0 \
+  nvidia-cutlass-dsl-libs-core==4.8.0 apache-tvm-ffi==0.1.11 \
+  pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 typing-extensions==4.16.0 \
+  liger-kernel==0.8.5 sglang==0.5.23 orjson==3.13.0 pybase64==1.5.1 msgspec==0.23.0 starlette==1.10.0 \
+  | grep -v WARNING
+# transformer_engine_torch is an sdist (built on the machine against its torch): devpkgs takes wheels only
+SDIST=transformer_engine_torch-2.20.2.tar.gz
+URL=$(curl -s https://pypi.org/simple/transformer-engine-torch/ | grep -o "https://[^\"#]*/$SDIST" | head -1)
+curl -sSL -o "/tmp/$SDIST" "$URL"
+echo "4c40ced8a6261649e689076f198d4feaf02277b1ba18931a66eccdaceb33c43e  /tmp/$SDIST" | sha256sum -c -
+python3 - "$DIR" "$LIMIT_MB" "/tmp/$SDIST" <<'EOF'
+"""Merge the parts, smallest first, into as few as fit LIMIT_MB each; the sdist rides with the smallest;
+every part gets PIECES (how many wheel pieces make the whole set: run_h200.sh's install waits for them)."""
+import shutil, sys
+from pathlib import Path
+root, limit, sdist = Path(sys.argv[1]), int(sys.argv[2]) * 1000 * 1000, Path(sys.argv[3])
+def size(p): return sum(f.stat().st_size for f in p.iterdir() if f.name not in ("install.sh", "PIECES"))
+parts = sorted(root.glob("part-*"), key=size)
+merged = True
+while merged and len(parts) > 1:
+    merged = False
+    for a in parts:
+        for b in parts:
+            if a is not b and size(a) + size(b) <= limit:
+                for f in a.iterdir():
+                    if f.name not in ("install.sh", "PIECES"):
+                        shutil.move(str(f), b / f.name)
+                shutil.rmtree(a)
+                parts = sorted(root.glob("part-*"), key=size)
+                merged = True
+                break
+        if merged:
+            break
+shutil.copy(sdist, parts[0] / sdist.name)
+pieces = sum(1 for p in parts for f in p.iterdir() if ".piece-" in f.name)
+for p in parts:
+    (p / "PIECES").write_text(f"{pieces}\n")
+    print(f"{p.name} {size(p) / 1e6:.1f} MB" + ("  <- the last call's (stash install)" if p == parts[0] else ""))
+print(f"{len(parts)} parts, {pieces} pieces")
+EOF
