@@ -9,8 +9,8 @@
 #                  into /root/devpkgs: Transformer Engine and the CuTe DSL are too big for one call
 #                  (adapters/COMPETITORS.md); they live there while the machine stays warm
 #   install        the small wheel set (.devpkgs-small) and, when all the big set's pieces are stashed (each
-#                  part's PIECES file says how many: 8 parts of <= 48 MiB, so a part and the working tree fit
-#                  one call's 64 MiB), the big set
+#                  part's PIECES file says how many: tools/pack_devpkgs.sh makes parts of <= 35 MB with the
+#                  small set folded in, so a part and the ~30 MB working tree fit one call's 64 MiB), the big set
 #                  into /tmp/site with TE's torch extension built; the modes carry (.devpkgs-modes) into
 #                  /tmp/modes-site; the RFC's rl-kernel reassembly (.third_party/rl-kernel-h3) built into
 #                  /tmp/rl-kernel-h3 (tools/build_rl_kernel.sh), in parallel with TE's build
