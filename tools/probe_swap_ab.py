@@ -14,7 +14,8 @@ T = 2048 batch under the default config (the batch-invariance claim itself), on 
             where a tensor core's alignment of its addends would show)
   rows      each row of h and of W2 scaled by 2^U{-40..40}, one row of h all zero, one of tiny values
   cancel    h's rows in +v / -v pairs along k (sums near zero: the last bits of a sum are its rounding)
-Then each config's kernel time per call (torch.profiler, GEMM2's launch alone) at each T. GPU only.
+Then each config's kernel time per call (torch.profiler, GEMM2's launch alone) at each T; with --diagnose
+also configs of other orders and precisions, torch's copy of W2 and cuBLAS (timing only). GPU only.
 """
 from __future__ import annotations
 
@@ -74,6 +75,41 @@ def data_sets(device: torch.device) -> dict:
     return out
 
 
+def diagnostics() -> dict:
+    """Configs that are not candidates (other orders, other precisions), timed only: where GEMM2's time at
+    small T goes. Each k-step's split of W2's tile and its MMAs against plain streaming (FMA chains, tf32x3,
+    longer steps, more K chunks), beside torch's copy of W2 and cuBLAS's gemv."""
+    from kernels.gemm import LaunchConfig as C
+    s = {"precision": "fp16x3", "local_scales": True, "swap_ab": True}
+    return {
+        "swap_k64": C(64, 16, 64, num_warps=4, num_stages=3, split_k=6, **s),
+        "swap_k32_split12": C(64, 16, 32, num_warps=4, num_stages=4, split_k=12, **s),
+        "swap_k32_split21": C(64, 16, 32, num_warps=4, num_stages=4, split_k=21, **s),
+        "fma_4x16x128": C(4, 16, 128, num_warps=1, num_stages=4),
+        "fma_4x16x128_split6": C(4, 16, 128, num_warps=1, num_stages=4, split_k=6),
+        "fma_16x32x64_split6": C(16, 32, 64, num_warps=2, num_stages=4, split_k=6),
+        "tf32x3_64x64x32_split6": C(64, 64, 32, num_warps=4, num_stages=4, split_k=6, precision="tf32x3"),
+    }
+
+
+def diagnose(rows: list[int], reps: int) -> list[dict]:
+    from kernels import gemm
+    h, w2, b2 = data_sets(torch.device("cuda"))["model"]
+    out = []
+    for t in rows:
+        ht = h[:t].clone()
+        rec = {"rows": t, "copy_of_w2 (reads and writes)": kernel_us(lambda: w2.clone(), reps),
+               "cublas_linear": kernel_us(lambda: torch.nn.functional.linear(ht, w2, b2), reps)}
+        for name, cfg in diagnostics().items():
+            try:
+                rec[name] = kernel_us(lambda: gemm.forward(ht, w2, b2, cfg, out_dtype=torch.float32)[0], reps)
+            except Exception as exc:
+                rec[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        print("diagnostic kernel us", json.dumps(rec), flush=True)
+        out.append(rec)
+    return out
+
+
 def kernel_us(fn, reps: int = 50) -> float:
     from tools.kernel_times import per_kernel_us
     for _ in range(5):
@@ -92,6 +128,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--configs", default=",".join(candidates()))
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--json", default="")
+    ap.add_argument("--diagnose", action="store_true", help="also time `diagnostics()` (other orders: timing only)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("probe_swap_ab needs a GPU (the claim it checks is the tensor core's)")
@@ -137,7 +174,8 @@ def main(argv=None) -> dict:
                     if isinstance(v, dict) and "error" not in v)
     result = {"device": torch.cuda.get_device_name(), "default": default.short(),
               "configs": {k: v.short() for k, v in cands.items()}, "bitwise": records, "kernel_us": timings,
-              "every_candidate_bitwise_equal": all_equal}
+              "every_candidate_bitwise_equal": all_equal,
+              "diagnostics": diagnose(rows, args.reps) if args.diagnose else None}
     print("every candidate bitwise equal to the default (alone and as rows of T = 2048):", all_equal)
     if args.json:
         with open(args.json, "w") as f:
