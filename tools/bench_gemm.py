@@ -45,6 +45,7 @@ from kernels import adaln_projection as AP
 from kernels import gemm
 from kernels import timestep_mlp as TM
 from kernels.gemm import LaunchConfig as C
+from tools.kernel_times import summed_kernel_us
 
 ROWS = (1, 3, 4, 8, 64, 256, 2048)
 BIG = 2048
@@ -451,21 +452,10 @@ def mlp_configs(args) -> list:
                 rec["err"] = rel_err(y, exact)
                 rec["us"] = timed(call, args.warmup, args.reps)
                 if rows <= 64 and DEV.type == "cuda":   # small T: the host paces the stream; the kernels' own time
-                    rec["kernel_us"] = kernel_us(call, args.reps)
+                    rec["kernel_us"] = summed_kernel_us(call, args.reps)
             except Exception as exc:
                 rec["error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
     return out
-
-
-def kernel_us(call: Callable[[], object], reps: int) -> float:
-    """Device time per call, every kernel of it summed (torch.profiler's CUDA times over `reps` calls)."""
-    from tools.kernel_times import per_kernel_us
-    sync()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            call()
-        sync()
-    return round(sum(per_kernel_us(prof.key_averages(), reps).values()), 2)
 
 
 def ada_configs(args) -> list:

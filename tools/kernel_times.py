@@ -81,10 +81,18 @@ def measure(hidden: int, table_rows: int, variant: str, rows: int, warmup: int, 
                        round(wall, 2), syncs)
 
 
-def profile_steps(step, warmup: int, steps: int):
+def summed_kernel_us(call, reps: int, warmup: int = 0) -> float:
+    """Device time per call of `call`, every kernel it launches summed (torch.profiler's CUDA times over
+    `reps` calls after `warmup` unprofiled ones)."""
+    prof, _, _ = profile_steps(call, warmup, reps, timed=False)
+    return round(sum(per_kernel_us(prof.key_averages(), reps).values()), 2)
+
+
+def profile_steps(step, warmup: int, steps: int, timed: bool = True):
     """(profiler, wall us per step, host us per step): `warmup` steps, `steps` under torch.profiler with CUDA
     activity, then `steps` more without it, queued back to back: their wall time to the final synchronize,
-    and the time the host took to issue them (before that synchronize)."""
+    and the time the host took to issue them (before that synchronize). Not `timed`: the profiler only
+    (the two figures None)."""
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
@@ -92,6 +100,8 @@ def profile_steps(step, warmup: int, steps: int):
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
+    if not timed:
+        return prof, None, None
     start = time.perf_counter()
     for _ in range(steps):
         step()

@@ -111,15 +111,8 @@ def diagnose(rows: list[int], reps: int) -> list[dict]:
 
 
 def kernel_us(fn, reps: int = 50) -> float:
-    from tools.kernel_times import per_kernel_us
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-    return round(sum(per_kernel_us(prof.key_averages(), reps).values()), 2)
+    from tools.kernel_times import summed_kernel_us
+    return summed_kernel_us(fn, reps, warmup=5)
 
 
 def main(argv=None) -> dict:
