@@ -56,7 +56,12 @@ invariance checks rerun):
   fresh accumulator is scaled back (two exact power-of-two products) before it is added to the fp32
   total. A row's scales are still its own values' (k blocks fixed by BLOCK_K from k = 0 or the chunk's
   start), so a row's bits stay independent of the batch; a step's maxima are never above the whole
-  row's, so each block keeps at least the bits the row-wide scale gave it.
+  row's, so each block keeps at least the bits the row-wide scale gave it. `swap_ab` (forward, local
+  scales) launches C^T = W A^T instead: W's rows the MMA's M, a few rows of A a narrow N tile (no
+  64-row tile padded with zeros at small T); the same scales, products (the two small ones taken back
+  in the unswapped order), scale-backs and adds, so each element is the same fp32 expression; the
+  tensor core's per-step sum was checked bitwise the same whichever operand holds W and whatever the
+  tile (tools/probe_swap_ab.py on the H200), which lets a forward's tiers swap by row count.
 * A persistent config (LaunchConfig.persistent) runs the same per-tile loop for tiles pid, pid + P,
   ... (P programs): which program computes a tile changes, the tile's arithmetic does not.
 * `k_major` (input and weight gradients) multiplies K-contiguous copies of the operands: the same
@@ -165,6 +170,8 @@ class LaunchConfig:
             raise ValueError(f"local_scales is an {SCALED} option, got precision {self.precision!r}")
         if self.swap_ab and not self.local_scales:
             raise ValueError(f"swap_ab is an {SCALED} option with local_scales (the order it mirrors)")
+        if self.swap_ab and self.persistent:
+            raise ValueError("swap_ab takes no persistent programs (a small-T launch: one program a tile)")
         if self.k_major and self.transpose_w:
             raise ValueError("transpose_w is the forward's k_major for FMA dots: set one of them")
 

@@ -787,6 +787,8 @@ def test_swap_ab_is_a_forward_option_of_local_fp16x3_only(device):
         gemm.LaunchConfig(64, 16, 32, precision="fp16x3", swap_ab=True)   # row maxima: not the order it mirrors
     with pytest.raises(ValueError, match="swap_ab"):
         gemm.LaunchConfig(64, 16, 32, swap_ab=True)
+    with pytest.raises(ValueError, match="persistent"):
+        gemm.LaunchConfig(64, 16, 32, precision="fp16x3", local_scales=True, swap_ab=True, persistent=True)
     a, w = torch.randn(3, 64).to(device), torch.randn(40, 64).to(device)
     with pytest.raises(ValueError, match="silu"):
         gemm.forward(a, w, None, SWAP, out_dtype=torch.float32, out_silu=True)
