@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# NOT RUN in session 15: the call got "no new device machine is lent at present". The next session runs it first.
 # Session 15, call 17: where GEMM2's time goes at small T (every swapped candidate landed at 28-32 us whatever
 # its programs' count and MMA): tools/probe_swap_ab.py --diagnose times the default beside configs of other
 # orders and precisions (longer steps, more K chunks, FMA chains, tf32x3), torch's copy of W2 and cuBLAS.
