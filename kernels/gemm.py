@@ -85,6 +85,7 @@ shared B tile, so neither its position in the batch nor the batch size reaches i
 from __future__ import annotations
 
 import functools
+import weakref
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -146,6 +147,10 @@ class LaunchConfig:
     # is the same fp32 expression; that the tensor core sums a step's products the same whichever operand
     # holds W is the hardware's, checked bitwise on the GPU (tools/probe_swap_ab.py, the harness's probes)
     swap_ab: bool = False
+    # forward only, fp16x3 with local scales: the weight comes split once per weight version (`presplit`:
+    # fp16 hi and lo halves and each (row, step)'s inverse scale, by the formulas the kernel would use), so
+    # a step loads W's halves instead of splitting its tile: the same values, products and sums
+    presplit: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "block_k"):
@@ -170,6 +175,8 @@ class LaunchConfig:
             raise ValueError(f"local_scales is an {SCALED} option, got precision {self.precision!r}")
         if self.swap_ab and not self.local_scales:
             raise ValueError(f"swap_ab is an {SCALED} option with local_scales (the order it mirrors)")
+        if self.presplit and not self.local_scales:
+            raise ValueError(f"presplit is an {SCALED} option with local_scales (the split it makes once)")
         if self.swap_ab and self.persistent:
             raise ValueError("swap_ab takes no persistent programs (a small-T launch: one program a tile)")
         if self.k_major and self.transpose_w:
@@ -179,7 +186,7 @@ class LaunchConfig:
         s = f"{self.block_m}x{self.block_n}x{self.block_k}/w{self.num_warps}/s{self.num_stages}"
         return (s + (f"/k{self.split_k}" if self.split_k > 1 else "") + ("/wT" if self.transpose_w else "")
                 + (f"/{self.precision}" if self.precision != "ieee" else "") + ("/P" if self.persistent else "")
-                + ("/KM" if self.k_major else "") + ("/L" if self.local_scales else "") + ("/S" if self.swap_ab else "")
+                + ("/KM" if self.k_major else "") + ("/L" if self.local_scales else "") + ("/S" if self.swap_ab else "") + ("/PS" if self.presplit else "")
                 + (f"/W{self.walk_chunks_above}" if self.split_k > 1 and self.walk_chunks_above < (1 << 62) else ""))
 
 
@@ -265,6 +272,28 @@ def _rowmax_kernel(X, Y, OX, OY, rows_x, cols_x, stride_x, rows_y, cols_y, strid
 
 
 @triton.jit
+def _presplit_kernel(W, HI, LO, INV, n_rows, K, stride_wn, stride_wk, steps, ROWS: tl.constexpr,
+                     BLOCK_K: tl.constexpr):
+    """One [ROWS, BLOCK_K] block of W: each row's scale pair from its max over the block (`_mainloop`'s
+    local scales), HI = fp16(W s), LO = fp16(W s - HI), INV[row, block] = 1 / s: the values a local-scale
+    step makes of W's tile, made once."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    ks = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    row_ok = rows < n_rows
+    mask = row_ok[:, None] & (ks < K)[None, :]
+    rows64 = rows.to(tl.int64)
+    w = tl.load(W + rows64[:, None] * stride_wn + ks[None, :] * stride_wk, mask=mask, other=0.0)
+    scale, inverse = _pow2_scale_pair(tl.max(tl.abs(w), 1))
+    v = w * scale[:, None]
+    hi = v.to(tl.float16)
+    lo = (v - hi.to(tl.float32)).to(tl.float16)
+    offs = rows64[:, None] * K + ks[None, :]
+    tl.store(HI + offs, hi, mask=mask)
+    tl.store(LO + offs, lo, mask=mask)
+    tl.store(INV + rows64 * steps + tl.program_id(1), inverse, mask=row_ok)
+
+
+@triton.jit
 def _sigmoid(z):
     return 1.0 / (1.0 + tl.exp(-z))
 
@@ -318,20 +347,26 @@ def _tile_of(tile, M, n_load, num_m, num_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.c
 
 @triton.jit
 def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
-              SA, SB, n_sa, n_sb,
+              SA, SB, WLO, n_sa, n_sb,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
               PRECISION: tl.constexpr, DOT_F32: tl.constexpr, A_SILU: tl.constexpr, ONES: tl.constexpr,
               SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, LOCAL: tl.constexpr, SWAP: tl.constexpr,
-              BY_HAND: tl.constexpr):
+              PRESPLIT: tl.constexpr, BY_HAND: tl.constexpr):
     """The accumulator of one tile over k in [k_lo, k_hi), ascending, BLOCK_K a step (the order): fp32, or
     float64 for PRECISION "fp64". fp16x3: SA / SB hold the maxima its scales come from (A's rows, B's
-    columns; SA_ALL / SB_ALL: one scale from all n_sa / n_sb of them); with LOCAL, each step's tiles."""
+    columns; SA_ALL / SB_ALL: one scale from all n_sa / n_sb of them); with LOCAL, each step's tiles.
+    PRESPLIT (LOCAL): the weight operand (A with SWAP, else B) comes split already (`presplit`): its hi
+    halves where its values would be, its lo halves at WLO (same strides), each (row, step)'s inverse
+    scale in SA / SB at [row * n_sa + step]: the values, products and sums of the split made here."""
     if PRECISION == "fp16x3" and not LOCAL:
         sa = _operand_scale(SA, rm, row_ok, n_sa, SA_ALL, BLOCK_M)
         sb = _operand_scale(SB, rn, load_ok, n_sb, SB_ALL, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
-    a_ptrs = A + rm.to(tl.int64)[:, None] * stride_am + (k_lo + rk).to(tl.int64)[None, :] * stride_ak
-    b_ptrs = B + (k_lo + rk).to(tl.int64)[:, None] * stride_bk + rn.to(tl.int64)[None, :] * stride_bn
+    a_offs = rm.to(tl.int64)[:, None] * stride_am + (k_lo + rk).to(tl.int64)[None, :] * stride_ak
+    b_offs = (k_lo + rk).to(tl.int64)[:, None] * stride_bk + rn.to(tl.int64)[None, :] * stride_bn
+    a_ptrs = A + a_offs
+    b_ptrs = B + b_offs
+    lo_ptrs = WLO + (a_offs if SWAP else b_offs)   # PRESPLIT only
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64 if PRECISION == "fp64" else tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         if EVEN_K:
@@ -341,6 +376,14 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
             k_ok = (k0 + rk) < k_hi
             a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
             b = tl.load(b_ptrs, mask=k_ok[:, None] & load_ok[None, :], other=0.0)
+        if PRESPLIT:
+            if EVEN_K:
+                w_lo = tl.load(lo_ptrs, mask=row_ok[:, None] if SWAP else load_ok[None, :], other=0.0)
+            elif SWAP:
+                w_lo = tl.load(lo_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            else:
+                w_lo = tl.load(lo_ptrs, mask=k_ok[:, None] & load_ok[None, :], other=0.0)
+            lo_ptrs += BLOCK_K * (stride_ak if SWAP else stride_bk)
         if A_SILU:
             af = a.to(tl.float32)
             a = rounded(af * _sigmoid(af), B.dtype.element_ty, BY_HAND)
@@ -354,15 +397,32 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
         elif PRECISION == "fp64":
             acc = tl.dot(a.to(tl.float64), b.to(tl.float64), acc, input_precision="ieee", out_dtype=tl.float64)
         elif PRECISION == "fp16x3":
-            if LOCAL:   # a max rounds nothing: the scales are the step's values' own
-                sa, ia = _pow2_scale_pair(tl.max(tl.abs(a), 1))
+            if PRESPLIT and SWAP:   # A: W's halves and inverse scales, made once (`presplit`)
+                ia = tl.load(SA + rm * n_sa + k0 // BLOCK_K, mask=row_ok, other=1.0)
                 sb, ib = _pow2_scale_pair(tl.max(tl.abs(b), 0))
-            a = a * sa[:, None]   # powers of two: exact
-            b = b * sb[None, :]
-            a_hi = a.to(tl.float16)
-            a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)
-            b_hi = b.to(tl.float16)
-            b_lo = (b - b_hi.to(tl.float32)).to(tl.float16)
+                a_hi = a
+                a_lo = w_lo
+                b = b * sb[None, :]
+                b_hi = b.to(tl.float16)
+                b_lo = (b - b_hi.to(tl.float32)).to(tl.float16)
+            elif PRESPLIT:   # B: W's halves and inverse scales, made once
+                sa, ia = _pow2_scale_pair(tl.max(tl.abs(a), 1))
+                ib = tl.load(SB + rn * n_sb + k0 // BLOCK_K, mask=load_ok, other=1.0)
+                a = a * sa[:, None]
+                a_hi = a.to(tl.float16)
+                a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)
+                b_hi = b
+                b_lo = w_lo
+            else:
+                if LOCAL:   # a max rounds nothing: the scales are the step's values' own
+                    sa, ia = _pow2_scale_pair(tl.max(tl.abs(a), 1))
+                    sb, ib = _pow2_scale_pair(tl.max(tl.abs(b), 0))
+                a = a * sa[:, None]   # powers of two: exact
+                b = b * sb[None, :]
+                a_hi = a.to(tl.float16)
+                a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)
+                b_hi = b.to(tl.float16)
+                b_lo = (b - b_hi.to(tl.float32)).to(tl.float16)
             # a fresh accumulator per step, the small terms first: lo(rows of T) hi(W), hi(rows) lo(W), hi hi;
             # SWAP (A holds W, B the rows of T): the same products in the same order
             if SWAP:
@@ -389,7 +449,7 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
 
 
 @triton.jit(do_not_specialize=["M", "K", "chunk", "plane", "n_sa", "n_sb"])
-def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
+def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB, WLO,
                  M, N, K, n_main, n_load, chunk, plane, n_sa, n_sb,
                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                  stride_zm, stride_zn, stride_om, stride_on,
@@ -399,7 +459,7 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
                  A_SILU: tl.constexpr, ONES: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr,
                  OUT_SILU: tl.constexpr, SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr,
                  SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, LOCAL: tl.constexpr, WALK_CHUNKS: tl.constexpr,
-                 SWAP: tl.constexpr, BY_HAND: tl.constexpr):
+                 SWAP: tl.constexpr, PRESPLIT: tl.constexpr, BY_HAND: tl.constexpr):
     """One [BLOCK_M, BLOCK_N] tile of C (or, with SPLIT_K > 1, one K chunk of it; or, PERSISTENT, the
     tiles pid, pid + programs, ...). Columns n_load .. N - 1 of B are not read: with ONES they are ones
     (the db column), else zeros. WALK_CHUNKS: one program a tile adds its SPLIT_K chunks itself."""
@@ -411,8 +471,8 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
             rm, rn, row_ok, load_ok = _tile_of(tile, M, n_load, num_m, num_n, BLOCK_M, BLOCK_N, GROUP_M, MASK_M,
                                                MASK_N)
             acc = _mainloop(A, B, rm, rn, 0, K, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
-                            SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
-                            SA_ALL, SB_ALL, LOCAL, SWAP, BY_HAND)
+                            SA, SB, WLO, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
+                            SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, BY_HAND)
             _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm,
                       stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, SWAP, BY_HAND)
         return
@@ -423,13 +483,13 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
         # this program's tile, its K chunks in turn: each chunk's sum from +0, the chunk sums added in
         # chunk order, as the split launch's last program adds them: the same bits, no partials in memory
         acc = _mainloop(A, B, rm, rn, 0, tl.minimum(K, chunk), n_main, row_ok, load_ok, stride_am, stride_ak,
-                        stride_bk, stride_bn, SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
-                        DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, SWAP, BY_HAND)
+                        stride_bk, stride_bn, SA, SB, WLO, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
+                        DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, BY_HAND)
         for s in range(1, SPLIT_K):
             k_lo = tl.multiple_of(s * chunk, _KALIGN)
             acc += _mainloop(A, B, rm, rn, k_lo, tl.minimum(K, k_lo + chunk), n_main, row_ok, load_ok, stride_am,
-                             stride_ak, stride_bk, stride_bn, SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
-                             PRECISION, DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, SWAP, BY_HAND)
+                             stride_ak, stride_bk, stride_bn, SA, SB, WLO, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
+                             PRECISION, DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, BY_HAND)
     else:
         if SPLIT_K == 1:
             k_lo = 0
@@ -438,8 +498,8 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
             k_lo = tl.multiple_of(split * chunk, _KALIGN)
             k_hi = tl.minimum(K, k_lo + chunk)
         acc = _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
-                        SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
-                        SA_ALL, SB_ALL, LOCAL, SWAP, BY_HAND)
+                        SA, SB, WLO, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
+                        SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, BY_HAND)
 
     if SPLIT_K == 1 or WALK_CHUNKS:
         _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm, stride_zn,
@@ -563,6 +623,51 @@ def _maxima(t: torch.Tensor, given: Optional[torch.Tensor]) -> torch.Tensor:
     return given if given is not None else row_maxima(t if t.stride(-1) == 1 else t.contiguous())[0]
 
 
+@dataclass(frozen=True, eq=False)
+class Presplit:
+    """A weight [N, K] split for fp16x3 local-scale steps of `block_k`: hi, lo [N, K] fp16 (contiguous) and
+    inv [N, steps] fp32, each (row, k block)'s inverse scale."""
+    hi: torch.Tensor
+    lo: torch.Tensor
+    inv: torch.Tensor
+    steps: int
+
+
+def presplit(w: torch.Tensor, block_k: int) -> Presplit:
+    """W's halves and inverse scales as a local-scale fp16x3 step of `block_k` makes them (one launch)."""
+    if w.dim() != 2 or w.dtype != torch.float32:
+        raise ValueError(f"presplit takes an fp32 [N, K] weight, got {w.dtype} {tuple(w.shape)}")
+    n, k = w.shape
+    steps = cdiv(k, block_k)
+    hi = torch.empty((n, k), dtype=torch.float16, device=w.device)
+    lo = torch.empty((n, k), dtype=torch.float16, device=w.device)
+    inv = torch.empty((n, steps), dtype=torch.float32, device=w.device)
+    if n and k:
+        rows = 64 if not INTERPRETED else 256
+        launch(_presplit_kernel, (cdiv(n, rows), steps), w, hi, lo, inv, n, k, w.stride(0), w.stride(1), steps,
+               ROWS=rows, BLOCK_K=block_k, num_warps=4)
+    return Presplit(hi, lo, inv, steps)
+
+
+# Split weights kept per weight tensor (by identity, a weak reference: a freed weight's address reused by
+# another tensor is not a hit) and version (an in-place update, an optimizer step, bumps it: a miss makes
+# the split again). A few entries: the no-grad forward of a model's timestep MLP has one GEMM2 weight.
+_PRESPLITS: dict = {}
+
+
+def presplit_of(w: torch.Tensor, block_k: int) -> Presplit:
+    """`presplit(w, block_k)`, made once per (weight, version)."""
+    key = (w.data_ptr(), tuple(w.shape), w.stride(), w.device, block_k)
+    found = _PRESPLITS.get(key)
+    if found is not None and found[0]() is w and found[1] == w._version:
+        return found[2]
+    if len(_PRESPLITS) >= 8:
+        _PRESPLITS.pop(next(iter(_PRESPLITS)))
+    made = presplit(w, block_k)
+    _PRESPLITS[key] = (weakref.ref(w), w._version, made)
+    return made
+
+
 _PROGRAMS: dict = {}
 _I32_LIMIT = 1 << 31   # an int argument at or above this is passed as int64: another specialization
 
@@ -607,6 +712,7 @@ class _Plan:
     ints: tuple   # the kernel's int arguments, in its order
     meta: dict
     swap: bool     # the config's swap_ab: A is the weight, B the rows (`run_forward_plan` passes them so)
+    presplit: int  # the config's presplit: the weight's k blocks (its `Presplit` comes at launch), else 0
     token: object  # the launch key's shape part (`_plan`'s `key`): one object per distinct key, so every T
                    # shares it, hashed by identity
 
@@ -635,7 +741,7 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
         DOT_F32=INTERPRETED and not fp32, PERSISTENT=cfg.persistent,
         A_SILU=a_silu, ONES=ones, HAS_BIAS=has_bias, MUL_DSILU=has_zin, OUT_SILU=out_silu,
         SAVE_PRE=has_zout, EXTRA_COL=has_extra, SA_ALL=sa_all, SB_ALL=sb_all, LOCAL=cfg.local_scales, WALK_CHUNKS=walk,
-        SWAP=cfg.swap_ab,
+        SWAP=cfg.swap_ab, PRESPLIT=cfg.presplit,
         BY_HAND=BY_HAND, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     # The specialization's key (kernels.common.launch_keyed): every int above, the constexprs, and (added
     # at launch) c's dtype and the dtype and 16-byte alignment of each tensor from outside (c, the
@@ -645,14 +751,15 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
     unspecialized = (M, K, chunk, M * N, n_sa, n_sb)
     key = (_gemm_kernel, device_index, tuple(sorted(meta.items())), (N, K, n_main, n_load) + strides,
            all(v < _I32_LIMIT for v in unspecialized))
-    return _Plan(programs, 1 if walk else split, num_tiles, ints, meta, cfg.swap_ab, _TOKENS.setdefault(key, object()))
+    return _Plan(programs, 1 if walk else split, num_tiles, ints, meta, cfg.swap_ab,
+                 cdiv(K, cfg.block_k) if cfg.presplit else 0, _TOKENS.setdefault(key, object()))
 
 
 def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_strides: tuple[int, int],
           c: torch.Tensor, c_strides: tuple[int, int], M: int, N: int, K: int, cfg: LaunchConfig, *,
           n_main: Optional[int] = None, n_load: Optional[int] = None, bias=None, zin=None, zout=None,
           extra=None, a_silu=False, ones=False, out_silu=False, m_fixed: bool = False,
-          scales: Optional["Scales"] = None) -> None:
+          scales: Optional["Scales"] = None, split: Optional[Presplit] = None) -> None:
     """Launch `_gemm_kernel` for C[M, N] = A'[M, K] @ B'[K, N] (views given by pointer + strides);
     an fp16x3 config needs `scales`, unless its scales are local (`local_scales`). c, zout and extra
     must be the caller's fresh allocations (16-byte aligned: the launch's key takes them so)."""
@@ -664,10 +771,13 @@ def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_stride
     if scales is not None and not all(m.dtype == torch.float32 and m.dim() == 1 and m.stride(0) == 1
                                       for m in (scales.a, scales.b)):
         raise ValueError("the maxima of an fp16x3 GEMM are fp32 vectors with unit stride (`row_maxima`'s)")
-    plan = _plan_for(c.device, a_strides, b_strides, c_strides, M, N, K, cfg, b.dtype, n_main=n_main, n_load=n_load,
+    if cfg.presplit != (split is not None):
+        raise ValueError(f"a presplit config launches with its weight's `presplit`, others without: {cfg.short()}")
+    b_dtype = torch.float32 if split is not None else b.dtype   # the split weight stands for an fp32 one
+    plan = _plan_for(c.device, a_strides, b_strides, c_strides, M, N, K, cfg, b_dtype, n_main=n_main, n_load=n_load,
                      bias=bias, zin=zin, zout=zout, extra=extra, a_silu=a_silu, ones=ones, out_silu=out_silu,
                      m_fixed=m_fixed, scales=scales)
-    run_plan(plan, a, b, c, bias=bias, zin=zin, zout=zout, extra=extra, scales=scales)
+    run_plan(plan, a, b, c, bias=bias, zin=zin, zout=zout, extra=extra, scales=scales, split=split)
 
 
 def _plan_for(device: torch.device, a_strides, b_strides, c_strides, M: int, N: int, K: int, cfg: LaunchConfig,
@@ -682,11 +792,20 @@ def _plan_for(device: torch.device, a_strides, b_strides, c_strides, M: int, N: 
                  b_dtype == torch.float32,
                  (a_silu, ones, out_silu, m_fixed, bias is not None, zin is not None, zout is not None,
                   extra is not None, scales is not None and scales.a_all, scales is not None and scales.b_all),
-                 scales.a.numel() if scales is not None else 0, scales.b.numel() if scales is not None else 0,
-                 persistent_programs(device) if cfg.persistent else 0)
+                 *_scale_lengths(cfg, K, scales), persistent_programs(device) if cfg.persistent else 0)
 
 
-def run_plan(plan: _Plan, a, b, c, *, bias=None, zin=None, zout=None, extra=None, scales=None) -> None:
+def _scale_lengths(cfg: LaunchConfig, K: int, scales) -> tuple[int, int]:
+    """(n_sa, n_sb): the maxima's lengths, or with `presplit` the weight's k blocks on its side (the row
+    stride of its inverse scales)."""
+    if cfg.presplit:
+        steps = cdiv(K, cfg.block_k)
+        return (steps, 0) if cfg.swap_ab else (0, steps)
+    return (scales.a.numel(), scales.b.numel()) if scales is not None else (0, 0)
+
+
+def run_plan(plan: _Plan, a, b, c, *, bias=None, zin=None, zout=None, extra=None, scales=None,
+             split: Optional[Presplit] = None) -> None:
     """Launch a `_plan` on these tensors (the ones its shape, strides and flags were taken from; split-K
     partials made here, the counters from `split_counters`)."""
     device = c.device
@@ -698,13 +817,17 @@ def run_plan(plan: _Plan, a, b, c, *, bias=None, zin=None, zout=None, extra=None
         part = counts = dummy
     user = (tensor_key(a), tensor_key(b), None if bias is None else tensor_key(bias),
             None if zin is None else tensor_key(zin))
-    if scales is None:
+    wlo = dummy
+    if split is not None:   # the weight's halves (a or b is its hi) and inverse scales: `presplit`'s allocations
+        sa, sb = (split.inv, dummy) if plan.swap else (dummy, split.inv)
+        wlo = split.lo
+    elif scales is None:
         sa = sb = dummy
     else:   # the maxima may be the caller's: their dtype and alignment count too
         sa, sb = scales.a, scales.b
         user += (tensor_key(sa), tensor_key(sb))
     args = (a, b, c, dummy if bias is None else bias, dummy if zin is None else zin,
-            dummy if zout is None else zout, dummy if extra is None else extra, part, counts, sa, sb) + plan.ints
+            dummy if zout is None else zout, dummy if extra is None else extra, part, counts, sa, sb, wlo) + plan.ints
     launch_keyed(_gemm_kernel, (plan.programs,), device.index, (plan.token, c.dtype, user), args, plan.meta)
 
 
@@ -732,15 +855,20 @@ def silu_cast(x: torch.Tensor, dtype: torch.dtype, ones_column: bool = False) ->
 
 def run_forward_plan(plan: _Plan, a: torch.Tensor, w: torch.Tensor, y: torch.Tensor, bias=None) -> None:
     """Launch a `forward_plan` as `forward(a, w, bias, ...)` would, into a fresh contiguous y."""
+    split = None
+    if plan.presplit:
+        split = presplit_of(w, plan.meta["BLOCK_K"])
+        w = split.hi
     if plan.swap:
-        run_plan(plan, w, a, y, bias=bias)
+        run_plan(plan, w, a, y, bias=bias, split=split)
     else:
-        run_plan(plan, a, w, y, bias=bias)
+        run_plan(plan, a, w, y, bias=bias, split=split)
 
 
 def _refuse_swap(cfg: LaunchConfig) -> None:
-    if cfg.swap_ab:
-        raise ValueError(f"swap_ab is a forward option (GEMM2's small-T launch), got it for a gradient: {cfg.short()}")
+    if cfg.swap_ab or cfg.presplit:
+        raise ValueError(f"swap_ab and presplit are forward options (GEMM2's small-T launch), got one for a "
+                         f"gradient: {cfg.short()}")
 
 
 def _refuse_swap_epilogue(fused: bool) -> None:
@@ -758,10 +886,15 @@ def forward_plan(rows: int, a_strides: tuple[int, int], w: torch.Tensor, bias: O
     if (rows == 0 or N == 0 or K == 0 or cfg.transpose_w or needs_maxima(cfg)
             or (bias is not None and bias.stride(0) != 1)):
         return None
+    w_strides = (K, 1) if cfg.presplit else (w.stride(0), w.stride(1))   # a split weight is contiguous
     if cfg.swap_ab:
         _refuse_swap_epilogue(out_silu)
-        return _plan_for(w.device, (w.stride(0), w.stride(1)), (a_strides[1], a_strides[0]), (1, N), N, rows, K, cfg,
+        return _plan_for(w.device, w_strides, (a_strides[1], a_strides[0]), (1, N), N, rows, K, cfg,
                          w.dtype, bias=bias, m_fixed=True)
+    if cfg.presplit:
+        _refuse_swap_epilogue(out_silu)
+        return _plan_for(w.device, a_strides, (w_strides[1], w_strides[0]), (N, 1), rows, N, K, cfg, w.dtype,
+                         bias=bias)
     return _plan_for(w.device, a_strides, (w.stride(1), w.stride(0)), (N, 1), rows, N, K, cfg, w.dtype, bias=bias,
                      out_silu=out_silu)
 
@@ -793,10 +926,20 @@ def forward(a: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], cfg:
     else:
         b_strides = (w.stride(1), w.stride(0))
     scales = Scales(_maxima(a, a_max), _maxima(w, w_max)) if needs_maxima(cfg) else None
+    split = None
+    if cfg.presplit:   # W's halves and inverse scales, made once per weight version
+        _refuse_swap_epilogue(out_silu or a_silu)
+        split = presplit_of(w, cfg.block_k)
+        w = split.hi
+        b_strides = (w.stride(1), w.stride(0))
     if cfg.swap_ab:   # y^T = w a^T: W's rows are the launch's M (a multiple of its tiles: m_fixed)
         _refuse_swap_epilogue(out_silu or a_silu)
         _gemm(w, (w.stride(0), w.stride(1)), a, (a.stride(1), a.stride(0)), y, (y.stride(1), y.stride(0)), N, M, K,
-              cfg, bias=bias, m_fixed=True)
+              cfg, bias=bias, m_fixed=True, split=split)
+        return y, pre
+    if split is not None:
+        _gemm(a, (a.stride(0), a.stride(1)), w, b_strides, y, (y.stride(0), y.stride(1)), M, N, K, cfg, bias=bias,
+              split=split)
         return y, pre
     _gemm(a, (a.stride(0), a.stride(1)), w, b_strides, y, (y.stride(0), y.stride(1)), M, N, K, cfg,
           bias=bias, zout=pre, a_silu=a_silu, out_silu=out_silu, scales=scales)

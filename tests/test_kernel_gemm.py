@@ -815,7 +815,7 @@ def test_fwd2_tiers_may_differ_only_outside_the_order():
     assert TM.FWD2_SWAP_M64.fwd2[0][1].swap_ab and not TM.FWD2_SWAP_M64.fwd2[-1][1].swap_ab
 
 
-@pytest.mark.parametrize("configs", ["FWD2_SWAP_M64", "FWD2_SWAP_M128"])
+@pytest.mark.parametrize("configs", ["FWD2_SWAP_M64", "FWD2_SWAP_M128", "FWD2_PRESPLIT"])
 def test_swapped_config_sets_no_grad_and_autograd_agree(device, monkeypatch, configs):
     """The swap sets through the op: the no-grad recipe (swapped plan, operands passed the other way round)
     and the autograd path give the same bits at T = 3 (swapped) and T = 20 (the default's tile), both
@@ -833,3 +833,56 @@ def test_swapped_config_sets_no_grad_and_autograd_agree(device, monkeypatch, con
     assert torch.equal(as_bits(y_grad), as_bits(y20))
     ref = MLP.reference(MLP_PARAMS, inputs, (dy,), MLP_NAMES, MLP.name)
     assert rel_err(y20, ref.outputs[0]) <= FP32_TOL
+
+
+# --- the weight split once (presplit) -------------------------------------------------------------------
+
+@pytest.mark.parametrize("swap", [False, True], ids=["b_is_w", "a_is_w"])
+@pytest.mark.parametrize("k", [300, 256])
+def test_presplit_gives_the_local_split_bits(device, swap, k):
+    """W's halves and inverse scales made once (`gemm.presplit`) by the formulas a local-scale step uses:
+    the same bits as splitting W's tile in each step, swapped or not, with a K tail (300) and split K."""
+    local = gemm.LaunchConfig(16, 32, 32, num_warps=4, num_stages=3, split_k=3, precision="fp16x3", local_scales=True)
+    cfg = dataclasses.replace(local, presplit=True, **({"block_m": 32, "block_n": 16, "swap_ab": True} if swap else {}))
+    g = torch.Generator().manual_seed(k)
+    for rows in (1, 21):
+        a = (torch.randn(rows, k, generator=g) * torch.exp2(torch.randint(-8, 9, (rows, k), generator=g))).to(device)
+        w = (torch.randn(70, k, generator=g) / 40 * torch.exp2(torch.randint(-6, 7, (70, k), generator=g))).to(device)
+        b = torch.randn(70, generator=g).to(device)
+        ref, _ = gemm.forward(a, w, b, local, out_dtype=torch.float32)
+        y, _ = gemm.forward(a, w, b, cfg, out_dtype=torch.float32)
+        assert torch.equal(as_bits(y), as_bits(ref)), rows
+        plan = gemm.forward_plan(rows, a.stride(), w, b, cfg)   # the no-grad recipe's launch
+        y2 = torch.empty_like(y)
+        gemm.run_forward_plan(plan, a, w, y2, bias=b)
+        assert torch.equal(as_bits(y2), as_bits(ref)), rows
+
+
+def test_presplit_is_made_once_per_weight_version(device):
+    """`presplit_of` keeps a weight's split while the same tensor comes back unchanged; an in-place update
+    (a new version) or another tensor at another address makes it again, with the new values."""
+    w = torch.randn(40, 64).to(device)
+    first = gemm.presplit_of(w, 32)
+    assert gemm.presplit_of(w, 32) is first
+    assert first.hi.dtype == torch.float16 and first.inv.shape == (40, 2)
+    w.mul_(2.0)
+    second = gemm.presplit_of(w, 32)
+    assert second is not first
+    assert torch.equal(second.hi, first.hi) and torch.equal(second.inv, first.inv * 2)   # powers of two: exact
+    other = w.clone()
+    assert gemm.presplit_of(other, 32) is not second
+    fresh = gemm.presplit(w, 32)
+    assert torch.equal(second.hi, fresh.hi) and torch.equal(second.lo, fresh.lo) and torch.equal(second.inv, fresh.inv)
+
+
+def test_presplit_is_a_forward_option_of_local_fp16x3(device):
+    with pytest.raises(ValueError, match="presplit"):
+        gemm.LaunchConfig(64, 16, 32, precision="fp16x3", presplit=True)
+    cfg = gemm.LaunchConfig(32, 16, 32, precision="fp16x3", local_scales=True, presplit=True)
+    w = torch.randn(40, 64).to(device)
+    with pytest.raises(ValueError, match="forward options"):
+        gemm.input_grad(torch.randn(3, 40).to(device), w, cfg)
+    with pytest.raises(ValueError, match="silu"):
+        gemm.forward(torch.randn(3, 64).to(device), w, None, cfg, out_dtype=torch.float32, out_silu=True)
+    with pytest.raises(ValueError, match="presplit"):
+        gemm.presplit(w.double(), 32)

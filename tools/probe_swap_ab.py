@@ -44,6 +44,10 @@ def candidates() -> dict:
         "M16W1S4": C(16, 16, 32, num_warps=1, num_stages=4, **s),
         "M16W1S6": C(16, 16, 32, num_warps=1, num_stages=6, **s),
         "M32W2S4": C(32, 16, 32, num_warps=2, num_stages=4, **s),
+        # W2 split once (`presplit`): a step loads W2's halves and inverse scales instead of splitting its tile
+        "M64S4PS": C(64, 16, 32, num_warps=4, num_stages=4, presplit=True, **s),
+        "M16W1S4PS": C(16, 16, 32, num_warps=1, num_stages=4, presplit=True, **s),
+        "M128S3PS": C(128, 16, 32, num_warps=4, num_stages=3, presplit=True, **s),
         # the same tile unswapped (BLOCK_M 64 rows of h): a tile-shape check without the swap
         "U64N64S4": C(64, 64, 32, num_warps=4, num_stages=4, split_k=6, precision="fp16x3", local_scales=True),
     }
