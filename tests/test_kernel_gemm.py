@@ -886,3 +886,10 @@ def test_presplit_is_a_forward_option_of_local_fp16x3(device):
         gemm.forward(torch.randn(3, 64).to(device), w, None, cfg, out_dtype=torch.float32, out_silu=True)
     with pytest.raises(ValueError, match="presplit"):
         gemm.presplit(w.double(), 32)
+    a, y = torch.randn(3, 64).to(device), torch.empty(3, 40).to(device)
+    with pytest.raises(ValueError, match="presplit"):   # a presplit config launched without its split, and back
+        gemm._gemm(a, a.stride(), w, (w.stride(1), w.stride(0)), y, y.stride(), 3, 40, 64, cfg)
+    split = gemm.presplit(w, 32)
+    with pytest.raises(ValueError, match="presplit"):
+        gemm._gemm(a, a.stride(), split.hi, (64, 1)[::-1], y, y.stride(), 3, 40, 64,
+                   dataclasses.replace(cfg, presplit=False), split=split)
