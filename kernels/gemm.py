@@ -186,7 +186,8 @@ class LaunchConfig:
         s = f"{self.block_m}x{self.block_n}x{self.block_k}/w{self.num_warps}/s{self.num_stages}"
         return (s + (f"/k{self.split_k}" if self.split_k > 1 else "") + ("/wT" if self.transpose_w else "")
                 + (f"/{self.precision}" if self.precision != "ieee" else "") + ("/P" if self.persistent else "")
-                + ("/KM" if self.k_major else "") + ("/L" if self.local_scales else "") + ("/S" if self.swap_ab else "") + ("/PS" if self.presplit else "")
+                + ("/KM" if self.k_major else "") + ("/L" if self.local_scales else "")
+                + ("/S" if self.swap_ab else "") + ("/PS" if self.presplit else "")
                 + (f"/W{self.walk_chunks_above}" if self.split_k > 1 and self.walk_chunks_above < (1 << 62) else ""))
 
 
@@ -272,6 +273,25 @@ def _rowmax_kernel(X, Y, OX, OY, rows_x, cols_x, stride_x, rows_y, cols_y, strid
 
 
 @triton.jit
+def _split_rows(v):
+    """(hi, lo, inverse scales) of a tile whose rows each take the power-of-two scale of their own max over
+    the tile: a local-scale step's split (`_mainloop` spells the default path's out in its own order)."""
+    scale, inverse = _pow2_scale_pair(tl.max(tl.abs(v), 1))
+    v = v * scale[:, None]
+    hi = v.to(tl.float16)
+    return hi, (v - hi.to(tl.float32)).to(tl.float16), inverse
+
+
+@triton.jit
+def _split_cols(v):
+    """`_split_rows` for a tile's columns."""
+    scale, inverse = _pow2_scale_pair(tl.max(tl.abs(v), 0))
+    v = v * scale[None, :]
+    hi = v.to(tl.float16)
+    return hi, (v - hi.to(tl.float32)).to(tl.float16), inverse
+
+
+@triton.jit
 def _presplit_kernel(W, HI, LO, INV, n_rows, K, stride_wn, stride_wk, steps, ROWS: tl.constexpr,
                      BLOCK_K: tl.constexpr):
     """One [ROWS, BLOCK_K] block of W: each row's scale pair from its max over the block (`_mainloop`'s
@@ -283,10 +303,7 @@ def _presplit_kernel(W, HI, LO, INV, n_rows, K, stride_wn, stride_wk, steps, ROW
     mask = row_ok[:, None] & (ks < K)[None, :]
     rows64 = rows.to(tl.int64)
     w = tl.load(W + rows64[:, None] * stride_wn + ks[None, :] * stride_wk, mask=mask, other=0.0)
-    scale, inverse = _pow2_scale_pair(tl.max(tl.abs(w), 1))
-    v = w * scale[:, None]
-    hi = v.to(tl.float16)
-    lo = (v - hi.to(tl.float32)).to(tl.float16)
+    hi, lo, inverse = _split_rows(w)
     offs = rows64[:, None] * K + ks[None, :]
     tl.store(HI + offs, hi, mask=mask)
     tl.store(LO + offs, lo, mask=mask)
@@ -398,22 +415,14 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
             acc = tl.dot(a.to(tl.float64), b.to(tl.float64), acc, input_precision="ieee", out_dtype=tl.float64)
         elif PRECISION == "fp16x3":
             if PRESPLIT and SWAP:   # A: W's halves and inverse scales, made once (`presplit`)
+                a_hi, a_lo = a, w_lo
                 ia = tl.load(SA + rm * n_sa + k0 // BLOCK_K, mask=row_ok, other=1.0)
-                sb, ib = _pow2_scale_pair(tl.max(tl.abs(b), 0))
-                a_hi = a
-                a_lo = w_lo
-                b = b * sb[None, :]
-                b_hi = b.to(tl.float16)
-                b_lo = (b - b_hi.to(tl.float32)).to(tl.float16)
+                b_hi, b_lo, ib = _split_cols(b)
             elif PRESPLIT:   # B: W's halves and inverse scales, made once
-                sa, ia = _pow2_scale_pair(tl.max(tl.abs(a), 1))
+                a_hi, a_lo, ia = _split_rows(a)
+                b_hi, b_lo = b, w_lo
                 ib = tl.load(SB + rn * n_sb + k0 // BLOCK_K, mask=load_ok, other=1.0)
-                a = a * sa[:, None]
-                a_hi = a.to(tl.float16)
-                a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)
-                b_hi = b
-                b_lo = w_lo
-            else:
+            else:   # spelled out, not `_split_rows` / `_split_cols`: this order is the one the H200 evidence ran
                 if LOCAL:   # a max rounds nothing: the scales are the step's values' own
                     sa, ia = _pow2_scale_pair(tl.max(tl.abs(a), 1))
                     sb, ib = _pow2_scale_pair(tl.max(tl.abs(b), 0))
@@ -712,7 +721,7 @@ class _Plan:
     ints: tuple   # the kernel's int arguments, in its order
     meta: dict
     swap: bool     # the config's swap_ab: A is the weight, B the rows (`run_forward_plan` passes them so)
-    presplit: int  # the config's presplit: the weight's k blocks (its `Presplit` comes at launch), else 0
+    presplit: bool  # the config's presplit: the weight's `Presplit` comes at launch (`run_forward_plan`)
     token: object  # the launch key's shape part (`_plan`'s `key`): one object per distinct key, so every T
                    # shares it, hashed by identity
 
@@ -751,8 +760,8 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
     unspecialized = (M, K, chunk, M * N, n_sa, n_sb)
     key = (_gemm_kernel, device_index, tuple(sorted(meta.items())), (N, K, n_main, n_load) + strides,
            all(v < _I32_LIMIT for v in unspecialized))
-    return _Plan(programs, 1 if walk else split, num_tiles, ints, meta, cfg.swap_ab,
-                 cdiv(K, cfg.block_k) if cfg.presplit else 0, _TOKENS.setdefault(key, object()))
+    return _Plan(programs, 1 if walk else split, num_tiles, ints, meta, cfg.swap_ab, cfg.presplit,
+                 _TOKENS.setdefault(key, object()))
 
 
 def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_strides: tuple[int, int],
@@ -865,15 +874,16 @@ def run_forward_plan(plan: _Plan, a: torch.Tensor, w: torch.Tensor, y: torch.Ten
         run_plan(plan, a, w, y, bias=bias, split=split)
 
 
-def _refuse_swap(cfg: LaunchConfig) -> None:
+def _forward_only(cfg: LaunchConfig) -> None:
     if cfg.swap_ab or cfg.presplit:
         raise ValueError(f"swap_ab and presplit are forward options (GEMM2's small-T launch), got one for a "
                          f"gradient: {cfg.short()}")
 
 
-def _refuse_swap_epilogue(fused: bool) -> None:
-    if fused:
-        raise ValueError("a swap_ab config is GEMM2's forward: no fused silu (its epilogue would need C^T's z)")
+def _refuse_fused_silu(cfg: LaunchConfig, fused: bool) -> None:
+    if fused and (cfg.swap_ab or cfg.presplit):
+        raise ValueError("a swap_ab or presplit config is GEMM2's forward: no fused silu (GEMM1's epilogue; a "
+                         "swapped one would need C^T's z)")
 
 
 def forward_plan(rows: int, a_strides: tuple[int, int], w: torch.Tensor, bias: Optional[torch.Tensor],
@@ -886,16 +896,12 @@ def forward_plan(rows: int, a_strides: tuple[int, int], w: torch.Tensor, bias: O
     if (rows == 0 or N == 0 or K == 0 or cfg.transpose_w or needs_maxima(cfg)
             or (bias is not None and bias.stride(0) != 1)):
         return None
+    _refuse_fused_silu(cfg, out_silu)
     w_strides = (K, 1) if cfg.presplit else (w.stride(0), w.stride(1))   # a split weight is contiguous
     if cfg.swap_ab:
-        _refuse_swap_epilogue(out_silu)
         return _plan_for(w.device, w_strides, (a_strides[1], a_strides[0]), (1, N), N, rows, K, cfg,
                          w.dtype, bias=bias, m_fixed=True)
-    if cfg.presplit:
-        _refuse_swap_epilogue(out_silu)
-        return _plan_for(w.device, a_strides, (w_strides[1], w_strides[0]), (N, 1), rows, N, K, cfg, w.dtype,
-                         bias=bias)
-    return _plan_for(w.device, a_strides, (w.stride(1), w.stride(0)), (N, 1), rows, N, K, cfg, w.dtype, bias=bias,
+    return _plan_for(w.device, a_strides, (w_strides[1], w_strides[0]), (N, 1), rows, N, K, cfg, w.dtype, bias=bias,
                      out_silu=out_silu)
 
 
@@ -926,23 +932,18 @@ def forward(a: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], cfg:
     else:
         b_strides = (w.stride(1), w.stride(0))
     scales = Scales(_maxima(a, a_max), _maxima(w, w_max)) if needs_maxima(cfg) else None
+    _refuse_fused_silu(cfg, out_silu or a_silu)
     split = None
     if cfg.presplit:   # W's halves and inverse scales, made once per weight version
-        _refuse_swap_epilogue(out_silu or a_silu)
         split = presplit_of(w, cfg.block_k)
         w = split.hi
         b_strides = (w.stride(1), w.stride(0))
     if cfg.swap_ab:   # y^T = w a^T: W's rows are the launch's M (a multiple of its tiles: m_fixed)
-        _refuse_swap_epilogue(out_silu or a_silu)
         _gemm(w, (w.stride(0), w.stride(1)), a, (a.stride(1), a.stride(0)), y, (y.stride(1), y.stride(0)), N, M, K,
               cfg, bias=bias, m_fixed=True, split=split)
         return y, pre
-    if split is not None:
-        _gemm(a, (a.stride(0), a.stride(1)), w, b_strides, y, (y.stride(0), y.stride(1)), M, N, K, cfg, bias=bias,
-              split=split)
-        return y, pre
     _gemm(a, (a.stride(0), a.stride(1)), w, b_strides, y, (y.stride(0), y.stride(1)), M, N, K, cfg,
-          bias=bias, zout=pre, a_silu=a_silu, out_silu=out_silu, scales=scales)
+          bias=bias, zout=pre, a_silu=a_silu, out_silu=out_silu, scales=scales, split=split)
     return y, pre
 
 
@@ -952,7 +953,7 @@ def input_grad(dy: torch.Tensor, w: torch.Tensor, cfg: LaunchConfig, *, dsilu_of
     """dx = (dy @ w) * silu'(z): dy [M, N], w [N, K], z = `dsilu_of` [M, K] fp32 (or no factor).
     fp16x3: a row of dy is scaled by its own max, w by its whole max (w's rows are the reduction axis);
     `dy_max` / `w_max`: `row_maxima` of dy / w when the caller has them."""
-    _refuse_swap(cfg)
+    _forward_only(cfg)
     M, N = dy.shape
     K = w.shape[1]
     dx = torch.empty((M, K), dtype=out_dtype, device=dy.device)
@@ -983,7 +984,7 @@ def weight_grad(dy: torch.Tensor, a: torch.Tensor, cfg: LaunchConfig, *, a_ones:
     `column_sums(dy)` instead (fp32 output only: float64 sums rounded once, one launch more).
     fp16x3 (db as column sums only): dy and a each scaled by its whole max (their rows are the
     reduction axis; a weight gradient's order is one per T anyway); `dy_max` / `a_max`: `row_maxima`."""
-    _refuse_swap(cfg)
+    _forward_only(cfg)
     if db_blocks and db_dtype is not None and dy.shape[0] and dy.shape[1]:
         dw, _ = weight_grad(dy, a, cfg, a_ones=a_ones, dw_dtype=dw_dtype, db_dtype=None, dy_max=dy_max, a_max=a_max)
         return dw, column_sums(dy if dy.stride(1) == 1 else dy.contiguous(), db_dtype)

@@ -96,9 +96,10 @@ def diagnostics() -> dict:
     }
 
 
-def diagnose(rows: list[int], reps: int) -> list[dict]:
+def diagnose(model: tuple, rows: list[int], reps: int) -> list[dict]:
+    """`diagnostics()` and the references timed on `model` (data_sets()'s (h, w2, b2)) at each T."""
     from kernels import gemm
-    h, w2, b2 = data_sets(torch.device("cuda"))["model"]
+    h, w2, b2 = model
     out = []
     for t in rows:
         ht = h[:t].clone()
@@ -173,7 +174,7 @@ def main(argv=None) -> dict:
     result = {"device": torch.cuda.get_device_name(), "default": default.short(),
               "configs": {k: v.short() for k, v in cands.items()}, "bitwise": records, "kernel_us": timings,
               "every_candidate_bitwise_equal": all_equal,
-              "diagnostics": diagnose(rows, args.reps) if args.diagnose else None}
+              "diagnostics": diagnose(sets["model"], rows, args.reps) if args.diagnose else None}
     print("every candidate bitwise equal to the default (alone and as rows of T = 2048):", all_equal)
     if args.json:
         with open(args.json, "w") as f:
