@@ -294,20 +294,24 @@ def _split_cols(v):
 @triton.jit
 def _presplit_kernel(W, HI, LO, INV, n_rows, K, stride_wn, stride_wk, steps, ROWS: tl.constexpr,
                      BLOCK_K: tl.constexpr):
-    """One [ROWS, BLOCK_K] block of W: each row's scale pair from its max over the block (`_mainloop`'s
-    local scales), HI = fp16(W s), LO = fp16(W s - HI), INV[row, block] = 1 / s: the values a local-scale
-    step makes of W's tile, made once."""
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    ks = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    """Block (tile, step) of W, [ROWS, BLOCK_K]: each row's scale pair from its max over the block
+    (`_mainloop`'s local scales), HI = fp16(W s), LO = fp16(W s - HI), INV = 1 / s: the values a local-scale
+    step makes of W's tile, made once, stored tile-major (the block's ROWS x BLOCK_K halves contiguous at
+    block (tile * steps + step), its ROWS inverse scales likewise; rows and k past W's zeros)."""
+    tile = tl.program_id(0)
+    step = tl.program_id(1)
+    r = tl.arange(0, ROWS)
+    rows = tile * ROWS + r
+    ks = step * BLOCK_K + tl.arange(0, BLOCK_K)
     row_ok = rows < n_rows
     mask = row_ok[:, None] & (ks < K)[None, :]
-    rows64 = rows.to(tl.int64)
-    w = tl.load(W + rows64[:, None] * stride_wn + ks[None, :] * stride_wk, mask=mask, other=0.0)
+    w = tl.load(W + rows.to(tl.int64)[:, None] * stride_wn + ks[None, :] * stride_wk, mask=mask, other=0.0)
     hi, lo, inverse = _split_rows(w)
-    offs = rows64[:, None] * K + ks[None, :]
-    tl.store(HI + offs, hi, mask=mask)
-    tl.store(LO + offs, lo, mask=mask)
-    tl.store(INV + rows64 * steps + tl.program_id(1), inverse, mask=row_ok)
+    block_rows = (tile.to(tl.int64) * steps + step) * ROWS + r
+    offs = block_rows[:, None] * BLOCK_K + tl.arange(0, BLOCK_K)[None, :]
+    tl.store(HI + offs, hi)
+    tl.store(LO + offs, lo)
+    tl.store(INV + block_rows, inverse)
 
 
 @triton.jit
@@ -372,15 +376,26 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
     """The accumulator of one tile over k in [k_lo, k_hi), ascending, BLOCK_K a step (the order): fp32, or
     float64 for PRECISION "fp64". fp16x3: SA / SB hold the maxima its scales come from (A's rows, B's
     columns; SA_ALL / SB_ALL: one scale from all n_sa / n_sb of them); with LOCAL, each step's tiles.
-    PRESPLIT (LOCAL): the weight operand (A with SWAP, else B) comes split already (`presplit`): its hi
-    halves where its values would be, its lo halves at WLO (same strides), each (row, step)'s inverse
-    scale in SA / SB at [row * n_sa + step]: the values, products and sums of the split made here."""
+    PRESPLIT (LOCAL): the weight operand (A with SWAP, else B) comes split already (`presplit`, tile-major
+    in blocks of the weight's tile rows, BLOCK_M with SWAP, else BLOCK_N, by BLOCK_K; n_sa / n_sb blocks a
+    tile): its hi halves where its values would be, its lo halves at WLO, each block's inverse scales in
+    SA / SB: the values, products and sums of the split made here, read as one contiguous block a step."""
     if PRECISION == "fp16x3" and not LOCAL:
         sa = _operand_scale(SA, rm, row_ok, n_sa, SA_ALL, BLOCK_M)
         sb = _operand_scale(SB, rn, load_ok, n_sb, SB_ALL, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     a_offs = rm.to(tl.int64)[:, None] * stride_am + (k_lo + rk).to(tl.int64)[None, :] * stride_ak
     b_offs = (k_lo + rk).to(tl.int64)[:, None] * stride_bk + rn.to(tl.int64)[None, :] * stride_bn
+    if PRESPLIT and SWAP:   # block row of (tile, step) in `presplit`'s tile-major layout
+        w_row = ((rm // BLOCK_M).to(tl.int64) * n_sa + k_lo // BLOCK_K) * BLOCK_M + rm % BLOCK_M
+        a_offs = w_row[:, None] * BLOCK_K + rk[None, :]
+        inv_ptrs = SA + w_row
+        w_step = BLOCK_M * BLOCK_K
+    elif PRESPLIT:
+        w_row = ((rn // BLOCK_N).to(tl.int64) * n_sb + k_lo // BLOCK_K) * BLOCK_N + rn % BLOCK_N
+        b_offs = rk[:, None] + w_row[None, :] * BLOCK_K
+        inv_ptrs = SB + w_row
+        w_step = BLOCK_N * BLOCK_K
     a_ptrs = A + a_offs
     b_ptrs = B + b_offs
     lo_ptrs = WLO + (a_offs if SWAP else b_offs)   # PRESPLIT only
@@ -400,7 +415,7 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
                 w_lo = tl.load(lo_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
             else:
                 w_lo = tl.load(lo_ptrs, mask=k_ok[:, None] & load_ok[None, :], other=0.0)
-            lo_ptrs += BLOCK_K * (stride_ak if SWAP else stride_bk)
+            lo_ptrs += w_step
         if A_SILU:
             af = a.to(tl.float32)
             a = rounded(af * _sigmoid(af), B.dtype.element_ty, BY_HAND)
@@ -416,12 +431,14 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
         elif PRECISION == "fp16x3":
             if PRESPLIT and SWAP:   # A: W's halves and inverse scales, made once (`presplit`)
                 a_hi, a_lo = a, w_lo
-                ia = tl.load(SA + rm * n_sa + k0 // BLOCK_K, mask=row_ok, other=1.0)
+                ia = tl.load(inv_ptrs, mask=row_ok, other=1.0)
+                inv_ptrs += BLOCK_M
                 b_hi, b_lo, ib = _split_cols(b)
             elif PRESPLIT:   # B: W's halves and inverse scales, made once
                 a_hi, a_lo, ia = _split_rows(a)
                 b_hi, b_lo = b, w_lo
-                ib = tl.load(SB + rn * n_sb + k0 // BLOCK_K, mask=load_ok, other=1.0)
+                ib = tl.load(inv_ptrs, mask=load_ok, other=1.0)
+                inv_ptrs += BLOCK_N
             else:   # spelled out, not `_split_rows` / `_split_cols`: this order is the one the H200 evidence ran
                 if LOCAL:   # a max rounds nothing: the scales are the step's values' own
                     sa, ia = _pow2_scale_pair(tl.max(tl.abs(a), 1))
@@ -449,8 +466,14 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
                 acc += step
         else:
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
+        if PRESPLIT and SWAP:
+            a_ptrs += w_step
+        else:
+            a_ptrs += BLOCK_K * stride_ak
+        if PRESPLIT and not SWAP:
+            b_ptrs += w_step
+        else:
+            b_ptrs += BLOCK_K * stride_bk
     if PRECISION == "fp16x3" and not LOCAL:
         acc = acc * (1.0 / sa)[:, None]   # exact: 1 / 2^j
         acc = acc * (1.0 / sb)[None, :]
@@ -634,28 +657,30 @@ def _maxima(t: torch.Tensor, given: Optional[torch.Tensor]) -> torch.Tensor:
 
 @dataclass(frozen=True, eq=False)
 class Presplit:
-    """A weight [N, K] split for fp16x3 local-scale steps of `block_k`: hi, lo [N, K] fp16 (contiguous) and
-    inv [N, steps] fp32, each (row, k block)'s inverse scale."""
+    """A weight [N, K] split for fp16x3 local-scale steps of `block_k` on tiles of `rows` of its rows,
+    tile-major so that a step reads one contiguous block: hi, lo [tiles, steps, rows, block_k] fp16 and
+    inv [tiles, steps, rows] fp32, each (row, k block)'s inverse scale (rows and k past W's: zeros)."""
     hi: torch.Tensor
     lo: torch.Tensor
     inv: torch.Tensor
     steps: int
+    rows: int
 
 
-def presplit(w: torch.Tensor, block_k: int) -> Presplit:
-    """W's halves and inverse scales as a local-scale fp16x3 step of `block_k` makes them (one launch)."""
+def presplit(w: torch.Tensor, block_k: int, rows: int) -> Presplit:
+    """W's halves and inverse scales as a local-scale fp16x3 step of `block_k` makes them, for a GEMM whose
+    tiles hold `rows` of W's rows (BLOCK_M swapped, else BLOCK_N): one launch."""
     if w.dim() != 2 or w.dtype != torch.float32:
         raise ValueError(f"presplit takes an fp32 [N, K] weight, got {w.dtype} {tuple(w.shape)}")
     n, k = w.shape
-    steps = cdiv(k, block_k)
-    hi = torch.empty((n, k), dtype=torch.float16, device=w.device)
-    lo = torch.empty((n, k), dtype=torch.float16, device=w.device)
-    inv = torch.empty((n, steps), dtype=torch.float32, device=w.device)
+    steps, tiles = cdiv(k, block_k), cdiv(n, rows)
+    hi = torch.empty((tiles, steps, rows, block_k), dtype=torch.float16, device=w.device)
+    lo = torch.empty_like(hi)
+    inv = torch.empty((tiles, steps, rows), dtype=torch.float32, device=w.device)
     if n and k:
-        rows = 64 if not INTERPRETED else 256
-        launch(_presplit_kernel, (cdiv(n, rows), steps), w, hi, lo, inv, n, k, w.stride(0), w.stride(1), steps,
+        launch(_presplit_kernel, (tiles, steps), w, hi, lo, inv, n, k, w.stride(0), w.stride(1), steps,
                ROWS=rows, BLOCK_K=block_k, num_warps=4)
-    return Presplit(hi, lo, inv, steps)
+    return Presplit(hi, lo, inv, steps, rows)
 
 
 # Split weights kept per weight tensor (by identity, a weak reference: a freed weight's address reused by
@@ -664,15 +689,15 @@ def presplit(w: torch.Tensor, block_k: int) -> Presplit:
 _PRESPLITS: dict = {}
 
 
-def presplit_of(w: torch.Tensor, block_k: int) -> Presplit:
-    """`presplit(w, block_k)`, made once per (weight, version)."""
-    key = (w.data_ptr(), tuple(w.shape), w.stride(), w.device, block_k)
+def presplit_of(w: torch.Tensor, block_k: int, rows: int) -> Presplit:
+    """`presplit(w, block_k, rows)`, made once per (weight, version)."""
+    key = (w.data_ptr(), tuple(w.shape), w.stride(), w.device, block_k, rows)
     found = _PRESPLITS.get(key)
     if found is not None and found[0]() is w and found[1] == w._version:
         return found[2]
     if len(_PRESPLITS) >= 8:
         _PRESPLITS.pop(next(iter(_PRESPLITS)))
-    made = presplit(w, block_k)
+    made = presplit(w, block_k, rows)
     _PRESPLITS[key] = (weakref.ref(w), w._version, made)
     return made
 
@@ -866,12 +891,17 @@ def run_forward_plan(plan: _Plan, a: torch.Tensor, w: torch.Tensor, y: torch.Ten
     """Launch a `forward_plan` as `forward(a, w, bias, ...)` would, into a fresh contiguous y."""
     split = None
     if plan.presplit:
-        split = presplit_of(w, plan.meta["BLOCK_K"])
+        split = presplit_of(w, plan.meta["BLOCK_K"], _split_rows_of(plan.meta))
         w = split.hi
     if plan.swap:
         run_plan(plan, w, a, y, bias=bias, split=split)
     else:
         run_plan(plan, a, w, y, bias=bias, split=split)
+
+
+def _split_rows_of(meta: dict) -> int:
+    """The weight's rows a tile of this launch holds: the tile rows of its `presplit`."""
+    return meta["BLOCK_M"] if meta["SWAP"] else meta["BLOCK_N"]
 
 
 def _forward_only(cfg: LaunchConfig) -> None:
@@ -897,7 +927,7 @@ def forward_plan(rows: int, a_strides: tuple[int, int], w: torch.Tensor, bias: O
             or (bias is not None and bias.stride(0) != 1)):
         return None
     _refuse_fused_silu(cfg, out_silu)
-    w_strides = (K, 1) if cfg.presplit else (w.stride(0), w.stride(1))   # a split weight is contiguous
+    w_strides = (K, 1) if cfg.presplit else (w.stride(0), w.stride(1))   # stands for a contiguous W: the kernel walks the tile-major split
     if cfg.swap_ab:
         return _plan_for(w.device, w_strides, (a_strides[1], a_strides[0]), (1, N), N, rows, K, cfg,
                          w.dtype, bias=bias, m_fixed=True)
@@ -935,11 +965,11 @@ def forward(a: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], cfg:
     _refuse_fused_silu(cfg, out_silu or a_silu)
     split = None
     if cfg.presplit:   # W's halves and inverse scales, made once per weight version
-        split = presplit_of(w, cfg.block_k)
+        split = presplit_of(w, cfg.block_k, cfg.block_m if cfg.swap_ab else cfg.block_n)
         w = split.hi
-        b_strides = (w.stride(1), w.stride(0))
+        b_strides = (1, K)   # stands for a contiguous [N, K] W in the plan: the kernel walks the tile-major split
     if cfg.swap_ab:   # y^T = w a^T: W's rows are the launch's M (a multiple of its tiles: m_fixed)
-        _gemm(w, (w.stride(0), w.stride(1)), a, (a.stride(1), a.stride(0)), y, (y.stride(1), y.stride(0)), N, M, K,
+        _gemm(w, (K, 1) if split is not None else (w.stride(0), w.stride(1)), a, (a.stride(1), a.stride(0)), y, (y.stride(1), y.stride(0)), N, M, K,
               cfg, bias=bias, m_fixed=True, split=split)
         return y, pre
     _gemm(a, (a.stride(0), a.stride(1)), w, b_strides, y, (y.stride(0), y.stride(1)), M, N, K, cfg,

@@ -862,16 +862,21 @@ def test_presplit_is_made_once_per_weight_version(device):
     """`presplit_of` keeps a weight's split while the same tensor comes back unchanged; an in-place update
     (a new version) or another tensor at another address makes it again, with the new values."""
     w = torch.randn(40, 64).to(device)
-    first = gemm.presplit_of(w, 32)
-    assert gemm.presplit_of(w, 32) is first
-    assert first.hi.dtype == torch.float16 and first.inv.shape == (40, 2)
+    first = gemm.presplit_of(w, 32, 16)
+    assert gemm.presplit_of(w, 32, 16) is first
+    assert first.hi.dtype == torch.float16 and first.hi.shape == (3, 2, 16, 32) and first.inv.shape == (3, 2, 16)
+    assert gemm.presplit_of(w, 32, 64) is not first   # another tile height: another layout
+    assert torch.equal(first.hi[2, :, 8:], torch.zeros_like(first.hi[2, :, 8:]))   # rows 40-47: padding
+    assert torch.equal(first.hi[1, 1].float(), (w[16:32, 32:] * (1 / first.inv[1, 1])[:, None]).half().float())
     w.mul_(2.0)
-    second = gemm.presplit_of(w, 32)
+    second = gemm.presplit_of(w, 32, 16)
     assert second is not first
-    assert torch.equal(second.hi, first.hi) and torch.equal(second.inv, first.inv * 2)   # powers of two: exact
+    def inv_rows(split):   # [40, steps]: W's own rows (a padding row's scale is that of zeros)
+        return split.inv.permute(0, 2, 1).reshape(-1, split.steps)[:40]
+    assert torch.equal(second.hi, first.hi) and torch.equal(inv_rows(second), inv_rows(first) * 2)   # powers of two
     other = w.clone()
-    assert gemm.presplit_of(other, 32) is not second
-    fresh = gemm.presplit(w, 32)
+    assert gemm.presplit_of(other, 32, 16) is not second
+    fresh = gemm.presplit(w, 32, 16)
     assert torch.equal(second.hi, fresh.hi) and torch.equal(second.lo, fresh.lo) and torch.equal(second.inv, fresh.inv)
 
 
@@ -885,11 +890,11 @@ def test_presplit_is_a_forward_option_of_local_fp16x3(device):
     with pytest.raises(ValueError, match="silu"):
         gemm.forward(torch.randn(3, 64).to(device), w, None, cfg, out_dtype=torch.float32, out_silu=True)
     with pytest.raises(ValueError, match="presplit"):
-        gemm.presplit(w.double(), 32)
+        gemm.presplit(w.double(), 32, 16)
     a, y = torch.randn(3, 64).to(device), torch.empty(3, 40).to(device)
     with pytest.raises(ValueError, match="presplit"):   # a presplit config launched without its split, and back
         gemm._gemm(a, a.stride(), w, (w.stride(1), w.stride(0)), y, y.stride(), 3, 40, 64, cfg)
-    split = gemm.presplit(w, 32)
+    split = gemm.presplit(w, 32, 16)
     with pytest.raises(ValueError, match="presplit"):
         gemm._gemm(a, a.stride(), split.hi, (64, 1)[::-1], y, y.stride(), 3, 40, 64,
                    dataclasses.replace(cfg, presplit=False), split=split)

@@ -104,7 +104,7 @@ def diagnose(model: tuple, rows: list[int], reps: int) -> list[dict]:
     for t in rows:
         ht = h[:t].clone()
         rec = {"rows": t, "copy_of_w2 (reads and writes)": kernel_us(lambda: w2.clone(), reps),
-               "presplit_of_w2 (once per weight version)": kernel_us(lambda: gemm.presplit(w2, 32), reps),
+               "presplit_of_w2 (once per weight version)": kernel_us(lambda: gemm.presplit(w2, 32, 64), reps),
                "cublas_linear": kernel_us(lambda: torch.nn.functional.linear(ht, w2, b2), reps)}
         for name, cfg in diagnostics().items():
             try:
