@@ -38,7 +38,7 @@ from typing import Optional
 
 import torch
 
-from kernels import checks, gemm
+from kernels import checks, gemm, graph_replay
 from kernels.common import interpreter_active
 from kernels.gemm import LaunchConfig as C
 from kernels.gemm import Tiers, pick
@@ -332,11 +332,25 @@ def _inference(x, w1, b1, w2, b2) -> torch.Tensor:
         return _forward(x, w1, b1, w2, b2, keep_pre=False)[0]
     plan1, plan2 = found.plans
     rows = x.shape[0]
-    h = x.new_empty((rows, w1.shape[0]))
     out = x.new_empty((rows, w2.shape[0]))
-    gemm.run_forward_plan(plan1, x, w1, h, bias=b1)
-    gemm.run_forward_plan(plan2, h, w2, out, bias=b2)
+
+    def launch() -> None:
+        h = x.new_empty((rows, w1.shape[0]))
+        gemm.run_forward_plan(plan1, x, w1, h, bias=b1)
+        gemm.run_forward_plan(plan2, h, w2, out, bias=b2)
+
+    if plan2.presplit or not graph_replay.usable(x):   # a presplit is made per weight version: not in a graph
+        launch()
+        return out
+    index = x.get_device()
+    _GRAPHS.run((found, index, graph_replay.stream_of(index), x.data_ptr(), w1.data_ptr(), b1.data_ptr(),
+                 w2.data_ptr(), b2.data_ptr(), out.data_ptr()), launch)
     return out
+
+
+# The no-grad forward's launches as CUDA graphs (kernels/graph_replay.py): a loop's calls with their tensors
+# where the previous call's were replay one graph instead of two Python launches (host time at small T).
+_GRAPHS = graph_replay.GraphCache()
 
 
 # --- autograd ------------------------------------------------------------------------------------------

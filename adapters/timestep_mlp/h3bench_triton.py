@@ -16,11 +16,15 @@ def _load(device: torch.device, params: TimestepMLPParams) -> Loaded:
     from kernels.common import interpreter_active, require_triton_device
     from kernels.timestep_mlp import timestep_mlp
 
+    from kernels import graph_replay
+
     require_triton_device(device)
     where = "Triton interpreter" if interpreter_active() else "CUDA"
+    graphs = ("; no-grad calls repeated with their tensors in place replay one CUDA graph"
+              if graph_replay.ENABLED and device.type == "cuda" else "")
     return Loaded(fn=timestep_mlp, source=f"h3bench Triton timestep_mlp (triton {metadata.version('triton')}, "
                                           f"{where}; fp32 GEMMs: GEMM1 float64, fp16x3 and tf32x3 tensor cores, IEEE FMA "
-                                          f"chains, fixed tile orders)")
+                                          f"chains, fixed tile orders{graphs})")
 
 
 ADAPTER = Adapter(name="h3bench_triton", op="timestep_mlp", grads=("x", "w1", "b1", "w2", "b2"), load=_load,

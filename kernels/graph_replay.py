@@ -1,0 +1,95 @@
+"""A no-grad call's launches replayed as one CUDA graph where its tensors sit where they did last time.
+
+At small T a timestep_mlp forward's kernels take ~37 us and its Python launches 32-90 us of host time,
+depending on the host (logs/session16-call-2, logs/session15-call-16): a loop that calls it is paced by
+the host. A CUDA graph replays the same launches for ~2.4 us of host time (logs/session16-call-2,
+tools/probe_graph_host.py). A graph reads and writes fixed addresses, so it stands for a call only when
+every tensor the call touches is where it was at capture; its contents may differ (the graph reads them at
+replay). `GraphCache.run(key, launch)`:
+  - key: everything the launches depend on besides the tensors' contents: the caller's launch recipe
+    (shapes, strides, dtypes, configs), the device, the current stream, and the address of every tensor
+    read or written, the fresh output included (the caching allocator hands a loop the block it freed,
+    so a loop's calls repeat their key; a caller that keeps the last output gets another block: a miss);
+  - a key with a graph: replayed on the current stream;
+  - a key equal to the previous call's (a loop's second call): the launches captured into a new graph
+    (`launch` then runs under capture: what it allocates, intermediates and split-K partials, belongs to
+    the graph's private pool), which is replayed for this call;
+  - otherwise the plain launches. Never under an enclosing capture (the plain launches are then
+    captured into the caller's graph), never with launch hooks installed (a profiler's), never on the CPU.
+A graph replays on one stream at a time: the stream is part of the key, so two streams get two graphs
+(with their own intermediates). At most `capacity` graphs are kept (least recently used dropped); each
+holds its intermediates (timestep_mlp at T <= 16: under 1 MB) in a private pool of at least one 2 MB
+segment. The result is bitwise the plain launches' (the same kernels on the same values: tested on the
+GPU, tests/test_graph_replay.py).
+"""
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from typing import Callable, Hashable
+
+import torch
+
+from kernels.common import fast_launch_allowed
+
+ENABLED = os.environ.get("H3BENCH_GRAPHS", "1") != "0"
+
+
+class GraphCache:
+    def __init__(self, capacity: int = 8, capture: Callable | None = None):
+        """`capture(launch)` makes a replayable object of `launch`'s launches (default: a torch CUDA graph)."""
+        self.capacity = capacity
+        self._capture = capture or _capture_cuda_graph
+        self._graphs: OrderedDict = OrderedDict()
+        self._last: Hashable = None
+        self.captures = 0
+        self.replays = 0
+        self.errors: list[str] = []
+
+    def run(self, key: Hashable, launch: Callable[[], None]) -> None:
+        """Run `launch` (the call's launches, writing its output), or a graph of them with the same effect."""
+        graph = self._graphs.get(key)
+        if graph is None and key == self._last:
+            try:
+                graph = self._capture(launch)
+            except RuntimeError as error:   # e.g. another thread's CUDA work broke the capture: launch plainly
+                self.errors.append(str(error))
+                self._last = None
+                launch()
+                return
+            self._graphs[key] = graph
+            self.captures += 1
+            if len(self._graphs) > self.capacity:
+                self._graphs.popitem(last=False)
+        self._last = key
+        if graph is None:
+            launch()
+            return
+        self._graphs.move_to_end(key)
+        graph.replay()
+        self.replays += 1
+
+    def clear(self) -> None:
+        self._graphs.clear()
+        self._last = None
+
+
+def usable(t: torch.Tensor) -> bool:
+    """Graphs may stand for this call: enabled, CUDA, no enclosing capture, no launch hooks."""
+    return (ENABLED and t.is_cuda and fast_launch_allowed()
+            and not torch.cuda.is_current_stream_capturing())
+
+
+def stream_of(device_index: int) -> int:
+    return torch._C._cuda_getCurrentRawStream(device_index)
+
+
+def _capture_cuda_graph(launch: Callable[[], None]):
+    stream = torch.cuda.current_stream()
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(stream)   # the capture reads what the caller's stream has queued for the inputs
+    with torch.cuda.graph(graph, stream=side):
+        launch()
+    stream.wait_stream(side)
+    return graph
