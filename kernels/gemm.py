@@ -151,6 +151,11 @@ class LaunchConfig:
     # fp16 hi and lo halves and each (row, step)'s inverse scale, by the formulas the kernel would use), so
     # a step loads W's halves instead of splitting its tile: the same values, products and sums
     presplit: bool = False
+    # fp16x3 with local scales, W as stored: two steps a loop iteration, both split before either's
+    # products are issued and their sums added in step order (the same values, products and sums as one
+    # step an iteration): one step's MMAs run while the next step's split is made. Taken only where every
+    # K chunk has an even number of full steps (`_plan`); elsewhere one step an iteration, the same bits
+    pair_steps: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "block_k"):
@@ -177,6 +182,8 @@ class LaunchConfig:
             raise ValueError(f"swap_ab is an {SCALED} option with local_scales (the order it mirrors)")
         if self.presplit and not self.local_scales:
             raise ValueError(f"presplit is an {SCALED} option with local_scales (the split it makes once)")
+        if self.pair_steps and (not self.local_scales or self.presplit):
+            raise ValueError(f"pair_steps is an {SCALED} option with local_scales on W as stored (not presplit)")
         if self.swap_ab and self.persistent:
             raise ValueError("swap_ab takes no persistent programs (a small-T launch: one program a tile)")
         if self.k_major and self.transpose_w:
@@ -187,7 +194,7 @@ class LaunchConfig:
         return (s + (f"/k{self.split_k}" if self.split_k > 1 else "") + ("/wT" if self.transpose_w else "")
                 + (f"/{self.precision}" if self.precision != "ieee" else "") + ("/P" if self.persistent else "")
                 + ("/KM" if self.k_major else "") + ("/L" if self.local_scales else "")
-                + ("/S" if self.swap_ab else "") + ("/PS" if self.presplit else "")
+                + ("/S" if self.swap_ab else "") + ("/PS" if self.presplit else "") + ("/P2" if self.pair_steps else "")
                 + (f"/W{self.walk_chunks_above}" if self.split_k > 1 and self.walk_chunks_above < (1 << 62) else ""))
 
 
@@ -292,6 +299,33 @@ def _split_cols(v):
 
 
 @triton.jit
+def _local_split(a, b):
+    """A local-scale step's operands (`_mainloop`'s default path, spelled out there in the same order):
+    A's rows and B's columns scaled by their own maxima over the step, each split into fp16 halves."""
+    sa, ia = _pow2_scale_pair(tl.max(tl.abs(a), 1))
+    sb, ib = _pow2_scale_pair(tl.max(tl.abs(b), 0))
+    a = a * sa[:, None]
+    b = b * sb[None, :]
+    a_hi = a.to(tl.float16)
+    a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)
+    b_hi = b.to(tl.float16)
+    b_lo = (b - b_hi.to(tl.float32)).to(tl.float16)
+    return a_hi, a_lo, ia, b_hi, b_lo, ib
+
+
+@triton.jit
+def _step_products(a_hi, a_lo, b_hi, b_lo, SWAP: tl.constexpr):
+    """A step's three products into a fresh accumulator, in `_mainloop`'s order."""
+    if SWAP:
+        step = tl.dot(a_hi, b_lo)
+        step = tl.dot(a_lo, b_hi, step)
+    else:
+        step = tl.dot(a_lo, b_hi)
+        step = tl.dot(a_hi, b_lo, step)
+    return tl.dot(a_hi, b_hi, step)
+
+
+@triton.jit
 def _presplit_kernel(W, HI, LO, INV, n_rows, K, stride_wn, stride_wk, steps, ROWS: tl.constexpr,
                      BLOCK_K: tl.constexpr):
     """Block (tile, step) of W, [ROWS, BLOCK_K]: each row's scale pair from its max over the block
@@ -372,14 +406,16 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
               PRECISION: tl.constexpr, DOT_F32: tl.constexpr, A_SILU: tl.constexpr, ONES: tl.constexpr,
               SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, LOCAL: tl.constexpr, SWAP: tl.constexpr,
-              PRESPLIT: tl.constexpr, BY_HAND: tl.constexpr):
+              PRESPLIT: tl.constexpr, PAIR: tl.constexpr, BY_HAND: tl.constexpr):
     """The accumulator of one tile over k in [k_lo, k_hi), ascending, BLOCK_K a step (the order): fp32, or
     float64 for PRECISION "fp64". fp16x3: SA / SB hold the maxima its scales come from (A's rows, B's
     columns; SA_ALL / SB_ALL: one scale from all n_sa / n_sb of them); with LOCAL, each step's tiles.
     PRESPLIT (LOCAL): the weight operand (A with SWAP, else B) comes split already (`presplit`, tile-major
     in blocks of the weight's tile rows, BLOCK_M with SWAP, else BLOCK_N, by BLOCK_K; n_sa / n_sb blocks a
     tile): its hi halves where its values would be, its lo halves at WLO, each block's inverse scales in
-    SA / SB: the values, products and sums of the split made here, read as one contiguous block a step."""
+    SA / SB: the values, products and sums of the split made here, read as one contiguous block a step.
+    PAIR (LOCAL, W as stored, EVEN_K, an even number of steps in [k_lo, k_hi)): two steps an iteration,
+    both split first, then both steps' products, then their scale-backs added in step order."""
     if PRECISION == "fp16x3" and not LOCAL:
         sa = _operand_scale(SA, rm, row_ok, n_sa, SA_ALL, BLOCK_M)
         sb = _operand_scale(SB, rn, load_ok, n_sb, SB_ALL, BLOCK_N)
@@ -400,80 +436,99 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
     b_ptrs = B + b_offs
     lo_ptrs = WLO + (a_offs if SWAP else b_offs)   # PRESPLIT only
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64 if PRECISION == "fp64" else tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        if EVEN_K:
-            a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
-            b = tl.load(b_ptrs, mask=load_ok[None, :], other=0.0)
-        else:
-            k_ok = (k0 + rk) < k_hi
-            a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            b = tl.load(b_ptrs, mask=k_ok[:, None] & load_ok[None, :], other=0.0)
-        if PRESPLIT:
-            if EVEN_K:
-                w_lo = tl.load(lo_ptrs, mask=row_ok[:, None] if SWAP else load_ok[None, :], other=0.0)
-            elif SWAP:
-                w_lo = tl.load(lo_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            else:
-                w_lo = tl.load(lo_ptrs, mask=k_ok[:, None] & load_ok[None, :], other=0.0)
-            lo_ptrs += w_step
-        if A_SILU:
-            af = a.to(tl.float32)
-            a = rounded(af * _sigmoid(af), B.dtype.element_ty, BY_HAND)
-        if ONES:
-            if EVEN_K:
-                b = tl.where((rn == n_main)[None, :], 1.0, b).to(b.dtype)
-            else:
-                b = tl.where(k_ok[:, None] & (rn == n_main)[None, :], 1.0, b).to(b.dtype)
-        if DOT_F32:  # the interpreter's bf16 dot is wrong; bf16 x bf16 products are exact in fp32
-            acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-        elif PRECISION == "fp64":
-            acc = tl.dot(a.to(tl.float64), b.to(tl.float64), acc, input_precision="ieee", out_dtype=tl.float64)
-        elif PRECISION == "fp16x3":
-            if PRESPLIT and SWAP:   # A: W's halves and inverse scales, made once (`presplit`)
-                a_hi, a_lo = a, w_lo
-                ia = tl.load(inv_ptrs, mask=row_ok, other=1.0)
-                inv_ptrs += BLOCK_M
-                b_hi, b_lo, ib = _split_cols(b)
-            elif PRESPLIT:   # B: W's halves and inverse scales, made once
-                a_hi, a_lo, ia = _split_rows(a)
-                b_hi, b_lo = b, w_lo
-                ib = tl.load(inv_ptrs, mask=load_ok, other=1.0)
-                inv_ptrs += BLOCK_N
-            else:   # spelled out, not `_split_rows` / `_split_cols`: this order is the one the H200 evidence ran
-                if LOCAL:   # a max rounds nothing: the scales are the step's values' own
-                    sa, ia = _pow2_scale_pair(tl.max(tl.abs(a), 1))
-                    sb, ib = _pow2_scale_pair(tl.max(tl.abs(b), 0))
-                a = a * sa[:, None]   # powers of two: exact
-                b = b * sb[None, :]
-                a_hi = a.to(tl.float16)
-                a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)
-                b_hi = b.to(tl.float16)
-                b_lo = (b - b_hi.to(tl.float32)).to(tl.float16)
-            # a fresh accumulator per step, the small terms first: lo(rows of T) hi(W), hi(rows) lo(W), hi hi;
-            # SWAP (A holds W, B the rows of T): the same products in the same order
+    if PAIR:
+        for _ in range(k_lo, k_hi, 2 * BLOCK_K):
+            a0 = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
+            b0 = tl.load(b_ptrs, mask=load_ok[None, :], other=0.0)
+            a1 = tl.load(a_ptrs + BLOCK_K * stride_ak, mask=row_ok[:, None], other=0.0)
+            b1 = tl.load(b_ptrs + BLOCK_K * stride_bk, mask=load_ok[None, :], other=0.0)
+            a0_hi, a0_lo, ia0, b0_hi, b0_lo, ib0 = _local_split(a0, b0)
+            a1_hi, a1_lo, ia1, b1_hi, b1_lo, ib1 = _local_split(a1, b1)
+            step0 = _step_products(a0_hi, a0_lo, b0_hi, b0_lo, SWAP)
+            step1 = _step_products(a1_hi, a1_lo, b1_hi, b1_lo, SWAP)
             if SWAP:
-                step = tl.dot(a_hi, b_lo)
-                step = tl.dot(a_lo, b_hi, step)
+                acc += (step0 * ib0[None, :]) * ia0[:, None]
+                acc += (step1 * ib1[None, :]) * ia1[:, None]
             else:
-                step = tl.dot(a_lo, b_hi)
-                step = tl.dot(a_hi, b_lo, step)
-            step = tl.dot(a_hi, b_hi, step)
-            if SWAP:   # exact either way unless a product leaves fp32's normal range: the rows' inverse first
-                acc += (step * ib[None, :]) * ia[:, None]
-            elif LOCAL:
-                acc += (step * ia[:, None]) * ib[None, :]   # exact: the inverses are normal powers of two
+                acc += (step0 * ia0[:, None]) * ib0[None, :]
+                acc += (step1 * ia1[:, None]) * ib1[None, :]
+            a_ptrs += 2 * BLOCK_K * stride_ak
+            b_ptrs += 2 * BLOCK_K * stride_bk
+    else:
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            if EVEN_K:
+                a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
+                b = tl.load(b_ptrs, mask=load_ok[None, :], other=0.0)
             else:
-                acc += step
-        else:
-            acc = tl.dot(a, b, acc, input_precision=PRECISION)
-        if PRESPLIT and SWAP:
-            a_ptrs += w_step
-        else:
-            a_ptrs += BLOCK_K * stride_ak
-        if PRESPLIT and not SWAP:
-            b_ptrs += w_step
-        else:
-            b_ptrs += BLOCK_K * stride_bk
+                k_ok = (k0 + rk) < k_hi
+                a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+                b = tl.load(b_ptrs, mask=k_ok[:, None] & load_ok[None, :], other=0.0)
+            if PRESPLIT:
+                if EVEN_K:
+                    w_lo = tl.load(lo_ptrs, mask=row_ok[:, None] if SWAP else load_ok[None, :], other=0.0)
+                elif SWAP:
+                    w_lo = tl.load(lo_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+                else:
+                    w_lo = tl.load(lo_ptrs, mask=k_ok[:, None] & load_ok[None, :], other=0.0)
+                lo_ptrs += w_step
+            if A_SILU:
+                af = a.to(tl.float32)
+                a = rounded(af * _sigmoid(af), B.dtype.element_ty, BY_HAND)
+            if ONES:
+                if EVEN_K:
+                    b = tl.where((rn == n_main)[None, :], 1.0, b).to(b.dtype)
+                else:
+                    b = tl.where(k_ok[:, None] & (rn == n_main)[None, :], 1.0, b).to(b.dtype)
+            if DOT_F32:  # the interpreter's bf16 dot is wrong; bf16 x bf16 products are exact in fp32
+                acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+            elif PRECISION == "fp64":
+                acc = tl.dot(a.to(tl.float64), b.to(tl.float64), acc, input_precision="ieee", out_dtype=tl.float64)
+            elif PRECISION == "fp16x3":
+                if PRESPLIT and SWAP:   # A: W's halves and inverse scales, made once (`presplit`)
+                    a_hi, a_lo = a, w_lo
+                    ia = tl.load(inv_ptrs, mask=row_ok, other=1.0)
+                    inv_ptrs += BLOCK_M
+                    b_hi, b_lo, ib = _split_cols(b)
+                elif PRESPLIT:   # B: W's halves and inverse scales, made once
+                    a_hi, a_lo, ia = _split_rows(a)
+                    b_hi, b_lo = b, w_lo
+                    ib = tl.load(inv_ptrs, mask=load_ok, other=1.0)
+                    inv_ptrs += BLOCK_N
+                else:   # spelled out, not `_split_rows` / `_split_cols`: this order is the one the H200 evidence ran
+                    if LOCAL:   # a max rounds nothing: the scales are the step's values' own
+                        sa, ia = _pow2_scale_pair(tl.max(tl.abs(a), 1))
+                        sb, ib = _pow2_scale_pair(tl.max(tl.abs(b), 0))
+                    a = a * sa[:, None]   # powers of two: exact
+                    b = b * sb[None, :]
+                    a_hi = a.to(tl.float16)
+                    a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)
+                    b_hi = b.to(tl.float16)
+                    b_lo = (b - b_hi.to(tl.float32)).to(tl.float16)
+                # a fresh accumulator per step, the small terms first: lo(rows of T) hi(W), hi(rows) lo(W), hi hi;
+                # SWAP (A holds W, B the rows of T): the same products in the same order
+                if SWAP:
+                    step = tl.dot(a_hi, b_lo)
+                    step = tl.dot(a_lo, b_hi, step)
+                else:
+                    step = tl.dot(a_lo, b_hi)
+                    step = tl.dot(a_hi, b_lo, step)
+                step = tl.dot(a_hi, b_hi, step)
+                if SWAP:   # exact either way unless a product leaves fp32's normal range: the rows' inverse first
+                    acc += (step * ib[None, :]) * ia[:, None]
+                elif LOCAL:
+                    acc += (step * ia[:, None]) * ib[None, :]   # exact: the inverses are normal powers of two
+                else:
+                    acc += step
+            else:
+                acc = tl.dot(a, b, acc, input_precision=PRECISION)
+            if PRESPLIT and SWAP:
+                a_ptrs += w_step
+            else:
+                a_ptrs += BLOCK_K * stride_ak
+            if PRESPLIT and not SWAP:
+                b_ptrs += w_step
+            else:
+                b_ptrs += BLOCK_K * stride_bk
     if PRECISION == "fp16x3" and not LOCAL:
         acc = acc * (1.0 / sa)[:, None]   # exact: 1 / 2^j
         acc = acc * (1.0 / sb)[None, :]
@@ -491,7 +546,7 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB, WLO,
                  A_SILU: tl.constexpr, ONES: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr,
                  OUT_SILU: tl.constexpr, SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr,
                  SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, LOCAL: tl.constexpr, WALK_CHUNKS: tl.constexpr,
-                 SWAP: tl.constexpr, PRESPLIT: tl.constexpr, BY_HAND: tl.constexpr):
+                 SWAP: tl.constexpr, PRESPLIT: tl.constexpr, PAIR: tl.constexpr, BY_HAND: tl.constexpr):
     """One [BLOCK_M, BLOCK_N] tile of C (or, with SPLIT_K > 1, one K chunk of it; or, PERSISTENT, the
     tiles pid, pid + programs, ...). Columns n_load .. N - 1 of B are not read: with ONES they are ones
     (the db column), else zeros. WALK_CHUNKS: one program a tile adds its SPLIT_K chunks itself."""
@@ -504,7 +559,7 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB, WLO,
                                                MASK_N)
             acc = _mainloop(A, B, rm, rn, 0, K, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
                             SA, SB, WLO, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
-                            SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, BY_HAND)
+                            SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, PAIR, BY_HAND)
             _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm,
                       stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, SWAP, BY_HAND)
         return
@@ -516,12 +571,12 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB, WLO,
         # chunk order, as the split launch's last program adds them: the same bits, no partials in memory
         acc = _mainloop(A, B, rm, rn, 0, tl.minimum(K, chunk), n_main, row_ok, load_ok, stride_am, stride_ak,
                         stride_bk, stride_bn, SA, SB, WLO, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
-                        DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, BY_HAND)
+                        DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, PAIR, BY_HAND)
         for s in range(1, SPLIT_K):
             k_lo = tl.multiple_of(s * chunk, _KALIGN)
             acc += _mainloop(A, B, rm, rn, k_lo, tl.minimum(K, k_lo + chunk), n_main, row_ok, load_ok, stride_am,
                              stride_ak, stride_bk, stride_bn, SA, SB, WLO, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
-                             PRECISION, DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, BY_HAND)
+                             PRECISION, DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, PAIR, BY_HAND)
     else:
         if SPLIT_K == 1:
             k_lo = 0
@@ -531,7 +586,7 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB, WLO,
             k_hi = tl.minimum(K, k_lo + chunk)
         acc = _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
                         SA, SB, WLO, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
-                        SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, BY_HAND)
+                        SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, PAIR, BY_HAND)
 
     if SPLIT_K == 1 or WALK_CHUNKS:
         _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm, stride_zn,
@@ -762,6 +817,7 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
     split = cfg.split_k
     chunk = k_chunk(K, split)
     even_k = K % cfg.block_k == 0 and (split == 1 or chunk % cfg.block_k == 0)
+    pair = cfg.pair_steps and K % (2 * cfg.block_k) == 0 and (split == 1 or chunk % (2 * cfg.block_k) == 0)
     mask_n = column_mask_needed(N, n_load, cfg.block_n)
     mask_m = not (m_fixed and M % cfg.block_m == 0)   # M of T rows: always masked (one kernel for all T)
     num_tiles = cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n)
@@ -775,7 +831,7 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
         DOT_F32=INTERPRETED and not fp32, PERSISTENT=cfg.persistent,
         A_SILU=a_silu, ONES=ones, HAS_BIAS=has_bias, MUL_DSILU=has_zin, OUT_SILU=out_silu,
         SAVE_PRE=has_zout, EXTRA_COL=has_extra, SA_ALL=sa_all, SB_ALL=sb_all, LOCAL=cfg.local_scales, WALK_CHUNKS=walk,
-        SWAP=cfg.swap_ab, PRESPLIT=cfg.presplit,
+        SWAP=cfg.swap_ab, PRESPLIT=cfg.presplit, PAIR=pair,
         BY_HAND=BY_HAND, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     # The specialization's key (kernels.common.launch_keyed): every int above, the constexprs, and (added
     # at launch) c's dtype and the dtype and 16-byte alignment of each tensor from outside (c, the

@@ -200,6 +200,11 @@ FWD2_SWAP_M128 = dataclasses.replace(DEFAULT, fwd2=((16, C(128, 16, 32, num_warp
 # same values, products and sums (kernels/notes/gemm.md, "Next for GEMM2"). Not yet timed on the GPU.
 FWD2_PRESPLIT = dataclasses.replace(
     DEFAULT, fwd2=((16, C(64, 16, 32, num_warps=4, num_stages=4, split_k=6, presplit=True, **_S)), (BIG, _FWD2)))
+# v11 with two steps a loop iteration (`pair_steps`: both steps split before either's products are issued,
+# their sums added in step order): the same values, products and sums; GEMM2 at small T is bound by each
+# program's chain of 28 dependent steps (kernels/notes/gemm.md v12), which this overlaps two by two.
+FWD2_PAIR = dataclasses.replace(
+    DEFAULT, fwd2=((16, C(64, 16, 32, num_warps=4, num_stages=4, split_k=6, pair_steps=True, **_S)), (BIG, _FWD2)))
 # GEMM2 in 2 and 8 K chunks (bench sets: the split is part of the order)
 FP16X3_K2 = dataclasses.replace(FP16X3_V6, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=2, **_H3)),))
 FP16X3_K8 = dataclasses.replace(FP16X3_V6, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=8, **_H3)),))

@@ -898,3 +898,43 @@ def test_presplit_is_a_forward_option_of_local_fp16x3(device):
     with pytest.raises(ValueError, match="presplit"):
         gemm._gemm(a, a.stride(), split.hi, (64, 1)[::-1], y, y.stride(), 3, 40, 64,
                    dataclasses.replace(cfg, presplit=False), split=split)
+
+
+# --- two steps an iteration (pair_steps) -----------------------------------------------------------------
+
+@pytest.mark.parametrize("swap", [False, True], ids=["b_is_w", "a_is_w"])
+@pytest.mark.parametrize("k, split", [(384, 3), (256, 1), (300, 3), (320, 1)])
+def test_pair_steps_give_one_step_an_iterations_bits(device, swap, k, split):
+    """Two local-scale steps an iteration, both split before their products: the same bits as one step an
+    iteration, swapped or not, split K or not; with a K tail (300) or an odd number of steps in a chunk
+    the launch takes one step an iteration (`_plan`), the same bits again."""
+    tile = {"block_m": 32, "block_n": 16, "swap_ab": True} if swap else {"block_m": 16, "block_n": 32}
+    local = gemm.LaunchConfig(block_k=32, num_warps=4, num_stages=3, split_k=split, precision="fp16x3",
+                              local_scales=True, **tile)
+    cfg = dataclasses.replace(local, pair_steps=True)
+    g = torch.Generator().manual_seed(k + split)
+    for rows in (1, 21):
+        a = (torch.randn(rows, k, generator=g) * torch.exp2(torch.randint(-8, 9, (rows, k), generator=g))).to(device)
+        w = (torch.randn(70, k, generator=g) / 40 * torch.exp2(torch.randint(-6, 7, (70, k), generator=g))).to(device)
+        b = torch.randn(70, generator=g).to(device)
+        ref, _ = gemm.forward(a, w, b, local, out_dtype=torch.float32)
+        y, _ = gemm.forward(a, w, b, cfg, out_dtype=torch.float32)
+        assert torch.equal(as_bits(y), as_bits(ref)), rows
+        plan = gemm.forward_plan(rows, a.stride(), w, b, cfg)
+        y2 = torch.empty_like(y)
+        gemm.run_forward_plan(plan, a, w, y2, bias=b)
+        assert torch.equal(as_bits(y2), as_bits(ref)), rows
+
+
+def test_pair_steps_are_taken_only_where_every_chunk_has_an_even_step_count():
+    cfg = gemm.LaunchConfig(16, 32, 32, split_k=3, precision="fp16x3", local_scales=True, pair_steps=True)
+    def paired(K):
+        return gemm._plan(None, (K, 1), (1, K), (70, 1), (0, 0), (0, 0), 5, 70, K, cfg, 70, 70, True,
+                          (False,) * 10, 0, 0, 0).meta["PAIR"]
+    assert paired(384)        # chunks of 128: 4 steps each
+    assert not paired(300)    # a K tail
+    assert not paired(32 * 9)  # chunks of 128 and a last one of 32: one step
+    with pytest.raises(ValueError, match="pair_steps"):
+        gemm.LaunchConfig(16, 32, 32, precision="fp16x3", pair_steps=True)
+    with pytest.raises(ValueError, match="pair_steps"):
+        gemm.LaunchConfig(16, 32, 32, precision="fp16x3", local_scales=True, presplit=True, pair_steps=True)

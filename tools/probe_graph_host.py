@@ -4,9 +4,10 @@
 
 The harness's stream timing of timestep_mlp at T <= 8 is host-bound on slow hosts (a no-grad call: 67-90 us
 of host against ~37 us of kernels, logs/session16-call-1). This times, per call, steps queued back to back
-(one synchronize at the end): the plain call `timestep_mlp(x, w1, b1, w2, b2)`, and the same launches
-captured once in a torch.cuda.CUDAGraph and replayed (`graph.replay()` alone: the least any graph path
-costs, before its key lookup and output handling). Host us = the loop's time before its synchronize;
+(one synchronize at the end): the plain call `timestep_mlp(x, w1, b1, w2, b2)` with kernels/graph_replay.py
+off, the op as it is (its own graph replay on), and the same launches captured once in a torch.cuda.CUDAGraph
+and replayed (`graph.replay()` alone: the least any graph path costs, before its key lookup and output
+handling). Host us = the loop's time before its synchronize;
 wall us = to the synchronize. GPU only.
 """
 from __future__ import annotations
@@ -41,13 +42,18 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("probe_graph_host needs a CUDA device")
     from tools.gemm_kernel_times import _inputs
+    from kernels import graph_replay
     from kernels import timestep_mlp as TM
     dev = torch.device("cuda")
     out = {}
     for rows in (int(r) for r in a.rows.split(",")):
         _, t = _inputs(rows, dev)
         with torch.no_grad():
+            on = graph_replay.ENABLED
+            graph_replay.ENABLED = False
             plain = loop_us(lambda: TM.timestep_mlp(*t), a.steps)
+            graph_replay.ENABLED = on
+            op = loop_us(lambda: TM.timestep_mlp(*t), a.steps) if on else None
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
@@ -62,10 +68,10 @@ def main() -> None:
             same = torch.equal(captured, TM.timestep_mlp(*t))
             replay = loop_us(graph.replay, a.steps)
             empty = loop_us(lambda: torch.empty((rows, t[3].shape[0]), device=dev), a.steps)
-        out[rows] = {"plain_host_wall_us": plain, "replay_host_wall_us": replay, "empty_host_wall_us": empty,
-                     "replay_bitwise_plain": same}
-        print(f"T={rows:5d} plain host/wall {plain}  replay host/wall {replay}  torch.empty {empty}  "
-              f"replay bitwise {same}", flush=True)
+        out[rows] = {"plain_host_wall_us": plain, "op_graphs_host_wall_us": op, "replay_host_wall_us": replay,
+                     "empty_host_wall_us": empty, "replay_bitwise_plain": same}
+        print(f"T={rows:5d} plain (graphs off) host/wall {plain}  the op (graphs on) {op}  bare replay {replay}  "
+              f"torch.empty {empty}  replay bitwise {same}", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

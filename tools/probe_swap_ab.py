@@ -48,6 +48,13 @@ def candidates() -> dict:
         "M64S4PS": C(64, 16, 32, num_warps=4, num_stages=4, presplit=True, **s),
         "M16W1S4PS": C(16, 16, 32, num_warps=1, num_stages=4, presplit=True, **s),
         "M128S3PS": C(128, 16, 32, num_warps=4, num_stages=3, presplit=True, **s),
+        # two steps an iteration (`pair_steps`): both split, then both steps' products, sums in step order
+        "M64S4P2": C(64, 16, 32, num_warps=4, num_stages=4, pair_steps=True, **s),
+        "M64S3P2": C(64, 16, 32, num_warps=4, num_stages=3, pair_steps=True, **s),
+        "M64S2P2": C(64, 16, 32, num_warps=4, num_stages=2, pair_steps=True, **s),
+        "M128S3P2": C(128, 16, 32, num_warps=4, num_stages=3, pair_steps=True, **s),
+        "M16W1S4P2": C(16, 16, 32, num_warps=1, num_stages=4, pair_steps=True, **s),
+        "M32W2S3P2": C(32, 16, 32, num_warps=2, num_stages=3, pair_steps=True, **s),
         # the same tile unswapped (BLOCK_M 64 rows of h): a tile-shape check without the swap
         "U64N64S4": C(64, 64, 32, num_warps=4, num_stages=4, split_k=6, precision="fp16x3", local_scales=True),
     }

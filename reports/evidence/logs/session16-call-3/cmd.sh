@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# Session 16, call 3 (carries .third_party for the rl_kernel row): timestep_mlp's no-grad forward replayed as
-# a CUDA graph (kernels/graph_replay.py): the GPU tests (graph replay, the GEMM ops), the kernel times and
-# host time per call, what a bare replay costs here, then timestep_mlp's full-plan evidence (every row).
+# Session 16, call 3: two GEMM2 steps an iteration (`pair_steps`: both split, then both steps' products,
+# sums in step order) checked bitwise against v11's tile and timed (tools/probe_swap_ab.py); the no-grad
+# forward's kernels under DEFAULT, FWD2_PAIR and FWD2_PRESPLIT (tools/gemm_kernel_times.py); the host time
+# a call with the op's CUDA graph replay (kernels/graph_replay.py) against plain launches
+# (tools/probe_graph_host.py); GPU tests of the graph replay, the pairs, the swap and the presplit.
 set -uo pipefail
-export H3BENCH_COMMIT=${H3BENCH_COMMIT:?} H3BENCH_DEADLINE_S=560
-W=$OUT/work; mkdir -p "$W"; echo "commit $H3BENCH_COMMIT" > "$W/COMMIT.txt"
-H3BENCH_OPS=timestep_mlp H3BENCH_KERNEL_TESTS="tests/test_graph_replay.py tests/test_kernel_gemm.py" H3BENCH_TEST_TIMEOUT=200 \
-  bash reports/evidence/run_h200.sh install ops kernel-tests 2>&1 | tail -25
-timeout 60 python3 -m tools.gemm_kernel_times --rows 1,8 --steps-of fwd --configs DEFAULT \
+W=$OUT/work; mkdir -p "$W"; echo "commit ${H3BENCH_COMMIT:-?}" > "$W/COMMIT.txt"
+H3BENCH_TEST_DEVICE=cuda timeout 150 python3 -m pytest -q tests/test_graph_replay.py tests/test_kernel_gemm.py \
+  -k "graph or replay or swap or presplit or pair" -p no:cacheprovider -rf --tb=short > "$W/gpu_tests.log" 2>&1
+echo "gpu tests rc=$?"; tail -3 "$W/gpu_tests.log"
+timeout 200 python3 -m tools.probe_swap_ab --rows 1,4,8,16 \
+  --configs M64S4,M64S4P2,M64S3P2,M64S2P2,M128S3P2,M16W1S4P2,M32W2S3P2,M64S4PS \
+  --json "$W/probe_pair.json" > "$W/probe_pair.log" 2>&1
+echo "probe rc=$?"; grep -E "kernel us|every" "$W/probe_pair.log" | cut -c1-500
+timeout 90 python3 -m tools.gemm_kernel_times --rows 1,8 --steps-of fwd --configs DEFAULT,FWD2_PAIR,FWD2_PRESPLIT \
   --json "$W/gemm_kernel_times.json" > "$W/gemm_kernel_times.log" 2>&1
 echo "kernel times rc=$?"; grep "^T=" "$W/gemm_kernel_times.log" | cut -c1-250
-timeout 60 python3 -m tools.probe_graph_host --rows 1,8 --json "$W/probe_graph_host.json" > "$W/probe_graph_host.log" 2>&1
+timeout 90 python3 -m tools.probe_graph_host --rows 1,8 --json "$W/probe_graph_host.json" > "$W/probe_graph_host.log" 2>&1
 echo "graph rc=$?"; tail -2 "$W/probe_graph_host.log"
-cd "$OUT" && tar czf /tmp/all.tgz work && rm -rf "$OUT"/work "$OUT"/results.tar.gz && mv /tmp/all.tgz "$OUT"/all.tgz
+cd "$OUT" && tar czf /tmp/all.tgz work && rm -rf "$OUT"/work && mv /tmp/all.tgz "$OUT"/all.tgz
