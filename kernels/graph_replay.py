@@ -32,7 +32,10 @@ import torch
 
 from kernels.common import fast_launch_allowed
 
-ENABLED = os.environ.get("H3BENCH_GRAPHS", "1") != "0"
+# Off unless H3BENCH_GRAPHS=1: the bare replay of the op's launches was measured on the H200 (bitwise the
+# plain launches', 2.4 us of host a call: logs/session16-call-2), this cache around them not yet (its GPU
+# tests and timings: logs/session16-call-3/cmd.sh, for the next GPU session).
+ENABLED = os.environ.get("H3BENCH_GRAPHS", "0") == "1"
 
 
 class GraphCache:

@@ -353,8 +353,8 @@ def _inference(x, w1, b1, w2, b2) -> torch.Tensor:
     return out
 
 
-# The no-grad forward's launches as CUDA graphs (kernels/graph_replay.py): a loop's calls with their tensors
-# where the previous call's were replay one graph instead of two Python launches (host time at small T).
+# The no-grad forward's launches as CUDA graphs (kernels/graph_replay.py; H3BENCH_GRAPHS=1): a loop's calls
+# with their tensors where the previous call's were replay one graph instead of two Python launches.
 _GRAPHS = graph_replay.GraphCache()
 
 

@@ -66,8 +66,21 @@ def test_a_failed_capture_launches_plainly_and_says_why():
     assert "capturing" in cache.errors[0]
 
 
-def test_graphs_are_never_used_on_the_cpu():
+def test_graphs_are_never_used_on_the_cpu(monkeypatch):
+    monkeypatch.setattr(graph_replay, "ENABLED", True)
     assert not graph_replay.usable(torch.zeros(1))
+
+
+def test_graphs_are_off_unless_asked_for(monkeypatch):
+    import importlib
+    try:
+        monkeypatch.delenv("H3BENCH_GRAPHS", raising=False)
+        assert importlib.reload(graph_replay).ENABLED is False
+        monkeypatch.setenv("H3BENCH_GRAPHS", "1")
+        assert importlib.reload(graph_replay).ENABLED is True
+    finally:
+        monkeypatch.undo()
+        importlib.reload(graph_replay)
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
@@ -84,6 +97,7 @@ def _plain(x, w1, b1, w2, b2, monkeypatch):
 @pytest.mark.parametrize("rows", [1, 8])
 def test_replayed_forward_gives_the_plain_bits_and_follows_its_inputs(rows, monkeypatch):
     from kernels import timestep_mlp as TM
+    monkeypatch.setattr(graph_replay, "ENABLED", True)
     inputs, _ = mlp_case(torch.device("cuda"), rows)
     x, w1, b1, w2, b2 = (inputs.tensors[n].detach() for n in MLP_NAMES)
     TM._GRAPHS.clear()
@@ -111,6 +125,7 @@ def test_replayed_forward_gives_the_plain_bits_and_follows_its_inputs(rows, monk
 @cuda
 def test_inside_a_callers_capture_the_launches_join_its_graph(monkeypatch):
     from kernels import timestep_mlp as TM
+    monkeypatch.setattr(graph_replay, "ENABLED", True)
     inputs, _ = mlp_case(torch.device("cuda"), 3)
     x, w1, b1, w2, b2 = (inputs.tensors[n].detach() for n in MLP_NAMES)
     TM._GRAPHS.clear()

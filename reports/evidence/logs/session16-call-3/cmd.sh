@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# NOT RUN in session 16: the call got "no new device machine is lent at present". The next session runs it first.
 # Session 16, call 3: two GEMM2 steps an iteration (`pair_steps`: both split, then both steps' products,
 # sums in step order) checked bitwise against v11's tile and timed (tools/probe_swap_ab.py); the no-grad
 # forward's kernels under DEFAULT, FWD2_PAIR and FWD2_PRESPLIT (tools/gemm_kernel_times.py); the host time
@@ -19,6 +20,9 @@ echo "fwd1 probe rc=$?"; grep -E "kernel us|every" "$W/probe_fwd1.log" | cut -c1
 timeout 90 python3 -m tools.gemm_kernel_times --rows 1,8 --steps-of fwd --configs DEFAULT,FWD2_PAIR,FWD2_PRESPLIT \
   --json "$W/gemm_kernel_times.json" > "$W/gemm_kernel_times.log" 2>&1
 echo "kernel times rc=$?"; grep "^T=" "$W/gemm_kernel_times.log" | cut -c1-250
+H3BENCH_GRAPHS=1 timeout 60 python3 -m tools.gemm_kernel_times --rows 1,8 --steps-of fwd --configs DEFAULT \
+  --json "$W/gemm_kernel_times_graphs.json" > "$W/gemm_kernel_times_graphs.log" 2>&1
+echo "kernel times (H3BENCH_GRAPHS=1) rc=$?"; grep "^T=" "$W/gemm_kernel_times_graphs.log" | cut -c1-250
 timeout 90 python3 -m tools.probe_graph_host --rows 1,8 --json "$W/probe_graph_host.json" > "$W/probe_graph_host.log" 2>&1
 echo "graph rc=$?"; tail -2 "$W/probe_graph_host.log"
 cd "$OUT" && tar czf /tmp/all.tgz work && rm -rf "$OUT"/work && mv /tmp/all.tgz "$OUT"/all.tgz
