@@ -205,6 +205,10 @@ FWD2_PRESPLIT = dataclasses.replace(
 # program's chain of 28 dependent steps (kernels/notes/gemm.md v12), which this overlaps two by two.
 FWD2_PAIR = dataclasses.replace(
     DEFAULT, fwd2=((16, C(64, 16, 32, num_warps=4, num_stages=4, split_k=6, pair_steps=True, **_S)), (BIG, _FWD2)))
+# ... and v8's tile above 16 rows paired too (at T = 2048 GEMM2 is MMA-bound with each step's split on the
+# CUDA cores between: pairs may overlap one step's split with the other's MMAs)
+FWD2_PAIR_ALL = dataclasses.replace(
+    FWD2_PAIR, fwd2=(FWD2_PAIR.fwd2[0], (BIG, dataclasses.replace(_FWD2, pair_steps=True))))
 # GEMM2 in 2 and 8 K chunks (bench sets: the split is part of the order)
 FP16X3_K2 = dataclasses.replace(FP16X3_V6, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=2, **_H3)),))
 FP16X3_K8 = dataclasses.replace(FP16X3_V6, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=8, **_H3)),))

@@ -815,7 +815,7 @@ def test_fwd2_tiers_may_differ_only_outside_the_order():
     assert TM.FWD2_SWAP_M64.fwd2[0][1].swap_ab and not TM.FWD2_SWAP_M64.fwd2[-1][1].swap_ab
 
 
-@pytest.mark.parametrize("configs", ["FWD2_SWAP_M64", "FWD2_SWAP_M128", "FWD2_PRESPLIT"])
+@pytest.mark.parametrize("configs", ["FWD2_SWAP_M64", "FWD2_SWAP_M128", "FWD2_PRESPLIT", "FWD2_PAIR", "FWD2_PAIR_ALL"])
 def test_swapped_config_sets_no_grad_and_autograd_agree(device, monkeypatch, configs):
     """The swap sets through the op: the no-grad recipe (swapped plan, operands passed the other way round)
     and the autograd path give the same bits at T = 3 (swapped) and T = 20 (the default's tile), both

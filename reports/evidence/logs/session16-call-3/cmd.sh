@@ -12,7 +12,7 @@ H3BENCH_TEST_DEVICE=cuda timeout 150 python3 -m pytest -q tests/test_graph_repla
   -k "graph or replay or swap or presplit or pair" -p no:cacheprovider -rf --tb=short > "$W/gpu_tests.log" 2>&1
 echo "gpu tests rc=$?"; tail -3 "$W/gpu_tests.log"
 timeout 200 python3 -m tools.probe_swap_ab --rows 1,4,8,16 \
-  --configs M64S4,M64S4P2,M64S3P2,M64S2P2,M128S3P2,M16W1S4P2,M32W2S3P2,M64S4PS \
+  --configs M64S4,M64S4P2,M64S3P2,M64S2P2,M128S3P2,M16W1S4P2,M32W2S3P2,M64S4PS,U64N128S3P2 \
   --json "$W/probe_pair.json" > "$W/probe_pair.log" 2>&1
 echo "probe rc=$?"; grep -E "kernel us|every" "$W/probe_pair.log" | cut -c1-500
 timeout 150 python3 -m tools.probe_fwd1 --rows 1,2,4,8,13,16 --json "$W/probe_fwd1.json" > "$W/probe_fwd1.log" 2>&1
@@ -20,6 +20,9 @@ echo "fwd1 probe rc=$?"; grep -E "kernel us|every" "$W/probe_fwd1.log" | cut -c1
 timeout 90 python3 -m tools.gemm_kernel_times --rows 1,8 --steps-of fwd --configs DEFAULT,FWD2_PAIR,FWD2_PRESPLIT \
   --json "$W/gemm_kernel_times.json" > "$W/gemm_kernel_times.log" 2>&1
 echo "kernel times rc=$?"; grep "^T=" "$W/gemm_kernel_times.log" | cut -c1-250
+timeout 90 python3 -m tools.gemm_kernel_times --rows 2048 --steps-of fwd --configs DEFAULT,FWD2_PAIR_ALL \
+  --json "$W/gemm_kernel_times_2048.json" > "$W/gemm_kernel_times_2048.log" 2>&1
+echo "kernel times T=2048 rc=$?"; grep "^T=" "$W/gemm_kernel_times_2048.log" | cut -c1-250
 H3BENCH_GRAPHS=1 timeout 60 python3 -m tools.gemm_kernel_times --rows 1,8 --steps-of fwd --configs DEFAULT \
   --json "$W/gemm_kernel_times_graphs.json" > "$W/gemm_kernel_times_graphs.log" 2>&1
 echo "kernel times (H3BENCH_GRAPHS=1) rc=$?"; grep "^T=" "$W/gemm_kernel_times_graphs.log" | cut -c1-250
