@@ -844,12 +844,18 @@ def test_presplit_gives_the_local_split_bits(device, swap, k):
     the same bits as splitting W's tile in each step, swapped or not, with a K tail (300) and split K."""
     local = gemm.LaunchConfig(16, 32, 32, num_warps=4, num_stages=3, split_k=3, precision="fp16x3", local_scales=True)
     cfg = dataclasses.replace(local, presplit=True, **({"block_m": 32, "block_n": 16, "swap_ab": True} if swap else {}))
-    g = torch.Generator().manual_seed(k)
+    assert_same_forward_bits(device, local, cfg, k, seed=k)
+
+
+def assert_same_forward_bits(device, ref_cfg, cfg, k, seed):
+    """`cfg`'s forward (and its no-grad recipe's launch) gives `ref_cfg`'s bits on scaled random operands,
+    1 and 21 rows, W [70, k]."""
+    g = torch.Generator().manual_seed(seed)
     for rows in (1, 21):
         a = (torch.randn(rows, k, generator=g) * torch.exp2(torch.randint(-8, 9, (rows, k), generator=g))).to(device)
         w = (torch.randn(70, k, generator=g) / 40 * torch.exp2(torch.randint(-6, 7, (70, k), generator=g))).to(device)
         b = torch.randn(70, generator=g).to(device)
-        ref, _ = gemm.forward(a, w, b, local, out_dtype=torch.float32)
+        ref, _ = gemm.forward(a, w, b, ref_cfg, out_dtype=torch.float32)
         y, _ = gemm.forward(a, w, b, cfg, out_dtype=torch.float32)
         assert torch.equal(as_bits(y), as_bits(ref)), rows
         plan = gemm.forward_plan(rows, a.stride(), w, b, cfg)   # the no-grad recipe's launch
@@ -911,19 +917,7 @@ def test_pair_steps_give_one_step_an_iterations_bits(device, swap, k, split):
     tile = {"block_m": 32, "block_n": 16, "swap_ab": True} if swap else {"block_m": 16, "block_n": 32}
     local = gemm.LaunchConfig(block_k=32, num_warps=4, num_stages=3, split_k=split, precision="fp16x3",
                               local_scales=True, **tile)
-    cfg = dataclasses.replace(local, pair_steps=True)
-    g = torch.Generator().manual_seed(k + split)
-    for rows in (1, 21):
-        a = (torch.randn(rows, k, generator=g) * torch.exp2(torch.randint(-8, 9, (rows, k), generator=g))).to(device)
-        w = (torch.randn(70, k, generator=g) / 40 * torch.exp2(torch.randint(-6, 7, (70, k), generator=g))).to(device)
-        b = torch.randn(70, generator=g).to(device)
-        ref, _ = gemm.forward(a, w, b, local, out_dtype=torch.float32)
-        y, _ = gemm.forward(a, w, b, cfg, out_dtype=torch.float32)
-        assert torch.equal(as_bits(y), as_bits(ref)), rows
-        plan = gemm.forward_plan(rows, a.stride(), w, b, cfg)
-        y2 = torch.empty_like(y)
-        gemm.run_forward_plan(plan, a, w, y2, bias=b)
-        assert torch.equal(as_bits(y2), as_bits(ref)), rows
+    assert_same_forward_bits(device, local, dataclasses.replace(local, pair_steps=True), k, seed=k + split)
 
 
 def test_pair_steps_are_taken_only_where_every_chunk_has_an_even_step_count():

@@ -34,15 +34,8 @@ def _noop(P):
 
 def host_us(fn, reps: int = 300) -> float:
     """Host wall time per call, the GPU idle-free (tiny work): the cost of Python, torch and launches."""
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return round((t1 - t0) / reps * 1e6, 2)
+    from tools.kernel_times import queued_us
+    return round(queued_us(fn, reps, warmup=20)[0], 2)
 
 
 def _leaves(t):

@@ -102,13 +102,23 @@ def profile_steps(step, warmup: int, steps: int, timed: bool = True):
         torch.cuda.synchronize()
     if not timed:
         return prof, None, None
+    host, wall = queued_us(step, steps)
+    return prof, wall, host
+
+
+def queued_us(step, steps: int, warmup: int = 0) -> tuple[float, float]:
+    """(host us, wall us) per step: `steps` steps queued back to back after `warmup` ones, the time the host
+    took to issue them and the time to the final synchronize."""
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(steps):
         step()
     issued = time.perf_counter()
     torch.cuda.synchronize()
     done = time.perf_counter()
-    return prof, (done - start) / steps * 1e6, (issued - start) / steps * 1e6
+    return (issued - start) / steps * 1e6, (done - start) / steps * 1e6
 
 
 def fwd_bwd_step(t: dict, torch_row: bool, dy=None):

@@ -24,7 +24,8 @@ import sys
 
 import torch
 
-BIG_T = 2048
+from tools import bitwise_probe as BP
+from tools.bitwise_probe import BIG_T
 
 
 def candidates() -> dict:
@@ -48,31 +49,25 @@ def candidates() -> dict:
 
 
 def data_sets(device: torch.device) -> dict:
-    """{name: (x [BIG_T, F], w1 [Hd, F], b1 [Hd])}."""
+    """{name: (x [BIG_T, F], w1 [Hd, F], b1 [Hd])}: tools/bitwise_probe.py's four sets around the op's x."""
     from harness.config import load_config
     from harness.ops import get_op
     params = load_config("timestep_mlp").inputs
     inputs = get_op("timestep_mlp").make_inputs(params, BIG_T, 11, device)
     x, w1, b1 = (inputs.tensors[n] for n in ("x", "w1", "b1"))
-    g = torch.Generator(device=device).manual_seed(7)
-
-    def pow2(shape, lo, hi):
-        return torch.exp2(torch.randint(lo, hi + 1, shape, generator=g, device=device).float())
-
-    out = {"model": (x, w1, b1)}
-    out["spread"] = (x * pow2(x.shape, -12, 12), w1 * pow2(w1.shape, -12, 12), b1)
-    xr = x * pow2((x.shape[0], 1), -30, 30)
-    xr[1] = 0.0
-    xr[2] = x[2] * 2.0 ** -100
-    out["rows"] = (xr, w1 * pow2((w1.shape[0], 1), -30, 30), b1)
-    half = x[:, : x.shape[1] // 2]
-    out["cancel"] = (torch.cat([half, -half * (1 + 2.0 ** -20)], dim=1).contiguous(), w1, b1)
-    return out
+    return BP.data_sets(x, w1, b1, seed=7, spread=12, row_spread=30, tiny=2.0 ** -100)
 
 
-def run(cfg, x, w1, b1, save_pre: bool):
+def run(cfg, x, w1, b1) -> tuple:
+    """(h, z1, h): the no-grad launch's h, then the autograd launch's z1 and h (`save_pre`)."""
     from kernels import gemm
-    return gemm.forward(x, w1, b1, cfg, out_dtype=torch.float32, out_silu=True, save_pre=save_pre)
+    h, _ = gemm.forward(x, w1, b1, cfg, out_dtype=torch.float32, out_silu=True)
+    return (h,) + gemm.forward(x, w1, b1, cfg, out_dtype=torch.float32, out_silu=True, save_pre=True)[::-1]
+
+
+def run_no_grad(cfg, x, w1, b1) -> tuple:
+    from kernels import gemm
+    return (gemm.forward(x, w1, b1, cfg, out_dtype=torch.float32, out_silu=True)[0],)
 
 
 def main(argv=None) -> dict:
@@ -86,51 +81,14 @@ def main(argv=None) -> dict:
         sys.exit("probe_fwd1 needs a GPU (the claim it checks is the fp64 MMA's)")
     from kernels import gemm
     from kernels import timestep_mlp as TM
-    from tools.probe_swap_ab import kernel_us
     device = torch.device("cuda")
     default = gemm.pick(TM.DEFAULT.fwd1, BIG_T)
     cands = {name: candidates()[name] for name in args.configs.split(",") if name}
     rows = [int(r) for r in args.rows.split(",")]
     sets = data_sets(device)
-
-    def same(got, want) -> bool:
-        return all(torch.equal(a, b) for a, b in zip(got, want) if a is not None)
-
-    records = []
-    for data, (x, w1, b1) in sets.items():
-        big = {sp: run(default, x, w1, b1, sp) for sp in (False, True)}
-        for t in rows:
-            xt = x[:t].clone()
-            alone = {sp: run(default, xt, w1, b1, sp) for sp in (False, True)}
-            rec = {"data": data, "rows": t,
-                   "default_alone_equals_big": all(same(alone[sp], tuple(v[:t] if v is not None else None for v in big[sp]))
-                                                   for sp in (False, True))}
-            for name, cfg in cands.items():
-                try:
-                    got = {sp: run(cfg, xt, w1, b1, sp) for sp in (False, True)}
-                    rec[name] = {
-                        "equal_default": all(same(got[sp], alone[sp]) for sp in (False, True)),
-                        "equal_big": all(same(got[sp], tuple(v[:t] if v is not None else None for v in big[sp]))
-                                         for sp in (False, True)),
-                        "differing_h": int((got[False][0] != alone[False][0]).sum().item())}
-                except Exception as exc:   # a candidate that fails to compile is a record, not the end of the run
-                    rec[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-            records.append(rec)
-            print(json.dumps(rec), flush=True)
-    timings = []
-    x, w1, b1 = sets["model"]
-    for t in rows:
-        xt = x[:t].clone()
-        rec = {"rows": t, "default": kernel_us(lambda: run(default, xt, w1, b1, False), args.reps)}
-        for name, cfg in cands.items():
-            try:
-                rec[name] = kernel_us(lambda: run(cfg, xt, w1, b1, False), args.reps)
-            except Exception as exc:
-                rec[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
-        timings.append(rec)
-        print("kernel us", json.dumps(rec), flush=True)
-    all_equal = all(v.get("equal_default") and v.get("equal_big") for r in records for k, v in r.items()
-                    if isinstance(v, dict) and "error" not in v)
+    records = BP.check(sets, run, default, cands, rows)
+    timings = BP.times(sets["model"], run_no_grad, default, cands, rows, args.reps)
+    all_equal = BP.all_equal(records)
     result = {"device": torch.cuda.get_device_name(), "default": default.short(),
               "configs": {k: v.short() for k, v in cands.items()}, "bitwise": records, "kernel_us": timings,
               "every_candidate_bitwise_equal": all_equal}

@@ -15,22 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 import torch
 
 
 def loop_us(step, steps: int) -> tuple[float, float]:
-    for _ in range(20):
-        step()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    t2 = time.perf_counter()
-    return round((t1 - t0) * 1e6 / steps, 2), round((t2 - t0) * 1e6 / steps, 2)
+    from tools.kernel_times import queued_us
+    host, wall = queued_us(step, steps, warmup=20)
+    return round(host, 2), round(wall, 2)
 
 
 def main() -> None:

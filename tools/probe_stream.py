@@ -77,18 +77,21 @@ def variants() -> dict:
     return out
 
 
-def launcher(w32: torch.Tensor, spec: tuple):
+def launcher(w32: torch.Tensor, spec: tuple, out: torch.Tensor | None = None):
+    """The variant `spec` over w32 [n, k] (n a multiple of its ROWS, k of BLOCK_K x SPLIT) as a call writing
+    out [SPLIT * n] (each chunk's row sums, times 8: 16 columns of ones, halved)."""
     dtype, two, tiled, rows, block_k, stages, warps = spec
+    n, k = w32.shape
     w = w32 if dtype == "fp32" else w32.half()
     lo = (w32 - w.float()).half() if two else w
     if tiled:
         w, lo = tile_major(w, rows, block_k), tile_major(lo, rows, block_k)
-    steps = K // block_k
-    out = torch.empty(SPLIT * N, device=w32.device, dtype=torch.float32)
-    grid = (N // rows, SPLIT)
+    steps = k // block_k
+    out = torch.empty(SPLIT * n, device=w32.device, dtype=torch.float32) if out is None else out
+    grid = (n // rows, SPLIT)
 
     def call():
-        _stream_kernel[grid](w, lo, out, steps, steps // SPLIT, K, ROWS=rows, BLOCK_K=block_k, TILED=tiled,
+        _stream_kernel[grid](w, lo, out, steps, steps // SPLIT, k, ROWS=rows, BLOCK_K=block_k, TILED=tiled,
                              TWO=two, TO16=dtype == "fp32", num_stages=stages, num_warps=warps)
     return call
 

@@ -25,8 +25,8 @@ import sys
 
 import torch
 
-DATA = ("model", "spread", "rows", "cancel")
-BIG_T = 2048
+from tools import bitwise_probe as BP
+from tools.bitwise_probe import BIG_T
 
 
 def candidates() -> dict:
@@ -64,7 +64,7 @@ def candidates() -> dict:
 
 
 def data_sets(device: torch.device) -> dict:
-    """{name: (h [BIG_T, K], w2 [D, K], b2 [D])}."""
+    """{name: (h [BIG_T, K], w2 [D, K], b2 [D])}: tools/bitwise_probe.py's four sets around the op's h."""
     from harness.config import load_config
     from harness.ops import get_op
     from kernels import gemm
@@ -73,20 +73,7 @@ def data_sets(device: torch.device) -> dict:
     inputs = get_op("timestep_mlp").make_inputs(params, BIG_T, 11, device)
     x, w1, b1, w2, b2 = (inputs.tensors[n] for n in ("x", "w1", "b1", "w2", "b2"))
     h, _ = gemm.forward(x, w1, b1, gemm.pick(TM.DEFAULT.fwd1, BIG_T), out_dtype=torch.float32, out_silu=True)
-    g = torch.Generator(device=device).manual_seed(5)
-
-    def pow2(shape, lo, hi):
-        return torch.exp2(torch.randint(lo, hi + 1, shape, generator=g, device=device).float())
-
-    out = {"model": (h, w2, b2)}
-    out["spread"] = (h * pow2(h.shape, -12, 12), w2 * pow2(w2.shape, -12, 12), b2)
-    hr = h * pow2((h.shape[0], 1), -40, 40)
-    hr[1] = 0.0
-    hr[2] = h[2] * 2.0 ** -120
-    out["rows"] = (hr, w2 * pow2((w2.shape[0], 1), -40, 40), b2)
-    half = h[:, : h.shape[1] // 2]
-    out["cancel"] = (torch.cat([half, -half * (1 + 2.0 ** -20)], dim=1).contiguous(), w2, b2)
-    return out
+    return BP.data_sets(h, w2, b2, seed=5, spread=12, row_spread=40, tiny=2.0 ** -120)
 
 
 def diagnostics() -> dict:
@@ -113,22 +100,17 @@ def diagnose(model: tuple, rows: list[int], reps: int) -> list[dict]:
     out = []
     for t in rows:
         ht = h[:t].clone()
-        rec = {"rows": t, "copy_of_w2 (reads and writes)": kernel_us(lambda: w2.clone(), reps),
-               "presplit_of_w2 (once per weight version)": kernel_us(lambda: gemm.presplit(w2, 32, 64), reps),
-               "cublas_linear": kernel_us(lambda: torch.nn.functional.linear(ht, w2, b2), reps)}
+        rec = {"rows": t, "copy_of_w2 (reads and writes)": BP.kernel_us(lambda: w2.clone(), reps),
+               "presplit_of_w2 (once per weight version)": BP.kernel_us(lambda: gemm.presplit(w2, 32, 64), reps),
+               "cublas_linear": BP.kernel_us(lambda: torch.nn.functional.linear(ht, w2, b2), reps)}
         for name, cfg in diagnostics().items():
             try:
-                rec[name] = kernel_us(lambda: gemm.forward(ht, w2, b2, cfg, out_dtype=torch.float32)[0], reps)
+                rec[name] = BP.kernel_us(lambda: gemm.forward(ht, w2, b2, cfg, out_dtype=torch.float32)[0], reps)
             except Exception as exc:
                 rec[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
         print("diagnostic kernel us", json.dumps(rec), flush=True)
         out.append(rec)
     return out
-
-
-def kernel_us(fn, reps: int = 50) -> float:
-    from tools.kernel_times import summed_kernel_us
-    return summed_kernel_us(fn, reps, warmup=5)
 
 
 def main(argv=None) -> dict:
@@ -150,37 +132,11 @@ def main(argv=None) -> dict:
     sets = data_sets(device)
 
     def run(cfg, h, w2, b2):
-        return gemm.forward(h, w2, b2, cfg, out_dtype=torch.float32)[0]
+        return (gemm.forward(h, w2, b2, cfg, out_dtype=torch.float32)[0],)
 
-    records = []
-    for data, (h, w2, b2) in sets.items():
-        big = run(default, h, w2, b2)
-        for t in rows:
-            alone = run(default, h[:t].clone(), w2, b2)
-            rec = {"data": data, "rows": t, "default_alone_equals_big": bool(torch.equal(alone, big[:t]))}
-            for name, cfg in cands.items():
-                try:
-                    y = run(cfg, h[:t].clone(), w2, b2)
-                    rec[name] = {"equal_default": bool(torch.equal(y, alone)), "equal_big": bool(torch.equal(y, big[:t])),
-                                 "differing": int((y != alone).sum().item()), "nonfinite": int((~torch.isfinite(y)).sum().item())}
-                except Exception as exc:   # a candidate that fails to compile is a record, not the end of the run
-                    rec[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-            records.append(rec)
-            print(json.dumps(rec), flush=True)
-    timings = []
-    h, w2, b2 = sets["model"]
-    for t in rows:
-        ht = h[:t].clone()
-        rec = {"rows": t, "default": kernel_us(lambda: run(default, ht, w2, b2), args.reps)}
-        for name, cfg in cands.items():
-            try:
-                rec[name] = kernel_us(lambda: run(cfg, ht, w2, b2), args.reps)
-            except Exception as exc:
-                rec[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
-        timings.append(rec)
-        print("kernel us", json.dumps(rec), flush=True)
-    all_equal = all(v.get("equal_default") and v.get("equal_big") for r in records for k, v in r.items()
-                    if isinstance(v, dict) and "error" not in v)
+    records = BP.check(sets, run, default, cands, rows)
+    timings = BP.times(sets["model"], run, default, cands, rows, args.reps)
+    all_equal = BP.all_equal(records)
     result = {"device": torch.cuda.get_device_name(), "default": default.short(),
               "configs": {k: v.short() for k, v in cands.items()}, "bitwise": records, "kernel_us": timings,
               "every_candidate_bitwise_equal": all_equal,
