@@ -72,3 +72,13 @@ def test_probe_stream_walks_the_same_elements_row_major_and_tile_major():
     first = sums["fp16x2_row_r64_k32_s4"]
     assert all(torch.allclose(v, first, rtol=1e-5, atol=1e-3) for v in sums.values())
     assert torch.allclose(first, 0.5 * 16 * w.sum(1), rtol=1e-3, atol=1e-2)   # each element x 16 columns x 0.5
+
+
+def test_a_probe_without_a_gpu_says_so():
+    import pytest
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the probe would run")
+    from tools import probe_fwd1, probe_swap_ab
+    for probe in (probe_fwd1, probe_swap_ab):
+        with pytest.raises(SystemExit, match="needs a GPU"):
+            probe.main(["--rows", "1"])

@@ -91,3 +91,38 @@ def times(model: tuple, run, default, cands: dict, rows: list[int], reps: int) -
         out.append(rec)
         print("kernel us", json.dumps(rec), flush=True)
     return out
+
+
+def main(argv, description: str, candidates: dict, default, data_sets, run, time_run=None, diagnose=None) -> dict:
+    """A probe's command line: `default()` the default config, `data_sets(device)` the sets, `run` the
+    checked launch, `time_run` the timed one (default `run`), `diagnose(model, rows, reps)` extra timings
+    behind --diagnose. Writes the result (--json) and returns it."""
+    import argparse
+    import sys
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--rows", default="1,2,3,4,8,13,16")
+    ap.add_argument("--configs", default=",".join(candidates))
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--json", default="")
+    if diagnose is not None:
+        ap.add_argument("--diagnose", action="store_true", help="also time the diagnostics (other orders: timing only)")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("this probe needs a GPU (the claim it checks is the hardware's)")
+    base = default()
+    cands = {name: candidates[name] for name in args.configs.split(",") if name}
+    rows = [int(r) for r in args.rows.split(",")]
+    sets = data_sets(torch.device("cuda"))
+    records = check(sets, run, base, cands, rows)
+    result = {"device": torch.cuda.get_device_name(), "default": base.short(),
+              "configs": {k: v.short() for k, v in cands.items()}, "bitwise": records,
+              "kernel_us": times(sets["model"], time_run or run, base, cands, rows, args.reps),
+              "every_candidate_bitwise_equal": all_equal(records)}
+    if diagnose is not None:
+        result["diagnostics"] = diagnose(sets["model"], rows, args.reps) if args.diagnose else None
+    print("every candidate bitwise equal to the default (alone and as rows of T = 2048):",
+          result["every_candidate_bitwise_equal"])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return result

@@ -18,9 +18,6 @@ Then each config's kernel time per call at each T (the no-grad launch). GPU only
 """
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 
 import torch
 
@@ -70,33 +67,14 @@ def run_no_grad(cfg, x, w1, b1) -> tuple:
     return (gemm.forward(x, w1, b1, cfg, out_dtype=torch.float32, out_silu=True)[0],)
 
 
-def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", default="1,2,3,4,8,13,16")
-    ap.add_argument("--configs", default=",".join(candidates()))
-    ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--json", default="")
-    args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        sys.exit("probe_fwd1 needs a GPU (the claim it checks is the fp64 MMA's)")
+def _default():
     from kernels import gemm
     from kernels import timestep_mlp as TM
-    device = torch.device("cuda")
-    default = gemm.pick(TM.DEFAULT.fwd1, BIG_T)
-    cands = {name: candidates()[name] for name in args.configs.split(",") if name}
-    rows = [int(r) for r in args.rows.split(",")]
-    sets = data_sets(device)
-    records = BP.check(sets, run, default, cands, rows)
-    timings = BP.times(sets["model"], run_no_grad, default, cands, rows, args.reps)
-    all_equal = BP.all_equal(records)
-    result = {"device": torch.cuda.get_device_name(), "default": default.short(),
-              "configs": {k: v.short() for k, v in cands.items()}, "bitwise": records, "kernel_us": timings,
-              "every_candidate_bitwise_equal": all_equal}
-    print("every candidate bitwise equal to the default (alone and as rows of T = 2048):", all_equal)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-    return result
+    return gemm.pick(TM.DEFAULT.fwd1, BIG_T)
+
+
+def main(argv=None) -> dict:
+    return BP.main(argv, __doc__.splitlines()[0], candidates(), _default, data_sets, run, time_run=run_no_grad)
 
 
 if __name__ == "__main__":

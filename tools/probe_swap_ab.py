@@ -19,9 +19,7 @@ also configs of other orders and precisions, torch's copy of W2 and cuBLAS (timi
 """
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 
 import torch
 
@@ -113,39 +111,19 @@ def diagnose(model: tuple, rows: list[int], reps: int) -> list[dict]:
     return out
 
 
-def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", default="1,2,3,4,8,13,16")
-    ap.add_argument("--configs", default=",".join(candidates()))
-    ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--json", default="")
-    ap.add_argument("--diagnose", action="store_true", help="also time `diagnostics()` (other orders: timing only)")
-    args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        sys.exit("probe_swap_ab needs a GPU (the claim it checks is the tensor core's)")
+def _default():
     from kernels import gemm
     from kernels import timestep_mlp as TM
-    device = torch.device("cuda")
-    default = gemm.pick(TM.DEFAULT.fwd2, BIG_T)
-    cands = {name: candidates()[name] for name in args.configs.split(",") if name}
-    rows = [int(r) for r in args.rows.split(",")]
-    sets = data_sets(device)
+    return gemm.pick(TM.DEFAULT.fwd2, BIG_T)
 
-    def run(cfg, h, w2, b2):
-        return (gemm.forward(h, w2, b2, cfg, out_dtype=torch.float32)[0],)
 
-    records = BP.check(sets, run, default, cands, rows)
-    timings = BP.times(sets["model"], run, default, cands, rows, args.reps)
-    all_equal = BP.all_equal(records)
-    result = {"device": torch.cuda.get_device_name(), "default": default.short(),
-              "configs": {k: v.short() for k, v in cands.items()}, "bitwise": records, "kernel_us": timings,
-              "every_candidate_bitwise_equal": all_equal,
-              "diagnostics": diagnose(sets["model"], rows, args.reps) if args.diagnose else None}
-    print("every candidate bitwise equal to the default (alone and as rows of T = 2048):", all_equal)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-    return result
+def run(cfg, h, w2, b2) -> tuple:
+    from kernels import gemm
+    return (gemm.forward(h, w2, b2, cfg, out_dtype=torch.float32)[0],)
+
+
+def main(argv=None) -> dict:
+    return BP.main(argv, __doc__.splitlines()[0], candidates(), _default, data_sets, run, diagnose=diagnose)
 
 
 if __name__ == "__main__":
