@@ -1,8 +1,9 @@
 """A no-grad call's launches replayed as one CUDA graph where its tensors sit where they did last time.
 
-At small T a timestep_mlp forward's kernels take ~37 us and its Python launches 32-90 us of host time,
-depending on the host (logs/session16-call-2, logs/session15-call-16): a loop that calls it is paced by
-the host. A CUDA graph replays the same launches for ~2.4 us of host time (logs/session16-call-2,
+Used by timestep_mlp's and norm_modulate's inference paths. At small T a timestep_mlp forward's kernels
+take ~37 us and its Python launches 32-90 us of host time, depending on the host (logs/session16-call-2,
+logs/session15-call-16): a loop that calls it is paced by the host; norm_modulate's per-sample forward
+at R = 4097 likewise (its kernel ~28 us, the call 22-33 us of host: kernels/NOTES.md v25). A CUDA graph replays the same launches for ~2.4 us of host time (logs/session16-call-2,
 tools/probe_graph_host.py). A graph reads and writes fixed addresses, so it stands for a call only when
 every tensor the call touches is where it was at capture; its contents may differ (the graph reads them at
 replay). `GraphCache.run(key, launch)`:
@@ -81,6 +82,12 @@ def usable(t: torch.Tensor) -> bool:
     """Graphs may stand for this call: enabled, CUDA, no enclosing capture, no launch hooks."""
     return (ENABLED and t.is_cuda and fast_launch_allowed()
             and not torch.cuda.is_current_stream_capturing())
+
+
+def described(device: torch.device) -> str:
+    """What a row's `source` says of this path: on or nothing."""
+    return "; no-grad calls repeated with their tensors in place replay a CUDA graph" if (
+        ENABLED and device.type == "cuda") else ""
 
 
 def stream_of(device_index: int) -> int:

@@ -911,11 +911,13 @@ def _k_p2(table_rows: int, global_plan: bool) -> int:
 
 def forward(x2d: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tensor, idx: torch.Tensor,
             eps: float, save_rstd: bool = True, config: Optional[LaunchConfig] = None,
-            plan: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+            plan: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+            out: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """(y, rstd) for rows x2d [R, H] (unit inner stride) and idx [R]; rstd is None unless save_rstd.
-    `plan`: the global plan (`make_plan`); the walk forward needs one when M > local_max (made here then)."""
+    `plan`: the global plan (`make_plan`); the walk forward needs one when M > local_max (made here then).
+    `out`: y's storage, `torch.empty_like(x2d)` from the caller (a graph replay's fixed output)."""
     rows, hidden = x2d.shape
-    y = torch.empty_like(x2d)  # x2d has unit inner stride: y is [R, H] contiguous (a lone row: any stride)
+    y = torch.empty_like(x2d) if out is None else out  # x2d has unit inner stride: y is [R, H] contiguous
     # sizes as int arguments, not a tuple: torch's argument parser takes them ~0.5 us faster (tools/hostcost_cpu.py)
     rstd = x2d.new_empty(rows, dtype=torch.float32) if save_rstd else None
     if rows == 0:

@@ -139,3 +139,33 @@ def test_inside_a_callers_capture_the_launches_join_its_graph(monkeypatch):
         torch.cuda.synchronize()
     assert TM._GRAPHS.captures == 0
     assert torch.equal(as_bits(got), as_bits(want))
+
+
+@cuda
+def test_norm_modulate_inference_replays_with_the_plain_bits(monkeypatch):
+    from kernels import norm_modulate_api as api
+    monkeypatch.setattr(graph_replay, "ENABLED", True)
+    g = torch.Generator(device="cuda").manual_seed(2)
+    rows, hidden, table = 4097, 5376, 9
+    x = torch.randn(rows, hidden, generator=g, device="cuda").bfloat16()
+    w = torch.randn(hidden, generator=g, device="cuda").bfloat16()
+    sh, sc = (torch.randn(table, hidden, generator=g, device="cuda").bfloat16() for _ in range(2))
+    idx = torch.randint(0, table, (rows,), generator=g, device="cuda")
+    api._GRAPHS.clear()
+
+    def plain():
+        with monkeypatch.context() as m:
+            m.setattr(graph_replay, "ENABLED", False)
+            return api.norm_modulate(x, w, sh, sc, idx, check_index=False)
+
+    with torch.no_grad():
+        want = plain()
+        for _ in range(4):
+            got = api.norm_modulate(x, w, sh, sc, idx, check_index=False)
+            assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+            del got
+        assert api._GRAPHS.captures >= 1 and api._GRAPHS.replays >= 2
+        sc.mul_(0.5)   # the table's new contents, the same address: the replay reads them
+        want = plain()
+        got = api.norm_modulate(x, w, sh, sc, idx, check_index=False)
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16))

@@ -1,4 +1,4 @@
-"""What a CUDA graph would buy timestep_mlp's no-grad forward at small T on this host (a diagnostic).
+"""What a CUDA graph buys timestep_mlp's no-grad forward at small T, and norm_modulate's at R = 4097 (a diagnostic).
 
     python -m tools.probe_graph_host [--rows 1,8] [--steps 300] [--json FILE]
 
@@ -8,7 +8,9 @@ of host against ~37 us of kernels, logs/session16-call-1). This times, per call,
 off, the op with its graph replay on (H3BENCH_GRAPHS=1's path), and the same launches captured once in a torch.cuda.CUDAGraph
 and replayed (`graph.replay()` alone: the least any graph path costs, before its key lookup and output
 handling). Host us = the loop's time before its synchronize;
-wall us = to the synchronize. GPU only.
+wall us = to the synchronize. Then norm_modulate's inference call (H = 5376, M = 9, bf16) with
+kernels/graph_replay.py off and on, and torch's F.rms_norm alone: the same loop, and the harness's own
+per-sample and stream medians (harness.timing). GPU only.
 """
 from __future__ import annotations
 
@@ -25,10 +27,51 @@ def loop_us(step, steps: int) -> tuple[float, float]:
     return round(host, 2), round(wall, 2)
 
 
+def harness_us(step, device: torch.device, count: int) -> dict:
+    """The harness's two figures of `step` (harness.timing.take: CUDA events, medians of `count`)."""
+    from harness.timing import STREAM, SYNCHRONIZED, median, take
+    for _ in range(20):
+        step()
+    return {m: round(median(take(step, device, m, count)), 2) for m in (SYNCHRONIZED, STREAM)}
+
+
+def norm_modulate_rows(rows: int, steps: int) -> dict:
+    """norm_modulate's inference call at H = 5376, M = 9, bf16 (the evidence's case), graphs off and on, and
+    torch's F.rms_norm alone: host / wall per call back to back, and the harness's per-sample and stream
+    medians."""
+    from kernels import graph_replay
+    from kernels.norm_modulate_api import norm_modulate
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(1)
+    hidden, table = 5376, 9
+    x = torch.randn(rows, hidden, generator=g, device=dev).bfloat16()
+    w = torch.randn(hidden, generator=g, device=dev).bfloat16()
+    sh, sc = (torch.randn(table, hidden, generator=g, device=dev).bfloat16() for _ in range(2))
+    idx = torch.randint(0, table, (rows,), generator=g, device=dev)
+    on = graph_replay.ENABLED
+    out = {}
+    with torch.no_grad():
+        for name, flag in (("ours, graphs off", False), ("ours, graphs on", True)):
+            graph_replay.ENABLED = flag
+
+            def step():
+                norm_modulate(x, w, sh, sc, idx, check_index=False)
+            out[name] = {"host_wall_us": loop_us(step, steps), **harness_us(step, dev, steps)}
+        graph_replay.ENABLED = on
+
+        def torch_step():
+            torch.nn.functional.rms_norm(x, (hidden,), w, 1e-6)
+        out["torch F.rms_norm"] = {"host_wall_us": loop_us(torch_step, steps), **harness_us(torch_step, dev, steps)}
+    for name, rec in out.items():
+        print(f"norm_modulate R={rows} {name:18s} {json.dumps(rec)}", flush=True)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", default="1,8")
     p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--norm-rows", default="4097", help="norm_modulate's rows (none: skip it)")
     p.add_argument("--json", default=None)
     a = p.parse_args()
     if not torch.cuda.is_available():
@@ -44,8 +87,10 @@ def main() -> None:
             on = graph_replay.ENABLED
             graph_replay.ENABLED = False
             plain = loop_us(lambda: TM.timestep_mlp(*t), a.steps)
+            harness_off = harness_us(lambda: TM.timestep_mlp(*t), dev, a.steps)
             graph_replay.ENABLED = True   # H3BENCH_GRAPHS=1's path, whatever the environment says
             op = loop_us(lambda: TM.timestep_mlp(*t), a.steps)
+            harness_on = harness_us(lambda: TM.timestep_mlp(*t), dev, a.steps)
             graph_replay.ENABLED = on
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
@@ -62,12 +107,14 @@ def main() -> None:
             replay = loop_us(graph.replay, a.steps)
             empty = loop_us(lambda: torch.empty((rows, t[3].shape[0]), device=dev), a.steps)
         out[rows] = {"plain_host_wall_us": plain, "op_graphs_host_wall_us": op, "replay_host_wall_us": replay,
-                     "empty_host_wall_us": empty, "replay_bitwise_plain": same}
+                     "empty_host_wall_us": empty, "replay_bitwise_plain": same, "harness_graphs_off": harness_off,
+                     "harness_graphs_on": harness_on}
         print(f"T={rows:5d} plain (graphs off) host/wall {plain}  the op (graphs on) {op}  bare replay {replay}  "
-              f"torch.empty {empty}  replay bitwise {same}", flush=True)
+              f"torch.empty {empty}  replay bitwise {same}  harness off {harness_off} on {harness_on}", flush=True)
+    norm = {r: norm_modulate_rows(int(r), a.steps) for r in a.norm_rows.split(",") if r and r != "none"}
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(out, f, indent=1)
+            json.dump({"timestep_mlp": out, "norm_modulate": norm}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,7 @@ def _load(device: torch.device, params: TimestepMLPParams) -> Loaded:
 
     require_triton_device(device)
     where = "Triton interpreter" if interpreter_active() else "CUDA"
-    graphs = ("; no-grad calls repeated with their tensors in place replay one CUDA graph"
-              if graph_replay.ENABLED and device.type == "cuda" else "")
+    graphs = graph_replay.described(device)
     return Loaded(fn=timestep_mlp, source=f"h3bench Triton timestep_mlp (triton {metadata.version('triton')}, "
                                           f"{where}; fp32 GEMMs: GEMM1 float64, fp16x3 and tf32x3 tensor cores, IEEE FMA "
                                           f"chains, fixed tile orders{graphs})")
