@@ -156,6 +156,9 @@ class LaunchConfig:
     # step an iteration): one step's MMAs run while the next step's split is made. Taken only where every
     # K chunk has an even number of full steps (`_plan`); elsewhere one step an iteration, the same bits
     pair_steps: bool = False
+    # with pair_steps: a step's two small products as one dot over [hi | lo] against [lo ; hi] (K twice the
+    # step's): the same MMA instructions in the same order into the same fresh accumulator, one wait less
+    merge_products: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "block_k"):
@@ -184,6 +187,8 @@ class LaunchConfig:
             raise ValueError(f"presplit is an {SCALED} option with local_scales (the split it makes once)")
         if self.pair_steps and (not self.local_scales or self.presplit):
             raise ValueError(f"pair_steps is an {SCALED} option with local_scales on W as stored (not presplit)")
+        if self.merge_products and not self.pair_steps:
+            raise ValueError("merge_products is a pair_steps option (its loop's products)")
         if self.swap_ab and self.persistent:
             raise ValueError("swap_ab takes no persistent programs (a small-T launch: one program a tile)")
         if self.k_major and self.transpose_w:
@@ -194,7 +199,7 @@ class LaunchConfig:
         return (s + (f"/k{self.split_k}" if self.split_k > 1 else "") + ("/wT" if self.transpose_w else "")
                 + (f"/{self.precision}" if self.precision != "ieee" else "") + ("/P" if self.persistent else "")
                 + ("/KM" if self.k_major else "") + ("/L" if self.local_scales else "")
-                + ("/S" if self.swap_ab else "") + ("/PS" if self.presplit else "") + ("/P2" if self.pair_steps else "")
+                + ("/S" if self.swap_ab else "") + ("/PS" if self.presplit else "") + ("/P2" if self.pair_steps else "") + ("/M" if self.merge_products else "")
                 + (f"/W{self.walk_chunks_above}" if self.split_k > 1 and self.walk_chunks_above < (1 << 62) else ""))
 
 
@@ -314,9 +319,31 @@ def _local_split(a, b):
 
 
 @triton.jit
-def _step_products(a_hi, a_lo, b_hi, b_lo, SWAP: tl.constexpr):
-    """A step's three products into a fresh accumulator, in `_mainloop`'s order."""
-    if SWAP:
+def _k_cat(a, b):
+    """[M, K] and [M, K] -> [M, 2K]: a's columns, then b's."""
+    m: tl.constexpr = a.shape[0]
+    k: tl.constexpr = a.shape[1]
+    return tl.reshape(tl.permute(tl.join(a, b), (0, 2, 1)), (m, 2 * k))
+
+
+@triton.jit
+def _k_stack(a, b):
+    """[K, N] and [K, N] -> [2K, N]: a's rows, then b's."""
+    k: tl.constexpr = a.shape[0]
+    n: tl.constexpr = a.shape[1]
+    return tl.reshape(tl.permute(tl.join(a, b), (2, 0, 1)), (2 * k, n))
+
+
+@triton.jit
+def _step_products(a_hi, a_lo, b_hi, b_lo, SWAP: tl.constexpr, MERGE: tl.constexpr):
+    """A step's three products into a fresh accumulator, in `_mainloop`'s order. MERGE: the two small ones
+    as one dot over K twice as long ([hi | lo] against [lo ; hi]): the same MMA instructions in the same
+    order into the same accumulator, one wait fewer."""
+    if MERGE and SWAP:
+        step = tl.dot(_k_cat(a_hi, a_lo), _k_stack(b_lo, b_hi))
+    elif MERGE:
+        step = tl.dot(_k_cat(a_lo, a_hi), _k_stack(b_hi, b_lo))
+    elif SWAP:
         step = tl.dot(a_hi, b_lo)
         step = tl.dot(a_lo, b_hi, step)
     else:
@@ -406,7 +433,7 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
               PRECISION: tl.constexpr, DOT_F32: tl.constexpr, A_SILU: tl.constexpr, ONES: tl.constexpr,
               SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, LOCAL: tl.constexpr, SWAP: tl.constexpr,
-              PRESPLIT: tl.constexpr, PAIR: tl.constexpr, BY_HAND: tl.constexpr):
+              PRESPLIT: tl.constexpr, PAIR: tl.constexpr, MERGE: tl.constexpr, BY_HAND: tl.constexpr):
     """The accumulator of one tile over k in [k_lo, k_hi), ascending, BLOCK_K a step (the order): fp32, or
     float64 for PRECISION "fp64". fp16x3: SA / SB hold the maxima its scales come from (A's rows, B's
     columns; SA_ALL / SB_ALL: one scale from all n_sa / n_sb of them); with LOCAL, each step's tiles.
@@ -444,8 +471,8 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
             b1 = tl.load(b_ptrs + BLOCK_K * stride_bk, mask=load_ok[None, :], other=0.0)
             a0_hi, a0_lo, ia0, b0_hi, b0_lo, ib0 = _local_split(a0, b0)
             a1_hi, a1_lo, ia1, b1_hi, b1_lo, ib1 = _local_split(a1, b1)
-            step0 = _step_products(a0_hi, a0_lo, b0_hi, b0_lo, SWAP)
-            step1 = _step_products(a1_hi, a1_lo, b1_hi, b1_lo, SWAP)
+            step0 = _step_products(a0_hi, a0_lo, b0_hi, b0_lo, SWAP, MERGE)
+            step1 = _step_products(a1_hi, a1_lo, b1_hi, b1_lo, SWAP, MERGE)
             if SWAP:
                 acc += (step0 * ib0[None, :]) * ia0[:, None]
                 acc += (step1 * ib1[None, :]) * ia1[:, None]
@@ -546,7 +573,8 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB, WLO,
                  A_SILU: tl.constexpr, ONES: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr,
                  OUT_SILU: tl.constexpr, SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr,
                  SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, LOCAL: tl.constexpr, WALK_CHUNKS: tl.constexpr,
-                 SWAP: tl.constexpr, PRESPLIT: tl.constexpr, PAIR: tl.constexpr, BY_HAND: tl.constexpr):
+                 SWAP: tl.constexpr, PRESPLIT: tl.constexpr, PAIR: tl.constexpr, MERGE: tl.constexpr,
+                 BY_HAND: tl.constexpr):
     """One [BLOCK_M, BLOCK_N] tile of C (or, with SPLIT_K > 1, one K chunk of it; or, PERSISTENT, the
     tiles pid, pid + programs, ...). Columns n_load .. N - 1 of B are not read: with ONES they are ones
     (the db column), else zeros. WALK_CHUNKS: one program a tile adds its SPLIT_K chunks itself."""
@@ -559,7 +587,7 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB, WLO,
                                                MASK_N)
             acc = _mainloop(A, B, rm, rn, 0, K, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
                             SA, SB, WLO, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
-                            SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, PAIR, BY_HAND)
+                            SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, PAIR, MERGE, BY_HAND)
             _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm,
                       stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, SWAP, BY_HAND)
         return
@@ -571,12 +599,12 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB, WLO,
         # chunk order, as the split launch's last program adds them: the same bits, no partials in memory
         acc = _mainloop(A, B, rm, rn, 0, tl.minimum(K, chunk), n_main, row_ok, load_ok, stride_am, stride_ak,
                         stride_bk, stride_bn, SA, SB, WLO, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
-                        DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, PAIR, BY_HAND)
+                        DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, PAIR, MERGE, BY_HAND)
         for s in range(1, SPLIT_K):
             k_lo = tl.multiple_of(s * chunk, _KALIGN)
             acc += _mainloop(A, B, rm, rn, k_lo, tl.minimum(K, k_lo + chunk), n_main, row_ok, load_ok, stride_am,
                              stride_ak, stride_bk, stride_bn, SA, SB, WLO, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
-                             PRECISION, DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, PAIR, BY_HAND)
+                             PRECISION, DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, PAIR, MERGE, BY_HAND)
     else:
         if SPLIT_K == 1:
             k_lo = 0
@@ -586,7 +614,7 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB, WLO,
             k_hi = tl.minimum(K, k_lo + chunk)
         acc = _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
                         SA, SB, WLO, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
-                        SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, PAIR, BY_HAND)
+                        SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, PAIR, MERGE, BY_HAND)
 
     if SPLIT_K == 1 or WALK_CHUNKS:
         _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm, stride_zn,
@@ -831,7 +859,7 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
         DOT_F32=INTERPRETED and not fp32, PERSISTENT=cfg.persistent,
         A_SILU=a_silu, ONES=ones, HAS_BIAS=has_bias, MUL_DSILU=has_zin, OUT_SILU=out_silu,
         SAVE_PRE=has_zout, EXTRA_COL=has_extra, SA_ALL=sa_all, SB_ALL=sb_all, LOCAL=cfg.local_scales, WALK_CHUNKS=walk,
-        SWAP=cfg.swap_ab, PRESPLIT=cfg.presplit, PAIR=pair,
+        SWAP=cfg.swap_ab, PRESPLIT=cfg.presplit, PAIR=pair, MERGE=pair and cfg.merge_products,
         BY_HAND=BY_HAND, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     # The specialization's key (kernels.common.launch_keyed): every int above, the constexprs, and (added
     # at launch) c's dtype and the dtype and 16-byte alignment of each tensor from outside (c, the

@@ -205,6 +205,10 @@ FWD2_PRESPLIT = dataclasses.replace(
 # program's chain of 28 dependent steps (kernels/notes/gemm.md v12), which this overlaps two by two.
 FWD2_PAIR = dataclasses.replace(
     DEFAULT, fwd2=((16, C(64, 16, 32, num_warps=4, num_stages=4, split_k=6, pair_steps=True, **_S)), (BIG, _FWD2)))
+# ... with each step's two small products as one dot (`merge_products`: one wait fewer a step)
+FWD2_PAIR_MERGE = dataclasses.replace(
+    DEFAULT, fwd2=((16, C(64, 16, 32, num_warps=4, num_stages=4, split_k=6, pair_steps=True, merge_products=True,
+                          **_S)), (BIG, _FWD2)))
 # ... and v8's tile above 16 rows paired too (at T = 2048 GEMM2 is MMA-bound with each step's split on the
 # CUDA cores between: pairs may overlap one step's split with the other's MMAs)
 FWD2_PAIR_ALL = dataclasses.replace(

@@ -815,7 +815,7 @@ def test_fwd2_tiers_may_differ_only_outside_the_order():
     assert TM.FWD2_SWAP_M64.fwd2[0][1].swap_ab and not TM.FWD2_SWAP_M64.fwd2[-1][1].swap_ab
 
 
-@pytest.mark.parametrize("configs", ["FWD2_SWAP_M64", "FWD2_SWAP_M128", "FWD2_PRESPLIT", "FWD2_PAIR", "FWD2_PAIR_ALL"])
+@pytest.mark.parametrize("configs", ["FWD2_SWAP_M64", "FWD2_SWAP_M128", "FWD2_PRESPLIT", "FWD2_PAIR", "FWD2_PAIR_ALL", "FWD2_PAIR_MERGE"])
 def test_swapped_config_sets_no_grad_and_autograd_agree(device, monkeypatch, configs):
     """The swap sets through the op: the no-grad recipe (swapped plan, operands passed the other way round)
     and the autograd path give the same bits at T = 3 (swapped) and T = 20 (the default's tile), both
@@ -932,3 +932,15 @@ def test_pair_steps_are_taken_only_where_every_chunk_has_an_even_step_count():
         gemm.LaunchConfig(16, 32, 32, precision="fp16x3", pair_steps=True)
     with pytest.raises(ValueError, match="pair_steps"):
         gemm.LaunchConfig(16, 32, 32, precision="fp16x3", local_scales=True, presplit=True, pair_steps=True)
+
+
+@pytest.mark.parametrize("swap", [False, True], ids=["b_is_w", "a_is_w"])
+def test_merged_products_give_the_three_dots_bits(device, swap):
+    """A step's two small products as one dot over K twice as long (`merge_products`): on the GPU the same
+    MMA instructions in the same order (bitwise, checked by tools/probe_swap_ab.py on the H200 as well)."""
+    tile = {"block_m": 32, "block_n": 16, "swap_ab": True} if swap else {"block_m": 16, "block_n": 32}
+    paired = gemm.LaunchConfig(block_k=32, num_warps=4, num_stages=3, split_k=3, precision="fp16x3",
+                               local_scales=True, pair_steps=True, **tile)
+    assert_same_forward_bits(device, paired, dataclasses.replace(paired, merge_products=True), 384, seed=9)
+    with pytest.raises(ValueError, match="merge_products"):
+        dataclasses.replace(paired, pair_steps=False, merge_products=True)

@@ -53,9 +53,14 @@ def candidates() -> dict:
         "M128S3P2": C(128, 16, 32, num_warps=4, num_stages=3, pair_steps=True, **s),
         "M16W1S4P2": C(16, 16, 32, num_warps=1, num_stages=4, pair_steps=True, **s),
         "M32W2S3P2": C(32, 16, 32, num_warps=2, num_stages=3, pair_steps=True, **s),
+        # ... each step's two small products as one dot over K = 64 (`merge_products`: one wait fewer a step)
+        "M64S4P2M": C(64, 16, 32, num_warps=4, num_stages=4, pair_steps=True, merge_products=True, **s),
+        "M64S3P2M": C(64, 16, 32, num_warps=4, num_stages=3, pair_steps=True, merge_products=True, **s),
         # v8's tile (the default above 16 rows) paired: checked here at small T against the swapped default
         "U64N128S3P2": C(64, 128, 32, num_warps=4, num_stages=3, split_k=6, precision="fp16x3", local_scales=True,
                          pair_steps=True),
+        "U64N128S3P2M": C(64, 128, 32, num_warps=4, num_stages=3, split_k=6, precision="fp16x3", local_scales=True,
+                          pair_steps=True, merge_products=True),
         # the same tile unswapped (BLOCK_M 64 rows of h): a tile-shape check without the swap
         "U64N64S4": C(64, 64, 32, num_warps=4, num_stages=4, split_k=6, precision="fp16x3", local_scales=True),
     }
