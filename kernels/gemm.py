@@ -157,7 +157,7 @@ class LaunchConfig:
     # K chunk has an even number of full steps (`_plan`); elsewhere one step an iteration, the same bits
     pair_steps: bool = False
     # with pair_steps: a step's two small products as one dot over [hi | lo] against [lo ; hi] (K twice the
-    # step's): the same MMA instructions in the same order into the same fresh accumulator, one wait less
+    # step's): the same MMA instructions in the same order into the same fresh accumulator, one wait fewer
     merge_products: bool = False
 
     def __post_init__(self):
@@ -199,7 +199,8 @@ class LaunchConfig:
         return (s + (f"/k{self.split_k}" if self.split_k > 1 else "") + ("/wT" if self.transpose_w else "")
                 + (f"/{self.precision}" if self.precision != "ieee" else "") + ("/P" if self.persistent else "")
                 + ("/KM" if self.k_major else "") + ("/L" if self.local_scales else "")
-                + ("/S" if self.swap_ab else "") + ("/PS" if self.presplit else "") + ("/P2" if self.pair_steps else "") + ("/M" if self.merge_products else "")
+                + ("/S" if self.swap_ab else "") + ("/PS" if self.presplit else "")
+                + ("/P2" if self.pair_steps else "") + ("/M" if self.merge_products else "")
                 + (f"/W{self.walk_chunks_above}" if self.split_k > 1 and self.walk_chunks_above < (1 << 62) else ""))
 
 
