@@ -305,21 +305,6 @@ def _split_cols(v):
 
 
 @triton.jit
-def _local_split(a, b):
-    """A local-scale step's operands (`_mainloop`'s default path, spelled out there in the same order):
-    A's rows and B's columns scaled by their own maxima over the step, each split into fp16 halves."""
-    sa, ia = _pow2_scale_pair(tl.max(tl.abs(a), 1))
-    sb, ib = _pow2_scale_pair(tl.max(tl.abs(b), 0))
-    a = a * sa[:, None]
-    b = b * sb[None, :]
-    a_hi = a.to(tl.float16)
-    a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)
-    b_hi = b.to(tl.float16)
-    b_lo = (b - b_hi.to(tl.float32)).to(tl.float16)
-    return a_hi, a_lo, ia, b_hi, b_lo, ib
-
-
-@triton.jit
 def _k_cat(a, b):
     """[M, K] and [M, K] -> [M, 2K]: a's columns, then b's."""
     m: tl.constexpr = a.shape[0]
@@ -470,8 +455,10 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
             b0 = tl.load(b_ptrs, mask=load_ok[None, :], other=0.0)
             a1 = tl.load(a_ptrs + BLOCK_K * stride_ak, mask=row_ok[:, None], other=0.0)
             b1 = tl.load(b_ptrs + BLOCK_K * stride_bk, mask=load_ok[None, :], other=0.0)
-            a0_hi, a0_lo, ia0, b0_hi, b0_lo, ib0 = _local_split(a0, b0)
-            a1_hi, a1_lo, ia1, b1_hi, b1_lo, ib1 = _local_split(a1, b1)
+            a0_hi, a0_lo, ia0 = _split_rows(a0)
+            b0_hi, b0_lo, ib0 = _split_cols(b0)
+            a1_hi, a1_lo, ia1 = _split_rows(a1)
+            b1_hi, b1_lo, ib1 = _split_cols(b1)
             step0 = _step_products(a0_hi, a0_lo, b0_hi, b0_lo, SWAP, MERGE)
             step1 = _step_products(a1_hi, a1_lo, b1_hi, b1_lo, SWAP, MERGE)
             if SWAP:
@@ -534,13 +521,7 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
                     b_lo = (b - b_hi.to(tl.float32)).to(tl.float16)
                 # a fresh accumulator per step, the small terms first: lo(rows of T) hi(W), hi(rows) lo(W), hi hi;
                 # SWAP (A holds W, B the rows of T): the same products in the same order
-                if SWAP:
-                    step = tl.dot(a_hi, b_lo)
-                    step = tl.dot(a_lo, b_hi, step)
-                else:
-                    step = tl.dot(a_lo, b_hi)
-                    step = tl.dot(a_hi, b_lo, step)
-                step = tl.dot(a_hi, b_hi, step)
+                step = _step_products(a_hi, a_lo, b_hi, b_lo, SWAP, False)
                 if SWAP:   # exact either way unless a product leaves fp32's normal range: the rows' inverse first
                     acc += (step * ib[None, :]) * ia[:, None]
                 elif LOCAL:
@@ -976,7 +957,8 @@ def run_forward_plan(plan: _Plan, a: torch.Tensor, w: torch.Tensor, y: torch.Ten
     """Launch a `forward_plan` as `forward(a, w, bias, ...)` would, into a fresh contiguous y."""
     split = None
     if plan.presplit:
-        split = presplit_of(w, plan.meta["BLOCK_K"], _split_rows_of(plan.meta))
+        m = plan.meta
+        split = _weight_split(w, m["BLOCK_K"], m["BLOCK_M"], m["BLOCK_N"], m["SWAP"])
         w = split.hi
     if plan.swap:
         run_plan(plan, w, a, y, bias=bias, split=split)
@@ -984,9 +966,10 @@ def run_forward_plan(plan: _Plan, a: torch.Tensor, w: torch.Tensor, y: torch.Ten
         run_plan(plan, a, w, y, bias=bias, split=split)
 
 
-def _split_rows_of(meta: dict) -> int:
-    """The weight's rows a tile of this launch holds: the tile rows of its `presplit`."""
-    return meta["BLOCK_M"] if meta["SWAP"] else meta["BLOCK_N"]
+def _weight_split(w: torch.Tensor, block_k: int, block_m: int, block_n: int, swap: bool) -> Presplit:
+    """W's `presplit` for a launch of these tiles: blocks of the weight's rows a tile holds (BLOCK_M with W
+    as A, swapped; else BLOCK_N), made once per weight version."""
+    return presplit_of(w, block_k, block_m if swap else block_n)
 
 
 def _forward_only(cfg: LaunchConfig) -> None:
@@ -1012,7 +995,8 @@ def forward_plan(rows: int, a_strides: tuple[int, int], w: torch.Tensor, bias: O
             or (bias is not None and bias.stride(0) != 1)):
         return None
     _refuse_fused_silu(cfg, out_silu)
-    w_strides = (K, 1) if cfg.presplit else (w.stride(0), w.stride(1))   # stands for a contiguous W: the kernel walks the tile-major split
+    # a split weight's strides stand for a contiguous W: the kernel walks the tile-major split
+    w_strides = (K, 1) if cfg.presplit else (w.stride(0), w.stride(1))
     if cfg.swap_ab:
         return _plan_for(w.device, w_strides, (a_strides[1], a_strides[0]), (1, N), N, rows, K, cfg,
                          w.dtype, bias=bias, m_fixed=True)
@@ -1050,12 +1034,13 @@ def forward(a: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], cfg:
     _refuse_fused_silu(cfg, out_silu or a_silu)
     split = None
     if cfg.presplit:   # W's halves and inverse scales, made once per weight version
-        split = presplit_of(w, cfg.block_k, cfg.block_m if cfg.swap_ab else cfg.block_n)
+        split = _weight_split(w, cfg.block_k, cfg.block_m, cfg.block_n, cfg.swap_ab)
         w = split.hi
         b_strides = (1, K)   # stands for a contiguous [N, K] W in the plan: the kernel walks the tile-major split
     if cfg.swap_ab:   # y^T = w a^T: W's rows are the launch's M (a multiple of its tiles: m_fixed)
-        _gemm(w, (K, 1) if split is not None else (w.stride(0), w.stride(1)), a, (a.stride(1), a.stride(0)), y, (y.stride(1), y.stride(0)), N, M, K,
-              cfg, bias=bias, m_fixed=True, split=split)
+        w_strides = (K, 1) if split is not None else (w.stride(0), w.stride(1))
+        _gemm(w, w_strides, a, (a.stride(1), a.stride(0)), y, (y.stride(1), y.stride(0)), N, M, K, cfg, bias=bias,
+              m_fixed=True, split=split)
         return y, pre
     _gemm(a, (a.stride(0), a.stride(1)), w, b_strides, y, (y.stride(0), y.stride(1)), M, N, K, cfg,
           bias=bias, zout=pre, a_silu=a_silu, out_silu=out_silu, scales=scales, split=split)

@@ -43,7 +43,7 @@ class GraphCache:
     def __init__(self, capacity: int = 8, capture: Callable | None = None):
         """`capture(launch)` makes a replayable object of `launch`'s launches (default: a torch CUDA graph)."""
         self.capacity = capacity
-        self._capture = capture or _capture_cuda_graph
+        self._capture = capture or capture_cuda_graph
         self._graphs: OrderedDict = OrderedDict()
         self._last: Hashable = None
         self.captures = 0
@@ -90,11 +90,13 @@ def described(device: torch.device) -> str:
         ENABLED and device.type == "cuda") else ""
 
 
-def stream_of(device_index: int) -> int:
-    return torch._C._cuda_getCurrentRawStream(device_index)
+def placed(device_index: int, *tensors: torch.Tensor) -> tuple:
+    """A key's placement part: the device, its current stream and every tensor's address, in order."""
+    return (device_index, torch._C._cuda_getCurrentRawStream(device_index)) + tuple(t.data_ptr() for t in tensors)
 
 
-def _capture_cuda_graph(launch: Callable[[], None]):
+def capture_cuda_graph(launch: Callable[[], None]):
+    """`launch`'s launches captured on a side stream into a torch CUDA graph (what `GraphCache` replays)."""
     stream = torch.cuda.current_stream()
     graph = torch.cuda.CUDAGraph()
     side = torch.cuda.Stream()

@@ -168,9 +168,7 @@ def _replayed(x2d, w, sh, sc, idx, eps: float, cfg) -> torch.Tensor:
     on besides the tensors' contents (the recipe's inputs, dtypes, strides, eps, device, stream and every
     address, y's included)."""
     y = torch.empty_like(x2d)
-    device = x2d.get_device()
     key = (x2d.shape, x2d.stride()[0], sh.shape[0], sh.stride()[0], sc.stride()[0], x2d.dtype, w.dtype, sh.dtype,
-           sc.dtype, idx.dtype, eps, cfg, device, graph_replay.stream_of(device), x2d.data_ptr(), w.data_ptr(),
-           sh.data_ptr(), sc.data_ptr(), idx.data_ptr(), y.data_ptr())
+           sc.dtype, idx.dtype, eps, cfg) + graph_replay.placed(x2d.get_device(), x2d, w, sh, sc, idx, y)
     _GRAPHS.run(key, lambda: K.forward(x2d, w, sh, sc, idx, eps, save_rstd=False, config=cfg, out=y))
     return y

@@ -193,22 +193,26 @@ FWD2_WALK_128K11 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_
 # T = 1 with 63 zero rows a step: 4x the MMA work, 64 accumulator registers a thread for 1 row of output);
 # the same steps, products and sums as v8's tile above 16 rows (`_one_local_order`). M64 is the default.
 FWD2_SWAP_M64 = DEFAULT
-FWD2_SWAP_M128 = dataclasses.replace(DEFAULT, fwd2=((16, C(128, 16, 32, num_warps=4, num_stages=4, split_k=6, **_S)),
-                                                    (BIG, _FWD2)))
-# v11 with W2 split once per weight version (`presplit`: fp16 halves and each (row, k32 block)'s inverse
-# scale, cached by kernels.gemm.presplit_of): a step loads W2's halves instead of splitting its tile; the
-# same values, products and sums (kernels/notes/gemm.md, "Next for GEMM2"). Not yet timed on the GPU.
-FWD2_PRESPLIT = dataclasses.replace(
-    DEFAULT, fwd2=((16, C(64, 16, 32, num_warps=4, num_stages=4, split_k=6, presplit=True, **_S)), (BIG, _FWD2)))
+_SWAP16 = DEFAULT.fwd2[0][1]
+
+
+def _small_t(**changes) -> MLPConfigs:
+    """DEFAULT with its swapped GEMM2 tier (up to 16 rows) changed by `changes`."""
+    return dataclasses.replace(DEFAULT, fwd2=((16, dataclasses.replace(_SWAP16, **changes)), (BIG, _FWD2)))
+
+
+FWD2_SWAP_M128 = _small_t(block_m=128)
+# v11 with W2 split once per weight version and stored tile-major (`presplit`: fp16 halves and each (row,
+# k32 block)'s inverse scale, cached by kernels.gemm.presplit_of): a step loads W2's halves instead of
+# splitting its tile; the same values, products and sums. Bitwise v11's on the H200 and 5.6 us faster a
+# forward, not the default (kernels/notes/gemm.md v12: a weight written past its version counter).
+FWD2_PRESPLIT = _small_t(presplit=True)
 # v11 with two steps a loop iteration (`pair_steps`: both steps split before either's products are issued,
 # their sums added in step order): the same values, products and sums; GEMM2 at small T is bound by each
 # program's chain of 28 dependent steps (kernels/notes/gemm.md v12), which this overlaps two by two.
-FWD2_PAIR = dataclasses.replace(
-    DEFAULT, fwd2=((16, C(64, 16, 32, num_warps=4, num_stages=4, split_k=6, pair_steps=True, **_S)), (BIG, _FWD2)))
+FWD2_PAIR = _small_t(pair_steps=True)
 # ... with each step's two small products as one dot (`merge_products`: one wait fewer a step)
-FWD2_PAIR_MERGE = dataclasses.replace(
-    DEFAULT, fwd2=((16, C(64, 16, 32, num_warps=4, num_stages=4, split_k=6, pair_steps=True, merge_products=True,
-                          **_S)), (BIG, _FWD2)))
+FWD2_PAIR_MERGE = _small_t(pair_steps=True, merge_products=True)
 # ... and v8's tile above 16 rows paired too (at T = 2048 GEMM2 is MMA-bound with each step's split on the
 # CUDA cores between: pairs may overlap one step's split with the other's MMAs)
 FWD2_PAIR_ALL = dataclasses.replace(
@@ -355,9 +359,7 @@ def _inference(x, w1, b1, w2, b2) -> torch.Tensor:
     if plan2.presplit or not graph_replay.usable(x):   # a presplit is made per weight version: not in a graph
         launch()
         return out
-    index = x.get_device()
-    _GRAPHS.run((found, index, graph_replay.stream_of(index), x.data_ptr(), w1.data_ptr(), b1.data_ptr(),
-                 w2.data_ptr(), b2.data_ptr(), out.data_ptr()), launch)
+    _GRAPHS.run((found,) + graph_replay.placed(x.get_device(), x, w1, b1, w2, b2, out), launch)
     return out
 
 

@@ -86,11 +86,11 @@ def test_graphs_are_off_unless_asked_for(monkeypatch):
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 
 
-def _plain(x, w1, b1, w2, b2, monkeypatch):
-    from kernels import timestep_mlp as TM
+def _plain(monkeypatch, op, *args, **kwargs):
+    """`op(*args, **kwargs)` with the graph replay off: the plain launches' result."""
     with monkeypatch.context() as m:
         m.setattr(graph_replay, "ENABLED", False)
-        return TM.timestep_mlp(x, w1, b1, w2, b2)
+        return op(*args, **kwargs)
 
 
 @cuda
@@ -102,7 +102,7 @@ def test_replayed_forward_gives_the_plain_bits_and_follows_its_inputs(rows, monk
     x, w1, b1, w2, b2 = (inputs.tensors[n].detach() for n in MLP_NAMES)
     TM._GRAPHS.clear()
     with torch.no_grad():
-        want = _plain(x, w1, b1, w2, b2, monkeypatch)
+        want = _plain(monkeypatch, TM.timestep_mlp, x, w1, b1, w2, b2)
         before = TM._GRAPHS.replays
         for _ in range(4):   # a loop dropping its output: the same blocks come back, the key repeats
             got = TM.timestep_mlp(x, w1, b1, w2, b2)
@@ -111,7 +111,7 @@ def test_replayed_forward_gives_the_plain_bits_and_follows_its_inputs(rows, monk
         assert TM._GRAPHS.captures >= 1 and TM._GRAPHS.replays > before
         x.mul_(0.5)   # new contents at the same address: the replay reads them
         w2.add_(1e-3)
-        want = _plain(x, w1, b1, w2, b2, monkeypatch)
+        want = _plain(monkeypatch, TM.timestep_mlp, x, w1, b1, w2, b2)
         replays = TM._GRAPHS.replays
         got = TM.timestep_mlp(x, w1, b1, w2, b2)
         assert TM._GRAPHS.replays == replays + 1
@@ -130,7 +130,7 @@ def test_inside_a_callers_capture_the_launches_join_its_graph(monkeypatch):
     x, w1, b1, w2, b2 = (inputs.tensors[n].detach() for n in MLP_NAMES)
     TM._GRAPHS.clear()
     with torch.no_grad():
-        want = _plain(x, w1, b1, w2, b2, monkeypatch)
+        want = _plain(monkeypatch, TM.timestep_mlp, x, w1, b1, w2, b2)
         TM.timestep_mlp(x, w1, b1, w2, b2)
         outer = torch.cuda.CUDAGraph()
         with torch.cuda.graph(outer):
@@ -153,19 +153,14 @@ def test_norm_modulate_inference_replays_with_the_plain_bits(monkeypatch):
     idx = torch.randint(0, table, (rows,), generator=g, device="cuda")
     api._GRAPHS.clear()
 
-    def plain():
-        with monkeypatch.context() as m:
-            m.setattr(graph_replay, "ENABLED", False)
-            return api.norm_modulate(x, w, sh, sc, idx, check_index=False)
-
     with torch.no_grad():
-        want = plain()
+        want = _plain(monkeypatch, api.norm_modulate, x, w, sh, sc, idx, check_index=False)
         for _ in range(4):
             got = api.norm_modulate(x, w, sh, sc, idx, check_index=False)
             assert torch.equal(got.view(torch.int16), want.view(torch.int16))
             del got
         assert api._GRAPHS.captures >= 1 and api._GRAPHS.replays >= 2
         sc.mul_(0.5)   # the table's new contents, the same address: the replay reads them
-        want = plain()
+        want = _plain(monkeypatch, api.norm_modulate, x, w, sh, sc, idx, check_index=False)
         got = api.norm_modulate(x, w, sh, sc, idx, check_index=False)
         assert torch.equal(got.view(torch.int16), want.view(torch.int16))

@@ -15,6 +15,7 @@ per-sample and stream medians (harness.timing). GPU only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -35,11 +36,31 @@ def harness_us(step, device: torch.device, count: int) -> dict:
     return {m: round(median(take(step, device, m, count)), 2) for m in (SYNCHRONIZED, STREAM)}
 
 
+@contextlib.contextmanager
+def graphs(on: bool):
+    """kernels/graph_replay.py on or off inside, whatever H3BENCH_GRAPHS says; as it was after."""
+    from kernels import graph_replay
+    was = graph_replay.ENABLED
+    graph_replay.ENABLED = on
+    try:
+        yield
+    finally:
+        graph_replay.ENABLED = was
+
+
+def off_and_on(step, device: torch.device, steps: int) -> dict:
+    """`step` with the graph replay off, then on: host / wall per call back to back, the harness's medians."""
+    out = {}
+    for name, on in (("graphs off", False), ("graphs on", True)):
+        with graphs(on):
+            out[name] = {"host_wall_us": loop_us(step, steps), **harness_us(step, device, steps)}
+    return out
+
+
 def norm_modulate_rows(rows: int, steps: int) -> dict:
     """norm_modulate's inference call at H = 5376, M = 9, bf16 (the evidence's case), graphs off and on, and
     torch's F.rms_norm alone: host / wall per call back to back, and the harness's per-sample and stream
     medians."""
-    from kernels import graph_replay
     from kernels.norm_modulate_api import norm_modulate
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(1)
@@ -48,16 +69,9 @@ def norm_modulate_rows(rows: int, steps: int) -> dict:
     w = torch.randn(hidden, generator=g, device=dev).bfloat16()
     sh, sc = (torch.randn(table, hidden, generator=g, device=dev).bfloat16() for _ in range(2))
     idx = torch.randint(0, table, (rows,), generator=g, device=dev)
-    on = graph_replay.ENABLED
-    out = {}
     with torch.no_grad():
-        for name, flag in (("ours, graphs off", False), ("ours, graphs on", True)):
-            graph_replay.ENABLED = flag
-
-            def step():
-                norm_modulate(x, w, sh, sc, idx, check_index=False)
-            out[name] = {"host_wall_us": loop_us(step, steps), **harness_us(step, dev, steps)}
-        graph_replay.ENABLED = on
+        out = {f"ours, {k}": v for k, v in
+               off_and_on(lambda: norm_modulate(x, w, sh, sc, idx, check_index=False), dev, steps).items()}
 
         def torch_step():
             torch.nn.functional.rms_norm(x, (hidden,), w, 1e-6)
@@ -84,33 +98,16 @@ def main() -> None:
     for rows in (int(r) for r in a.rows.split(",")):
         _, t = _inputs(rows, dev)
         with torch.no_grad():
-            on = graph_replay.ENABLED
-            graph_replay.ENABLED = False
-            plain = loop_us(lambda: TM.timestep_mlp(*t), a.steps)
-            harness_off = harness_us(lambda: TM.timestep_mlp(*t), dev, a.steps)
-            graph_replay.ENABLED = True   # H3BENCH_GRAPHS=1's path, whatever the environment says
-            op = loop_us(lambda: TM.timestep_mlp(*t), a.steps)
-            harness_on = harness_us(lambda: TM.timestep_mlp(*t), dev, a.steps)
-            graph_replay.ENABLED = on
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(3):
-                    TM.timestep_mlp(*t)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                captured = TM.timestep_mlp(*t)
+            rec = off_and_on(lambda: TM.timestep_mlp(*t), dev, a.steps)
+            held = []   # the op's own graph path stands aside under this capture (it is one)
+            graph = graph_replay.capture_cuda_graph(lambda: held.append(TM.timestep_mlp(*t)))
             graph.replay()
             torch.cuda.synchronize()
-            same = torch.equal(captured, TM.timestep_mlp(*t))
-            replay = loop_us(graph.replay, a.steps)
-            empty = loop_us(lambda: torch.empty((rows, t[3].shape[0]), device=dev), a.steps)
-        out[rows] = {"plain_host_wall_us": plain, "op_graphs_host_wall_us": op, "replay_host_wall_us": replay,
-                     "empty_host_wall_us": empty, "replay_bitwise_plain": same, "harness_graphs_off": harness_off,
-                     "harness_graphs_on": harness_on}
-        print(f"T={rows:5d} plain (graphs off) host/wall {plain}  the op (graphs on) {op}  bare replay {replay}  "
-              f"torch.empty {empty}  replay bitwise {same}  harness off {harness_off} on {harness_on}", flush=True)
+            rec["bare replay bitwise the plain call"] = torch.equal(held[0], TM.timestep_mlp(*t))
+            rec["bare replay"] = loop_us(graph.replay, a.steps)
+            rec["torch.empty"] = loop_us(lambda: torch.empty((rows, t[3].shape[0]), device=dev), a.steps)
+        out[rows] = rec
+        print(f"T={rows:5d} {json.dumps(rec)}", flush=True)
     norm = {r: norm_modulate_rows(int(r), a.steps) for r in a.norm_rows.split(",") if r and r != "none"}
     if a.json:
         with open(a.json, "w") as f:
