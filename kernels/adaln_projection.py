@@ -21,6 +21,7 @@ weight gradient needs anyway. The fused variant is one of the bench's forward ca
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -58,6 +59,14 @@ PERSISTENT = ProjectionConfigs(
     fwd=DEFAULT.fwd,
     dx=DEFAULT.dx,
     dw=C(128, 256, 64, num_warps=8, num_stages=3, group_m=8, persistent=True),
+)
+# The default's tiles, steps and K chunks with A and B read through TMA descriptors, every GEMM one
+# program per SM over its (tile, K chunk) items (kernels/notes/gemm.md v15): the same bits as DEFAULT's
+# (kernels/gemm.py `_gemm_tma_kernel`), checked on the GPU by tools/bench_gemm.py's candidates.
+TMA = ProjectionConfigs(
+    fwd=dataclasses.replace(DEFAULT.fwd, tma=True),
+    dx=dataclasses.replace(DEFAULT.dx, tma=True, persistent=True),
+    dw=dataclasses.replace(DEFAULT.dw, tma=True, persistent=True),
 )
 # One config per GEMM for every T there too (the interpreter steps through programs one by one: large tiles).
 INTERPRETER = ProjectionConfigs(fwd=C(32, 64, 32), dx=C(32, 64, 32, split_k=DX_SPLIT), dw=C(32, 64, 32))

@@ -1,4 +1,5 @@
-"""Batch-invariant GEMM building blocks (timestep_mlp, adaln_projection): one Triton kernel, three uses.
+"""Batch-invariant GEMM building blocks (timestep_mlp, adaln_projection): one Triton kernel, three uses
+(and its TMA-fed twin for 16-bit operands, `tma` below).
 
     forward      C[m, n]  = epi( sum_k act(A[m, k]) * W[n, k] + bias[n] )          `forward`
     input grad   dX[m, k] = ( sum_n dY[m, n] * W[n, k] ) * silu'(Z[m, k])          `backward`
@@ -66,6 +67,10 @@ invariance checks rerun):
   ... (P programs): which program computes a tile changes, the tile's arithmetic does not.
 * `k_major` (input and weight gradients) multiplies K-contiguous copies of the operands: the same
   values in the same order, only the memory layout the kernel reads differs.
+* `tma` (16-bit operands) launches `_gemm_tma_kernel`: the same tiles, K chunks, steps and epilogues,
+  with A and B loaded through TMA descriptors (their bounds give the masked loads' zeros), so only how a
+  tile reaches shared memory differs; operands a descriptor cannot read take `_gemm_kernel` with the
+  same config.
 * Split-K is fixed, never chosen by shape: with SPLIT_K = S > 1 the K range is cut at multiples of
   `k_chunk` (a function of K and S only: ceil(K / S) rounded up to KALIGN, which every BLOCK_K
   divides), each chunk s is accumulated as above from +0 into an fp32 partial P[s], and the last
@@ -84,6 +89,7 @@ shared B tile, so neither its position in the batch nor the batch size reaches i
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import weakref
 from dataclasses import dataclass
@@ -159,6 +165,11 @@ class LaunchConfig:
     # with pair_steps: a step's two small products as one dot over [hi | lo] against [lo ; hi] (K twice the
     # step's): the same MMA instructions in the same order into the same fresh accumulator, one wait fewer
     merge_products: bool = False
+    # 16-bit operands: A and B through TMA tensor descriptors made in the kernel (`_gemm_tma_kernel`), the
+    # same tiles, K chunks, steps and epilogues, so the same bits as without; with `persistent` one program
+    # per SM walks the (tile, K chunk) items, split-K included. Operands a descriptor cannot take (no unit
+    # stride, a stride or base not 16-byte aligned, fp32) launch the pointer kernel with this config instead
+    tma: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "block_k"):
@@ -175,8 +186,15 @@ class LaunchConfig:
             raise ValueError("an fp64 config takes no split-K (its partials would be rounded to fp32)")
         if self.walk_chunks_above < 0:
             raise ValueError(f"walk_chunks_above must be >= 0, got {self.walk_chunks_above}")
-        if self.persistent and self.split_k > 1:
-            raise ValueError("a persistent config takes no split-K")
+        if self.persistent and self.split_k > 1 and not self.tma:
+            raise ValueError("a persistent config takes no split-K (unless tma: its items are (tile, K chunk))")
+        if self.tma and (self.precision != "ieee" or self.k_major or self.transpose_w or self.local_scales
+                         or self.walk_chunks_above < (1 << 62)):
+            raise ValueError("tma is a 16-bit operands option: no precision, k_major, transpose_w, local-scale or "
+                             "walked-chunk settings")
+        sides = (self.block_m, self.block_n, self.block_k)
+        if self.tma and (min(sides) < 16 or max(sides) > 256):
+            raise ValueError("a tma config's tiles are 16 to 256 on each side (a TMA box and a 16-bit wgmma)")
         if self.precision == SCALED and (self.k_major or self.transpose_w):
             raise ValueError("an fp16x3 config reads its operands as they are (no k_major / transpose_w copies)")
         if self.local_scales and self.precision != SCALED:
@@ -201,6 +219,7 @@ class LaunchConfig:
                 + ("/KM" if self.k_major else "") + ("/L" if self.local_scales else "")
                 + ("/S" if self.swap_ab else "") + ("/PS" if self.presplit else "")
                 + ("/P2" if self.pair_steps else "") + ("/M" if self.merge_products else "")
+                + ("/TMA" if self.tma else "")
                 + (f"/W{self.walk_chunks_above}" if self.split_k > 1 and self.walk_chunks_above < (1 << 62) else ""))
 
 
@@ -392,9 +411,15 @@ def _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stri
     tl.store(C + rm64[:, None] * stride_cm + rn[None, :] * stride_cn, rounded(acc, C.dtype.element_ty, BY_HAND),
              mask=mask)
     if EXTRA_COL:
-        # column n_main of the product (db) goes to EXTRA[m]; only the tile holding it stores anything
-        extra = row_ok[:, None] & (rn == n_main)[None, :]
-        tl.store(EXTRA + rm64[:, None] + 0 * rn[None, :], rounded(acc, EXTRA.dtype.element_ty, BY_HAND), mask=extra)
+        _store_extra_column(acc, rm, rn, M, n_main, EXTRA, BY_HAND)
+
+
+@triton.jit
+def _store_extra_column(acc, rm, rn, M, n_main, EXTRA, BY_HAND: tl.constexpr):
+    """Column n_main of the product (db) to EXTRA[m]; only the tile holding it stores anything."""
+    extra = (rm < M)[:, None] & (rn == n_main)[None, :]
+    tl.store(EXTRA + rm.to(tl.int64)[:, None] + 0 * rn[None, :], rounded(acc, EXTRA.dtype.element_ty, BY_HAND),
+             mask=extra)
 
 
 @triton.jit
@@ -405,12 +430,19 @@ def _tile_of(tile, M, n_load, num_m, num_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.c
     when M is a weight dimension that BLOCK_M divides (weight_grad); rows of T are always masked, so the
     compiled forward and input-gradient kernels are the same for every T. Without MASK_N (n_load a
     multiple of BLOCK_N: the weights' shape) the column mask folds to true."""
+    tile_m, tile_n = _tile_coords(tile, num_m, num_n, GROUP_M)
+    rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    return rm, rn, (rm < M) | (not MASK_M), (rn < n_load) | (not MASK_N)
+
+
+@triton.jit
+def _tile_coords(tile, num_m, num_n, GROUP_M: tl.constexpr):
+    """Output tile `tile` -> its (row block, column block), in grouped order (`_tile_of`)."""
     width = GROUP_M * num_n
     first_m = (tile // width) * GROUP_M
     group_size = tl.minimum(num_m - first_m, GROUP_M)
-    rm = (first_m + (tile % width) % group_size) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = ((tile % width) // group_size) * BLOCK_N + tl.arange(0, BLOCK_N)
-    return rm, rn, (rm < M) | (not MASK_M), (rn < n_load) | (not MASK_N)
+    return first_m + (tile % width) % group_size, (tile % width) // group_size
 
 
 @triton.jit
@@ -602,19 +634,97 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB, WLO,
         _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm, stride_zn,
                   stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, SWAP, BY_HAND)
     else:
-        mask = row_ok[:, None] & (rn < N)[None, :]
-        offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
-        plane64 = plane.to(tl.int64)
-        tl.store(PART + split * plane64 + offs, acc, mask=mask)
-        tl.debug_barrier()  # every thread's partial is written before the counter says so
-        done = tl.atomic_add(COUNTS + tile, 1, sem="acq_rel", scope="gpu")
-        if done == SPLIT_K - 1:  # the last chunk of this tile to finish adds them all, in chunk order
-            tl.store(COUNTS + tile, 0)   # and leaves the counter as it found it: the next launch reuses it
-            total = tl.load(PART + offs, mask=mask, other=0.0, cache_modifier=".cg")
-            for s in tl.static_range(1, SPLIT_K):
-                total += tl.load(PART + s * plane64 + offs, mask=mask, other=0.0, cache_modifier=".cg")
-            _epilogue(total, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm,
-                      stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, SWAP, BY_HAND)
+        _split_epilogue(acc, tile, split, rm, rn, row_ok, M, N, n_main, plane, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
+                        stride_cm, stride_cn, stride_zm, stride_zn, stride_om, stride_on, SPLIT_K, HAS_BIAS, MUL_DSILU,
+                        OUT_SILU, SAVE_PRE, EXTRA_COL, SWAP, BY_HAND)
+
+
+@triton.jit
+def _split_epilogue(acc, tile, split, rm, rn, row_ok, M, N, n_main, plane, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
+                    stride_cm, stride_cn, stride_zm, stride_zn, stride_om, stride_on, SPLIT_K: tl.constexpr,
+                    HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr, OUT_SILU: tl.constexpr, SAVE_PRE: tl.constexpr,
+                    EXTRA_COL: tl.constexpr, BIAS_ROWS: tl.constexpr, BY_HAND: tl.constexpr):
+    """K chunk `split` of tile `tile`: its fp32 sum to the partials; the tile's last chunk to finish adds
+    all of them in chunk order and runs the epilogue (no atomics on values: the counter only says who)."""
+    mask = row_ok[:, None] & (rn < N)[None, :]
+    offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
+    plane64 = plane.to(tl.int64)
+    tl.store(PART + split * plane64 + offs, acc, mask=mask)
+    tl.debug_barrier()  # every thread's partial is written before the counter says so
+    done = tl.atomic_add(COUNTS + tile, 1, sem="acq_rel", scope="gpu")
+    if done == SPLIT_K - 1:  # the last chunk of this tile to finish adds them all, in chunk order
+        tl.store(COUNTS + tile, 0)   # and leaves the counter as it found it: the next launch reuses it
+        total = tl.load(PART + offs, mask=mask, other=0.0, cache_modifier=".cg")
+        for s in tl.static_range(1, SPLIT_K):
+            total += tl.load(PART + s * plane64 + offs, mask=mask, other=0.0, cache_modifier=".cg")
+        _epilogue(total, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm,
+                  stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, BIAS_ROWS, BY_HAND)
+
+
+@triton.jit(do_not_specialize=["M", "K", "chunk", "plane"])
+def _gemm_tma_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
+                     M, N, K, n_main, n_load, chunk, plane, stride_a, stride_b,
+                     stride_cm, stride_cn, stride_zm, stride_zn, stride_om, stride_on,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                     SPLIT_K: tl.constexpr, MASK_M: tl.constexpr, A_T: tl.constexpr,
+                     B_T: tl.constexpr, DOT_F32: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr,
+                     OUT_SILU: tl.constexpr, SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr, BY_HAND: tl.constexpr):
+    """`_gemm_kernel`'s 16-bit tiles with A and B read through TMA descriptors (`LaunchConfig.tma`): the
+    same output, tiles, K chunks and epilogues, and per tile the same dots over k in [k_lo, k_hi),
+    ascending, BLOCK_K a step (so each element the same sum in the same order: the pointer kernel's
+    bits). The descriptors' bounds do the masking: rows past M, columns past n_load and k past K read
+    as zeros, as the pointer kernel's masked loads do; every K chunk is a whole number of steps (`_plan`
+    checks), so a chunk's last step never reads the next chunk's k. A [M, K] with unit stride along K, or
+    (A_T) along M; B [K, n_load] with unit stride along n, or (B_T) along K. Each program walks the work
+    items pid, pid + programs, ... (item = chunk * tiles + tile: all tiles of chunk 0 first); with one
+    program per item that is one item."""
+    if A_T:
+        a_desc = tl.make_tensor_descriptor(A, shape=[K, M], strides=[stride_a, 1], block_shape=[BLOCK_K, BLOCK_M])
+    else:
+        a_desc = tl.make_tensor_descriptor(A, shape=[M, K], strides=[stride_a, 1], block_shape=[BLOCK_M, BLOCK_K])
+    if B_T:
+        b_desc = tl.make_tensor_descriptor(B, shape=[n_load, K], strides=[stride_b, 1], block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(B, shape=[K, n_load], strides=[stride_b, 1], block_shape=[BLOCK_K, BLOCK_N])
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    tiles = num_m * num_n
+    for item in tl.range(tl.program_id(0), tiles * SPLIT_K, tl.num_programs(0), flatten=True):
+        tile = item % tiles
+        split = item // tiles
+        tile_m, tile_n = _tile_coords(tile, num_m, num_n, GROUP_M)
+        m0 = tile_m * BLOCK_M
+        n0 = tile_n * BLOCK_N
+        k_lo = split * chunk
+        k_hi = tl.minimum(K, k_lo + chunk)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            if A_T:
+                a = a_desc.load([k0, m0]).T
+            else:
+                a = a_desc.load([m0, k0])
+            if B_T:
+                b = b_desc.load([n0, k0]).T
+            else:
+                b = b_desc.load([k0, n0])
+            if DOT_F32:  # the interpreter's bf16 dot is wrong; bf16 x bf16 products are exact in fp32
+                acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+            else:
+                acc = tl.dot(a, b, acc)
+        rm = m0 + tl.arange(0, BLOCK_M)
+        rn = n0 + tl.arange(0, BLOCK_N)
+        if SPLIT_K == 1:
+            _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm, stride_zn,
+                      stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, False, False, BY_HAND)
+            # the db column's masked stores only in the one column tile that holds it: every other tile of a
+            # 128 x 256 weight gradient would issue 128 predicated-off 2-byte stores a thread
+            if EXTRA_COL and (n0 <= n_main) and (n_main < n0 + BLOCK_N):
+                _store_extra_column(acc, rm, rn, M, n_main, EXTRA, BY_HAND)
+        else:
+            row_ok = (rm < M) | (not MASK_M)
+            _split_epilogue(acc, tile, split, rm, rn, row_ok, M, N, n_main, plane, C, BIAS, ZIN, ZOUT, EXTRA, PART,
+                            COUNTS, stride_cm, stride_cn, stride_zm, stride_zn, stride_om, stride_on, SPLIT_K,
+                            HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, False, BY_HAND)
 
 
 @triton.jit
@@ -767,6 +877,21 @@ def presplit_of(w: torch.Tensor, block_k: int, rows: int) -> Presplit:
     return made
 
 
+def _torch_scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def tma_scratch_allocator() -> None:
+    """A kernel that makes TMA descriptors needs global scratch for them, taken from triton's allocator
+    at each launch: set torch's caching allocator there unless the caller has set one of their own. The
+    allocator is a context variable (per thread), so this is checked on every tma launch."""
+    if INTERPRETED:
+        return
+    from triton.runtime import _allocation
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(_torch_scratch)
+
+
 _PROGRAMS: dict = {}
 _I32_LIMIT = 1 << 31   # an int argument at or above this is passed as int64: another specialization
 
@@ -814,6 +939,8 @@ class _Plan:
     presplit: bool  # the config's presplit: the weight's `Presplit` comes at launch (`run_forward_plan`)
     token: object  # the launch key's shape part (`_plan`'s `key`): one object per distinct key, so every T
                    # shares it, hashed by identity
+    kernel: object = None   # `_gemm_kernel`, or `_gemm_tma_kernel` for a tma config's plan
+    fallback: Optional["_Plan"] = None   # a tma plan's pointer-kernel twin, for operands TMA cannot read
 
 
 _TOKENS: dict = {}   # a launch key's shape part -> its token
@@ -824,6 +951,15 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
           cfg: LaunchConfig, n_main: int, n_load: int, fp32: bool, flags: tuple, n_sa: int, n_sb: int,
           programs_per_device: int) -> _Plan:
     a_silu, ones, out_silu, m_fixed, has_bias, has_zin, has_zout, has_extra, sa_all, sb_all = flags
+    if cfg.tma:
+        pointer_cfg = dataclasses.replace(cfg, tma=False, persistent=cfg.persistent and cfg.split_k == 1)
+        fallback = _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M, N, K, pointer_cfg,
+                         n_main, n_load, fp32, flags, n_sa, n_sb, programs_per_device)
+        layout = _tma_layout(a_strides, b_strides)
+        if fp32 or a_silu or ones or layout is None:
+            return fallback
+        return _tma_plan(device_index, layout, c_strides, z_strides, o_strides, M, N, K, cfg, n_main, n_load, flags,
+                         programs_per_device, fallback)
     split = cfg.split_k
     chunk = k_chunk(K, split)
     even_k = K % cfg.block_k == 0 and (split == 1 or chunk % cfg.block_k == 0)
@@ -852,7 +988,49 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
     key = (_gemm_kernel, device_index, tuple(sorted(meta.items())), (N, K, n_main, n_load) + strides,
            all(v < _I32_LIMIT for v in unspecialized))
     return _Plan(programs, 1 if walk else split, num_tiles, ints, meta, cfg.swap_ab, cfg.presplit,
-                 _TOKENS.setdefault(key, object()))
+                 _TOKENS.setdefault(key, object()), _gemm_kernel)
+
+
+def _tma_layout(a_strides, b_strides) -> Optional[tuple[bool, int, bool, int]]:
+    """(A_T, A's row stride, B_T, B's row stride) of 16-bit operands a TMA descriptor can read: one unit
+    stride each (A along K, else along M: A_T; B along N, else along K: B_T) and the other a multiple of
+    16 bytes; None when they are not so (the base addresses are checked at launch, `run_plan`)."""
+    (am, ak), (bk, bn) = a_strides, b_strides
+    if ak == 1 and am % 8 == 0:
+        a = (False, am)
+    elif am == 1 and ak % 8 == 0:
+        a = (True, ak)
+    else:
+        return None
+    if bn == 1 and bk % 8 == 0:
+        return a + (False, bk)
+    if bk == 1 and bn % 8 == 0:
+        return a + (True, bn)
+    return None
+
+
+def _tma_plan(device_index, layout, c_strides, z_strides, o_strides, M: int, N: int, K: int, cfg: LaunchConfig,
+              n_main: int, n_load: int, flags: tuple, programs_per_device: int, fallback: _Plan) -> _Plan:
+    """`_plan` for a tma config whose operands TMA reads (`_tma_layout`): `_gemm_tma_kernel`'s arguments."""
+    _, _, out_silu, m_fixed, has_bias, has_zin, has_zout, has_extra, _, _ = flags
+    a_t, stride_a, b_t, stride_b = layout
+    split = cfg.split_k
+    chunk = k_chunk(K, split)   # a multiple of KALIGN, which block_k divides: whole steps a chunk
+    num_tiles = cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n)
+    items = num_tiles * split
+    programs = min(items, programs_per_device) if cfg.persistent else items
+    strides = (stride_a, stride_b) + c_strides + z_strides + o_strides
+    ints = (M, N, K, n_main, n_load, chunk, M * N) + strides   # the kernel's order
+    meta = dict(
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, SPLIT_K=split,
+        MASK_M=not (m_fixed and M % cfg.block_m == 0), A_T=a_t, B_T=b_t, DOT_F32=INTERPRETED,
+        HAS_BIAS=has_bias, MUL_DSILU=has_zin, OUT_SILU=out_silu, SAVE_PRE=has_zout, EXTRA_COL=has_extra,
+        BY_HAND=BY_HAND, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    unspecialized = (M, K, chunk, M * N)   # `do_not_specialize`, as `_plan`'s
+    key = (_gemm_tma_kernel, device_index, tuple(sorted(meta.items())), (N, K, n_main, n_load) + strides,
+           all(v < _I32_LIMIT for v in unspecialized))
+    return _Plan(programs, split, num_tiles, ints, meta, False, False, _TOKENS.setdefault(key, object()),
+                 _gemm_tma_kernel, fallback)
 
 
 def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_strides: tuple[int, int],
@@ -909,6 +1087,9 @@ def run_plan(plan: _Plan, a, b, c, *, bias=None, zin=None, zout=None, extra=None
     """Launch a `_plan` on these tensors (the ones its shape, strides and flags were taken from; split-K
     partials made here, the counters from `split_counters`)."""
     device = c.device
+    if plan.fallback is not None and not (a.element_size() == 2 and b.element_size() == 2
+                                          and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0):
+        plan = plan.fallback   # a descriptor's base must be 16-byte aligned, its elements the 16-bit ones planned
     dummy = c  # stands in for every pointer a constexpr flag leaves unused (never dereferenced)
     if plan.split > 1:
         part = c.new_empty(plan.split * plan.ints[6], dtype=torch.float32)   # ints[6]: M * N, one plane a chunk
@@ -927,8 +1108,13 @@ def run_plan(plan: _Plan, a, b, c, *, bias=None, zin=None, zout=None, extra=None
         sa, sb = scales.a, scales.b
         user += (tensor_key(sa), tensor_key(sb))
     args = (a, b, c, dummy if bias is None else bias, dummy if zin is None else zin,
-            dummy if zout is None else zout, dummy if extra is None else extra, part, counts, sa, sb, wlo) + plan.ints
-    launch_keyed(_gemm_kernel, (plan.programs,), device.index, (plan.token, c.dtype, user), args, plan.meta)
+            dummy if zout is None else zout, dummy if extra is None else extra, part, counts)
+    if plan.kernel is _gemm_tma_kernel:
+        tma_scratch_allocator()
+        args += plan.ints
+    else:
+        args += (sa, sb, wlo) + plan.ints
+    launch_keyed(plan.kernel, (plan.programs,), device.index, (plan.token, c.dtype, user), args, plan.meta)
 
 
 def silu_cast(x: torch.Tensor, dtype: torch.dtype, ones_column: bool = False) -> torch.Tensor:

@@ -29,7 +29,7 @@ import json
 import math
 import time
 import traceback
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Callable
 
 import torch
@@ -42,6 +42,7 @@ from harness.ops import get_op
 from harness.probes.accuracy_latency import rel_err
 from harness.timing import STREAM, SYNCHRONIZED, median, take
 from kernels import adaln_projection as AP
+from kernels.adaln_projection import DX_SPLIT
 from kernels import gemm
 from kernels import timestep_mlp as TM
 from kernels.gemm import LaunchConfig as C
@@ -373,16 +374,21 @@ def mlp_candidates():
 
 
 def ada_candidates():
-    """(kernel, candidates): each one config for every T (its split included); the first is the default."""
+    """(kernel, candidates): each one config for every T (its split included); the first is the default.
+    The tma candidates (kernels/notes/gemm.md v15) read A and B through TMA descriptors: with the default's
+    tiles and K chunks they must give its bits (`bitwise_equal_default`); the others show whether a
+    16-bit tile's shape changes a sum (one config for every T either way)."""
     d = AP.DEFAULT
-    g16 = {"group_m": 16}
+    tma = dict(tma=True)
     return [
-        ("fwd", [d.fwd, c(128, 256, 64, 8, 4, **g16), c(128, 256, 64, 8, 4, persistent=True, group_m=8),
-                 c(128, 256, 64, 8, 4, persistent=True, group_m=32)]),
-        # fewer K chunks: less partial traffic at T = 2048 (6 x 2048 x 2688 fp32 written and read back)
-        ("dx", [d.dx, c(128, 128, 64, 8, 4, split_k=3), c(128, 128, 64, 8, 4, split_k=4),
-                c(128, 256, 64, 8, 4, split_k=4), c(128, 128, 64, 8, 3, split_k=4)]),
-        ("dw", [d.dw, c(128, 256, 64, 8, 3, group_m=16), c(256, 128, 64, 8, 4), c(128, 256, 64, 8, 4, group_m=32)]),
+        ("fwd", [d.fwd, replace(d.fwd, **tma), replace(d.fwd, num_stages=3, **tma),
+                 replace(d.fwd, persistent=False, **tma), replace(d.fwd, group_m=8, **tma)]),
+        ("dx", [d.dx, replace(d.dx, **tma), replace(d.dx, persistent=True, **tma),
+                replace(d.dx, persistent=True, num_stages=3, **tma), c(128, 256, 64, 8, 3, split_k=DX_SPLIT, **tma),
+                c(128, 256, 64, 8, 3, split_k=DX_SPLIT, persistent=True, **tma)]),
+        ("dw", [d.dw, replace(d.dw, persistent=True, **tma), replace(d.dw, persistent=True, num_stages=3, **tma),
+                replace(d.dw, **tma), replace(d.dw, persistent=True, group_m=16, **tma),
+                c(256, 128, 64, 8, 3, persistent=True, **tma)]),
     ]
 
 
@@ -472,10 +478,12 @@ def ada_configs(args) -> list:
         data[rows] = (temb, dy, a)
     out = []
     for kernel, cands in ada_candidates():
+        reference = None   # the default's output at T = BIG, for the bitwise check of the others
         for i, cand in enumerate(cands):
             fused = cand == "fused"
             cfg = AP.DEFAULT.fwd if fused else cand
-            rec = {"kernel": kernel, "config": ("fused silu, " if fused else "") + cfg.short(), "default": i == 0,
+            label = cfg.short() + (f"/g{cfg.group_m}" if cfg.group_m != 8 else "")   # short() leaves the group out
+            rec = {"kernel": kernel, "config": ("fused silu, " if fused else "") + label, "default": i == 0,
                    **asdict(cfg)}
             out.append(rec)
             if elapsed() > args.budget:
@@ -491,7 +499,7 @@ def ada_configs(args) -> list:
                     if kernel == "dx":
                         return lambda: gemm.input_grad(dy, w, cfg, dsilu_of=temb)
                     return lambda: gemm.weight_grad(dy, a, cfg, a_ones="stored", dw_dtype=torch.bfloat16,
-                                                    db_dtype=torch.bfloat16)[0]
+                                                    db_dtype=torch.bfloat16)
                 if kernel in ("fwd", "dx"):  # the config is batch-invariant by itself: row 0 alone vs in 2048
                     temb, dy, a = data[BIG]
                     big = call_for(BIG)()
@@ -500,6 +508,14 @@ def ada_configs(args) -> list:
                            "dx": lambda: gemm.input_grad(dy[:1], w, cfg, dsilu_of=temb[:1])}[kernel]()
                     rec["row_alone_equal"] = bool(torch.equal(as_bits(one[0]), as_bits(big[0])))
                     del big
+                outputs = call_for(BIG)()
+                outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+                if i == 0:
+                    reference = outputs
+                elif reference is not None:
+                    rec["bitwise_equal_default"] = all(torch.equal(as_bits(x), as_bits(y))
+                                                       for x, y in zip(outputs, reference))
+                del outputs
                 rec["us"] = {str(rows): timed(call_for(rows), args.warmup, args.reps) for rows in (1, 8, BIG)}
             except Exception as exc:
                 rec["error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
@@ -557,7 +573,8 @@ def table(report: dict) -> str:
                 t += f" (kernels {rec['kernel_us']:.1f})"
         else:
             t = rec.get("error") or rec.get("skipped", "")
-        check = rec.get("bitwise_equal_default", rec.get("row_alone_equal", ""))
+        check = " ".join(f"{name} {rec[key]}" for key, name in (("row_alone_equal", "alone"),
+                                                                 ("bitwise_equal_default", "=default")) if key in rec)
         err = f"err {rec['err']:.2e}" if "err" in rec else ""
         lines.append(f" {mark} {rec['kernel']:5s} {rec['config']:32s} {t}  {err}  {check}")
     lines.append(f"total {elapsed():.0f} s")

@@ -35,7 +35,7 @@ from kernels import gemm
 from kernels import timestep_mlp as TM
 
 DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int32: "i32"}
-SASS_KEYS = ("FFMA", "HGMMA", "HMMA", "LDS", "LDSM", "LDGSTS", "LDG", "STG", "STS", "BAR", "SHFL")
+SASS_KEYS = ("FFMA", "HGMMA", "HMMA", "LDS", "LDSM", "LDGSTS", "LDG", "STG", "STS", "BAR", "SHFL", "UTMALDG", "UTMASTG")
 
 
 def _source(kernel, args, meta):

@@ -1,0 +1,161 @@
+"""kernels/gemm.py's tma configs (`LaunchConfig.tma`: A and B read through TMA descriptors made in the kernel,
+`_gemm_tma_kernel`). Under the interpreter the descriptors' loads, bounds and zero fill are emulated and the
+dots are numpy's, so these tests check the plumbing: the same tiles, K chunks, masks and epilogues as the
+pointer kernel, bit for bit, and every operand a descriptor cannot read sent to the pointer kernel. That the
+tensor core sums a TMA-fed step as a pointer-fed one is the GPU's to show (the last test, and
+tools/bench_gemm.py's `bitwise_equal_default` at the model's size)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from harness.execute import as_bits
+from kernels import adaln_projection as AP
+from kernels import gemm
+from kernels.gemm import LaunchConfig
+from tests.test_kernel_gemm import ADA, ADA_NAMES, ada_case, run_op
+
+BF16 = torch.bfloat16
+TILE = dict(block_m=32, block_n=64, block_k=32)   # the interpreter's tiles: rows and columns both masked below
+
+
+def launched_kernels(monkeypatch) -> list:
+    seen = []
+    real = gemm.launch_keyed
+
+    def spy(kernel, grid, device, key, args, meta):
+        seen.append(kernel)
+        real(kernel, grid, device, key, args, meta)
+    monkeypatch.setattr(gemm, "launch_keyed", spy)
+    return seen
+
+
+def operands(device, dtype=BF16, rows=37, k=96, n=80):
+    """temb [rows, k] fp32, a = bf16(silu(temb)) with its stored ones column, w [n, k], b [n], dy [rows, n]:
+    rows and n not multiples of the tiles, every row stride a multiple of 16 bytes (TMA can read them)."""
+    g = torch.Generator().manual_seed(11)
+    temb = torch.randn(rows, k, generator=g).to(device)
+    w = torch.randn(n, k, generator=g).to(dtype).to(device)
+    b = torch.randn(n, generator=g).to(dtype).to(device)
+    dy = torch.randn(rows, n, generator=g).to(dtype).to(device)
+    a = gemm.silu_cast(temb, dtype, ones_column=True) if dtype != torch.float32 else torch.sigmoid(temb) * temb
+    return temb, a, w, b, dy
+
+
+def assert_bits(got, want, what):
+    for g_, w_ in zip(got, want):
+        assert torch.equal(as_bits(g_), as_bits(w_)), what
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_tma_forward_and_weight_grad_give_the_pointer_bits(device, monkeypatch, persistent):
+    temb, a, w, b, dy = operands(device)
+    pointer = LaunchConfig(**TILE, persistent=persistent)
+    tma = dataclasses.replace(pointer, tma=True)
+    want = (gemm.forward(a, w, b, pointer, out_dtype=BF16)[0],
+            *gemm.weight_grad(dy, a, pointer, a_ones="stored", dw_dtype=BF16, db_dtype=BF16))
+    seen = launched_kernels(monkeypatch)
+    got = (gemm.forward(a, w, b, tma, out_dtype=BF16)[0],
+           *gemm.weight_grad(dy, a, tma, a_ones="stored", dw_dtype=BF16, db_dtype=BF16))
+    assert seen == [gemm._gemm_tma_kernel] * 2
+    assert_bits(got, want, tma.short())
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("split", [1, 2, 3])
+def test_tma_input_grad_gives_the_pointer_bits(device, monkeypatch, persistent, split):
+    """dtemb's GEMM: K chunks (each a whole number of steps, the last one short and ending past K, where the
+    descriptor reads zeros), the last chunk's program adding them in chunk order, silu' in the epilogue;
+    persistent programs walk (tile, chunk) items."""
+    temb, a, w, b, dy = operands(device, k=96, n=400)   # K = 400: chunks of 256 (KALIGN) at split 2, 3 (one empty)
+    pointer = LaunchConfig(**TILE, split_k=split)
+    tma = dataclasses.replace(pointer, tma=True, persistent=persistent)
+    want = gemm.input_grad(dy, w, pointer, dsilu_of=temb)
+    seen = launched_kernels(monkeypatch)
+    got = gemm.input_grad(dy, w, tma, dsilu_of=temb)
+    assert seen == [gemm._gemm_tma_kernel]
+    assert torch.equal(as_bits(got), as_bits(want))
+    s = torch.sigmoid(temb.double())
+    expect = (dy.double() @ w.double()) * (s * (1 + temb.double() * (1 - s)))
+    assert (got.double() - expect).abs().max() <= 1e-5 * expect.abs().max()
+
+
+def test_split_counters_are_left_zeroed_by_a_tma_launch(device):
+    temb, a, w, b, dy = operands(device, n=400)
+    cfg = LaunchConfig(**TILE, split_k=3, tma=True, persistent=True)
+    first = gemm.input_grad(dy, w, cfg, dsilu_of=temb)
+    assert int(gemm.split_counters(dy.device, 1).abs().sum()) == 0
+    assert torch.equal(as_bits(gemm.input_grad(dy, w, cfg, dsilu_of=temb)), as_bits(first))
+
+
+def _misaligned(t: torch.Tensor) -> torch.Tensor:
+    """t's values at an address 2 bytes past a 16-byte boundary, same shape and strides."""
+    buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+    view = buf[1:].view(t.shape)
+    view.copy_(t)
+    return view
+
+
+@pytest.mark.parametrize("case", ["misaligned base", "row stride not 16 bytes", "fp32 operands", "virtual ones"])
+def test_operands_tma_cannot_read_take_the_pointer_kernel(device, monkeypatch, case):
+    """The same config through the pointer kernel, the same bits, for operands a descriptor cannot take."""
+    temb, a, w, b, dy = operands(device, dtype=torch.float32 if case == "fp32 operands" else BF16)
+    if case == "misaligned base":
+        w = _misaligned(w)
+        assert w.data_ptr() % 16
+    elif case == "row stride not 16 bytes":
+        wide = torch.zeros(w.shape[0], w.shape[1] + 4, dtype=w.dtype, device=w.device)
+        wide[:, :w.shape[1]] = w
+        w = wide[:, :w.shape[1]]   # row stride 100 elements: 200 bytes
+    pointer = LaunchConfig(**TILE)
+    tma = dataclasses.replace(pointer, tma=True)
+    if case == "virtual ones":
+        a = a.contiguous()   # no stored ones column: the kernel makes it, which a descriptor load cannot
+
+        def run(cfg):
+            return gemm.weight_grad(dy, a, cfg, a_ones="virtual", dw_dtype=BF16, db_dtype=BF16)
+    else:
+        def run(cfg):
+            return gemm.forward(a, w, b, cfg, out_dtype=torch.float32)[0], gemm.input_grad(dy, w, cfg, dsilu_of=temb)
+    want = run(pointer)
+    seen = launched_kernels(monkeypatch)
+    got = run(tma)
+    assert seen and all(k is gemm._gemm_kernel for k in seen), case
+    assert_bits(got, want, case)
+
+
+def test_tma_configs_are_checked():
+    with pytest.raises(ValueError, match="tma is a 16-bit"):
+        LaunchConfig(**TILE, tma=True, precision="tf32x3")
+    with pytest.raises(ValueError, match="tma is a 16-bit"):
+        LaunchConfig(**TILE, tma=True, k_major=True)
+    with pytest.raises(ValueError, match="16 to 256"):
+        LaunchConfig(8, 64, 32, tma=True)
+    with pytest.raises(ValueError, match="persistent config takes no split-K"):
+        LaunchConfig(**TILE, split_k=2, persistent=True)
+    assert LaunchConfig(**TILE, split_k=2, persistent=True, tma=True).short() == "32x64x32/w4/s3/k2/P/TMA"
+    for name in ("fwd", "dx", "dw"):   # the TMA set is the default's tiles and chunks, read through TMA
+        assert dataclasses.replace(getattr(AP.TMA, name), tma=False, persistent=False) == \
+            dataclasses.replace(getattr(AP.DEFAULT, name), persistent=False), name
+
+
+def test_tma_projection_configs_give_the_default_bits_on_the_gpu(device, monkeypatch):
+    """The op at its tests' size and at T = 1 and 300: AP.TMA's outputs and gradients bitwise AP.DEFAULT's (the
+    interpreter takes INTERPRETER's configs whatever the set, so this runs on a GPU only)."""
+    if device.type != "cuda":
+        pytest.skip("TMA descriptors and wgmma on the GPU: the interpreter's plumbing is checked above")
+    from kernels.adaln_projection import adaln_projection
+
+    for rows in (1, 300):
+        inputs, dy = ada_case(device, rows)
+        results = []
+        for configs in (AP.DEFAULT, AP.TMA):
+            monkeypatch.setattr(AP, "_CONFIGS", [configs])
+            results.append(run_op(adaln_projection, ADA_NAMES, inputs, dy))
+        (y0, g0), (y1, g1) = results
+        assert torch.equal(as_bits(y1), as_bits(y0)), rows
+        for name in ADA_NAMES:
+            assert torch.equal(as_bits(g1[name]), as_bits(g0[name])), (rows, name)
+    assert ADA.input_names == ADA_NAMES
