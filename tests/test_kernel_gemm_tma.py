@@ -15,6 +15,7 @@ from harness.execute import as_bits
 from kernels import adaln_projection as AP
 from kernels import gemm
 from kernels.gemm import LaunchConfig
+from tests.helpers import shifted
 from tests.test_kernel_gemm import ADA, ADA_NAMES, ada_case, run_op
 
 BF16 = torch.bfloat16
@@ -90,20 +91,12 @@ def test_split_counters_are_left_zeroed_by_a_tma_launch(device):
     assert torch.equal(as_bits(gemm.input_grad(dy, w, cfg, dsilu_of=temb)), as_bits(first))
 
 
-def _misaligned(t: torch.Tensor) -> torch.Tensor:
-    """t's values at an address 2 bytes past a 16-byte boundary, same shape and strides."""
-    buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
-    view = buf[1:].view(t.shape)
-    view.copy_(t)
-    return view
-
-
 @pytest.mark.parametrize("case", ["misaligned base", "row stride not 16 bytes", "fp32 operands", "virtual ones"])
 def test_operands_tma_cannot_read_take_the_pointer_kernel(device, monkeypatch, case):
     """The same config through the pointer kernel, the same bits, for operands a descriptor cannot take."""
     temb, a, w, b, dy = operands(device, dtype=torch.float32 if case == "fp32 operands" else BF16)
     if case == "misaligned base":
-        w = _misaligned(w)
+        w = shifted(w)
         assert w.data_ptr() % 16
     elif case == "row stride not 16 bytes":
         wide = torch.zeros(w.shape[0], w.shape[1] + 4, dtype=w.dtype, device=w.device)

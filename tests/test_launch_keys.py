@@ -131,6 +131,30 @@ def test_gemm_keys_name_the_specialization(device, keyed_launches, op):
     assert seen and not conflicts, conflicts[:2]
 
 
+def test_tma_gemm_keys_name_the_specialization(device, keyed_launches):
+    """tma configs: `_gemm_tma_kernel`'s launches, and the pointer kernel's for operands a descriptor cannot
+    read (shifted off 16-byte alignment), at several row counts; forward, split dtemb, dW with db."""
+    import dataclasses
+
+    seen, conflicts = keyed_launches
+    cfg = gemm.LaunchConfig(32, 64, 32, tma=True, persistent=True)
+    split = dataclasses.replace(cfg, split_k=2)
+    g = torch.Generator().manual_seed(3)
+    bf16 = torch.bfloat16
+    w = torch.randn(400, 96, generator=g).to(bf16).to(device)
+    b = torch.randn(400, generator=g).to(bf16).to(device)
+    for rows in (1, 5, 37):
+        temb = torch.randn(rows, 96, generator=g).to(device)
+        dy = torch.randn(rows, 400, generator=g).to(bf16).to(device)
+        a = gemm.silu_cast(temb, bf16, ones_column=True)
+        for w_, dy_ in ((w, dy), (shifted(w), shifted(dy))):
+            gemm.forward(a, w_, b, cfg, out_dtype=bf16)
+            gemm.input_grad(dy_, w_, split, dsilu_of=temb)
+            gemm.weight_grad(dy_, a, cfg, a_ones="stored", dw_dtype=bf16, db_dtype=bf16)
+    kernels = {spec[0] for spec in seen.values()}
+    assert {gemm._gemm_tma_kernel, gemm._gemm_kernel} <= kernels and not conflicts, conflicts[:2]
+
+
 def test_a_key_missing_a_dtype_is_caught(device, monkeypatch, keyed_launches):
     """The control: the fixture must see a key that leaves out a dtype. norm_modulate's forward key
     without its tensors' keys collides across x's dtypes."""
