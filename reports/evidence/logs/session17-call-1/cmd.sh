@@ -9,10 +9,10 @@
 # under AP.TMA bitwise AP.DEFAULT's) and of the persistent, split and keyed GEMM launches.
 set -uo pipefail
 W=$OUT/work; mkdir -p "$W"; echo "commit ${H3BENCH_COMMIT:-?}" > "$W/COMMIT.txt"
-timeout 470 python3 -m tools.bench_gemm --skip-ops --configs-of adaln_projection --ada-variants TMA \
-  --mlp-variants "" --budget 420 --out "$W/bench_gemm_tma.json" > "$W/bench_gemm_tma.log" 2>&1
+timeout 420 python3 -m tools.bench_gemm --skip-ops --configs-of adaln_projection --ada-variants TMA \
+  --mlp-variants "" --budget 360 --out "$W/bench_gemm_tma.json" > "$W/bench_gemm_tma.log" 2>&1
 echo "bench rc=$?"; tail -30 "$W/bench_gemm_tma.log"
-H3BENCH_TEST_DEVICE=cuda timeout 100 python3 -m pytest -q tests/test_kernel_gemm_tma.py tests/test_kernel_gemm.py \
+H3BENCH_TEST_DEVICE=cuda timeout 150 python3 -m pytest -q tests/test_kernel_gemm_tma.py tests/test_kernel_gemm.py \
   -k "tma or persistent or split or keyed" -p no:cacheprovider -rf --tb=short > "$W/gpu_tests.log" 2>&1
 echo "gpu tests rc=$?"; tail -3 "$W/gpu_tests.log"
 cd "$OUT" && tar czf /tmp/all.tgz work && rm -rf "$OUT"/work && mv /tmp/all.tgz "$OUT"/all.tgz
