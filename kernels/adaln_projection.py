@@ -68,6 +68,13 @@ TMA = ProjectionConfigs(
     dx=dataclasses.replace(DEFAULT.dx, tma=True, persistent=True),
     dw=dataclasses.replace(DEFAULT.dw, tma=True, persistent=True),
 )
+# TMA and the forward's and dW's tiles stored through a descriptor as well (`tma_store`: the stores run under
+# the next tile's MMAs); dx keeps its split (its partials are fp32 sums)
+TMA_STORE = ProjectionConfigs(
+    fwd=dataclasses.replace(TMA.fwd, tma_store=True),
+    dx=TMA.dx,
+    dw=dataclasses.replace(TMA.dw, tma_store=True),
+)
 # One config per GEMM for every T there too (the interpreter steps through programs one by one: large tiles).
 INTERPRETER = ProjectionConfigs(fwd=C(32, 64, 32), dx=C(32, 64, 32, split_k=DX_SPLIT), dw=C(32, 64, 32))
 _CONFIGS: list[ProjectionConfigs] = [DEFAULT]

@@ -170,6 +170,10 @@ class LaunchConfig:
     # per SM walks the (tile, K chunk) items, split-K included. Operands a descriptor cannot take (no unit
     # stride, a stride or base not 16-byte aligned, fp32) launch the pointer kernel with this config instead
     tma: bool = False
+    # with tma and split_k 1: C through a TMA descriptor too, in two column halves staged in shared memory,
+    # so a tile's stores run under the next tile's MMAs; the same rounded values (C without a unit column
+    # stride or with a row stride not a multiple of 8 elements: the pointer stores)
+    tma_store: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "block_k"):
@@ -192,6 +196,8 @@ class LaunchConfig:
                          or self.walk_chunks_above < (1 << 62)):
             raise ValueError("tma is a 16-bit operands option: no precision, k_major, transpose_w, local-scale or "
                              "walked-chunk settings")
+        if self.tma_store and not (self.tma and self.split_k == 1):
+            raise ValueError("tma_store is a tma option without split-K (a split's partials are fp32 sums)")
         sides = (self.block_m, self.block_n, self.block_k)
         if self.tma and (min(sides) < 16 or max(sides) > 256):
             raise ValueError("a tma config's tiles are 16 to 256 on each side (a TMA box and a 16-bit wgmma)")
@@ -219,7 +225,7 @@ class LaunchConfig:
                 + ("/KM" if self.k_major else "") + ("/L" if self.local_scales else "")
                 + ("/S" if self.swap_ab else "") + ("/PS" if self.presplit else "")
                 + ("/P2" if self.pair_steps else "") + ("/M" if self.merge_products else "")
-                + ("/TMA" if self.tma else "")
+                + ("/TMA" if self.tma else "") + ("/TS" if self.tma_store else "")
                 + (f"/W{self.walk_chunks_above}" if self.split_k > 1 and self.walk_chunks_above < (1 << 62) else ""))
 
 
@@ -388,9 +394,12 @@ def _sigmoid(z):
 @triton.jit
 def _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm, stride_zn,
               stride_om, stride_on, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr, OUT_SILU: tl.constexpr,
-              SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr, BIAS_ROWS: tl.constexpr, BY_HAND: tl.constexpr):
+              SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr, BIAS_ROWS: tl.constexpr, BY_HAND: tl.constexpr,
+              STORE: tl.constexpr = True):
     """Accumulator -> outputs: bias (per column; BIAS_ROWS, a swapped launch's C^T: per row), silu' or
-    silu in the accumulator's type (fp32; float64 for fp64 configs), one rounding per stored value."""
+    silu in the accumulator's type (fp32; float64 for fp64 configs), one rounding per stored value.
+    Returns the values C gets before their rounding; without STORE, C (and EXTRA) are the caller's to
+    write (`_gemm_tma_kernel`'s descriptor store)."""
     row_ok = rm < M
     col_ok = rn < n_main
     mask = row_ok[:, None] & col_ok[None, :]
@@ -408,10 +417,12 @@ def _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stri
             tl.store(ZOUT + rm64[:, None] * stride_om + rn[None, :] * stride_on,
                      rounded(acc, ZOUT.dtype.element_ty, BY_HAND), mask=mask)
         acc = acc * _sigmoid(acc)
-    tl.store(C + rm64[:, None] * stride_cm + rn[None, :] * stride_cn, rounded(acc, C.dtype.element_ty, BY_HAND),
-             mask=mask)
-    if EXTRA_COL:
-        _store_extra_column(acc, rm, rn, M, n_main, EXTRA, BY_HAND)
+    if STORE:
+        tl.store(C + rm64[:, None] * stride_cm + rn[None, :] * stride_cn, rounded(acc, C.dtype.element_ty, BY_HAND),
+                 mask=mask)
+        if EXTRA_COL:
+            _store_extra_column(acc, rm, rn, M, n_main, EXTRA, BY_HAND)
+    return acc
 
 
 @triton.jit
@@ -668,7 +679,8 @@ def _gemm_tma_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                      SPLIT_K: tl.constexpr, MASK_M: tl.constexpr, A_T: tl.constexpr,
                      B_T: tl.constexpr, DOT_F32: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr,
-                     OUT_SILU: tl.constexpr, SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr, BY_HAND: tl.constexpr):
+                     OUT_SILU: tl.constexpr, SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr, C_DESC: tl.constexpr,
+                     BY_HAND: tl.constexpr):
     """`_gemm_kernel`'s 16-bit tiles with A and B read through TMA descriptors (`LaunchConfig.tma`): the
     same output, tiles, K chunks and epilogues, and per tile the same dots over k in [k_lo, k_hi),
     ascending, BLOCK_K a step (so each element the same sum in the same order: the pointer kernel's
@@ -677,7 +689,11 @@ def _gemm_tma_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
     checks), so a chunk's last step never reads the next chunk's k. A [M, K] with unit stride along K, or
     (A_T) along M; B [K, n_load] with unit stride along n, or (B_T) along K. Each program walks the work
     items pid, pid + programs, ... (item = chunk * tiles + tile: all tiles of chunk 0 first); with one
-    program per item that is one item."""
+    program per item that is one item. C_DESC (`tma_store`, no split): C written through a descriptor in
+    two column halves, its bounds (M rows, n_main columns) the pointer stores' mask."""
+    if C_DESC:
+        c_desc = tl.make_tensor_descriptor(C, shape=[M, n_main], strides=[stride_cm, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N // 2])
     if A_T:
         a_desc = tl.make_tensor_descriptor(A, shape=[K, M], strides=[stride_a, 1], block_shape=[BLOCK_K, BLOCK_M])
     else:
@@ -713,7 +729,17 @@ def _gemm_tma_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
                 acc = tl.dot(a, b, acc)
         rm = m0 + tl.arange(0, BLOCK_M)
         rn = n0 + tl.arange(0, BLOCK_N)
-        if SPLIT_K == 1:
+        if SPLIT_K == 1 and C_DESC:
+            out = _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm,
+                            stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, False, False,
+                            BY_HAND, False)
+            halves = tl.permute(tl.reshape(out, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+            left, right = tl.split(halves)
+            c_desc.store([m0, n0], rounded(left, C.dtype.element_ty, BY_HAND))
+            c_desc.store([m0, n0 + BLOCK_N // 2], rounded(right, C.dtype.element_ty, BY_HAND))
+            if EXTRA_COL and (n0 <= n_main) and (n_main < n0 + BLOCK_N):
+                _store_extra_column(acc, rm, rn, M, n_main, EXTRA, BY_HAND)
+        elif SPLIT_K == 1:
             _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm, stride_zn,
                       stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, False, False, BY_HAND)
             # the db column's masked stores only in the one column tile that holds it: every other tile of a
@@ -952,7 +978,8 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
           programs_per_device: int) -> _Plan:
     a_silu, ones, out_silu, m_fixed, has_bias, has_zin, has_zout, has_extra, sa_all, sb_all = flags
     if cfg.tma:
-        pointer_cfg = dataclasses.replace(cfg, tma=False, persistent=cfg.persistent and cfg.split_k == 1)
+        pointer_cfg = dataclasses.replace(cfg, tma=False, tma_store=False,
+                                          persistent=cfg.persistent and cfg.split_k == 1)
         fallback = _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M, N, K, pointer_cfg,
                          n_main, n_load, fp32, flags, n_sa, n_sb, programs_per_device)
         layout = _tma_layout(a_strides, b_strides)
@@ -1025,6 +1052,7 @@ def _tma_plan(device_index, layout, c_strides, z_strides, o_strides, M: int, N: 
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, SPLIT_K=split,
         MASK_M=not (m_fixed and M % cfg.block_m == 0), A_T=a_t, B_T=b_t, DOT_F32=INTERPRETED,
         HAS_BIAS=has_bias, MUL_DSILU=has_zin, OUT_SILU=out_silu, SAVE_PRE=has_zout, EXTRA_COL=has_extra,
+        C_DESC=cfg.tma_store and c_strides[1] == 1 and c_strides[0] % 8 == 0,   # 16-byte rows for 2- and 4-byte C
         BY_HAND=BY_HAND, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     unspecialized = (M, K, chunk, M * N)   # `do_not_specialize`, as `_plan`'s
     key = (_gemm_tma_kernel, device_index, tuple(sorted(meta.items())), (N, K, n_main, n_load) + strides,
@@ -1088,7 +1116,8 @@ def run_plan(plan: _Plan, a, b, c, *, bias=None, zin=None, zout=None, extra=None
     partials made here, the counters from `split_counters`)."""
     device = c.device
     if plan.fallback is not None and not (a.element_size() == 2 and b.element_size() == 2
-                                          and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0):
+                                          and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0
+                                          and c.data_ptr() % 16 == 0):
         plan = plan.fallback   # a descriptor's base must be 16-byte aligned, its elements the 16-bit ones planned
     dummy = c  # stands in for every pointer a constexpr flag leaves unused (never dereferenced)
     if plan.split > 1:

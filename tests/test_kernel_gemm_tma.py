@@ -50,17 +50,22 @@ def assert_bits(got, want, what):
         assert torch.equal(as_bits(g_), as_bits(w_)), what
 
 
+@pytest.mark.parametrize("tma_store", [False, True])
 @pytest.mark.parametrize("persistent", [False, True])
-def test_tma_forward_and_weight_grad_give_the_pointer_bits(device, monkeypatch, persistent):
+def test_tma_forward_and_weight_grad_give_the_pointer_bits(device, monkeypatch, persistent, tma_store):
+    """Forward (bias; bf16 and fp32 out), dW with the stored db column; with `tma_store` C goes out through a
+    descriptor in two column halves (its bounds the stores' mask: 37 rows, 80 columns of 64-wide tiles)."""
     temb, a, w, b, dy = operands(device)
     pointer = LaunchConfig(**TILE, persistent=persistent)
-    tma = dataclasses.replace(pointer, tma=True)
-    want = (gemm.forward(a, w, b, pointer, out_dtype=BF16)[0],
-            *gemm.weight_grad(dy, a, pointer, a_ones="stored", dw_dtype=BF16, db_dtype=BF16))
+    tma = dataclasses.replace(pointer, tma=True, tma_store=tma_store)
+
+    def run(cfg):
+        return (gemm.forward(a, w, b, cfg, out_dtype=BF16)[0], gemm.forward(a, w, b, cfg, out_dtype=torch.float32)[0],
+                *gemm.weight_grad(dy, a, cfg, a_ones="stored", dw_dtype=BF16, db_dtype=BF16))
+    want = run(pointer)
     seen = launched_kernels(monkeypatch)
-    got = (gemm.forward(a, w, b, tma, out_dtype=BF16)[0],
-           *gemm.weight_grad(dy, a, tma, a_ones="stored", dw_dtype=BF16, db_dtype=BF16))
-    assert seen == [gemm._gemm_tma_kernel] * 2
+    got = run(tma)
+    assert seen == [gemm._gemm_tma_kernel] * 3
     assert_bits(got, want, tma.short())
 
 
@@ -124,18 +129,24 @@ def test_tma_configs_are_checked():
         LaunchConfig(**TILE, tma=True, precision="tf32x3")
     with pytest.raises(ValueError, match="tma is a 16-bit"):
         LaunchConfig(**TILE, tma=True, k_major=True)
+    with pytest.raises(ValueError, match="tma_store is a tma option"):
+        LaunchConfig(**TILE, tma_store=True)
+    with pytest.raises(ValueError, match="tma_store is a tma option"):
+        LaunchConfig(**TILE, tma=True, tma_store=True, split_k=2)
     with pytest.raises(ValueError, match="16 to 256"):
         LaunchConfig(8, 64, 32, tma=True)
     with pytest.raises(ValueError, match="persistent config takes no split-K"):
         LaunchConfig(**TILE, split_k=2, persistent=True)
     assert LaunchConfig(**TILE, split_k=2, persistent=True, tma=True).short() == "32x64x32/w4/s3/k2/P/TMA"
-    for name in ("fwd", "dx", "dw"):   # the TMA set is the default's tiles and chunks, read through TMA
-        assert dataclasses.replace(getattr(AP.TMA, name), tma=False, persistent=False) == \
-            dataclasses.replace(getattr(AP.DEFAULT, name), persistent=False), name
+    for configs in (AP.TMA, AP.TMA_STORE):   # the default's tiles and chunks, read (and written) through TMA
+        for name in ("fwd", "dx", "dw"):
+            assert dataclasses.replace(getattr(configs, name), tma=False, tma_store=False, persistent=False) == \
+                dataclasses.replace(getattr(AP.DEFAULT, name), persistent=False), name
 
 
 def test_tma_projection_configs_give_the_default_bits_on_the_gpu(device, monkeypatch):
-    """The op at its tests' size and at T = 1 and 300: AP.TMA's outputs and gradients bitwise AP.DEFAULT's (the
+    """The op at its tests' size and at T = 1 and 300: AP.TMA's and AP.TMA_STORE's outputs and gradients bitwise
+    AP.DEFAULT's (the
     interpreter takes INTERPRETER's configs whatever the set, so this runs on a GPU only)."""
     if device.type != "cuda":
         pytest.skip("TMA descriptors and wgmma on the GPU: the interpreter's plumbing is checked above")
@@ -144,11 +155,12 @@ def test_tma_projection_configs_give_the_default_bits_on_the_gpu(device, monkeyp
     for rows in (1, 300):
         inputs, dy = ada_case(device, rows)
         results = []
-        for configs in (AP.DEFAULT, AP.TMA):
+        for configs in (AP.DEFAULT, AP.TMA, AP.TMA_STORE):
             monkeypatch.setattr(AP, "_CONFIGS", [configs])
             results.append(run_op(adaln_projection, ADA_NAMES, inputs, dy))
-        (y0, g0), (y1, g1) = results
-        assert torch.equal(as_bits(y1), as_bits(y0)), rows
-        for name in ADA_NAMES:
-            assert torch.equal(as_bits(g1[name]), as_bits(g0[name])), (rows, name)
+        (y0, g0), *others = results
+        for y1, g1 in others:
+            assert torch.equal(as_bits(y1), as_bits(y0)), rows
+            for name in ADA_NAMES:
+                assert torch.equal(as_bits(g1[name]), as_bits(g0[name])), (rows, name)
     assert ADA.input_names == ADA_NAMES
