@@ -131,11 +131,19 @@ class LaunchConfig:
     chunk_limit: int = 1024        # rows per program at most (the local sort is a [CMAX, M + 2] one-hot)
     param_cols: int = 32           # parameter stage: columns per program (each width its own fixed tl.sum trees)
     param_tile: int = 256          # parameter stage: partial rows per tl.sum, at most
+    # the split backward's first pass (`_bwd_dots_kernel`): [dots_rows, dots_chunk] tiles on dots_warps warps
+    # (part of c's order: chunks of dots_chunk, chunk 0 first); dots_prefetch: each chunk's x and dy loaded
+    # one chunk ahead (the same sums in the same order: the same bits), more bytes in flight a program
+    dots_rows: int = DOTS_ROWS
+    dots_chunk: int = DOTS_CHUNK
+    dots_warps: int = DOTS_WARPS
+    dots_prefetch: bool = False
 
     def __post_init__(self):
         if self.fwd_kernel not in ("rows", "walk"):
             raise ValueError(f"fwd_kernel must be 'rows' or 'walk', got {self.fwd_kernel!r}")
-        for name in ("fwd_rows", "bwd_rows", "bwd_chunk", "bwd_cols", "block_h", "plan_walk_rows"):
+        for name in ("fwd_rows", "bwd_rows", "bwd_chunk", "bwd_cols", "block_h", "plan_walk_rows", "dots_rows",
+                     "dots_chunk"):
             value = getattr(self, name)
             if value and value & (value - 1):
                 raise ValueError(f"{name} must be a power of two, got {value}")
@@ -489,10 +497,11 @@ def _row_grads_given(x, dy, a, rstd, c):
 
 @triton.jit(do_not_specialize=["n_rows"])
 def _bwd_dots_kernel(X, DY, W, SC, IDX, RSTD, C, n_rows, M, stride_x, stride_dy, stride_sc, H: tl.constexpr,
-                     CB: tl.constexpr, N_CB: tl.constexpr, G: tl.constexpr):
+                     CB: tl.constexpr, N_CB: tl.constexpr, G: tl.constexpr, PREFETCH: tl.constexpr):
     """The split backward's first pass: c[r] = sum(dy * a[m] * xhat) / H for G rows a program, in column
     chunks of CB, chunk 0 first (each row's own tl.sum tree per chunk: no other row enters it). A bad
-    index has a NaN rstd (the forward's), so its c is NaN."""
+    index has a NaN rstd (the forward's), so its c is NaN. PREFETCH: chunk c + 1's x and dy loaded before
+    chunk c's arithmetic (the one past the last masked off: no traffic); the same sums in the same order."""
     rows = tl.program_id(0) * G + tl.arange(0, G)
     ok = rows < n_rows
     key = tl.load(IDX + rows, mask=ok, other=0)
@@ -500,11 +509,12 @@ def _bwd_dots_kernel(X, DY, W, SC, IDX, RSTD, C, n_rows, M, stride_x, stride_dy,
     rstd = tl.load(RSTD + rows, mask=ok, other=0.0)
     chunk = tl.arange(0, CB)
     dot = tl.zeros((G,), dtype=tl.float32)
+    x_next, dy_next = _prefetched(X, DY, rows, stride_x, stride_dy, chunk, ok, H, PREFETCH)
     for c in range(0, N_CB):
         cols = c * CB + chunk
         col_ok = cols < H
-        x = _load_tile(X, rows, stride_x, cols, ok, H, False).to(tl.float32)
-        dy = _load_tile(DY, rows, stride_dy, cols, ok, H, False).to(tl.float32)
+        x, dy, x_next, dy_next = _chunk_tiles(X, DY, rows, stride_x, stride_dy, cols, ok, x_next, dy_next, H, CB,
+                                              PREFETCH)
         w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
         sc = tl.load(SC + m[:, None] * stride_sc + cols[None, :], mask=ok[:, None] & col_ok[None, :],
                      other=0.0).to(tl.float32)
@@ -958,6 +968,12 @@ def partial_rows(table_rows: int, cfg: LaunchConfig, global_plan: bool) -> int:
     return rows + (2 if cfg.bwd_chunk else 0)
 
 
+def dots_meta(hidden: int, cfg: LaunchConfig) -> dict:
+    """`_bwd_dots_kernel`'s constexprs and warps for rows of `hidden` under `cfg`."""
+    return dict(H=hidden, CB=cfg.dots_chunk, N_CB=cdiv(hidden, cfg.dots_chunk), G=cfg.dots_rows,
+                PREFETCH=cfg.dots_prefetch, num_warps=cfg.dots_warps)
+
+
 @functools.lru_cache(maxsize=512)
 def _bwd_recipe(rows: int, hidden: int, table_rows: int, need_params: bool, cfg: LaunchConfig, device: int) -> tuple:
     """Everything of a backward that depends on the shapes only: (global plan, programs, CHUNK, CMAX,
@@ -977,8 +993,7 @@ def _bwd_recipe(rows: int, hidden: int, table_rows: int, need_params: bool, cfg:
         kernel = _bwd_kernel
         meta.update(BLOCK_H=cfg.bwd_cols, ROWS=cfg.bwd_rows, COLS=True)
         grid = (programs, cdiv(hidden, cfg.bwd_cols))
-        dots = ((cdiv(rows, DOTS_ROWS),), dict(H=hidden, CB=DOTS_CHUNK, N_CB=cdiv(hidden, DOTS_CHUNK), G=DOTS_ROWS,
-                                               num_warps=DOTS_WARPS))
+        dots = ((cdiv(rows, cfg.dots_rows),), dots_meta(hidden, cfg))
     elif cfg.bwd_chunk:
         kernel = _bwd_chunked_kernel
         meta.update(CB=cfg.bwd_chunk, N_CB=cdiv(hidden, cfg.bwd_chunk), G=cfg.bwd_rows,

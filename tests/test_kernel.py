@@ -581,9 +581,30 @@ def test_chunked_backward_prefetch_changes_no_bit(device, monkeypatch, table_row
         assert torch.equal(as_bits(ahead[1][name]), as_bits(plain[1][name])), name
 
 
+@pytest.mark.parametrize("table_rows", [9, 40])   # the local plan and the global one
+def test_split_backward_dots_prefetch_changes_no_bit(device, monkeypatch, table_rows):
+    """`dots_prefetch` loads the split backward's first pass one chunk ahead (three chunks of 8 at H = 20, the
+    last one short, its successor masked off): every row's c, so the outputs and every gradient, bitwise
+    the same as without it."""
+    import dataclasses
+
+    from kernels import norm_modulate as K
+    cfg = _config(monkeypatch, 20, chunk_limit=4, local_max=16, fwd_kernel="rows", fwd_rows=2, bwd_rows=2,
+                  bwd_chunk=0, bwd_cols=8, dots_rows=2, dots_chunk=8)
+    params, inputs, grad_out = _table_case(device, 20, 26, table_rows)
+    plain = run(inputs, grad_out)
+    monkeypatch.setattr(K, "launch_config", lambda h: dataclasses.replace(cfg, dots_prefetch=True))
+    ahead = run(inputs, grad_out)
+    assert torch.equal(as_bits(ahead[0]), as_bits(plain[0]))
+    for name in NAMES:
+        assert torch.equal(as_bits(ahead[1][name]), as_bits(plain[1][name])), name
+
+
 @pytest.mark.parametrize("changes", [dict(fwd_kernel="rows", fwd_rows=4, fwd_l1_tables=True),
                                      dict(fwd_kernel="walk", fwd_rows=2, bwd_rows=4),
-                                     dict(bwd_cols=16, bwd_rows=4)])   # the split backward, 3 column blocks
+                                     dict(bwd_cols=16, bwd_rows=4),   # the split backward, 3 column blocks
+                                     # its first pass 4 rows a program in 16-column chunks, prefetched
+                                     dict(bwd_cols=16, bwd_rows=4, dots_rows=4, dots_chunk=16, dots_prefetch=True)])
 def test_variants_are_batch_invariant(device, monkeypatch, changes):
     """Every LaunchConfig variant keeps a row's bits independent of the batch around it."""
     _config(monkeypatch, 40, chunk_limit=8, **changes)

@@ -89,9 +89,9 @@ def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9) -> list[t
             out.append((f"bwd global={plan}", K._bwd_kernel,
                         dict(common, BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows, COLS=False), cfg.bwd_warps))
     if cfg.bwd_cols:
-        out.append(("bwd split dots", K._bwd_dots_kernel,
-                    dict(H=hidden, CB=K.DOTS_CHUNK, N_CB=triton.cdiv(hidden, K.DOTS_CHUNK), G=K.DOTS_ROWS),
-                    K.DOTS_WARPS))
+        dots = K.dots_meta(hidden, cfg)
+        warps = dots.pop("num_warps")
+        out.append(("bwd split dots", K._bwd_dots_kernel, dots, warps))
     out.append(("params", K._bwd_params_kernel, dict(H=hidden, BLOCK_C=32, P_TILE=256, BY_HAND=False), 4))
     out.append(("combine", K._bwd_combine_kernel, dict(H=hidden, BLOCK_C=128, P_TILE=32, BY_HAND=False), 4))
     out.extend(plan_kernels())

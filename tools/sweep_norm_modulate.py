@@ -99,6 +99,14 @@ def _presets(base) -> dict:
         "bwd-split-r2c4096": dict(bwd_cols=4096, bwd_chunk=0, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1),
         "bwd-split-r4c1024": dict(bwd_cols=1024, bwd_chunk=0, bwd_rows=4, bwd_warps=4, bwd_programs_per_sm=1),
         "bwd-split-r4c2048-2sm": dict(bwd_cols=2048, bwd_chunk=0, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=2),
+        # the split backward's first pass (c: 4RH bytes read, 3.64 TB/s at H = 12288 in v30; 128 registers on 4
+        # warps, ~16 KB of loads in flight a program): each chunk loaded one chunk ahead (the same bits), and
+        # other tiles (another order for c: kernels/NOTES.md v37)
+        "dots-prefetch": dict(dots_prefetch=True),
+        "dots-r4w8": dict(dots_rows=4, dots_warps=8),
+        "dots-r4w8-prefetch": dict(dots_rows=4, dots_warps=8, dots_prefetch=True),
+        "dots-r1w2": dict(dots_rows=1, dots_warps=2),
+        "dots-c4096w8": dict(dots_chunk=4096, dots_warps=8),
         # the local plan up to M = 64 (no sort, no position -> row loads, no combine launch; partials
         # 4 P (2M + 1) H bytes: 366 MB at M = 64, H = 5376, P = 132; sm_90: 56 B spilled, 132 KB shared)
         "local-max-64": dict(local_max=64),
