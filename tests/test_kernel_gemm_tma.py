@@ -164,3 +164,30 @@ def test_tma_projection_configs_give_the_default_bits_on_the_gpu(device, monkeyp
             for name in ADA_NAMES:
                 assert torch.equal(as_bits(g1[name]), as_bits(g0[name])), (rows, name)
     assert ADA.input_names == ADA_NAMES
+
+
+def test_tma_scratch_allocator_is_torch_unless_the_caller_set_one(monkeypatch):
+    """Descriptors made in the kernel need triton's allocator at launch: `tma_scratch_allocator` sets torch's
+    where none is set and leaves a caller's own alone (each case in a fresh context: the allocator is a
+    context variable)."""
+    import contextvars
+
+    import triton
+    from triton.runtime import _allocation
+
+    monkeypatch.setattr(gemm, "INTERPRETED", False)   # the interpreter needs none, so the call returns at once there
+
+    def after(initial):
+        def run():
+            if initial is not None:
+                triton.set_allocator(initial)
+            gemm.tma_scratch_allocator()
+            return _allocation._allocator.get()
+        return contextvars.copy_context().run(run)
+
+    assert after(None) is gemm._torch_scratch
+
+    def mine(size, alignment, stream):
+        return None
+    assert after(mine) is mine
+    assert isinstance(_allocation._allocator.get(), _allocation.NullAllocator)   # this context untouched
