@@ -564,36 +564,20 @@ def test_config_takes_one_backward():
 
 
 @pytest.mark.parametrize("table_rows", [9, 40])   # the local plan and the global one
-def test_chunked_backward_prefetch_changes_no_bit(device, monkeypatch, table_rows):
-    """`bwd_prefetch` loads each chunk one chunk ahead (the last load masked off); the sums and their
-    order are the same: outputs and every gradient bitwise equal to the chunked backward without it."""
+@pytest.mark.parametrize("backward,flag", [(dict(bwd_chunk=8, bwd_cols=0), "bwd_prefetch"),
+                                           (dict(bwd_chunk=0, bwd_cols=8, dots_rows=2, dots_chunk=8), "dots_prefetch")])
+def test_prefetch_changes_no_bit(device, monkeypatch, table_rows, backward, flag):
+    """A prefetch flag loads each chunk one chunk ahead (the last load masked off): the chunked backward's
+    `bwd_prefetch`, and `dots_prefetch` for the split backward's first pass (three chunks of 8 at H = 20,
+    the last one short). The sums and their order are the same: outputs and every gradient bitwise equal
+    to those without it."""
     import dataclasses
 
     from kernels import norm_modulate as K
-    cfg = _config(monkeypatch, 20, chunk_limit=4, local_max=16, fwd_kernel="rows", fwd_rows=2, bwd_rows=2,
-                  bwd_chunk=8, bwd_cols=0)
+    cfg = _config(monkeypatch, 20, chunk_limit=4, local_max=16, fwd_kernel="rows", fwd_rows=2, bwd_rows=2, **backward)
     params, inputs, grad_out = _table_case(device, 20, 26, table_rows)
     plain = run(inputs, grad_out)
-    monkeypatch.setattr(K, "launch_config", lambda h: dataclasses.replace(cfg, bwd_prefetch=True))
-    ahead = run(inputs, grad_out)
-    assert torch.equal(as_bits(ahead[0]), as_bits(plain[0]))
-    for name in NAMES:
-        assert torch.equal(as_bits(ahead[1][name]), as_bits(plain[1][name])), name
-
-
-@pytest.mark.parametrize("table_rows", [9, 40])   # the local plan and the global one
-def test_split_backward_dots_prefetch_changes_no_bit(device, monkeypatch, table_rows):
-    """`dots_prefetch` loads the split backward's first pass one chunk ahead (three chunks of 8 at H = 20, the
-    last one short, its successor masked off): every row's c, so the outputs and every gradient, bitwise
-    the same as without it."""
-    import dataclasses
-
-    from kernels import norm_modulate as K
-    cfg = _config(monkeypatch, 20, chunk_limit=4, local_max=16, fwd_kernel="rows", fwd_rows=2, bwd_rows=2,
-                  bwd_chunk=0, bwd_cols=8, dots_rows=2, dots_chunk=8)
-    params, inputs, grad_out = _table_case(device, 20, 26, table_rows)
-    plain = run(inputs, grad_out)
-    monkeypatch.setattr(K, "launch_config", lambda h: dataclasses.replace(cfg, dots_prefetch=True))
+    monkeypatch.setattr(K, "launch_config", lambda h: dataclasses.replace(cfg, **{flag: True}))
     ahead = run(inputs, grad_out)
     assert torch.equal(as_bits(ahead[0]), as_bits(plain[0]))
     for name in NAMES:
