@@ -729,23 +729,23 @@ def _gemm_tma_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
                 acc = tl.dot(a, b, acc)
         rm = m0 + tl.arange(0, BLOCK_M)
         rn = n0 + tl.arange(0, BLOCK_N)
-        if SPLIT_K == 1 and C_DESC:
-            out = _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm,
-                            stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, False, False,
-                            BY_HAND, False)
-            halves = tl.permute(tl.reshape(out, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-            left, right = tl.split(halves)
-            c_desc.store([m0, n0], rounded(left, C.dtype.element_ty, BY_HAND))
-            c_desc.store([m0, n0 + BLOCK_N // 2], rounded(right, C.dtype.element_ty, BY_HAND))
-            if EXTRA_COL and (n0 <= n_main) and (n_main < n0 + BLOCK_N):
-                _store_extra_column(acc, rm, rn, M, n_main, EXTRA, BY_HAND)
-        elif SPLIT_K == 1:
-            _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm, stride_zn,
-                      stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, False, False, BY_HAND)
+        if SPLIT_K == 1:
+            if C_DESC:
+                out = _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm,
+                                stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, False, False,
+                                BY_HAND, False)
+                halves = tl.permute(tl.reshape(out, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+                left, right = tl.split(halves)
+                c_desc.store([m0, n0], rounded(left, C.dtype.element_ty, BY_HAND))
+                c_desc.store([m0, n0 + BLOCK_N // 2], rounded(right, C.dtype.element_ty, BY_HAND))
+            else:
+                out = _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm,
+                                stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, False, False,
+                                BY_HAND)
             # the db column's masked stores only in the one column tile that holds it: every other tile of a
             # 128 x 256 weight gradient would issue 128 predicated-off 2-byte stores a thread
             if EXTRA_COL and (n0 <= n_main) and (n_main < n0 + BLOCK_N):
-                _store_extra_column(acc, rm, rn, M, n_main, EXTRA, BY_HAND)
+                _store_extra_column(out, rm, rn, M, n_main, EXTRA, BY_HAND)
         else:
             row_ok = (rm < M) | (not MASK_M)
             _split_epilogue(acc, tile, split, rm, rn, row_ok, M, N, n_main, plane, C, BIAS, ZIN, ZOUT, EXTRA, PART,
