@@ -382,18 +382,23 @@ def ada_candidates():
     tma = dict(tma=True)
     # the backward's GEMMs first (where the gap to cuBLAS is); within a list the default's own tiles first
     return [
+        # block_k 128: the same k16 wgmma slices in the same order, half the waits a k (bits checked)
         ("dw", [d.dw, replace(d.dw, persistent=True, **tma), replace(d.dw, persistent=True, tma_store=True, **tma),
                 replace(d.dw, persistent=True, num_stages=3, **tma),
-                replace(d.dw, persistent=True, num_stages=3, tma_store=True, **tma), replace(d.dw, **tma),
+                replace(d.dw, persistent=True, num_stages=3, tma_store=True, **tma),
+                replace(d.dw, block_k=128, num_stages=2, persistent=True, **tma), replace(d.dw, **tma),
                 replace(d.dw, persistent=True, group_m=16, **tma), c(256, 128, 64, 8, 3, persistent=True, **tma)]),
         ("dx", [d.dx, replace(d.dx, **tma), replace(d.dx, persistent=True, **tma),
-                replace(d.dx, persistent=True, num_stages=3, **tma), c(128, 256, 64, 8, 3, split_k=DX_SPLIT, **tma),
+                replace(d.dx, persistent=True, num_stages=3, **tma),
+                replace(d.dx, block_k=128, num_stages=3, persistent=True, **tma),
+                c(128, 256, 64, 8, 3, split_k=DX_SPLIT, **tma),
                 c(128, 256, 64, 8, 3, split_k=DX_SPLIT, persistent=True, **tma),
                 # 3 chunks (another order): 16 x 11 x 3 = 528 items of 128 x 256 at T = 2048, 4 an SM exactly
                 c(128, 256, 64, 8, 3, split_k=3, persistent=True, **tma),
                 c(128, 128, 64, 8, 4, split_k=3, persistent=True, **tma)]),
         ("fwd", [d.fwd, replace(d.fwd, **tma), replace(d.fwd, tma_store=True, **tma),
                  replace(d.fwd, num_stages=3, **tma), replace(d.fwd, num_stages=3, tma_store=True, **tma),
+                 replace(d.fwd, block_k=128, num_stages=2, **tma),
                  replace(d.fwd, persistent=False, **tma), replace(d.fwd, group_m=8, **tma)]),
     ]
 
