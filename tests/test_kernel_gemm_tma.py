@@ -16,7 +16,7 @@ from kernels import adaln_projection as AP
 from kernels import gemm
 from kernels.gemm import LaunchConfig
 from tests.helpers import shifted
-from tests.test_kernel_gemm import ADA, ADA_NAMES, ada_case, run_op
+from tests.test_kernel_gemm import ADA, ADA_NAMES, run_op
 
 BF16 = torch.bfloat16
 TILE = dict(block_m=32, block_n=64, block_k=32)   # the interpreter's tiles: rows and columns both masked below
@@ -144,26 +144,31 @@ def test_tma_configs_are_checked():
                 dataclasses.replace(getattr(AP.DEFAULT, name), persistent=False), name
 
 
-def test_tma_projection_configs_give_the_default_bits_on_the_gpu(device, monkeypatch):
-    """The op at its tests' size and at T = 1 and 300: AP.TMA's and AP.TMA_STORE's outputs and gradients bitwise
-    AP.DEFAULT's (the
-    interpreter takes INTERPRETER's configs whatever the set, so this runs on a GPU only)."""
-    if device.type != "cuda":
-        pytest.skip("TMA descriptors and wgmma on the GPU: the interpreter's plumbing is checked above")
+def test_tma_projection_configs_give_the_default_bits(device, monkeypatch):
+    """The op at T = 1 and 37 with widths a descriptor can read (temb 64, table 96: 16-byte rows): AP.TMA's and
+    AP.TMA_STORE's outputs and gradients bitwise AP.DEFAULT's, their GEMMs launched through the tma kernel. On
+    the GPU that is the tensor core's claim; on the CPU the interpreter runs the GPU's config sets (their
+    128 x 256 tiles), which it otherwise swaps for INTERPRETER's."""
+    from harness.ops.adaln_projection import AdaLNProjectionParams
     from kernels.adaln_projection import adaln_projection
 
-    for rows in (1, 300):
-        inputs, dy = ada_case(device, rows)
+    if device.type != "cuda":
+        monkeypatch.setattr(AP, "interpreter_active", lambda: False)
+    params = AdaLNProjectionParams(hidden=16, temb_dim=64, chunks=6, modalities=1)
+    for rows in (1, 37):
+        inputs = ADA.make_inputs(params, rows, 3, device)
+        dy = ADA.make_grad_outs(params, rows, 103, device)[0]
         results = []
         for configs in (AP.DEFAULT, AP.TMA, AP.TMA_STORE):
             monkeypatch.setattr(AP, "_CONFIGS", [configs])
+            seen = launched_kernels(monkeypatch)
             results.append(run_op(adaln_projection, ADA_NAMES, inputs, dy))
+            assert (seen.count(gemm._gemm_tma_kernel) == 3) == (configs is not AP.DEFAULT), (rows, seen)
         (y0, g0), *others = results
         for y1, g1 in others:
             assert torch.equal(as_bits(y1), as_bits(y0)), rows
             for name in ADA_NAMES:
                 assert torch.equal(as_bits(g1[name]), as_bits(g0[name])), (rows, name)
-    assert ADA.input_names == ADA_NAMES
 
 
 def test_tma_scratch_allocator_is_torch_unless_the_caller_set_one(monkeypatch):
