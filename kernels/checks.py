@@ -11,6 +11,8 @@ These run on every call, so they stay plain loops and comparisons (no tensor wor
 """
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Mapping, Optional
 
 import torch
@@ -72,6 +74,19 @@ def same_dtype(named: Mapping[str, torch.Tensor], names: tuple[str, ...], anchor
     for name in names:
         if named[name].dtype != dtype:
             raise TypeError(f"{name} has dtype {named[name].dtype} but {anchor} has {dtype}")
+
+
+def epsilon(eps: object) -> float:
+    """eps as a float: TypeError unless a real number (a bool is not one), ValueError unless finite and >= 0.
+    A NaN or infinite eps makes every output NaN or zero, a negative one makes rows whose mean square is
+    below -eps NaN: silently wrong either way, so refused here. 0 is allowed (as in torch's rms_norm)."""
+    if type(eps) is not float:  # the common case skips the ABC check (this runs on every call)
+        if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+            raise TypeError(f"eps must be a real number, got {type(eps).__name__}")
+    value = float(eps)
+    if not (math.isfinite(value) and value >= 0.0):
+        raise ValueError(f"eps must be finite and >= 0, got {eps!r}")
+    return value
 
 
 def index_range(name: str, t: torch.Tensor, limit: int, rows_of: Optional[str] = None) -> None:

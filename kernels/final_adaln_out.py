@@ -318,14 +318,15 @@ def final_adaln_out(x: torch.Tensor, nw: torch.Tensor, temb: torch.Tensor, w: to
     """
     if not _fast_ok(x, nw, temb, w, b, ti):
         _check(x, nw, temb, w, b, ti)
+    eps = checks.epsilon(eps)
     if check_index:
         checks.index_range("ti", ti, temb.shape[0], rows_of="temb")
     cfg = config or launch_config(x.shape[-1])
     if cfg.one_node:
         if x.is_cuda and x.get_device() != torch.cuda.current_device():
             with torch.cuda.device(x.device):  # triton launches on the current device
-                return _one_node(x, nw, temb, w, b, ti, float(eps), projection_kind(cfg), grads_kind(cfg))
-        return _one_node(x, nw, temb, w, b, ti, float(eps), projection_kind(cfg), grads_kind(cfg))
+                return _one_node(x, nw, temb, w, b, ti, eps, projection_kind(cfg), grads_kind(cfg))
+        return _one_node(x, nw, temb, w, b, ti, eps, projection_kind(cfg), grads_kind(cfg))
     wants_grad = torch.is_grad_enabled() and (temb.requires_grad or w.requires_grad or b.requires_grad)
     if cfg.projection_node and wants_grad:
         proj = _Projection.apply(temb, w, b, projection_kind(cfg), grads_kind(cfg))

@@ -138,13 +138,14 @@ def norm_modulate(x: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.
     """
     if not _fast_ok(x, w, sh, sc, idx):
         _check(x, w, sh, sc, idx)
+    eps = checks.epsilon(eps)
     if x.is_cuda and x.get_device() != torch.cuda.current_device():
         with torch.cuda.device(x.device):  # triton launches on the current device
             return norm_modulate(x, w, sh, sc, idx, eps, check_index)
     if check_index:
         checks.index_range("idx", idx, sh.shape[0], rows_of="the table")
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or sh.requires_grad or sc.requires_grad):
-        return _NormModulate.apply(x, w, sh, sc, idx, float(eps))
+        return _NormModulate.apply(x, w, sh, sc, idx, eps)
     # Inference: no autograd node and no saved rstd (each costs host time, the rstd store 5 us).
     x2d, w_, sh_, sc_, idx1d = as_rows(x, w, sh, sc, idx)
     cfg = K.launch_config(x2d.shape[1])
@@ -152,9 +153,9 @@ def norm_modulate(x: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.
     table_bytes = table_rows * x2d.shape[1] * (sh.element_size() + sc.element_size())
     plan = global_plan(idx1d, table_rows, x2d.shape[1], table_bytes, cfg, training=False)
     if plan is None and graph_replay.usable(x2d):
-        y = _replayed(x2d, w_, sh_, sc_, idx1d, float(eps), cfg)
+        y = _replayed(x2d, w_, sh_, sc_, idx1d, eps, cfg)
     else:
-        y, _ = K.forward(x2d, w_, sh_, sc_, idx1d, float(eps), save_rstd=False, config=cfg, plan=plan)
+        y, _ = K.forward(x2d, w_, sh_, sc_, idx1d, eps, save_rstd=False, config=cfg, plan=plan)
     return y if x.dim() == 2 else y.view(x.shape)
 
 

@@ -180,6 +180,37 @@ def test_bad_input_names_the_argument(device, change, error, match):
         norm_modulate(args["x"], args["w"], args["sh"], args["sc"], args["idx"])
 
 
+@pytest.mark.parametrize("eps,error,match", [
+    (float("nan"), ValueError, "eps must be finite and >= 0"),
+    (float("inf"), ValueError, "eps must be finite and >= 0"),
+    (-1e-5, ValueError, "eps must be finite and >= 0"),
+    (True, TypeError, "eps must be a real number"),
+    ("1e-5", TypeError, "eps must be a real number"),
+    (None, TypeError, "eps must be a real number"),
+])
+def test_bad_eps_is_refused(device, eps, error, match):
+    """An eps that makes rows NaN (NaN, infinite, negative) or is not a number is an error, in training and
+    in inference, not NaN outputs."""
+    _, inputs, _ = case(device, 8, 5)
+    args = [inputs.tensors[n] for n in ("x", "w", "sh", "sc", "idx")]
+    with pytest.raises(error, match=match):
+        norm_modulate(*args, eps=eps)
+    with pytest.raises(error, match=match), torch.no_grad():
+        norm_modulate(*args, eps=eps)
+
+
+def test_eps_zero_and_numpy_scalars_are_taken(device):
+    """eps = 0 is allowed (torch's rms_norm allows it); an int or numpy scalar gives the float's bits."""
+    import numpy as np
+    _, inputs, _ = case(device, 8, 5)
+    args = [inputs.tensors[n] for n in ("x", "w", "sh", "sc", "idx")]
+    assert torch.isfinite(norm_modulate(*args, eps=0.0)).all()  # the case's rows are not all zero
+    want = norm_modulate(*args, eps=1e-5)
+    assert torch.equal(norm_modulate(*args, eps=np.float32(1e-5)), norm_modulate(*args, eps=float(np.float32(1e-5))))
+    assert torch.equal(norm_modulate(*args, eps=np.float64(1e-5)), want)
+    assert torch.equal(norm_modulate(*args, eps=0), norm_modulate(*args, eps=0.0))
+
+
 BAD_INPUTS = [
     (lambda t: {"w": t["w"][:-1]}, ValueError, "w must have shape"),
     (lambda t: {"sh": t["sh"][:, :-1]}, ValueError, "sh must have shape"),

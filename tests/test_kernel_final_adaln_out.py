@@ -324,6 +324,13 @@ def test_bad_input_names_the_argument(device, change, error, match):
         assert not FA._well_formed(*args.values(), -1)
 
 
+@pytest.mark.parametrize("eps,error", [(float("nan"), ValueError), (-1.0, ValueError), ("x", TypeError)])
+def test_bad_eps_is_refused(device, eps, error):
+    _, t, _ = case(device, 8, 5)
+    with pytest.raises(error, match="eps must be"):
+        final_adaln_out(*t.values(), eps)
+
+
 def test_fast_check_accepts_the_common_case(device):
     _, t, _ = case(device, 8, 5)
     assert FA._well_formed(*t.values(), t["x"].get_device())
