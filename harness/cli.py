@@ -18,6 +18,7 @@ from typing import Callable, List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Batch-invariance, accuracy and latency evidence for GPU kernels.")
@@ -32,7 +33,7 @@ RENDER_HOOKS: list[RenderHook] = []
 
 
 def fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/] {message}", highlight=False)
+    err.print(f"[red]error:[/] {escape(message)}", highlight=False)
     raise typer.Exit(code)
 
 
@@ -218,7 +219,7 @@ def run(
     if render:
         for hook in RENDER_HOOKS:
             written += hook([r.out for r in requests], console)
-    console.print(f"wrote {', '.join(str(p) for p in written)}")
+    console.print(f"wrote {escape(', '.join(str(p) for p in written))}", highlight=False)
 
 
 def _run_requests(requests, console: Console, quiet: bool, run_evidence, plan_note: bool) -> list[Path]:
@@ -264,7 +265,7 @@ def _fan_out(requests, gpus: Optional[str], ray: Optional[str], console: Console
                 "finished": f"finished on {where} in {event.wall_s:.0f} s",
                 "retrying": f"failed on {where}, retrying elsewhere: {event.message}",
                 "failed": f"FAILED: {event.message}"}.get(event.kind, event.kind)
-        console.print(f"{event.key}: {text}", highlight=False)
+        console.print(escape(f"{event.key}: {text}"), highlight=False)
 
     started = time.perf_counter()
     found = run_suite(requests, devices, ray_address=ray, on_event=show)
@@ -296,7 +297,7 @@ def list_(device: str = typer.Option("auto", "--device", help="Where availabilit
             ok = not isinstance(loaded, str)
             table.add_row(op, name, ",".join(adapter.grads) or "forward only",
                           "[green]available[/]" if ok else "[yellow]unavailable[/]",
-                          loaded.source if ok else loaded)
+                          escape(loaded.source if ok else loaded))
         if not named_adapters(op):
             table.add_row(op, "-", ",".join(spec.differentiable), "", "no rows registered")
     Console().print(table)
@@ -324,11 +325,11 @@ def validate(files: List[Path] = typer.Argument(..., help="Evidence JSON file(s)
         try:
             evidence = load(file)
         except FileNotFoundError:
-            err.print(f"[red]{file}: no such file[/]")
+            err.print(f"[red]{escape(str(file))}: no such file[/]")
             bad += 1
             continue
         except SchemaError as exc:
-            err.print(f"[red]{file}: invalid: {exc}[/]")
+            err.print(f"[red]{escape(f'{file}: invalid: {exc}')}[/]")
             bad += 1
             continue
         rows = sum(len(r) for r in evidence.measured_modes().values())

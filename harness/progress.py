@@ -5,6 +5,7 @@ from typing import Optional
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -103,5 +104,5 @@ def summary_table(evidence: Evidence) -> Table:
                 _fmt(result.fwd_us, ".0f"), _fmt(result.fwd_stream_us, ".0f"), _fmt(result.fwd_bwd_net_us, ".0f"),
                 _fmt(result.fwd_bwd_net_stream_us, ".0f"), _fmt(result.fwd_stream_floor_fraction, ".0%"))
     if unavailable:
-        table.caption = "unavailable (-): " + "; ".join(unavailable)
+        table.caption = escape("unavailable (-): " + "; ".join(unavailable))  # reasons are text, not markup
     return table

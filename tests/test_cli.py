@@ -48,6 +48,9 @@ def test_unknown_adapter(invoke, tmp_path):
     ("full_vs_sub.sub_batch_sizes=[]", "sub_batch_sizes"),
     ("sweep.first_power=1", "first_power"),
     ("accuracy.rows=[]", "rows"),
+    # messages are text, not rich markup: "[inputs]" is printed, not swallowed as a style tag
+    ("hidden=0", "[inputs]: hidden must be >= 1, got 0"),
+    ("timing.reps=0", "[timing]: "),
 ])
 def test_bad_set(invoke, tmp_path, setting, named):
     result, text = invoke("run", "--device", "cpu", "--adapters", "torch_rms_norm", "--set", setting,
@@ -136,6 +139,12 @@ def test_validate_broken_files(invoke, tmp_path):
 
     result, text = invoke("validate", str(tmp_path / "missing.json"))
     assert result.exit_code == 1 and "no such file" in text
+
+
+def test_validate_names_a_file_whose_name_looks_like_markup(invoke, tmp_path):
+    missing = tmp_path / "[run].json"
+    result, text = invoke("validate", str(missing))
+    assert result.exit_code == 1 and "[run].json: no such file" in text
 
 
 def test_validate_one_bad_among_good_fails(invoke, tmp_path):

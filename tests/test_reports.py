@@ -573,3 +573,14 @@ def test_compare_refuses_to_judge_latencies_of_different_methods():
     assert cmp.timing_method(old_h3bench) != cmp.timing_method(prior())
     assert not cmp.compare(old_h3bench, prior()).latency_compared
     assert cmp.compare(prior(), prior()).latency_compared  # two files of the RFC's script: one method
+
+
+def test_summary_table_prints_reasons_as_text():
+    """The terminal summary's caption carries unavailable rows' reasons verbatim: a reason holding
+    something that looks like rich markup ("[rank0]", "[inputs]") is not swallowed as a style tag."""
+    from harness.progress import summary_table
+    ev = prior()
+    ev.results["plain"]["vllm"] = UnavailableRow(unavailable="RuntimeError: [rank0]: NCCL error [inputs]")
+    console = Console(width=400, record=True)
+    console.print(summary_table(ev))
+    assert "[rank0]: NCCL error [inputs]" in console.export_text()
