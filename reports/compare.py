@@ -257,14 +257,14 @@ def timing_method(evidence: Evidence) -> str:
 
 
 def compare(old: Evidence, new: Evidence, thresholds: Thresholds = Thresholds()) -> Comparison:
+    if old.op != new.op:  # rows, sizes and errors of two operators have nothing to say about each other
+        raise ValueError(f"cannot compare: op differs ({old.op!r} vs {new.op!r})")
     old_gpu, new_gpu = old.environment.gpu, new.environment.gpu
     # Latency is a property of the GPU model: a B200 baseline says nothing about an H200's speed; and
     # latencies sampled by different methods are different quantities.
     same_gpu = old_gpu == new_gpu
     same_method = timing_method(old) == timing_method(new)
     result = Comparison(old_gpu, new_gpu, thresholds, latency_compared=same_gpu and same_method)
-    if old.op != new.op:
-        result.notes.append(f"different ops: {old.op} vs {new.op}")
     if not same_gpu:
         result.notes.append(f"different GPUs ({old_gpu} vs {new_gpu}): latency ratios shown, not judged")
     if not same_method:

@@ -304,6 +304,18 @@ def test_compare_verdict_lost_is_a_regression(verdict):
     assert verdict in comparison.regressions[0].message
 
 
+def test_compare_refuses_two_ops(tmp_path):
+    other = prior()
+    other.op = "gate_residual"
+    with pytest.raises(ValueError, match="op differs"):
+        cmp.compare(prior(), other)
+    path = schema.save(other, tmp_path / "other.json")
+    from typer.testing import CliRunner
+    from reports.cli import app
+    result = CliRunner().invoke(app, ["compare", str(PRIOR_ART), str(path)])
+    assert result.exit_code == 2 and "op differs" in result.output
+
+
 def test_compare_verdict_gained_is_a_flip_not_a_regression():
     new = prior()
     new.results["plain"]["diffusers"].batch_invariance.batch_invariant = True
