@@ -395,7 +395,11 @@ def ada_candidates():
                 c(128, 256, 64, 8, 3, split_k=DX_SPLIT, persistent=True, **tma),
                 # 3 chunks (another order): 16 x 11 x 3 = 528 items of 128 x 256 at T = 2048, 4 an SM exactly
                 c(128, 256, 64, 8, 3, split_k=3, persistent=True, **tma),
-                c(128, 128, 64, 8, 4, split_k=3, persistent=True, **tma)]),
+                c(128, 128, 64, 8, 4, split_k=3, persistent=True, **tma),
+                # the default's chunks on 256 x 128 tiles: half the programs, each W tile read by 8 row
+                # tiles instead of 16 (sm_90, triton 3.6: 255 registers, no spill, 147 KB of smem)
+                c(256, 128, 64, 8, 3, split_k=DX_SPLIT, **tma),
+                c(256, 128, 64, 8, 3, split_k=DX_SPLIT, persistent=True, **tma)]),
         ("fwd", [d.fwd, replace(d.fwd, **tma), replace(d.fwd, tma_store=True, **tma),
                  replace(d.fwd, num_stages=3, **tma), replace(d.fwd, num_stages=3, tma_store=True, **tma),
                  replace(d.fwd, block_k=128, num_stages=2, **tma),
