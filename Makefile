@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.h3bench-installed
 TEST_STAMP := $(VENV)/.h3bench-test-installed
 
-.PHONY: run run-all test full-cpu clean
+.PHONY: run run-all test full-cpu nightly clean
 
 # `run` needs the package only: a GPU machine without a package index (its own torch and triton) can run
 # it; `test` adds the test extra (pytest, and diffusers for the parity tests), which needs an index.
@@ -49,3 +49,8 @@ full-cpu: $(STAMP)
 
 clean:
 	rm -rf $(VENV) runs
+
+# The nightly GPU job (.ci/gpu-nightly: GPU tests, every op's full run, each compared with its committed
+# baseline; exit 1 on a failure or regression). NIGHTLY_OUT: where its files go.
+nightly: $(TEST_STAMP)
+	.ci/gpu-nightly $(NIGHTLY_OUT)

@@ -50,12 +50,16 @@ def report(file: Path = typer.Argument(..., help="Evidence JSON."),
 
 
 @app.command()
-def compare(old: Path = typer.Argument(...), new: Path = typer.Argument(...)):
-    """What changed between two evidence files; non-zero exit on a regression."""
+def compare(old: Path = typer.Argument(...), new: Path = typer.Argument(...),
+            allow_missing_rows: bool = typer.Option(
+                False, "--allow-missing-rows", help="A row of OLD absent from NEW is not a regression (a run of "
+                                                    "fewer rows); a row that became unavailable still is."),
+            markdown: Optional[Path] = typer.Option(None, "--markdown", help="Also write the comparison here.")):
+    """What changed between two evidence files of one op; exit 1 on a regression, 2 on bad input."""
     from reports.commands import compare_files
 
     try:
-        code = compare_files(old, new)
+        code = compare_files(old, new, allow_missing_rows=allow_missing_rows, markdown_out=markdown)
     except Exception as exc:
         fail(str(exc), 2)
     raise typer.Exit(code)
