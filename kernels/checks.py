@@ -23,6 +23,7 @@ FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 INDEX = (torch.int32, torch.int64)
 EXPECTED_FLOAT = "expected one of bfloat16, float16, float32"
 EXPECTED_INDEX = "expected int32 or int64"
+INF = float("inf")
 
 
 def tensors(named: Mapping[str, object]) -> None:

@@ -138,7 +138,8 @@ def norm_modulate(x: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.
     """
     if not _fast_ok(x, w, sh, sc, idx):
         _check(x, w, sh, sc, idx)
-    eps = checks.epsilon(eps)
+    if not (type(eps) is float and 0.0 <= eps < checks.INF):  # the common case inline: this runs every call
+        eps = checks.epsilon(eps)
     if x.is_cuda and x.get_device() != torch.cuda.current_device():
         with torch.cuda.device(x.device):  # triton launches on the current device
             return norm_modulate(x, w, sh, sc, idx, eps, check_index)
