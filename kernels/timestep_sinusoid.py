@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Optional
 
@@ -114,10 +115,14 @@ def _check(t, freq_dim, max_period, shift) -> None:
     checks.triton_device("t", t)
     if isinstance(freq_dim, bool) or not isinstance(freq_dim, int) or freq_dim < 2 or freq_dim % 2:
         raise ValueError(f"freq_dim must be an even int >= 2 (half cosines, half sines), got {freq_dim!r}")
-    if not max_period > 1:
-        raise ValueError(f"max_period must be > 1, got {max_period!r}")
-    if not shift < freq_dim // 2:
-        raise ValueError(f"downscale_freq_shift must be < freq_dim / 2 = {freq_dim // 2}, got {shift!r}")
+    for name, value in (("max_period", max_period), ("downscale_freq_shift", shift)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    # an infinite max_period or shift gives NaN or constant columns (ln(inf) * 0, k / inf): refused
+    if not (math.isfinite(max_period) and max_period > 1):
+        raise ValueError(f"max_period must be finite and > 1, got {max_period!r}")
+    if not (math.isfinite(shift) and shift < freq_dim // 2):
+        raise ValueError(f"downscale_freq_shift must be finite and < freq_dim / 2 = {freq_dim // 2}, got {shift!r}")
 
 
 # (device, freq_dim, max_period, shift, config) -> (frequencies, rows per program, the kernel's constexprs,

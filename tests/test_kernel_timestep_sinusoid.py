@@ -104,8 +104,13 @@ def test_zero_rows(device):
     (lambda t: timestep_sinusoid(t.to("meta")), ValueError, "t is on meta"),
     (lambda t: timestep_sinusoid(t, 255), ValueError, "freq_dim must be an even int"),
     (lambda t: timestep_sinusoid(t, 0), ValueError, "freq_dim must be an even int"),
-    (lambda t: timestep_sinusoid(t, 256, 1), ValueError, "max_period must be > 1"),
-    (lambda t: timestep_sinusoid(t, 256, 10000, 128.0), ValueError, "downscale_freq_shift must be < "),
+    (lambda t: timestep_sinusoid(t, 256, 1), ValueError, "max_period must be finite and > 1"),
+    (lambda t: timestep_sinusoid(t, 256, float("inf")), ValueError, "max_period must be finite and > 1"),
+    (lambda t: timestep_sinusoid(t, 256, float("nan")), ValueError, "max_period must be finite and > 1"),
+    (lambda t: timestep_sinusoid(t, 256, "10000"), TypeError, "max_period must be a real number"),
+    (lambda t: timestep_sinusoid(t, 256, 10000, 128.0), ValueError, "downscale_freq_shift must be finite and < "),
+    (lambda t: timestep_sinusoid(t, 256, 10000, float("-inf")), ValueError, "downscale_freq_shift must be finite"),
+    (lambda t: timestep_sinusoid(t, 256, 10000, None), TypeError, "downscale_freq_shift must be a real number"),
 ])
 def test_bad_input_names_the_argument(device, call, error, match):
     with pytest.raises(error, match=match):
