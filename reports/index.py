@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 from harness import schema
 from harness.schema import RowResult, UnavailableMode, UnavailableRow
 from reports import fmt
+from reports.table import md_escape
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,10 @@ def _verdict(row) -> str:
 def index_rows(paths: Sequence[Path], out_dir: Path) -> list[IndexRow]:
     rows = []
     for path in paths:
-        evidence = schema.load(path)
+        try:
+            evidence = schema.load(path)
+        except (schema.SchemaError, OSError) as exc:  # which of several files is at fault
+            raise ValueError(f"{path}: {exc}") from None
         link = os.path.relpath(Path(path).resolve(), Path(out_dir).resolve())
         sizes = schema.sizes_of(evidence)
         size = sizes[-1] if sizes else None
@@ -61,7 +65,7 @@ def render_markdown(rows: Sequence[IndexRow]) -> str:
            "| op | mode | row | verdict | size | fwd us | net fwd+bwd us | evidence |",
            "| --- | --- | --- | --- | ---: | ---: | ---: | --- |"]
     for r in rows:
-        out.append(f"| {r.op} | {r.mode} | {r.row} | {r.verdict.replace('|', '/')} | {r.size or '-'} | "
+        out.append(f"| {r.op} | {r.mode} | {r.row} | {md_escape(r.verdict)} | {r.size or '-'} | "
                    f"{fmt.us(r.fwd_us)} | {fmt.us(r.net_us)} | [{Path(r.file).name}]({r.file}) |")
     return "\n".join(out) + "\n"
 

@@ -243,8 +243,10 @@ def _libraries(evidence: Evidence) -> str:
 
 # --- Markdown -----------------------------------------------------------------------------------------
 
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def md_escape(text: str) -> str:
+    """Text as it reads in a Markdown table cell or list item: a '|' or a line break would end the cell, and
+    '<' would open an HTML tag that renderers drop (a reason's "<sm_90a>"): backslash escapes, one line."""
+    return " ".join(text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "\\<").split())
 
 
 def _md_table(table: TableSpec) -> str:
@@ -253,10 +255,10 @@ def _md_table(table: TableSpec) -> str:
         # Markdown has no spanning headers: prefix each column with its group instead.
         labels = [label for label, span in table.groups for _ in range(span)]
         headers = [f"{g}: {h}" if g else h for g, h in zip(labels, headers)]
-    lines = [f"### {table.title}", "", "| " + " | ".join(_md_escape(h) for h in headers) + " |",
+    lines = [f"### {table.title}", "", "| " + " | ".join(md_escape(h) for h in headers) + " |",
              "| " + " | ".join("---:" if c.cls == "num" else "---" for c in table.rows[0]) + " |"
              if table.rows else "| " + " | ".join("---" for _ in headers) + " |"]
-    lines += ["| " + " | ".join(_md_escape(c.text) for c in row) + " |" for row in table.rows]
+    lines += ["| " + " | ".join(md_escape(c.text) for c in row) + " |" for row in table.rows]
     if table.note:
         lines += ["", f"_{table.note}_"]
     return "\n".join(lines)
@@ -266,13 +268,14 @@ def render_markdown(evidence: Evidence, images: Optional[Mapping[str, str]] = No
     """`images` maps a caption to a relative path, linked after the tables."""
     frame = build_table(evidence)
     out = [f"# h3bench evidence: {evidence.op} on {evidence.environment.gpu or 'CPU'}", ""]
-    out += [f"- **{k}**: {_md_escape(v)}" for k, v in header_fields(evidence)]
-    out += [f"- **libraries**: {_md_escape(_libraries(evidence))}", ""]
+    out += [f"- **{k}**: {md_escape(v)}" for k, v in header_fields(evidence)]
+    out += [f"- **libraries**: {md_escape(_libraries(evidence))}", ""]
     for mode in evidence.results:
         out += [f"## Mode `{mode}`", ""]
         mode_env = evidence.environment.mode_environment.get(mode) or {}
         if mode_env:
-            out += [f"Mode environment: `{_md_escape(str(mode_env))}`", ""]
+            shown = " ".join(str(mode_env).replace("`", "'").split())  # a code span: no escapes, one line
+            out += [f"Mode environment: `{shown}`", ""]
         out += [mode_summary(evidence, mode), ""]
         for table in mode_tables(evidence, mode, frame):
             out += [_md_table(table), ""]
