@@ -596,3 +596,40 @@ def test_summary_table_prints_reasons_as_text():
     console = Console(width=400, record=True)
     console.print(summary_table(ev))
     assert "[rank0]: NCCL error [inputs]" in console.export_text()
+
+
+def test_report_and_merge_commands_exit_codes_and_files(invoke, tmp_path):
+    """`h3bench report` writes the renderings and lists them (exit 1 naming a bad file); `h3bench merge`
+    joins two partial runs (exit 2 on a conflict, nothing written)."""
+    result, text = invoke("report", str(PRIOR_ART), "--out", str(tmp_path / "rendered"))
+    assert result.exit_code == 0, text
+    listed = [Path(line) for line in result.stdout.splitlines() if line.startswith(str(tmp_path))]  # after a summary
+    assert {p.suffix for p in listed} == {".md", ".html", ".png"} and all(p.is_file() for p in listed)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    result, text = invoke("report", str(bad))
+    assert result.exit_code == 1 and "bad.json" in text
+
+    a, b = split(prior(), ["diffusers", "liger"])
+    pa, pb = schema.save(a, tmp_path / "a.json"), schema.save(b, tmp_path / "b.json")
+    result, text = invoke("merge", str(pa), str(pb), "-o", str(tmp_path / "merged.json"))
+    assert result.exit_code == 0, text
+    assert set(schema.load(tmp_path / "merged.json").results["plain"]) == set(prior().results["plain"])
+    b.environment.gpu = "NVIDIA H200"
+    pb = schema.save(b, tmp_path / "b.json")
+    result, text = invoke("merge", str(pa), str(pb), "-o", str(tmp_path / "conflict.json"))
+    assert result.exit_code == 2 and "environment.gpu differs" in text
+    assert not (tmp_path / "conflict.json").exists()
+
+
+def test_a_run_of_several_files_gets_an_index_page(tmp_path):
+    """The renderer a run calls (reports.cli.render_after_run): each file's pages, and an index page beside
+    them when the run wrote more than one file."""
+    from reports.cli import render_after_run
+    a, b = split(prior(), ["diffusers"])
+    pa, pb = schema.save(a, tmp_path / "a.json"), schema.save(b, tmp_path / "b.json")
+    written = render_after_run([pa], Console(quiet=True))
+    assert (tmp_path / "a.md").is_file() and not (tmp_path / "index.md").exists()
+    written = render_after_run([pa, pb], Console(quiet=True))
+    assert tmp_path / "index.md" in written and tmp_path / "index.html" in written
+    assert "(b.json)" in (tmp_path / "index.md").read_text()
