@@ -73,6 +73,14 @@ def installed_version(distribution: str) -> str:
         return "(version unknown)"
 
 
+def unavailable_adapter(name: str, op: str, grads: tuple[str, ...], reason: str) -> Adapter:
+    """A row whose implementation cannot even be found (a broken entry point): every load gives `reason`."""
+    def load(_device: torch.device, _params: Any) -> Loaded:
+        raise ImportError(reason)
+
+    return Adapter(name=name, op=op, grads=grads, load=load, summary="could not be loaded")
+
+
 def from_function(fn: OpCallable, *, name: str, op: str, differentiable: tuple[str, ...],
                   source: Optional[str] = None) -> Adapter:
     """Wrap a plain function with the op's signature: its gradients come from autograd."""

@@ -6,6 +6,7 @@ JSON (`RENDER_HOOKS`). `python -m harness.cli` is this module alone: it measures
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -50,24 +51,36 @@ def _device(name: str):
     return device
 
 
+_WARNED: set = set()
+
+
 def _entry_point_adapters(op: str) -> dict:
     """Adapters registered by installed packages in the `h3bench.adapters` entry-point group: an Adapter
     object (it names its op), or a plain function whose entry-point name is `<op>.<row>`."""
-    from harness.adapter import Adapter, load_external
+    from harness.adapter import Adapter, load_external, unavailable_adapter
+    from harness.execute import describe_exception
     from harness.ops import get_op
 
     found = {}
     spec = get_op(op)
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         target_op, _, row = ep.name.partition(".")
-        obj = ep.load()
-        if isinstance(obj, Adapter):
-            if obj.op == op:
-                found.setdefault(obj.name, obj)
-        elif target_op == op and row:
-            adapter = load_external(ep.value, op=op, differentiable=spec.differentiable,
-                                    n_inputs=len(spec.inputs))
-            found.setdefault(row, adapter)
+        try:
+            obj = ep.load()
+            if isinstance(obj, Adapter):
+                if obj.op == op:
+                    found.setdefault(obj.name, obj)
+            elif target_op == op and row:
+                adapter = load_external(ep.value, op=op, differentiable=spec.differentiable,
+                                        n_inputs=len(spec.inputs))
+                found.setdefault(row, dataclasses.replace(adapter, name=row))  # the row its entry point names
+        except Exception as exc:  # another package's broken entry point is its row's reason, not our crash
+            reason = f"entry point {ep.name} = {ep.value}: {describe_exception(exc)}"
+            if target_op == op and row:
+                found.setdefault(row, unavailable_adapter(row, op, spec.differentiable, reason))
+            elif not row and (ep.name, op) not in _WARNED:  # no op in its name: it cannot be given a row
+                _WARNED.add((ep.name, op))
+                err.print(f"[yellow]warning:[/] {escape(reason)} (skipped)", highlight=False)
     return found
 
 

@@ -192,3 +192,28 @@ def test_tiny_run_writes_a_valid_file(invoke, tmp_path):
     assert set(rows["plain_composition"].accuracy_latency["17"].grad_rel_err) == {"x", "w", "sh", "sc"}
     assert set(rows["torch_rms_norm"].accuracy_latency["17"].grad_rel_err) == {"x", "w"}
     assert sorted(p.name for p in out.parent.iterdir()) == ["x.json"]  # --no-render, no temp files
+
+
+def test_entry_point_adapters_and_broken_ones(invoke, monkeypatch, tmp_path):
+    """Rows registered by other packages (`h3bench.adapters` entry points) join the op's rows; one that does
+    not import becomes its row's "unavailable" reason (the run goes on), and one whose name has no op is
+    skipped with a warning instead of breaking every command."""
+    from importlib.metadata import EntryPoint
+
+    from harness import cli
+
+    group = cli.ENTRY_POINT_GROUP
+    points = [EntryPoint("norm_modulate.ext_ok", "tests.test_cli:plain_composition", group),
+              EntryPoint("norm_modulate.ext_broken", "no_such_package_xyz:fn", group),
+              EntryPoint("bare_broken", "no_such_package_xyz:ADAPTER", group)]
+    monkeypatch.setattr(cli.metadata, "entry_points", lambda group=None: [p for p in points if p.group == group])
+    monkeypatch.setattr(cli, "_WARNED", set())
+    out = tmp_path / "x.json"
+    result, text = invoke("run", "--device", "cpu", "--quick", "--set", "hidden=16", "--no-render",
+                          "--adapters", "torch_rms_norm,ext_ok,ext_broken", "--out", str(out))
+    assert result.exit_code == 0, text
+    rows = schema.load(out).results["plain"]
+    assert isinstance(rows["ext_ok"], schema.RowResult) and rows["ext_ok"].batch_invariance.batch_invariant
+    assert isinstance(rows["ext_broken"], schema.UnavailableRow)
+    assert "no_such_package_xyz" in rows["ext_broken"].unavailable and "ext_broken" in rows["ext_broken"].unavailable
+    assert "warning" in text and "bare_broken" in text
