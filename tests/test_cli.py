@@ -217,3 +217,12 @@ def test_entry_point_adapters_and_broken_ones(invoke, monkeypatch, tmp_path):
     assert isinstance(rows["ext_broken"], schema.UnavailableRow)
     assert "no_such_package_xyz" in rows["ext_broken"].unavailable and "ext_broken" in rows["ext_broken"].unavailable
     assert "warning" in text and "bare_broken" in text
+
+
+def test_env_prints_the_environment_block(invoke):
+    result, text = invoke("env", "--device", "cpu", "--no-bandwidth")
+    assert result.exit_code == 0, text
+    block = json.loads(result.stdout)
+    assert block["torch"] == torch.__version__ and block["gpu"] is None
+    assert block.get("copy_bandwidth_gbps") is None  # not measured when asked not to (absent: additive)
+    assert "plain" in block["mode_environment"]
