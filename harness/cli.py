@@ -215,6 +215,8 @@ def run(
             child_args=_child_args(name, dev, config, set_, cfg.quick, adapters, adapter)))
     folder = None
     if len(ops) > 1:
+        if out is not None and (out.suffix.lower() == ".json" or out.is_file()):
+            fail(f"--out {out}: with several ops --out names a folder (one evidence file per op goes in it)")
         folder = out or default_out_path(ALL_OPS, dev, requests[0].config.quick).with_suffix("")
         for request in requests:
             request.out = folder / f"{request.config.op}.json"

@@ -226,3 +226,10 @@ def test_env_prints_the_environment_block(invoke):
     assert block["torch"] == torch.__version__ and block["gpu"] is None
     assert block.get("copy_bandwidth_gbps") is None  # not measured when asked not to (absent: additive)
     assert "plain" in block["mode_environment"]
+
+
+def test_several_ops_want_a_folder_not_a_json_path(invoke, tmp_path):
+    result, text = invoke("run", "--op", "timestep_sinusoid,gate_residual", "--device", "cpu",
+                          "--out", str(tmp_path / "both.json"))
+    assert result.exit_code == 2 and "names a folder" in text
+    assert not (tmp_path / "both.json").exists()
