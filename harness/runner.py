@@ -301,5 +301,11 @@ def _release(device: torch.device) -> None:
 
 
 def default_out_path(op: str, device: torch.device, quick: bool) -> Path:
+    """runs/<op>_<device>[_quick]_<time>.json, with -2, -3, ... where a run of the same second wrote one
+    (the file, or the folder an --op all run makes of the path)."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{op}_{device.type}{'_quick' if quick else ''}_{stamp}.json"
+    base = Path("runs") / f"{op}_{device.type}{'_quick' if quick else ''}_{stamp}"
+    path, n = base.with_suffix(".json"), 2
+    while path.exists() or path.with_suffix("").exists():
+        path, n = base.with_name(f"{base.name}-{n}.json"), n + 1
+    return path

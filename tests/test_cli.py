@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -233,3 +234,27 @@ def test_several_ops_want_a_folder_not_a_json_path(invoke, tmp_path):
                           "--out", str(tmp_path / "both.json"))
     assert result.exit_code == 2 and "names a folder" in text
     assert not (tmp_path / "both.json").exists()
+
+
+def test_default_out_paths_do_not_overwrite_a_run_of_the_same_second(monkeypatch, tmp_path):
+    import datetime as real
+
+    from harness import runner
+
+    class Frozen(real.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return real.datetime(2026, 12, 5, 1, 2, 3)
+
+    monkeypatch.setattr(runner.datetime, "datetime", Frozen)
+    monkeypatch.chdir(tmp_path)
+    cpu = torch.device("cpu")
+    first = runner.default_out_path("gate_residual", cpu, True)
+    assert first == Path("runs/gate_residual_cpu_quick_20261205-010203.json")
+    first.parent.mkdir()
+    first.write_text("{}")
+    second = runner.default_out_path("gate_residual", cpu, True)
+    assert second == Path("runs/gate_residual_cpu_quick_20261205-010203-2.json")
+    folder = runner.default_out_path("all", cpu, True).with_suffix("")  # --op all makes a folder of it
+    folder.mkdir()
+    assert runner.default_out_path("all", cpu, True) == Path("runs/all_cpu_quick_20261205-010203-2.json")
