@@ -1,9 +1,12 @@
 """gate_residual in Triton: out = res + gate[idx] * y, batch-invariant, with a fixed-order gate gradient.
 
-    out  = res + g * y,       g = gate[idx[r]]   (fp32 inside, one rounding)
-    dres = dy                 (copied bit for bit)
-    dy_  = g * dy             (the product of two 16-bit floats is exact in fp32: one rounding)
+    out  = res + g * y,       g = gate[idx[r]]   (fp32 inside, one rounding to the promoted dtype)
+    dres = dy                 (copied bit for bit; rounded once where res's dtype is narrower than out's)
+    dy_  = g * dy             (exact in fp32 when both are 16-bit floats: one rounding)
     dgate[m] = sum of dy * y over the rows r with idx[r] = m   (fp32, fixed order, one rounding)
+
+res, y and gate may each be bf16, fp16 or fp32 (each combination its own specialization); out is in their
+promoted dtype, as torch's `res + gate[idx] * y`, and each gradient in its input's dtype.
 
 Forward (`_fwd_kernel`, one launch): grid (row group, column block). A program owns BLOCK_C columns and
 walks FWD_TILES tiles of FWD_ROWS consecutive rows; its gate working set is M x BLOCK_C elements
@@ -151,7 +154,11 @@ def _bwd_kernel(DY, Y, GATE, IDX, ORDER, DRES, DYO, PART, n_rows, H: tl.constexp
             dy = tl.load(DY + r * stride_dy + cols[None, :], mask=mask, other=0.0)
             y = tl.load(Y + r * stride_y + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             if WRITE_DRES:
-                tl.store(DRES + r * stride_dres + cols[None, :], dy, mask=mask)
+                if DRES.dtype.element_ty == DY.dtype.element_ty:  # static: the same bits, no conversion
+                    tl.store(DRES + r * stride_dres + cols[None, :], dy, mask=mask)
+                else:  # res narrower than out: one rounding
+                    tl.store(DRES + r * stride_dres + cols[None, :],
+                             rounded(dy.to(tl.float32), DRES.dtype.element_ty, BY_HAND), mask=mask)
             dyf = dy.to(tl.float32)
             tl.store(DYO + r * stride_dyo + cols[None, :], rounded(g[None, :] * dyf, DYO.dtype.element_ty, BY_HAND),
                      mask=mask)
@@ -165,11 +172,18 @@ def _bwd_kernel(DY, Y, GATE, IDX, ORDER, DRES, DYO, PART, n_rows, H: tl.constexp
 
 # --- launchers ---------------------------------------------------------------------------------------
 
+def out_dtype(res: torch.Tensor, y: torch.Tensor, gate: torch.Tensor) -> torch.dtype:
+    """torch's promotion of the three (what `res + gate[idx] * y` returns)."""
+    if res.dtype == y.dtype == gate.dtype:
+        return res.dtype
+    return torch.promote_types(torch.promote_types(res.dtype, y.dtype), gate.dtype)
+
+
 def forward(res: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, idx: torch.Tensor,
             config: Optional[LaunchConfig] = None) -> torch.Tensor:
     """res, y: [R, H] with unit inner stride; gate: [M, H] with unit inner stride; idx: [R]."""
     rows, hidden = res.shape
-    out = torch.empty((rows, hidden), dtype=res.dtype, device=res.device)
+    out = torch.empty((rows, hidden), dtype=out_dtype(res, y, gate), device=res.device)
     if rows:
         cfg = config or launch_config(hidden)
         grid = (cdiv(rows, cfg.fwd_rows * cfg.fwd_tiles), cdiv(hidden, cfg.block_c))
@@ -186,14 +200,19 @@ def backward_split(rows: int, hidden: int, cfg: LaunchConfig, device: torch.devi
 
 
 def backward(dy: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, idx: torch.Tensor, need_gate: bool,
-             config: Optional[LaunchConfig] = None
+             config: Optional[LaunchConfig] = None, res_dtype: Optional[torch.dtype] = None
              ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
-    """(dres, dy_, dgate or None). dy, y: [R, H] with unit inner stride."""
+    """(dres, dy_, dgate or None), in res's (`res_dtype`, default dy's), y's and gate's dtypes. dy, y:
+    [R, H] with unit inner stride."""
     rows, hidden = y.shape
     device = y.device
     table_rows = gate.shape[0]
     cfg = config or launch_config(hidden)
-    dres = torch.empty((rows, hidden), dtype=dy.dtype, device=device) if cfg.dres_from_kernel else dy
+    res_dtype = res_dtype or dy.dtype
+    if cfg.dres_from_kernel:
+        dres = torch.empty((rows, hidden), dtype=res_dtype, device=device)
+    else:
+        dres = dy if res_dtype == dy.dtype else dy.to(res_dtype)
     dyo = torch.empty((rows, hidden), dtype=y.dtype, device=device)
     if rows == 0:
         dgate = torch.zeros((table_rows, hidden), dtype=gate.dtype, device=device) if need_gate else None

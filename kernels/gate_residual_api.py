@@ -14,8 +14,8 @@ def _check(res, y, gate, idx) -> None:
     checks.tensors(named)
     checks.same_device(named, "res")
     checks.triton_device("res", res)
-    checks.float_dtype("res", res)
-    checks.same_dtype(named, ("y", "gate"), "res")
+    for name in ("res", "y", "gate"):  # each its own float dtype (a DiT's fp32 residual stream, bf16 branch)
+        checks.float_dtype(name, named[name])
     checks.index_dtype("idx", idx)
     if res.dim() < 1 or res.shape[-1] < 1:
         raise ValueError(f"res must be [..., H] with H >= 1, got shape {tuple(res.shape)}")
@@ -50,7 +50,7 @@ class _GateResidual(torch.autograd.Function):
         res2, y2, gate_, idx1 = _layout(res, y, gate, idx)
         out = K.forward(res2, y2, gate_, idx1, config)
         ctx.save_for_backward(y2, gate_, idx1)
-        ctx.shape, ctx.config = res.shape, config
+        ctx.shape, ctx.config, ctx.res_dtype = res.shape, config, res.dtype
         return out if res.dim() == 2 else out.view(res.shape)
 
     @staticmethod
@@ -58,7 +58,7 @@ class _GateResidual(torch.autograd.Function):
         y2, gate, idx = ctx.saved_tensors
         need_res, need_y, need_gate = ctx.needs_input_grad[:3]
         dy2 = _rows(dout)
-        dres, dy, dgate = K.backward(dy2, y2, gate, idx, need_gate, ctx.config)
+        dres, dy, dgate = K.backward(dy2, y2, gate, idx, need_gate, ctx.config, res_dtype=ctx.res_dtype)
         if len(ctx.shape) != 2:
             dres, dy = dres.view(ctx.shape), dy.view(ctx.shape)
         return (dres if need_res else None, dy if need_y else None, dgate if need_gate else None, None, None)
@@ -69,8 +69,9 @@ def gate_residual(res: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, idx: t
     """res + gate[idx] * y, with gradients for res, y and gate.
 
     res, y: [..., H]; gate: [M, H] with any row stride (an AdaLN table chunk passes uncopied); idx: one
-    int32/int64 entry per row, in [0, M). Floats share one dtype (bf16, fp16, fp32). fp32 inside, one
-    rounding per output; the gate gradient is summed in a fixed order without atomics.
+    int32/int64 entry per row, in [0, M). res, y and gate are each bf16, fp16 or fp32, independently: out
+    comes in their promoted dtype (as `res + gate[idx] * y` in torch), each gradient in its input's dtype.
+    fp32 inside, one rounding per output; the gate gradient is summed in a fixed order without atomics.
     `check_index=False` skips the range check (a host sync); a row with an index out of range then
     comes out as NaN (and its y gradient too) and adds nothing to the gate gradient.
     """

@@ -65,6 +65,35 @@ def test_matches_float64(device, hidden, rows, dtype, index_dtype):
         assert rel_err(grads[name], ref_grads[name]) <= TOL[dtype], name
 
 
+BF, HF, F32 = torch.bfloat16, torch.float16, torch.float32
+
+
+@pytest.mark.parametrize("res_dtype,y_dtype,gate_dtype", [
+    (F32, BF, BF), (BF, F32, BF), (BF, BF, F32), (HF, BF, BF), (F32, HF, F32), (BF, HF, HF)])
+def test_mixed_dtypes_match_float64(device, res_dtype, y_dtype, gate_dtype):
+    """res, y and gate each in its own dtype (an fp32 residual stream with a bf16 branch, say): out in the
+    promoted dtype as torch's composition gives, each gradient in its input's dtype, every one within its
+    dtype's rounding of float64; dres is dout itself where res's dtype is out's."""
+    t, dout = case(device, 40, 33)
+    t = {**t, "res": t["res"].to(res_dtype), "y": t["y"].to(y_dtype), "gate": t["gate"].to(gate_dtype)}
+    want = (t["res"] + t["gate"].index_select(0, t["idx"]) * t["y"]).dtype
+    dout = dout.to(want)
+    out, grads = run(t, dout)
+    ref, ref_grads = reference(t, dout)
+    assert out.dtype == want and rel_err(out, ref) <= TOL[want]
+    for name in NAMES:
+        assert grads[name].dtype == t[name].dtype, name
+        assert rel_err(grads[name], ref_grads[name]) <= TOL[t[name].dtype] + TOL[want], name
+    if res_dtype == want:
+        assert torch.equal(as_bits(grads["res"]), as_bits(dout))
+    else:
+        assert torch.equal(as_bits(grads["res"]), as_bits(dout.to(res_dtype)))  # one rounding, to nearest
+    # invariance holds in every dtype combination: a row alone gives the batch's bits
+    one, one_grads = run({**t, **{n: t[n][3:4] for n in ("res", "y")}, "idx": t["idx"][3:4]}, dout[3:4])
+    assert torch.equal(as_bits(one[0]), as_bits(out[3]))
+    assert torch.equal(as_bits(one_grads["y"][0]), as_bits(grads["y"][3]))
+
+
 def test_zero_rows(device):
     t, dout = case(device, 8, 0)
     out, grads = run(t, dout)
@@ -185,8 +214,8 @@ def test_out_of_range_index(device):
 
 @pytest.mark.parametrize("change,error,match", [
     (lambda a: {"res": a["res"].tolist()}, TypeError, "res must be a torch.Tensor"),
-    (lambda a: {"y": a["y"].float()}, TypeError, "y has dtype"),
-    (lambda a: {"gate": a["gate"].half()}, TypeError, "gate has dtype"),
+    (lambda a: {"y": a["y"].double()}, TypeError, "y has dtype"),
+    (lambda a: {"gate": a["gate"].int()}, TypeError, "gate has dtype"),
     (lambda a: {"res": a["res"].int(), "y": a["y"].int(), "gate": a["gate"].int()}, TypeError, "res has dtype"),
     (lambda a: {"idx": a["idx"].float()}, TypeError, "idx has dtype"),
     (lambda a: {"gate": a["gate"].to("meta")}, ValueError, "gate is on meta"),
