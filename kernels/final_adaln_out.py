@@ -253,10 +253,10 @@ def _well_formed(x, nw, temb, w, b, ti, device: int) -> bool:
     cover (ti shaped like x's leading dims, zero rows with no timesteps)."""
     try:
         hidden = x.shape[-1]
-        dtype = x.dtype
         return (nw.get_device() == device and temb.get_device() == device and w.get_device() == device
                 and b.get_device() == device and ti.get_device() == device and x.get_device() == device
-                and dtype in checks.FLOATS and nw.dtype == dtype and w.dtype == dtype and b.dtype == dtype
+                and x.dtype in checks.FLOATS and nw.dtype in checks.FLOATS and w.dtype in checks.FLOATS
+                and b.dtype == w.dtype
                 and temb.dtype in checks.FLOATS and ti.dtype in checks.INDEX
                 and 0 < hidden <= NM.MAX_HIDDEN and nw.dim() == 1 and nw.shape[0] == hidden
                 and temb.dim() == 2 and temb.shape[0] > 0 and temb.shape[1] > 0
@@ -281,9 +281,9 @@ def _check(x, nw, temb, w, b, ti) -> None:
     checks.tensors(named)
     checks.same_device(named, "x")
     checks.triton_device("x", x)
-    checks.float_dtype("x", x)
-    checks.same_dtype(named, ("nw", "w", "b"), "x")
-    checks.float_dtype("temb", temb)
+    for name in ("x", "nw", "w", "temb"):  # each its own float dtype (b goes with w: F.linear's bias)
+        checks.float_dtype(name, named[name])
+    checks.same_dtype(named, ("b",), "w")
     checks.index_dtype("ti", ti)
     if x.dim() < 1 or x.shape[-1] < 1:
         raise ValueError(f"x must be [..., H] with H >= 1, got shape {tuple(x.shape)}")
@@ -311,9 +311,10 @@ def final_adaln_out(x: torch.Tensor, nw: torch.Tensor, temb: torch.Tensor, w: to
                     config: Optional[LaunchConfig] = None) -> torch.Tensor:
     """rms_norm(x, nw, eps) * (1 + scale[ti]) + shift[ti], [shift | scale] = F.linear(silu(temb).to(w.dtype), w, b).
 
-    x: [..., H]; nw: [H]; w: [2H, D]; b: [2H] (x, nw, w, b in one dtype: bf16, fp16 or fp32); temb: [T, D]
-    (any of those dtypes; fp32 in the model); ti: one int32/int64 entry per row of x, in [0, T). Gradients
-    for x, nw, temb, w and b. `check_index=False` skips the range check (a host sync); a row whose ti is out
+    x: [..., H]; nw: [H]; w: [2H, D]; b: [2H] in w's dtype; temb: [T, D]; x, nw, w and temb each bf16, fp16
+    or fp32 independently (the model: bf16, fp32 temb); ti: one int32/int64 entry per row of x, in [0, T).
+    out comes in x's dtype (norm_modulate's rule), shift and scale in w's; gradients for x, nw, temb, w
+    and b, each in its input's dtype. `check_index=False` skips the range check (a host sync); a row whose ti is out
     of range then comes out as NaN and adds nothing to the parameter gradients.
     """
     if not _fast_ok(x, nw, temb, w, b, ti):
