@@ -54,12 +54,21 @@ def compare(old: Path = typer.Argument(...), new: Path = typer.Argument(...),
             allow_missing_rows: bool = typer.Option(
                 False, "--allow-missing-rows", help="A row of OLD absent from NEW is not a regression (a run of "
                                                     "fewer rows); a row that became unavailable still is."),
-            markdown: Optional[Path] = typer.Option(None, "--markdown", help="Also write the comparison here.")):
-    """What changed between two evidence files of one op; exit 1 on a regression, 2 on bad input."""
-    from reports.commands import compare_files
+            markdown: Optional[Path] = typer.Option(
+                None, "--markdown", help="Also write the comparison here (two folders: a folder, one file a pair).")):
+    """What changed between two evidence files of one op, or between two folders of them (each file of NEW
+    against OLD's file of its op); exit 1 on a regression, 2 on bad input."""
+    from reports.commands import compare_files, compare_folders
 
     try:
-        code = compare_files(old, new, allow_missing_rows=allow_missing_rows, markdown_out=markdown)
+        if old.is_dir() or new.is_dir():
+            if not (old.is_dir() and new.is_dir()):
+                raise ValueError("compare takes two evidence files or two folders, not one of each")
+            if markdown is not None:
+                markdown.mkdir(parents=True, exist_ok=True)
+            code = compare_folders(old, new, allow_missing_rows=allow_missing_rows, markdown_dir=markdown)
+        else:
+            code = compare_files(old, new, allow_missing_rows=allow_missing_rows, markdown_out=markdown)
     except Exception as exc:
         fail(str(exc), 2)
     raise typer.Exit(code)

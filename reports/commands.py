@@ -90,6 +90,60 @@ def compare_files(old: Path, new: Path, error_factor: float = ERROR_GROWTH_FACTO
     return 1 if comparison.has_regression else 0
 
 
+def evidence_files(folder: Path) -> dict[Path, schema.Evidence]:
+    """The evidence files directly in `folder` (other JSON, such as a sweep's, is not one and is left out)."""
+    found = {}
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            found[path] = load(path)
+        except (schema.SchemaError, ValueError):
+            continue
+    return found
+
+
+def pair_by_op(old_dir: Path, new_dir: Path) -> tuple[list[tuple[Path, Path]], list[str]]:
+    """(old, new) pairs: each evidence file of NEW_DIR with OLD_DIR's file of the same op: the one of the same
+    name if there is one, else the one with the same modes, else the one sharing a mode with it (a committed
+    folder keeps an op's plain-mode file beside its modes file); and a line for each NEW file with no such
+    partner. Two candidates left at the first rule that finds any is an error: which baseline is meant
+    cannot be guessed."""
+    old, new = evidence_files(old_dir), evidence_files(new_dir)
+    pairs, unmatched = [], []
+    for path, evidence in new.items():
+        same_op = [p for p, e in old.items() if e.op == evidence.op]
+        modes = set(evidence.results)
+        candidates = ([p for p in same_op if p.name == path.name]
+                      or [p for p in same_op if set(old[p].results) == modes]
+                      or [p for p in same_op if set(old[p].results) & modes])
+        if len(candidates) > 1:
+            raise ValueError(f"{path.name}: several files of op {evidence.op} in {old_dir} share its modes "
+                             f"({', '.join(p.name for p in candidates)}); compare the files themselves")
+        if candidates:
+            pairs.append((candidates[0], path))
+        else:
+            unmatched.append(f"{path.name}: no file of op {evidence.op} with its modes in {old_dir}")
+    return pairs, unmatched
+
+
+def compare_folders(old_dir: Path, new_dir: Path, allow_missing_rows: bool = False,
+                    markdown_dir: Optional[Path] = None, console: Optional[Console] = None) -> int:
+    """`compare_files` for each (old, new) pair of `pair_by_op`: 0 if none regressed, 1 if one did; a NEW file
+    without a partner is listed, not failed; no pair at all is an error (ValueError)."""
+    pairs, unmatched = pair_by_op(old_dir, new_dir)
+    if not pairs:
+        raise ValueError(f"no evidence file of {new_dir} has a file of its op in {old_dir}")
+    console = console or Console()
+    worst = 0
+    for old, new in pairs:
+        console.print(f"[bold]{escape(f'{old} -> {new}')}[/]", highlight=False)
+        markdown = None if markdown_dir is None else Path(markdown_dir) / f"compare_{new.stem}.md"
+        worst = max(worst, compare_files(old, new, allow_missing_rows=allow_missing_rows, markdown_out=markdown,
+                                         console=console))
+    for line in unmatched:
+        console.print(f"[yellow]not compared:[/] {escape(line)}", highlight=False)
+    return worst
+
+
 def merge_files(inputs: Sequence[Path], out: Path) -> Path:
     """Merge the evidence files INPUTS (at least two) into OUT, written atomically."""
     if len(inputs) < 2:

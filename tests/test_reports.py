@@ -633,3 +633,41 @@ def test_a_run_of_several_files_gets_an_index_page(tmp_path):
     written = render_after_run([pa, pb], Console(quiet=True))
     assert tmp_path / "index.md" in written and tmp_path / "index.html" in written
     assert "(b.json)" in (tmp_path / "index.md").read_text()
+
+
+def test_compare_two_folders_pairs_files_by_op_and_modes(invoke, tmp_path):
+    """`h3bench compare OLD_DIR NEW_DIR`: each evidence file of NEW against OLD's file of its op (same name,
+    else same modes, else a shared mode), other JSON ignored, unmatched files listed; exit 1 if a pair
+    regressed, 2 on an ambiguous baseline, on a file beside a folder, or with no pair at all."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir(), new.mkdir()
+    schema.save(prior(), old / "norm_modulate_b200.json")
+    modes = prior()
+    modes.environment.mode_environment["vllm"] = {}
+    modes.results["vllm"] = copy.deepcopy(modes.results["plain"])
+    schema.save(modes, old / "norm_modulate_modes.json")
+    (old / "sweep.json").write_text('{"not": "evidence"}')
+    fresh = prior()
+    fresh.environment.gpu = "another GPU"  # latency shown, not judged
+    schema.save(fresh, new / "norm_modulate.json")
+    other = prior()
+    other.op = "gate_residual"
+    schema.save(other, new / "gate_residual.json")
+    result, text = invoke("compare", str(old), str(new), "--markdown", str(tmp_path / "md"))
+    assert result.exit_code == 0, text
+    assert "norm_modulate_b200.json -> " in text and "norm_modulate_modes.json ->" not in text  # same modes
+    assert "not compared: gate_residual.json" in text
+    assert (tmp_path / "md" / "compare_norm_modulate.md").is_file()
+
+    del fresh.results["plain"]["liger"]
+    schema.save(fresh, new / "norm_modulate.json")
+    result, text = invoke("compare", str(old), str(new))
+    assert result.exit_code == 1 and "liger" in text
+
+    schema.save(prior(), old / "norm_modulate_again.json")  # two plain-mode baselines of one op
+    result, text = invoke("compare", str(old), str(new))
+    assert result.exit_code == 2 and "several files of op norm_modulate" in text
+    result, text = invoke("compare", str(old), str(new / "norm_modulate.json"))
+    assert result.exit_code == 2 and "two evidence files or two folders" in text
+    result, text = invoke("compare", str(old), str(tmp_path / "md"))
+    assert result.exit_code == 2 and "no evidence file" in text
