@@ -51,7 +51,10 @@ Reduction orders (the point of this kernel: change them only with the probes rer
   of two <= H) plus a TAIL-wide block (the rest), in that order; `_fwd_walk_kernel` and `_bwd_kernel`
   over one BLOCK_H-wide block; `_bwd_chunked_kernel` sums c over column chunks of CB, chunk 0 first,
   left to right, and `_bwd_dots_kernel` likewise over chunks of DOTS_CHUNK ([DOTS_ROWS, DOTS_CHUNK]
-  tiles on DOTS_WARPS warps). Tile shapes, chunk widths and warp counts are functions of H (LaunchConfig), every row
+  tiles on DOTS_WARPS warps); the fused backward's producers (`bwd_fused`) the same chunks of the same
+  tiles on the column blocks' bwd_warps warps (`_row_dots`, rows in the walk's order: which rows share a
+  tile changes no row's tree). The atomics of the fused launch hand out roles and count positions
+  done; no value goes through them. Tile shapes, chunk widths and warp counts are functions of H (LaunchConfig), every row
   of a tile has the same layout, and masked-off rows are zeros in rows of their own: nothing in a row's
   tree depends on R, the grid, the plan or the row's position, so a row's y and dx are bitwise the same
   alone or in any batch (for a given LaunchConfig; different configs are different trees). Which
@@ -79,7 +82,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import (BY_HAND, INTERPRETED, cdiv, launch_keyed, local_order, param_tile, pick, rounded, segment,
-                            next_power_of_2, split_rows, sum_partials, tensor_key)
+                            next_power_of_2, split_row_chunks, split_rows, sum_partials, tensor_key)
 # the global plan (rows sorted stably by table row; NOTES.md v31), called as K.make_plan by the API too
 from kernels.plan import make_plan
 
@@ -138,6 +141,10 @@ class LaunchConfig:
     dots_chunk: int = DOTS_CHUNK
     dots_warps: int = DOTS_WARPS
     dots_prefetch: bool = False
+    # the split backward with its first pass in the same launch (`_bwd_kernel` FUSED, kernels/NOTES.md v39):
+    # one producer program a range computes c (dots_rows rows a step, dots_chunk columns a chunk) while the
+    # range's column blocks consume it, so x and dy can come from L2 the second time (6RH of DRAM, not 10RH)
+    bwd_fused: bool = False
 
     def __post_init__(self):
         if self.fwd_kernel not in ("rows", "walk"):
@@ -147,6 +154,8 @@ class LaunchConfig:
             value = getattr(self, name)
             if value and value & (value - 1):
                 raise ValueError(f"{name} must be a power of two, got {value}")
+        if self.bwd_fused and not self.bwd_cols:
+            raise ValueError("bwd_fused fuses the split backward's two passes: it needs bwd_cols > 0")
         if self.bwd_chunk and self.bwd_cols:
             raise ValueError(f"bwd_chunk ({self.bwd_chunk}) and bwd_cols ({self.bwd_cols}) name two different "
                              "backwards (chunked, split): set one of them, the other 0")
@@ -231,7 +240,7 @@ def _warps(tile_elements: int) -> int:
 # --- walking a program's rows in segment order (both plans) -------------------------------------------
 
 @triton.jit
-def _walk_begin(IDX, KEYS, SCRATCH, n_rows, M, CHUNK, CMAX: tl.constexpr, K_P2: tl.constexpr,
+def _walk_begin(walk, IDX, KEYS, SCRATCH, n_rows, M, CHUNK, CMAX: tl.constexpr, K_P2: tl.constexpr,
                 GLOBAL: tl.constexpr):
     """This program's slice lo .. lo + n - 1 of the rows and its segments (module docstring, Plans), and
     the table row just before the slice (global plan; -1 if none).
@@ -239,8 +248,11 @@ def _walk_begin(IDX, KEYS, SCRATCH, n_rows, M, CHUNK, CMAX: tl.constexpr, K_P2: 
     table row s (M: bad indices), bounds from `starts`/`counts`. Global: the slice is positions of the
     sorted list; SCRATCH[pid*2*(CMAX+2) + s] = where run s starts (n after the last run, twice), and
     CMAX + 2 further on its key clamped to [-1, M] (-1 and M: bad indices), so a segment's bounds and key
-    are independent loads."""
-    pid = tl.program_id(0)
+    are independent loads. `walk`: the walk's slice, a fused backward's range; None: program_id(0)."""
+    if walk is None:
+        pid = tl.program_id(0)
+    else:
+        pid = walk
     lo = pid * CHUNK
     n = tl.minimum(CHUNK, n_rows - lo)
     if GLOBAL:
@@ -451,7 +463,7 @@ def _fwd_walk_kernel(X, W, SH, SC, IDX, ORDER, KEYS, SCRATCH, Y, RSTD, n_rows, M
     """This program's rows in segment order, ROWS per step: a[m] and sh[m] loaded once per segment,
     so the only per-row traffic is x and y; the next step's rows are loaded before this step's
     arithmetic (across segment ends too)."""
-    pid, lo, n, n_seg, starts, counts, prev_key = _walk_begin(IDX, KEYS, SCRATCH, n_rows, M, CHUNK, CMAX, K_P2,
+    pid, lo, n, n_seg, starts, counts, prev_key = _walk_begin(None, IDX, KEYS, SCRATCH, n_rows, M, CHUNK, CMAX, K_P2,
                                                                  GLOBAL)
     cols = tl.arange(0, BLOCK_H)
     col_ok = cols < H
@@ -505,6 +517,15 @@ def _bwd_dots_kernel(X, DY, W, SC, IDX, RSTD, C, n_rows, M, stride_x, stride_dy,
     rows = tl.program_id(0) * G + tl.arange(0, G)
     ok = rows < n_rows
     key = tl.load(IDX + rows, mask=ok, other=0)
+    tl.store(C + rows, _row_dots(X, DY, W, SC, RSTD, rows, ok, key, M, stride_x, stride_dy, stride_sc, H, CB, N_CB, G,
+                                 PREFETCH), mask=ok)
+
+
+@triton.jit
+def _row_dots(X, DY, W, SC, RSTD, rows, ok, key, M, stride_x, stride_dy, stride_sc, H: tl.constexpr,
+              CB: tl.constexpr, N_CB: tl.constexpr, G: tl.constexpr, PREFETCH: tl.constexpr):
+    """c of G rows (their table rows `key`): sum(dy * a[m] * xhat) / H in column chunks of CB, chunk 0 first,
+    each row's own tl.sum tree a chunk (the split backward's first pass and the fused backward's producers)."""
     m = tl.minimum(tl.maximum(key, 0), M - 1).to(tl.int64)
     rstd = tl.load(RSTD + rows, mask=ok, other=0.0)
     chunk = tl.arange(0, CB)
@@ -519,7 +540,7 @@ def _bwd_dots_kernel(X, DY, W, SC, IDX, RSTD, C, n_rows, M, stride_x, stride_dy,
         sc = tl.load(SC + m[:, None] * stride_sc + cols[None, :], mask=ok[:, None] & col_ok[None, :],
                      other=0.0).to(tl.float32)
         dot += tl.sum((dy * (w[None, :] * (1.0 + sc))) * (x * rstd[:, None]), axis=1)
-    tl.store(C + rows, dot / H, mask=ok)
+    return dot / H
 
 
 @triton.jit
@@ -533,9 +554,13 @@ def _rows_of(M, GLOBAL: tl.constexpr):
 
 
 @triton.jit
-def _meta(SCRATCH, CMAX: tl.constexpr):
-    """The keys of the programs' partial slots, [2, programs] int32 after the walk lists."""
-    return SCRATCH + tl.num_programs(0) * 2 * (CMAX + 2)
+def _meta(SCRATCH, CMAX: tl.constexpr, n_programs):
+    """The keys of the programs' partial slots, [2, programs] int32 after the walk lists (`n_programs`: the
+    walks, a fused backward's ranges; None: the launch's programs)."""
+    if n_programs is None:
+        return SCRATCH + tl.num_programs(0) * 2 * (CMAX + 2)
+    else:
+        return SCRATCH + n_programs * 2 * (CMAX + 2)
 
 
 @triton.jit
@@ -605,8 +630,8 @@ def _flush(key, s0, s1, n, d, s, acc_w, base, W, SC, DSH, DSC, cols, col_ok, M, 
 
 
 @triton.jit
-def _finish(META, KEYS, DSH, DSC, pid, lo, n, n_rows, n_seg, first, before, last, beyond, M, cols, col_ok,
-            stride_dsh, stride_dsc, GLOBAL: tl.constexpr):
+def _finish(META, KEYS, DSH, DSC, pid, n_programs, lo, n, n_rows, n_seg, first, before, last, beyond, M, cols,
+            col_ok, stride_dsh, stride_dsc, GLOBAL: tl.constexpr):
     """Global plan, after the walk: the keys of this program's partial slots (-1: none) for the combine,
     and, in the last program, zeros for the table rows after the last used one."""
     if GLOBAL:
@@ -614,7 +639,10 @@ def _finish(META, KEYS, DSH, DSC, pid, lo, n, n_rows, n_seg, first, before, last
         last_ok = (last >= 0) & (last < M)
         slot1 = beyond & last_ok & ((before & (n_seg == 1)) == 0)
         tl.store(META + pid, tl.where(before & first_ok, first, -1).to(tl.int32))
-        tl.store(META + tl.num_programs(0) + pid, tl.where(slot1, last, -1).to(tl.int32))
+        if n_programs is None:
+            tl.store(META + tl.num_programs(0) + pid, tl.where(slot1, last, -1).to(tl.int32))
+        else:
+            tl.store(META + n_programs + pid, tl.where(slot1, last, -1).to(tl.int32))
         end = lo + n == n_rows
         z0 = tl.where(end, tl.maximum(tl.minimum(last + 1, M), 0), 0)
         z1 = tl.where(end, M, 0)
@@ -622,79 +650,145 @@ def _finish(META, KEYS, DSH, DSC, pid, lo, n, n_rows, n_seg, first, before, last
 
 
 @triton.jit(do_not_specialize=["n_rows", "CHUNK"])
-def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DSC, C, n_rows, M,
+def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DSC, C, PROG, n_rows, M,
                 stride_x, stride_dy, stride_dx, stride_sc, stride_dsh, stride_dsc, CHUNK, PSTRIDE,
                 H: tl.constexpr, BLOCK_H: tl.constexpr, ROWS: tl.constexpr, CMAX: tl.constexpr, K_P2: tl.constexpr,
-                GLOBAL: tl.constexpr, PARAMS: tl.constexpr, COLS: tl.constexpr, BY_HAND: tl.constexpr):
+                GLOBAL: tl.constexpr, PARAMS: tl.constexpr, COLS: tl.constexpr, BY_HAND: tl.constexpr,
+                FUSED: tl.constexpr = False, DOTS_G: tl.constexpr = 1, DOTS_CB: tl.constexpr = 1,
+                DOTS_PREFETCH: tl.constexpr = False):
     """Whole rows in registers: this program's rows in segment order, ROWS per step, the next step's x and
     dy loaded before this step's arithmetic (across segment ends too: 1.5x over loading in turn,
     kernels/NOTES.md v5); D, S and the dw partial in fp32 registers. COLS (the split backward): columns
     [program_id(1) * BLOCK_H, + BLOCK_H) of the rows only, with c from C (`_bwd_dots_kernel`), and the next
     step's rstd and c loaded with its x and dy (a block's step moves few bytes: no load may wait in turn);
     every block's program makes the same walk lists (the same values written to the same scratch words,
-    each program reading back its own writes)."""
-    pid, lo, n, n_seg, starts, counts, prev_key = _walk_begin(IDX, KEYS, SCRATCH, n_rows, M, CHUNK, CMAX, K_P2,
-                                                                 GLOBAL)
-    first, before, last, beyond = _plan_edges(KEYS, lo, n, n_rows, M, GLOBAL)
-    if COLS:
-        cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    each program reading back its own writes).
+    FUSED (with COLS; kernels/NOTES.md v39): the first pass in the same launch, a 1-D grid of P ranges x
+    (1 + NB) programs whose roles come from a ticket (PROG[0], taken as each program starts): the first P
+    tickets are producers, each computing c for its range's rows in the walk's order, DOTS_G rows a step
+    (`_row_dots`), and publishing how many positions are done (PROG[1 + p], release); ticket P + p * NB + b
+    is column block b of range p, which waits (acquire) until its next step's positions are done before
+    loading their c. Producers never wait and start before any consumer, so the waits end; under the
+    interpreter the programs run in ticket order, producers first."""
+    if FUSED:
+        ticket = tl.atomic_add(PROG, 1, sem="relaxed", scope="gpu")
+        n_ranges = tl.num_programs(0) // (1 + (H + BLOCK_H - 1) // BLOCK_H)
+        producer = ticket < n_ranges
+        consumer = ticket - n_ranges
+        walk = tl.where(producer, ticket, consumer // ((H + BLOCK_H - 1) // BLOCK_H))
+        block = tl.where(producer, 0, consumer % ((H + BLOCK_H - 1) // BLOCK_H))
     else:
-        cols = tl.arange(0, BLOCK_H)
-    col_ok = cols < H
-    steps = tl.arange(0, ROWS)
-    if PARAMS:  # without parameter gradients PART, DSH and DSC are None
-        base = PART + pid.to(tl.int64) * PSTRIDE
-    first_end = _first_slice_end(lo, n, starts, counts, SCRATCH, pid, CMAX, K_P2, GLOBAL)
-    r_next = _rows_at(steps, steps < first_end, lo, ORDER, SCRATCH, pid, CMAX, GLOBAL)
-    x_next = _load_tile(X, r_next, stride_x, cols, steps < first_end, H, False)
-    dy_next = _load_tile(DY, r_next, stride_dy, cols, steps < first_end, H, False)
-    if COLS:
-        rstd_next, c_next = _row_scalars(RSTD, C, r_next, steps < first_end)
-    acc_w = tl.zeros((BLOCK_H,), dtype=tl.float32)
-    for s in range(0, n_seg):
-        key, s0, s1, after = _segment(s, lo, n, starts, counts, KEYS, SCRATCH, pid, CMAX, K_P2, GLOBAL)
-        if PARAMS:
-            if GLOBAL:
-                _zero_gap(DSH, DSC, prev_key, key, M, cols, col_ok, stride_dsh, stride_dsc)
-                prev_key = key
-        a = _scale(W, SC, key, M, cols, col_ok, stride_sc)[None, :]
-        acc_d = tl.zeros((BLOCK_H,), dtype=tl.float32)
-        acc_s = tl.zeros((BLOCK_H,), dtype=tl.float32)
-        for start in range(s0, s1, ROWS):
-            ok = start + steps < s1
-            rows = r_next
-            x = x_next.to(tl.float32)
-            dy = dy_next.to(tl.float32)
-            n0, n1 = _next_step(start, s1, after, ROWS)
-            r_next = _rows_at(n0 + steps, n0 + steps < n1, lo, ORDER, SCRATCH, pid, CMAX, GLOBAL)
-            x_next = _load_tile(X, r_next, stride_x, cols, n0 + steps < n1, H, False)
-            dy_next = _load_tile(DY, r_next, stride_dy, cols, n0 + steps < n1, H, False)
-            if COLS:
-                rstd, c = rstd_next, c_next
-                rstd_next, c_next = _row_scalars(RSTD, C, r_next, n0 + steps < n1)
-                xhat, dx = _row_grads_given(x, dy, a, rstd, c)
+        producer: tl.constexpr = False
+        n_ranges = None  # `_meta` and `_finish` read num_programs(0)
+        walk = None  # `_walk_begin` reads program_id(0)
+        block = 0  # not read: the split grid's second axis gives the column block
+    pid, lo, n, n_seg, starts, counts, prev_key = _walk_begin(walk, IDX, KEYS, SCRATCH, n_rows, M, CHUNK, CMAX, K_P2,
+                                                                 GLOBAL)
+    if producer:
+        _produce_dots(X, DY, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, C, PROG, pid, lo, n, M, stride_x, stride_dy,
+                      stride_sc, H, CMAX, GLOBAL, DOTS_G, DOTS_CB, DOTS_PREFETCH)
+    else:
+        first, before, last, beyond = _plan_edges(KEYS, lo, n, n_rows, M, GLOBAL)
+        if COLS:
+            if FUSED:
+                cols = block * BLOCK_H + tl.arange(0, BLOCK_H)
             else:
-                rstd = tl.load(RSTD + rows, mask=ok, other=0.0)
-                xhat, dx = _row_grads(x, dy, a, rstd, H)
-            tl.store(DX + rows[:, None] * stride_dx + cols[None, :], rounded(dx, DX.dtype.element_ty, BY_HAND),
-                     mask=ok[:, None] & col_ok[None, :])
+                cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+        else:
+            cols = tl.arange(0, BLOCK_H)
+        col_ok = cols < H
+        steps = tl.arange(0, ROWS)
+        if PARAMS:  # without parameter gradients PART, DSH and DSC are None
+            base = PART + pid.to(tl.int64) * PSTRIDE
+        first_end = _first_slice_end(lo, n, starts, counts, SCRATCH, pid, CMAX, K_P2, GLOBAL)
+        r_next = _rows_at(steps, steps < first_end, lo, ORDER, SCRATCH, pid, CMAX, GLOBAL)
+        x_next = _load_tile(X, r_next, stride_x, cols, steps < first_end, H, False)
+        dy_next = _load_tile(DY, r_next, stride_dy, cols, steps < first_end, H, False)
+        if COLS:
+            if FUSED:  # (the call guarded, not only its body: its arguments would be made either way)
+                _await_dots(PROG, pid, tl.minimum(ROWS, first_end))
+            rstd_next, c_next = _row_scalars(RSTD, C, r_next, steps < first_end, FUSED)
+        acc_w = tl.zeros((BLOCK_H,), dtype=tl.float32)
+        for s in range(0, n_seg):
+            key, s0, s1, after = _segment(s, lo, n, starts, counts, KEYS, SCRATCH, pid, CMAX, K_P2, GLOBAL)
             if PARAMS:
-                acc_d += tl.sum(dy, axis=0)
-                acc_s += tl.sum(dy * xhat, axis=0)
+                if GLOBAL:
+                    _zero_gap(DSH, DSC, prev_key, key, M, cols, col_ok, stride_dsh, stride_dsc)
+                    prev_key = key
+            a = _scale(W, SC, key, M, cols, col_ok, stride_sc)[None, :]
+            acc_d = tl.zeros((BLOCK_H,), dtype=tl.float32)
+            acc_s = tl.zeros((BLOCK_H,), dtype=tl.float32)
+            for start in range(s0, s1, ROWS):
+                ok = start + steps < s1
+                rows = r_next
+                x = x_next.to(tl.float32)
+                dy = dy_next.to(tl.float32)
+                n0, n1 = _next_step(start, s1, after, ROWS)
+                r_next = _rows_at(n0 + steps, n0 + steps < n1, lo, ORDER, SCRATCH, pid, CMAX, GLOBAL)
+                x_next = _load_tile(X, r_next, stride_x, cols, n0 + steps < n1, H, False)
+                dy_next = _load_tile(DY, r_next, stride_dy, cols, n0 + steps < n1, H, False)
+                if COLS:
+                    rstd, c = rstd_next, c_next
+                    if FUSED:
+                        _await_dots(PROG, pid, tl.minimum(n0 + ROWS, n1))
+                    rstd_next, c_next = _row_scalars(RSTD, C, r_next, n0 + steps < n1, FUSED)
+                    xhat, dx = _row_grads_given(x, dy, a, rstd, c)
+                else:
+                    rstd = tl.load(RSTD + rows, mask=ok, other=0.0)
+                    xhat, dx = _row_grads(x, dy, a, rstd, H)
+                tl.store(DX + rows[:, None] * stride_dx + cols[None, :], rounded(dx, DX.dtype.element_ty, BY_HAND),
+                         mask=ok[:, None] & col_ok[None, :])
+                if PARAMS:
+                    acc_d += tl.sum(dy, axis=0)
+                    acc_s += tl.sum(dy * xhat, axis=0)
+            if PARAMS:
+                acc_w = _flush(key, s0, s1, n, acc_d, acc_s, acc_w, base, W, SC, DSH, DSC, cols, col_ok, M, H,
+                               stride_sc, stride_dsh, stride_dsc, before, beyond, GLOBAL, BY_HAND)
         if PARAMS:
-            acc_w = _flush(key, s0, s1, n, acc_d, acc_s, acc_w, base, W, SC, DSH, DSC, cols, col_ok, M, H,
-                           stride_sc, stride_dsh, stride_dsc, before, beyond, GLOBAL, BY_HAND)
-    if PARAMS:
-        w_row, _ = _rows_of(M, GLOBAL)
-        tl.store(base + w_row * H + cols, acc_w, mask=col_ok)
-        _finish(_meta(SCRATCH, CMAX), KEYS, DSH, DSC, pid, lo, n, n_rows, n_seg, first, before, last, beyond, M, cols,
-                col_ok, stride_dsh, stride_dsc, GLOBAL)
+            w_row, _ = _rows_of(M, GLOBAL)
+            tl.store(base + w_row * H + cols, acc_w, mask=col_ok)
+            _finish(_meta(SCRATCH, CMAX, n_ranges), KEYS, DSH, DSC, pid, n_ranges, lo, n, n_rows, n_seg, first, before,
+                    last, beyond, M, cols, col_ok, stride_dsh, stride_dsc, GLOBAL)
 
 
 @triton.jit
-def _row_scalars(RSTD, C, rows, ok):
-    """The split backward: rstd and c of a step's rows (zeros where masked off)."""
-    return tl.load(RSTD + rows, mask=ok, other=0.0), tl.load(C + rows, mask=ok, other=0.0)
+def _produce_dots(X, DY, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, C, PROG, pid, lo, n, M, stride_x, stride_dy,
+                  stride_sc, H: tl.constexpr, CMAX: tl.constexpr, GLOBAL: tl.constexpr, G: tl.constexpr,
+                  CB: tl.constexpr, PREFETCH: tl.constexpr):
+    """The fused backward's producer of range `pid`: c of its rows in the walk's order, G positions a step,
+    then the positions done published (every thread's c stored first)."""
+    for q in range(0, n, G):
+        pos = q + tl.arange(0, G)
+        ok = pos < n
+        rows = _rows_at(pos, ok, lo, ORDER, SCRATCH, pid, CMAX, GLOBAL)
+        if GLOBAL:
+            key = tl.load(KEYS + lo + pos, mask=ok, other=0)
+        else:
+            key = tl.load(IDX + rows, mask=ok, other=0)
+        tl.store(C + rows, _row_dots(X, DY, W, SC, RSTD, rows, ok, key, M, stride_x, stride_dy, stride_sc, H, CB,
+                                     (H + CB - 1) // CB, G, PREFETCH), mask=ok)
+        tl.debug_barrier()  # every thread's c is written before the count says so
+        tl.atomic_xchg(PROG + 1 + pid, tl.minimum(q + G, n), sem="release", scope="gpu")
+
+
+@triton.jit
+def _await_dots(PROG, pid, need):
+    """The fused backward: wait until range `pid`'s producer has published c of its first `need` positions."""
+    done = tl.atomic_add(PROG + 1 + pid, 0, sem="acquire", scope="gpu")
+    while done < need:
+        done = tl.atomic_add(PROG + 1 + pid, 0, sem="acquire", scope="gpu")
+
+
+@triton.jit
+def _row_scalars(RSTD, C, rows, ok, FUSED: tl.constexpr):
+    """The split backward: rstd and c of a step's rows (zeros where masked off); c read past L1 when another
+    program of the launch wrote it (FUSED)."""
+    rstd = tl.load(RSTD + rows, mask=ok, other=0.0)
+    if FUSED:
+        c = tl.load(C + rows, mask=ok, other=0.0, cache_modifier=".cg")
+    else:
+        c = tl.load(C + rows, mask=ok, other=0.0)
+    return rstd, c
 
 
 @triton.jit
@@ -735,7 +829,7 @@ def _bwd_chunked_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART,
     is built in place. Partial layout as `_bwd_kernel`'s plus the two workspace rows. PREFETCH: both passes
     load chunk c + 1's x and dy before chunk c's arithmetic (the last prefetch is masked off: no traffic),
     so a load is in flight while the previous chunk is summed; the same sums in the same order."""
-    pid, lo, n, n_seg, starts, counts, prev_key = _walk_begin(IDX, KEYS, SCRATCH, n_rows, M, CHUNK, CMAX, K_P2,
+    pid, lo, n, n_seg, starts, counts, prev_key = _walk_begin(None, IDX, KEYS, SCRATCH, n_rows, M, CHUNK, CMAX, K_P2,
                                                                  GLOBAL)
     first, before, last, beyond = _plan_edges(KEYS, lo, n, n_rows, M, GLOBAL)
     steps = tl.arange(0, G)
@@ -805,8 +899,8 @@ def _bwd_chunked_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART,
     if PARAMS:
         for c in range(0, N_CB):
             cols = c * CB + chunk
-            _finish(_meta(SCRATCH, CMAX), KEYS, DSH, DSC, pid, lo, n, n_rows, n_seg, first, before, last, beyond, M,
-                    cols, cols < H, stride_dsh, stride_dsc, GLOBAL)
+            _finish(_meta(SCRATCH, CMAX, None), KEYS, DSH, DSC, pid, None, lo, n, n_rows, n_seg, first, before, last,
+                    beyond, M, cols, cols < H, stride_dsh, stride_dsc, GLOBAL)
 
 
 @triton.jit(do_not_specialize=["n_programs"])
@@ -974,6 +1068,13 @@ def dots_meta(hidden: int, cfg: LaunchConfig) -> dict:
                 PREFETCH=cfg.dots_prefetch, num_warps=cfg.dots_warps)
 
 
+def fused_meta(cfg: LaunchConfig) -> dict:
+    """`_bwd_kernel`'s constexprs of the fused first pass (placeholders when not fused)."""
+    if cfg.bwd_fused:
+        return dict(FUSED=True, DOTS_G=cfg.dots_rows, DOTS_CB=cfg.dots_chunk, DOTS_PREFETCH=cfg.dots_prefetch)
+    return dict(FUSED=False, DOTS_G=1, DOTS_CB=1, DOTS_PREFETCH=False)
+
+
 @functools.lru_cache(maxsize=512)
 def _bwd_recipe(rows: int, hidden: int, table_rows: int, need_params: bool, cfg: LaunchConfig, device: int) -> tuple:
     """Everything of a backward that depends on the shapes only: (global plan, programs, CHUNK, CMAX,
@@ -984,23 +1085,32 @@ def _bwd_recipe(rows: int, hidden: int, table_rows: int, need_params: bool, cfg:
     pstride = partial_rows(table_rows, cfg, global_plan) * hidden
     if max(pstride, table_rows * hidden) >= 2 ** 31:
         raise ValueError(f"tables of {table_rows} rows of {hidden} are too large for this kernel's int32 offsets")
-    programs, chunk, cmax = _geometry(rows, device, cfg.bwd_programs_per_sm, cfg.chunk_limit)
+    if cfg.bwd_fused:  # ranges of (1 producer + NB column blocks) programs, about bwd_programs_per_sm an SM in all
+        where = torch.device("cuda", device) if device >= 0 else torch.device("cpu")
+        programs, chunk = split_row_chunks(rows, where, cfg.bwd_programs_per_sm, 1 + cdiv(hidden, cfg.bwd_cols),
+                                           cfg.chunk_limit)
+        cmax = next_power_of_2(chunk)
+    else:
+        programs, chunk, cmax = _geometry(rows, device, cfg.bwd_programs_per_sm, cfg.chunk_limit)
     meta = dict(H=hidden, CMAX=cmax, K_P2=_k_p2(table_rows, global_plan), GLOBAL=global_plan, PARAMS=need_params,
                 BY_HAND=BY_HAND, num_warps=cfg.bwd_warps)
     dots = None
     grid = (programs,)
     if cfg.bwd_cols:
         kernel = _bwd_kernel
-        meta.update(BLOCK_H=cfg.bwd_cols, ROWS=cfg.bwd_rows, COLS=True)
-        grid = (programs, cdiv(hidden, cfg.bwd_cols))
-        dots = ((cdiv(rows, cfg.dots_rows),), dots_meta(hidden, cfg))
+        meta.update(BLOCK_H=cfg.bwd_cols, ROWS=cfg.bwd_rows, COLS=True, **fused_meta(cfg))
+        if cfg.bwd_fused:
+            grid = (programs * (1 + cdiv(hidden, cfg.bwd_cols)),)
+        else:
+            grid = (programs, cdiv(hidden, cfg.bwd_cols))
+            dots = ((cdiv(rows, cfg.dots_rows),), dots_meta(hidden, cfg))
     elif cfg.bwd_chunk:
         kernel = _bwd_chunked_kernel
         meta.update(CB=cfg.bwd_chunk, N_CB=cdiv(hidden, cfg.bwd_chunk), G=cfg.bwd_rows,
                     PREFETCH=cfg.bwd_prefetch)
     else:
         kernel = _bwd_kernel
-        meta.update(BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows, COLS=False)
+        meta.update(BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows, COLS=False, **fused_meta(cfg))
     if global_plan:
         block_c = cfg.param_cols if INTERPRETED else 128
         params = (_bwd_combine_kernel, (cdiv(hidden, block_c), programs + 1),
@@ -1075,9 +1185,11 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
         c = x2d.new_empty(rows, dtype=torch.float32)
         launch_keyed(_bwd_dots_kernel, dots[0], device, (token, "dots", key[1:], tensor_key(idx)),
                      (x2d, dy, w, sc, idx, rstd, c, rows, table_rows, *in_strides), dots[1])
-        args += (c,)
+        args += (c, None)
+    elif meta.get("FUSED"):  # c made in the same launch; the tickets and each range's count start at zero
+        args += (x2d.new_empty(rows, dtype=torch.float32), x2d.new_zeros(1 + programs, dtype=torch.int32))
     elif kernel is _bwd_kernel:
-        args += (None,)
+        args += (None, None)
     launch_keyed(kernel, grid, device, key,
                  args + (rows, table_rows, in_strides[0], in_strides[1], hidden, in_strides[2], *strides, chunk,
                          pstride), meta)

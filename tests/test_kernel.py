@@ -453,7 +453,10 @@ KERNEL_SETS = {"walk+rows": dict(fwd_kernel="walk", fwd_rows=4, bwd_rows=2, bwd_
                # the per-row forward under the global plan too (plan_walk_rows=0); gather+split walks there
                "gather+chunked": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_chunk=8, bwd_cols=0,
                                       plan_walk_rows=0),
-               "gather+split": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_cols=8, bwd_chunk=0)}
+               "gather+split": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_cols=8, bwd_chunk=0),
+               # the split backward's two passes in one launch (producers and column blocks, v39)
+               "gather+fused": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_cols=8, bwd_chunk=0, bwd_fused=True,
+                                    dots_rows=2, dots_chunk=8)}
 
 
 @pytest.mark.parametrize("kernels", KERNEL_SETS)
@@ -583,6 +586,38 @@ def test_split_backward_wide_rows(device, monkeypatch):
     _wide_rows_match_float64_and_row_alone(device, 12288, 3)
 
 
+@pytest.mark.parametrize("table_rows", [9, 40])   # the local plan and the global one
+def test_fused_backward_is_one_launch_with_the_split_values(device, monkeypatch, table_rows):
+    """bwd_fused: the split backward's first pass made by producer programs of the same launch (a 1-D grid of
+    ranges x (1 + column blocks), no `_bwd_dots_kernel` launch). Its c is `_row_dots` of the same tile and
+    chunks as the split's first pass, so under the interpreter (tl.sum is numpy's whatever the warps) every
+    output is the split's bits; on a GPU the producers' warps are the column blocks' (another tree): there
+    the float64 bounds and repeats. Several ranges (chunk_limit 4): consumers wait on their own producer."""
+    import dataclasses
+
+    from kernels import common, norm_modulate as K
+    split = _config(monkeypatch, 20, chunk_limit=4, local_max=16, fwd_kernel="rows", fwd_rows=2, bwd_rows=2,
+                    bwd_chunk=0, bwd_cols=8, dots_rows=2, dots_chunk=8)
+    params, inputs, grad_out = _table_case(device, 20, 26, table_rows)
+    plain = run(inputs, grad_out)
+    fused = dataclasses.replace(split, bwd_fused=True)
+    monkeypatch.setattr(K, "launch_config", lambda h: fused)
+    launches = []
+    real = K.launch_keyed
+    monkeypatch.setattr(K, "launch_keyed", lambda kernel, grid, *a: (launches.append((kernel, grid, a[-1])),
+                                                                       real(kernel, grid, *a))[1])
+    y, grads = _matches_float64_zero_unused_repeats(params, inputs, grad_out, table_rows)
+    rows_kernels = [(grid, meta) for kernel, grid, meta in launches if kernel is K._bwd_kernel]
+    assert rows_kernels and all(meta["FUSED"] and len(grid) == 1 for grid, meta in rows_kernels)
+    assert not any(kernel is K._bwd_dots_kernel for kernel, _, _ in launches)
+    ranges = common.cdiv(26, 4) if device.type == "cpu" else None
+    if ranges is not None:
+        assert rows_kernels[0][0] == (ranges * (1 + K.cdiv(20, 8)),)
+        assert torch.equal(as_bits(y), as_bits(plain[0]))
+        for name in NAMES:
+            assert torch.equal(as_bits(grads[name]), as_bits(plain[1][name])), name
+
+
 def test_config_takes_one_backward():
     """bwd_chunk and bwd_cols name two different backwards: a config with both is refused, not resolved
     by a precedence the caller cannot see."""
@@ -591,6 +626,8 @@ def test_config_takes_one_backward():
     from kernels import norm_modulate as K
     with pytest.raises(ValueError, match="bwd_chunk .* and bwd_cols"):
         dataclasses.replace(K.launch_config(12288), bwd_chunk=2048)
+    with pytest.raises(ValueError, match="bwd_fused .* needs bwd_cols"):
+        dataclasses.replace(K.launch_config(5376), bwd_fused=True)
 
 
 
@@ -619,7 +656,9 @@ def test_prefetch_changes_no_bit(device, monkeypatch, table_rows, backward, flag
                                      dict(fwd_kernel="walk", fwd_rows=2, bwd_rows=4),
                                      dict(bwd_cols=16, bwd_rows=4),   # the split backward, 3 column blocks
                                      # its first pass 4 rows a program in 16-column chunks, prefetched
-                                     dict(bwd_cols=16, bwd_rows=4, dots_rows=4, dots_chunk=16, dots_prefetch=True)])
+                                     dict(bwd_cols=16, bwd_rows=4, dots_rows=4, dots_chunk=16, dots_prefetch=True),
+                                     # both passes in one launch, the producers 4 rows a step
+                                     dict(bwd_cols=16, bwd_rows=4, dots_rows=4, dots_chunk=16, bwd_fused=True)])
 def test_variants_are_batch_invariant(device, monkeypatch, changes):
     """Every LaunchConfig variant keeps a row's bits independent of the batch around it."""
     _config(monkeypatch, 40, chunk_limit=8, **changes)
@@ -761,3 +800,13 @@ def test_sweep_tool_variants_only(device, tmp_path):
     partial = dict(report)
     del partial["wall_s"]   # as a run cut short leaves it
     assert "cut short" in sweep.summary(partial)
+
+
+def test_every_sweep_preset_is_a_valid_config_at_every_width():
+    """tools/sweep_norm_modulate.py's variants (and kernel_times', which take the same names) build a
+    LaunchConfig at every H the sweep covers: a preset that cannot apply to some H would stop a GPU call."""
+    from tools.sweep_norm_modulate import _variant, _variant_names
+    for hidden in (1024, 2048, 3072, 4096, 5376, 8192, 12288):
+        for name in _variant_names():
+            cfg = _variant(name, hidden)
+            assert not name.startswith("fused") or (cfg.bwd_fused and cfg.bwd_cols), (name, hidden)

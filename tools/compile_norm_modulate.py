@@ -23,7 +23,7 @@ from kernels import norm_modulate as K
 
 POINTERS = {"X": "bf16", "DY": "bf16", "DX": "bf16", "Y": "bf16", "W": "bf16", "SH": "bf16", "SC": "bf16",
             "IDX": "i64", "ORDER": "i64", "KEYS": "i64", "SCRATCH": "i32", "RSTD": "fp32", "PART": "fp32",
-            "DSH": "bf16", "DSC": "bf16", "DW": "bf16", "C": "fp32", "WORK": "i32"}
+            "DSH": "bf16", "DSC": "bf16", "DW": "bf16", "C": "fp32", "WORK": "i32", "PROG": "i32"}
 
 
 def _signature(kernel, constexprs: dict) -> dict:
@@ -78,8 +78,10 @@ def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9) -> list[t
                              SAVE_RSTD=True, BY_HAND=False), cfg.fwd_warps))
         common = dict(H=hidden, CMAX=256, K_P2=k_p2, GLOBAL=plan, PARAMS=True, BY_HAND=False)
         if cfg.bwd_cols:
-            out.append((f"bwd split global={plan}", K._bwd_kernel,
-                        dict(common, BLOCK_H=cfg.bwd_cols, ROWS=cfg.bwd_rows, COLS=True), cfg.bwd_warps))
+            label = "bwd fused" if cfg.bwd_fused else "bwd split"
+            out.append((f"{label} global={plan}", K._bwd_kernel,
+                        dict(common, BLOCK_H=cfg.bwd_cols, ROWS=cfg.bwd_rows, COLS=True, **K.fused_meta(cfg)),
+                        cfg.bwd_warps))
         elif cfg.bwd_chunk:
             out.append((f"bwd chunked global={plan}", K._bwd_chunked_kernel,
                         dict(common, CB=cfg.bwd_chunk, N_CB=triton.cdiv(hidden, cfg.bwd_chunk), G=cfg.bwd_rows,
@@ -87,8 +89,9 @@ def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9) -> list[t
                         cfg.bwd_warps))
         else:
             out.append((f"bwd global={plan}", K._bwd_kernel,
-                        dict(common, BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows, COLS=False), cfg.bwd_warps))
-    if cfg.bwd_cols:
+                        dict(common, BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows, COLS=False, **K.fused_meta(cfg)),
+                        cfg.bwd_warps))
+    if cfg.bwd_cols and not cfg.bwd_fused:
         dots = K.dots_meta(hidden, cfg)
         warps = dots.pop("num_warps")
         out.append(("bwd split dots", K._bwd_dots_kernel, dots, warps))

@@ -65,6 +65,7 @@ def _presets(base) -> dict:
     one_sm_rows, one_sm_warps = K.whole_row_tile(block_h)   # the whole-row backward before v33
     old_rows, old_warps = K.row_tile(block_h)   # v13's narrow tile / wide row shape
     whole_rows = dict(bwd_chunk=0, bwd_cols=0, bwd_rows=max(1, 4096 // block_h), bwd_programs_per_sm=1)
+    split = {} if base.bwd_cols else dict(bwd_cols=2048, bwd_chunk=0, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1)
     presets = {
         "default": {},
         "gather": dict(fwd_kernel="rows", fwd_rows=old_rows, fwd_warps=old_warps, fwd_l1_tables=False),
@@ -107,6 +108,14 @@ def _presets(base) -> dict:
         "dots-r4w8-prefetch": dict(dots_rows=4, dots_warps=8, dots_prefetch=True),
         "dots-r1w2": dict(dots_rows=1, dots_warps=2),
         "dots-c4096w8": dict(dots_chunk=4096, dots_warps=8),
+        # both passes in one launch (kernels/NOTES.md v39): per range of rows one producer program makes c
+        # ([dots_rows, dots_chunk] tiles on the column blocks' 8 warps) while the range's column blocks
+        # consume it, x and dy read the second time from L2 while they are there; ranges of 1 + NB programs
+        # about one an SM in all (33 ranges at H = 12288 on 132 SMs)
+        # (at H <= 8192, whose default is not the split backward, the split's [4, 2048] steps first)
+        "fused": dict(split, bwd_fused=True),
+        "fused-r8": dict(split, bwd_fused=True, dots_rows=8),
+        "fused-r4c4096": dict(split, bwd_fused=True, dots_rows=4, dots_chunk=4096),
         # the local plan up to M = 64 (no sort, no position -> row loads, no combine launch; partials
         # 4 P (2M + 1) H bytes: 366 MB at M = 64, H = 5376, P = 132; sm_90: 56 B spilled, 132 KB shared)
         "local-max-64": dict(local_max=64),
