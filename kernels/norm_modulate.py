@@ -145,6 +145,7 @@ class LaunchConfig:
     # one producer program a range computes c (dots_rows rows a step, dots_chunk columns a chunk) while the
     # range's column blocks consume it, so x and dy can come from L2 the second time (6RH of DRAM, not 10RH)
     bwd_fused: bool = False
+    fused_producers: int = 1       # producer programs a range (they take its steps in turn)
 
     def __post_init__(self):
         if self.fwd_kernel not in ("rows", "walk"):
@@ -154,6 +155,8 @@ class LaunchConfig:
             value = getattr(self, name)
             if value and value & (value - 1):
                 raise ValueError(f"{name} must be a power of two, got {value}")
+        if self.fused_producers < 1:
+            raise ValueError(f"fused_producers must be >= 1, got {self.fused_producers}")
         if self.bwd_fused and not self.bwd_cols:
             raise ValueError("bwd_fused fuses the split backward's two passes: it needs bwd_cols > 0")
         if self.bwd_chunk and self.bwd_cols:
@@ -655,7 +658,7 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
                 H: tl.constexpr, BLOCK_H: tl.constexpr, ROWS: tl.constexpr, CMAX: tl.constexpr, K_P2: tl.constexpr,
                 GLOBAL: tl.constexpr, PARAMS: tl.constexpr, COLS: tl.constexpr, BY_HAND: tl.constexpr,
                 FUSED: tl.constexpr = False, DOTS_G: tl.constexpr = 1, DOTS_CB: tl.constexpr = 1,
-                DOTS_PREFETCH: tl.constexpr = False):
+                DOTS_PREFETCH: tl.constexpr = False, PRODUCERS: tl.constexpr = 1):
     """Whole rows in registers: this program's rows in segment order, ROWS per step, the next step's x and
     dy loaded before this step's arithmetic (across segment ends too: 1.5x over loading in turn,
     kernels/NOTES.md v5); D, S and the dw partial in fp32 registers. COLS (the split backward): columns
@@ -664,18 +667,20 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
     every block's program makes the same walk lists (the same values written to the same scratch words,
     each program reading back its own writes).
     FUSED (with COLS; kernels/NOTES.md v39): the first pass in the same launch, a 1-D grid of P ranges x
-    (1 + NB) programs whose roles come from a ticket (PROG[0], taken as each program starts): the first P
-    tickets are producers, each computing c for its range's rows in the walk's order, DOTS_G rows a step
-    (`_row_dots`), and publishing how many positions are done (PROG[1 + p], release); ticket P + p * NB + b
-    is column block b of range p, which waits (acquire) until its next step's positions are done before
-    loading their c. Producers never wait and start before any consumer, so the waits end; under the
-    interpreter the programs run in ticket order, producers first."""
+    (PRODUCERS + NB) programs whose roles come from a ticket (PROG[0], taken as each program starts): the
+    first P * PRODUCERS tickets are producers, ticket p * PRODUCERS + j computing c for range p's steps j,
+    j + PRODUCERS, ... of DOTS_G positions in the walk's order (`_row_dots`) and publishing after each where
+    its next step starts (PROG[1 + ticket], release: its positions below are done); ticket
+    P * PRODUCERS + p * NB + b is column block b of range p, which waits (acquire) until every producer of
+    its range has passed its next step's positions before loading their c. Producers never wait and start
+    before any consumer, so the waits end; under the interpreter the programs run in ticket order,
+    producers first."""
     if FUSED:
         ticket = tl.atomic_add(PROG, 1, sem="relaxed", scope="gpu")
-        n_ranges = tl.num_programs(0) // (1 + (H + BLOCK_H - 1) // BLOCK_H)
-        producer = ticket < n_ranges
-        consumer = ticket - n_ranges
-        walk = tl.where(producer, ticket, consumer // ((H + BLOCK_H - 1) // BLOCK_H))
+        n_ranges = tl.num_programs(0) // (PRODUCERS + (H + BLOCK_H - 1) // BLOCK_H)
+        producer = ticket < n_ranges * PRODUCERS
+        consumer = ticket - n_ranges * PRODUCERS
+        walk = tl.where(producer, ticket // PRODUCERS, consumer // ((H + BLOCK_H - 1) // BLOCK_H))
         block = tl.where(producer, 0, consumer % ((H + BLOCK_H - 1) // BLOCK_H))
     else:
         producer: tl.constexpr = False
@@ -685,8 +690,8 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
     pid, lo, n, n_seg, starts, counts, prev_key = _walk_begin(walk, IDX, KEYS, SCRATCH, n_rows, M, CHUNK, CMAX, K_P2,
                                                                  GLOBAL)
     if producer:
-        _produce_dots(X, DY, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, C, PROG, pid, lo, n, M, stride_x, stride_dy,
-                      stride_sc, H, CMAX, GLOBAL, DOTS_G, DOTS_CB, DOTS_PREFETCH)
+        _produce_dots(X, DY, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, C, PROG, pid, ticket % PRODUCERS, lo, n, M,
+                      stride_x, stride_dy, stride_sc, H, CMAX, GLOBAL, DOTS_G, DOTS_CB, DOTS_PREFETCH, PRODUCERS)
     else:
         first, before, last, beyond = _plan_edges(KEYS, lo, n, n_rows, M, GLOBAL)
         if COLS:
@@ -706,7 +711,7 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
         dy_next = _load_tile(DY, r_next, stride_dy, cols, steps < first_end, H, False)
         if COLS:
             if FUSED:  # (the call guarded, not only its body: its arguments would be made either way)
-                _await_dots(PROG, pid, tl.minimum(ROWS, first_end))
+                _await_dots(PROG, pid, tl.minimum(ROWS, first_end), PRODUCERS)
             rstd_next, c_next = _row_scalars(RSTD, C, r_next, steps < first_end, FUSED)
         acc_w = tl.zeros((BLOCK_H,), dtype=tl.float32)
         for s in range(0, n_seg):
@@ -730,7 +735,7 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
                 if COLS:
                     rstd, c = rstd_next, c_next
                     if FUSED:
-                        _await_dots(PROG, pid, tl.minimum(n0 + ROWS, n1))
+                        _await_dots(PROG, pid, tl.minimum(n0 + ROWS, n1), PRODUCERS)
                     rstd_next, c_next = _row_scalars(RSTD, C, r_next, n0 + steps < n1, FUSED)
                     xhat, dx = _row_grads_given(x, dy, a, rstd, c)
                 else:
@@ -752,12 +757,12 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
 
 
 @triton.jit
-def _produce_dots(X, DY, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, C, PROG, pid, lo, n, M, stride_x, stride_dy,
+def _produce_dots(X, DY, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, C, PROG, pid, j, lo, n, M, stride_x, stride_dy,
                   stride_sc, H: tl.constexpr, CMAX: tl.constexpr, GLOBAL: tl.constexpr, G: tl.constexpr,
-                  CB: tl.constexpr, PREFETCH: tl.constexpr):
-    """The fused backward's producer of range `pid`: c of its rows in the walk's order, G positions a step,
-    then the positions done published (every thread's c stored first)."""
-    for q in range(0, n, G):
+                  CB: tl.constexpr, PREFETCH: tl.constexpr, PRODUCERS: tl.constexpr):
+    """The fused backward's producer j of range `pid`: c of the range's steps j, j + PRODUCERS, ... of G
+    positions in the walk's order, after each (every thread's c stored first) where its next step starts."""
+    for q in range(j * G, n, G * PRODUCERS):
         pos = q + tl.arange(0, G)
         ok = pos < n
         rows = _rows_at(pos, ok, lo, ORDER, SCRATCH, pid, CMAX, GLOBAL)
@@ -768,15 +773,19 @@ def _produce_dots(X, DY, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, C, PROG, pid, l
         tl.store(C + rows, _row_dots(X, DY, W, SC, RSTD, rows, ok, key, M, stride_x, stride_dy, stride_sc, H, CB,
                                      (H + CB - 1) // CB, G, PREFETCH), mask=ok)
         tl.debug_barrier()  # every thread's c is written before the count says so
-        tl.atomic_xchg(PROG + 1 + pid, tl.minimum(q + G, n), sem="release", scope="gpu")
+        tl.atomic_xchg(PROG + 1 + pid * PRODUCERS + j, tl.minimum(q + G * PRODUCERS, n), sem="release", scope="gpu")
+    if PRODUCERS > 1:  # a producer whose first step is past the range's end has none: it is done all the same
+        tl.atomic_xchg(PROG + 1 + pid * PRODUCERS + j, n, sem="release", scope="gpu")
 
 
 @triton.jit
-def _await_dots(PROG, pid, need):
-    """The fused backward: wait until range `pid`'s producer has published c of its first `need` positions."""
-    done = tl.atomic_add(PROG + 1 + pid, 0, sem="acquire", scope="gpu")
-    while done < need:
-        done = tl.atomic_add(PROG + 1 + pid, 0, sem="acquire", scope="gpu")
+def _await_dots(PROG, pid, need, PRODUCERS: tl.constexpr):
+    """The fused backward: wait until every producer of range `pid` has published c of its positions below
+    `need` (its next step starts at or past `need`, or it is done)."""
+    for j in tl.static_range(PRODUCERS):
+        done = tl.atomic_add(PROG + 1 + pid * PRODUCERS + j, 0, sem="acquire", scope="gpu")
+        while done < need:
+            done = tl.atomic_add(PROG + 1 + pid * PRODUCERS + j, 0, sem="acquire", scope="gpu")
 
 
 @triton.jit
@@ -1071,8 +1080,9 @@ def dots_meta(hidden: int, cfg: LaunchConfig) -> dict:
 def fused_meta(cfg: LaunchConfig) -> dict:
     """`_bwd_kernel`'s constexprs of the fused first pass (placeholders when not fused)."""
     if cfg.bwd_fused:
-        return dict(FUSED=True, DOTS_G=cfg.dots_rows, DOTS_CB=cfg.dots_chunk, DOTS_PREFETCH=cfg.dots_prefetch)
-    return dict(FUSED=False, DOTS_G=1, DOTS_CB=1, DOTS_PREFETCH=False)
+        return dict(FUSED=True, DOTS_G=cfg.dots_rows, DOTS_CB=cfg.dots_chunk, DOTS_PREFETCH=cfg.dots_prefetch,
+                    PRODUCERS=cfg.fused_producers)
+    return dict(FUSED=False, DOTS_G=1, DOTS_CB=1, DOTS_PREFETCH=False, PRODUCERS=1)
 
 
 @functools.lru_cache(maxsize=512)
@@ -1087,8 +1097,8 @@ def _bwd_recipe(rows: int, hidden: int, table_rows: int, need_params: bool, cfg:
         raise ValueError(f"tables of {table_rows} rows of {hidden} are too large for this kernel's int32 offsets")
     if cfg.bwd_fused:  # ranges of (1 producer + NB column blocks) programs, about bwd_programs_per_sm an SM in all
         where = torch.device("cuda", device) if device >= 0 else torch.device("cpu")
-        programs, chunk = split_row_chunks(rows, where, cfg.bwd_programs_per_sm, 1 + cdiv(hidden, cfg.bwd_cols),
-                                           cfg.chunk_limit)
+        programs, chunk = split_row_chunks(rows, where, cfg.bwd_programs_per_sm,
+                                           cfg.fused_producers + cdiv(hidden, cfg.bwd_cols), cfg.chunk_limit)
         cmax = next_power_of_2(chunk)
     else:
         programs, chunk, cmax = _geometry(rows, device, cfg.bwd_programs_per_sm, cfg.chunk_limit)
@@ -1100,7 +1110,7 @@ def _bwd_recipe(rows: int, hidden: int, table_rows: int, need_params: bool, cfg:
         kernel = _bwd_kernel
         meta.update(BLOCK_H=cfg.bwd_cols, ROWS=cfg.bwd_rows, COLS=True, **fused_meta(cfg))
         if cfg.bwd_fused:
-            grid = (programs * (1 + cdiv(hidden, cfg.bwd_cols)),)
+            grid = (programs * (cfg.fused_producers + cdiv(hidden, cfg.bwd_cols)),)
         else:
             grid = (programs, cdiv(hidden, cfg.bwd_cols))
             dots = ((cdiv(rows, cfg.dots_rows),), dots_meta(hidden, cfg))
@@ -1187,7 +1197,8 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
                      (x2d, dy, w, sc, idx, rstd, c, rows, table_rows, *in_strides), dots[1])
         args += (c, None)
     elif meta.get("FUSED"):  # c made in the same launch; the tickets and each range's count start at zero
-        args += (x2d.new_empty(rows, dtype=torch.float32), x2d.new_zeros(1 + programs, dtype=torch.int32))
+        args += (x2d.new_empty(rows, dtype=torch.float32),
+                 x2d.new_zeros(1 + programs * cfg.fused_producers, dtype=torch.int32))
     elif kernel is _bwd_kernel:
         args += (None, None)
     launch_keyed(kernel, grid, device, key,

@@ -586,13 +586,15 @@ def test_split_backward_wide_rows(device, monkeypatch):
     _wide_rows_match_float64_and_row_alone(device, 12288, 3)
 
 
+@pytest.mark.parametrize("producers", [1, 3])
 @pytest.mark.parametrize("table_rows", [9, 40])   # the local plan and the global one
-def test_fused_backward_is_one_launch_with_the_split_values(device, monkeypatch, table_rows):
+def test_fused_backward_is_one_launch_with_the_split_values(device, monkeypatch, table_rows, producers):
     """bwd_fused: the split backward's first pass made by producer programs of the same launch (a 1-D grid of
     ranges x (1 + column blocks), no `_bwd_dots_kernel` launch). Its c is `_row_dots` of the same tile and
     chunks as the split's first pass, so under the interpreter (tl.sum is numpy's whatever the warps) every
     output is the split's bits; on a GPU the producers' warps are the column blocks' (another tree): there
-    the float64 bounds and repeats. Several ranges (chunk_limit 4): consumers wait on their own producer."""
+    the float64 bounds and repeats. Several ranges (chunk_limit 4): consumers wait on their own producers
+    (one, or three taking the range's steps in turn)."""
     import dataclasses
 
     from kernels import common, norm_modulate as K
@@ -600,7 +602,7 @@ def test_fused_backward_is_one_launch_with_the_split_values(device, monkeypatch,
                     bwd_chunk=0, bwd_cols=8, dots_rows=2, dots_chunk=8)
     params, inputs, grad_out = _table_case(device, 20, 26, table_rows)
     plain = run(inputs, grad_out)
-    fused = dataclasses.replace(split, bwd_fused=True)
+    fused = dataclasses.replace(split, bwd_fused=True, fused_producers=producers)
     monkeypatch.setattr(K, "launch_config", lambda h: fused)
     launches = []
     real = K.launch_keyed
@@ -612,7 +614,7 @@ def test_fused_backward_is_one_launch_with_the_split_values(device, monkeypatch,
     assert not any(kernel is K._bwd_dots_kernel for kernel, _, _ in launches)
     ranges = common.cdiv(26, 4) if device.type == "cpu" else None
     if ranges is not None:
-        assert rows_kernels[0][0] == (ranges * (1 + K.cdiv(20, 8)),)
+        assert rows_kernels[0][0] == (ranges * (producers + K.cdiv(20, 8)),)
         assert torch.equal(as_bits(y), as_bits(plain[0]))
         for name in NAMES:
             assert torch.equal(as_bits(grads[name]), as_bits(plain[1][name])), name

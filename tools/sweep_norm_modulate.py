@@ -116,6 +116,11 @@ def _presets(base) -> dict:
         "fused": dict(split, bwd_fused=True),
         "fused-r8": dict(split, bwd_fused=True, dots_rows=8),
         "fused-r4c4096": dict(split, bwd_fused=True, dots_rows=4, dots_chunk=4096),
+        # one producer a range can hold ~16-64 KB of loads in flight, too few for 2/3 of the DRAM reads from a
+        # quarter of the programs (NOTES v39): three producers a range taking its steps in turn (22 ranges of
+        # 3 + 3 programs at H = 12288)
+        "fused-p3r8": dict(split, bwd_fused=True, fused_producers=3, dots_rows=8),
+        "fused-p3r4": dict(split, bwd_fused=True, fused_producers=3, dots_rows=4),
         # the local plan up to M = 64 (no sort, no position -> row loads, no combine launch; partials
         # 4 P (2M + 1) H bytes: 366 MB at M = 64, H = 5376, P = 132; sm_90: 56 B spilled, 132 KB shared)
         "local-max-64": dict(local_max=64),
