@@ -200,7 +200,10 @@ def launch_config(hidden: int) -> LaunchConfig:
     if hidden > SPLIT_ABOVE:
         # [2, 4096] steps on 8 warps (sm_90, triton 3.6: 255 registers, 72 B spilled under the global plan):
         # 1.8-2.4% less kernel time than [4, 2048] (no spill) at H = 12288, M = 9 and 64, in two runs (v30)
-        bwd = dict(bwd_rows=2, bwd_warps=8, bwd_cols=4096)
+        # the first pass's chunks loaded one chunk ahead (the same sums, so the same bits; kernels/NOTES.md
+        # v37, v40): H200 kernels per fwd+bwd step at H = 12288, M = 9, two rounds: 1532.2 / 1532.0 us against
+        # 1594.8 / 1595.2 (the pass 383 against 445 us), its GPU test bitwise
+        bwd = dict(bwd_rows=2, bwd_warps=8, bwd_cols=4096, dots_prefetch=True)
     else:
         rows, warps = whole_row_tile(block_h)
         if block_h <= 4096:

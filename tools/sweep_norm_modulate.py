@@ -103,7 +103,8 @@ def _presets(base) -> dict:
         # the split backward's first pass (c: 4RH bytes read, 3.64 TB/s at H = 12288 in v30; 128 registers on 4
         # warps, ~16 KB of loads in flight a program): each chunk loaded one chunk ahead (the same bits), and
         # other tiles (another order for c: kernels/NOTES.md v37)
-        "dots-prefetch": dict(dots_prefetch=True),
+        "dots-prefetch": dict(dots_prefetch=True),   # the default above H = 8192 since v40
+        "dots-no-prefetch": dict(dots_prefetch=False),   # the default before v40
         "dots-r4w8": dict(dots_rows=4, dots_warps=8),
         "dots-r4w8-prefetch": dict(dots_rows=4, dots_warps=8, dots_prefetch=True),
         "dots-r1w2": dict(dots_rows=1, dots_warps=2),
