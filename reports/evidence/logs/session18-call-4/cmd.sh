@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# RUN in session 18 as call 4 (commit a86cee1); its logs are beside it.
 # Session 18, call 4: the first pass prefetched as the default above H = 8192 (kernels/NOTES.md v40): kernel
 # times of the new default against the old (`dots-no-prefetch`) at H = 12288 under the local (M = 9) and the
 # global plan (M = 64), two rounds, and the GPU tests of the split backward at this commit; then the graph
