@@ -254,7 +254,9 @@ def _walk_begin(walk, IDX, KEYS, SCRATCH, n_rows, M, CHUNK, CMAX: tl.constexpr, 
     table row s (M: bad indices), bounds from `starts`/`counts`. Global: the slice is positions of the
     sorted list; SCRATCH[pid*2*(CMAX+2) + s] = where run s starts (n after the last run, twice), and
     CMAX + 2 further on its key clamped to [-1, M] (-1 and M: bad indices), so a segment's bounds and key
-    are independent loads. `walk`: the walk's slice, a fused backward's range; None: program_id(0)."""
+    are independent loads. `walk`: the walk's slice, a fused backward's range; None: program_id(0), read
+    here as before (read in the caller instead, ptxas scheduled the default launches differently: the same
+    reason `_meta` and `_finish` take None for num_programs(0))."""
     if walk is None:
         pid = tl.program_id(0)
     else:
@@ -679,12 +681,13 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
     before any consumer, so the waits end; under the interpreter the programs run in ticket order,
     producers first."""
     if FUSED:
+        NB: tl.constexpr = (H + BLOCK_H - 1) // BLOCK_H   # column blocks a range
         ticket = tl.atomic_add(PROG, 1, sem="relaxed", scope="gpu")
-        n_ranges = tl.num_programs(0) // (PRODUCERS + (H + BLOCK_H - 1) // BLOCK_H)
+        n_ranges = tl.num_programs(0) // (PRODUCERS + NB)
         producer = ticket < n_ranges * PRODUCERS
         consumer = ticket - n_ranges * PRODUCERS
-        walk = tl.where(producer, ticket // PRODUCERS, consumer // ((H + BLOCK_H - 1) // BLOCK_H))
-        block = tl.where(producer, 0, consumer % ((H + BLOCK_H - 1) // BLOCK_H))
+        walk = tl.where(producer, ticket // PRODUCERS, consumer // NB)
+        block = tl.where(producer, 0, consumer % NB)
     else:
         producer: tl.constexpr = False
         n_ranges = None  # `_meta` and `_finish` read num_programs(0)
