@@ -66,6 +66,9 @@ def _presets(base) -> dict:
     old_rows, old_warps = K.row_tile(block_h)   # v13's narrow tile / wide row shape
     whole_rows = dict(bwd_chunk=0, bwd_cols=0, bwd_rows=max(1, 4096 // block_h), bwd_programs_per_sm=1)
     split = {} if base.bwd_cols else dict(bwd_cols=2048, bwd_chunk=0, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1)
+    # the fused presets as measured in session 18 (producers without the first pass's prefetch, which became
+    # the default above H = 8192 after: with it fused-p3r4 spills 64-112 B at sm_90)
+    split["dots_prefetch"] = False
     presets = {
         "default": {},
         "gather": dict(fwd_kernel="rows", fwd_rows=old_rows, fwd_warps=old_warps, fwd_l1_tables=False),
