@@ -10,8 +10,12 @@
               dW = dy^T a, db = colsum(dy)          `gemm.weight_grad` (db = the ones column of a)
 
 Reduction orders: kernels/gemm.py. bf16 dots have no proof that two tile configs sum alike, so each
-of the three GEMMs has ONE config for every T (`FWD`, `DX`, `DW`), chosen by the GPU bench among
-candidates that are each batch-invariant by themselves. The silu is elementwise (no order).
+of the three GEMMs computes ONE tile config for every T (tiles, k step, K chunks, warps), chosen by the GPU
+bench among candidates that are each batch-invariant by themselves. What may change with T is only how
+the same tiles are fetched, walked and stored (`HOW_FIELDS`: TMA descriptors or pointers, one program a
+tile or one an SM, pipeline stages, tile grouping): the same products and sums, bitwise the same on the
+H200 (kernels/notes/gemm.md v15), and `ProjectionConfigs` refuses tiers that differ in anything else.
+The silu is elementwise (no order).
 
 Why the silu is a separate launch and not in the GEMM's A-operand load (`gemm.forward(a_silu=True)`
 does that): at T = 2048 every one of the 378 column tiles would redo 2048 x 2688 silus (ex2 + rcp on
@@ -29,54 +33,88 @@ import torch
 from kernels import checks, gemm
 from kernels.common import interpreter_active
 from kernels.gemm import LaunchConfig as C
+from kernels.gemm import Tiers, pick
 
 DX_SPLIT = 6   # dtemb = dy W over K = 96768: fixed chunks (part of dtemb's order): 126 programs at T = 1
 
 
+# LaunchConfig fields that change how a GEMM's tiles are fetched, walked and stored, never what a tile
+# computes: tiers of one GEMM may differ in these alone (same tiles, steps and K chunks: the same bits).
+HOW_FIELDS = ("tma", "tma_store", "persistent", "num_stages", "group_m")
+BIG = 1 << 62
+
+
+def _order(cfg: C) -> C:
+    return dataclasses.replace(cfg, tma=False, tma_store=False, persistent=False, num_stages=2, group_m=8)
+
+
 @dataclass(frozen=True)
 class ProjectionConfigs:
-    fwd: C
-    dx: C
-    dw: C
+    """Each GEMM's configs by T: tiers (largest T, config), ascending, the last for the rest."""
+    fwd: Tiers
+    dx: Tiers
+    dw: Tiers
     fuse_silu: bool = False   # silu + cast in the forward GEMM's A load instead of `gemm.silu_cast`
 
     def __post_init__(self):
-        # dx's split_k is part of dtemb's order like the rest of its config: one config for every T
-        if self.fwd.split_k != 1 or self.dw.split_k != 1:
+        for name in ("fwd", "dx", "dw"):
+            tiers = getattr(self, name)
+            if not tiers or tiers[-1][0] < BIG or [t for t, _ in tiers] != sorted(t for t, _ in tiers):
+                raise ValueError(f"{name}: tiers must ascend and end with BIG (every T), got {tiers}")
+            # dx's split_k is part of dtemb's order like the rest of its tile config
+            if len({_order(cfg) for _, cfg in tiers}) > 1:
+                raise ValueError(f"{name}: tiers may differ only in {', '.join(HOW_FIELDS)} (the same tiles, steps "
+                                 f"and K chunks), got {[cfg.short() for _, cfg in tiers]}")
+        if any(cfg.split_k != 1 for _, cfg in tuple(self.fwd) + tuple(self.dw)):
             raise ValueError("the forward and dW configs take no split-K")
 
+    @classmethod
+    def uniform(cls, fwd: C, dx: C, dw: C, fuse_silu: bool = False) -> "ProjectionConfigs":
+        """One config per GEMM for every T."""
+        return cls(fwd=((BIG, fwd),), dx=((BIG, dx),), dw=((BIG, dw),), fuse_silu=fuse_silu)
 
-# Defaults: the fastest of tools/bench_gemm.py's candidates on the H200 (kernels/notes/gemm.md, v2 and v4):
-# 4 pipeline stages for dW (3 before: -56 us at T = 2048); the forward persistent (v4: 1593.8 us at
-# T = 2048 against 2108.8, 133.0 against 140.4 at T = 1).
-DEFAULT = ProjectionConfigs(
+
+# v4's defaults: the fastest of tools/bench_gemm.py's candidates on the H200 (kernels/notes/gemm.md, v2 and
+# v4): 4 pipeline stages for dW (3 before: -56 us at T = 2048); the forward persistent (v4: 1593.8 us at
+# T = 2048 against 2108.8, 133.0 against 140.4 at T = 1). Every GEMM through pointers.
+POINTER = ProjectionConfigs.uniform(
     fwd=C(128, 256, 64, num_warps=8, num_stages=4, group_m=16, persistent=True),
     dx=C(128, 128, 64, num_warps=8, num_stages=4, group_m=8, split_k=DX_SPLIT),
     dw=C(128, 256, 64, num_warps=8, num_stages=4, group_m=8),
 )
+_P = {name: pick(getattr(POINTER, name), 1) for name in ("fwd", "dx", "dw")}
 # The forward and dW persistent (v4 candidate: dW persistent measured slower, 1994 us against 1839).
-PERSISTENT = ProjectionConfigs(
-    fwd=DEFAULT.fwd,
-    dx=DEFAULT.dx,
-    dw=C(128, 256, 64, num_warps=8, num_stages=3, group_m=8, persistent=True),
-)
-# The default's tiles, steps and K chunks with A and B read through TMA descriptors, every GEMM one
-# program per SM over its (tile, K chunk) items (kernels/notes/gemm.md v15): the same bits as DEFAULT's
+PERSISTENT = ProjectionConfigs.uniform(
+    fwd=_P["fwd"], dx=_P["dx"], dw=C(128, 256, 64, num_warps=8, num_stages=3, group_m=8, persistent=True))
+# The pointer set's tiles, steps and K chunks with A and B read through TMA descriptors, every GEMM one
+# program per SM over its (tile, K chunk) items (kernels/notes/gemm.md v15): the same bits as POINTER's
 # (kernels/gemm.py `_gemm_tma_kernel`), checked on the GPU by tools/bench_gemm.py's candidates.
-TMA = ProjectionConfigs(
-    fwd=dataclasses.replace(DEFAULT.fwd, tma=True),
-    dx=dataclasses.replace(DEFAULT.dx, tma=True, persistent=True),
-    dw=dataclasses.replace(DEFAULT.dw, tma=True, persistent=True),
+TMA = ProjectionConfigs.uniform(
+    fwd=dataclasses.replace(_P["fwd"], tma=True),
+    dx=dataclasses.replace(_P["dx"], tma=True, persistent=True),
+    dw=dataclasses.replace(_P["dw"], tma=True, persistent=True),
 )
 # TMA and the forward's and dW's tiles stored through a descriptor as well (`tma_store`: the stores run under
 # the next tile's MMAs); dx keeps its split (its partials are fp32 sums)
-TMA_STORE = ProjectionConfigs(
-    fwd=dataclasses.replace(TMA.fwd, tma_store=True),
-    dx=TMA.dx,
-    dw=dataclasses.replace(TMA.dw, tma_store=True),
+TMA_STORE = ProjectionConfigs.uniform(
+    fwd=dataclasses.replace(pick(TMA.fwd, 1), tma_store=True),
+    dx=pick(TMA.dx, 1),
+    dw=dataclasses.replace(pick(TMA.dw, 1), tma_store=True),
+)
+# The default, v16 (kernels/notes/gemm.md): POINTER's tiles, steps and chunks at every T, fetched as session 18
+# call 2 measured fastest (tools/bench_gemm.py, stream us at T = 1 / 8 / 2048, every candidate bitwise
+# POINTER's): dW through TMA, persistent, 3 stages at every T (252.3 / 257.4 / 1753.9 against 330.3 / 332.1 /
+# 1852.9); the forward (TMA, TMA stores: 1574.2 against 1613.5 at T = 2048, but 169.4 against 133.4 at T = 1)
+# and dx (TMA, persistent: 1800.3 against 1836.3; 202.4 against 135.1) switch from pointers to TMA at
+# TMA_FROM rows (session 19's crossover measurement).
+TMA_FROM = 256
+DEFAULT = ProjectionConfigs(
+    fwd=((TMA_FROM - 1, _P["fwd"]), (BIG, pick(TMA_STORE.fwd, 1))),
+    dx=((TMA_FROM - 1, _P["dx"]), (BIG, pick(TMA.dx, 1))),
+    dw=((BIG, dataclasses.replace(pick(TMA.dw, 1), num_stages=3)),),
 )
 # One config per GEMM for every T there too (the interpreter steps through programs one by one: large tiles).
-INTERPRETER = ProjectionConfigs(fwd=C(32, 64, 32), dx=C(32, 64, 32, split_k=DX_SPLIT), dw=C(32, 64, 32))
+INTERPRETER = ProjectionConfigs.uniform(fwd=C(32, 64, 32), dx=C(32, 64, 32, split_k=DX_SPLIT), dw=C(32, 64, 32))
 _CONFIGS: list[ProjectionConfigs] = [DEFAULT]
 
 
@@ -107,12 +145,13 @@ def _check(temb, w, b) -> None:
 
 def _forward(temb, w, b, keep_a: bool):
     cfg = configs()
+    fwd = pick(cfg.fwd, temb.shape[0])
     if cfg.fuse_silu:
-        table, _ = gemm.forward(temb, w, b, cfg.fwd, out_dtype=w.dtype, a_silu=True)
+        table, _ = gemm.forward(temb, w, b, fwd, out_dtype=w.dtype, a_silu=True)
         a = gemm.silu_cast(temb, w.dtype, ones_column=True) if keep_a else None
         return table, a
     a = gemm.silu_cast(temb, w.dtype, ones_column=keep_a)
-    table, _ = gemm.forward(a, w, b, cfg.fwd, out_dtype=w.dtype)
+    table, _ = gemm.forward(a, w, b, fwd, out_dtype=w.dtype)
     return table, a
 
 
@@ -129,12 +168,12 @@ class _AdaLNProjection(torch.autograd.Function):
         need_temb, need_w, need_b = ctx.needs_input_grad[:3]
         if dy.stride(-1) != 1 or (dy.shape[0] > 1 and dy.stride(0) == 0):
             dy = dy.contiguous()
-        cfg = configs()
+        cfg, rows = configs(), dy.shape[0]
         dtemb = dw = db = None
         if need_temb:
-            dtemb = gemm.input_grad(dy, w, cfg.dx, dsilu_of=temb, out_dtype=temb.dtype)
+            dtemb = gemm.input_grad(dy, w, pick(cfg.dx, rows), dsilu_of=temb, out_dtype=temb.dtype)
         if need_w or need_b:
-            dw, db = gemm.weight_grad(dy, a, cfg.dw, a_ones="stored", dw_dtype=w.dtype,
+            dw, db = gemm.weight_grad(dy, a, pick(cfg.dw, rows), a_ones="stored", dw_dtype=w.dtype,
                                       db_dtype=w.dtype if need_b else None)
         return dtemb, (dw if need_w else None), db
 

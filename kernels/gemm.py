@@ -233,7 +233,8 @@ Tiers = Sequence[tuple[int, LaunchConfig]]   # (largest row count, config), asce
 
 
 def pick(tiers: Tiers, rows: int) -> LaunchConfig:
-    """The config for `rows` rows from fp32 tiers (fp32 only: bf16 kernels take one config)."""
+    """The config for `rows` rows from tiers (their owner says what may differ between tiers: timestep_mlp's
+    MLPConfigs, adaln_projection's ProjectionConfigs)."""
     for limit, cfg in tiers:
         if rows <= limit:
             return cfg

@@ -19,9 +19,14 @@ replay). `GraphCache.run(key, launch)`:
     captured into the caller's graph), never with launch hooks installed (a profiler's), never on the CPU.
 A graph replays on one stream at a time: the stream is part of the key, so two streams get two graphs
 (with their own intermediates). At most `capacity` graphs are kept (least recently used dropped); each
-holds its intermediates (timestep_mlp at T <= 16: under 1 MB) in a private pool of at least one 2 MB
-segment. The result is bitwise the plain launches' (the same kernels on the same values: tested on the
-GPU, tests/test_graph_replay.py).
+holds its intermediates in a private pool of at least one 2 MB segment (the caller bounds what a graph may
+hold: timestep_mlp takes graphs only up to 64 rows, under 6 MB of intermediates each). The result is
+bitwise the plain launches' (the same kernels on the same values: tested on the GPU,
+tests/test_graph_replay.py). The capture is thread-local (`capture_error_mode="thread_local"`): another
+thread's CUDA calls during it are not made illegal by it.
+
+On or off per cache: each caller states its default (`GraphCache(on_by_default=...)`, from what its op's
+replay was measured to buy), and H3BENCH_GRAPHS=1 / 0 turns every cache on / off.
 """
 from __future__ import annotations
 
@@ -33,15 +38,22 @@ import torch
 
 from kernels.common import fast_launch_allowed
 
-# Off unless H3BENCH_GRAPHS=1: the bare replay of the op's launches was measured on the H200 (bitwise the
-# plain launches', 2.4 us of host a call: logs/session16-call-2), this cache around them not yet (its GPU
-# tests and timings: logs/session16-call-3/cmd.sh, for the next GPU session).
-ENABLED = os.environ.get("H3BENCH_GRAPHS", "0") == "1"
+
+def env_choice() -> bool | None:
+    """H3BENCH_GRAPHS: "1" every cache on, "0" every cache off, unset (or empty) each cache's own default."""
+    value = os.environ.get("H3BENCH_GRAPHS", "").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(f"H3BENCH_GRAPHS must be 0 or 1 (or unset: each op's default), got {value!r}")
+    return None if value == "" else value == "1"
 
 
 class GraphCache:
-    def __init__(self, capacity: int = 8, capture: Callable | None = None):
-        """`capture(launch)` makes a replayable object of `launch`'s launches (default: a torch CUDA graph)."""
+    def __init__(self, capacity: int = 8, capture: Callable | None = None, on_by_default: bool = False):
+        """`capture(launch)` makes a replayable object of `launch`'s launches (default: a torch CUDA graph);
+        `on` is H3BENCH_GRAPHS's choice if set, else `on_by_default` (tools and tests set it directly)."""
+        choice = env_choice()
+        self.on_by_default = on_by_default
+        self.on = on_by_default if choice is None else choice
         self.capacity = capacity
         self._capture = capture or capture_cuda_graph
         self._graphs: OrderedDict = OrderedDict()
@@ -77,17 +89,15 @@ class GraphCache:
         self._graphs.clear()
         self._last = None
 
+    def usable(self, t: torch.Tensor) -> bool:
+        """Graphs may stand for this call: on, CUDA, no enclosing capture, no launch hooks."""
+        return (self.on and t.is_cuda and fast_launch_allowed()
+                and not torch.cuda.is_current_stream_capturing())
 
-def usable(t: torch.Tensor) -> bool:
-    """Graphs may stand for this call: enabled, CUDA, no enclosing capture, no launch hooks."""
-    return (ENABLED and t.is_cuda and fast_launch_allowed()
-            and not torch.cuda.is_current_stream_capturing())
-
-
-def described(device: torch.device) -> str:
-    """What a row's `source` says of this path: on or nothing."""
-    return "; no-grad calls repeated with their tensors in place replay a CUDA graph" if (
-        ENABLED and device.type == "cuda") else ""
+    def described(self, device: torch.device) -> str:
+        """What a row's `source` says of this path: on or nothing."""
+        return "; no-grad calls repeated with their tensors in place replay a CUDA graph" if (
+            self.on and device.type == "cuda") else ""
 
 
 def placed(device_index: int, *tensors: torch.Tensor) -> tuple:
@@ -101,7 +111,7 @@ def capture_cuda_graph(launch: Callable[[], None]):
     graph = torch.cuda.CUDAGraph()
     side = torch.cuda.Stream()
     side.wait_stream(stream)   # the capture reads what the caller's stream has queued for the inputs
-    with torch.cuda.graph(graph, stream=side):
+    with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
         launch()
     stream.wait_stream(side)
     return graph

@@ -153,24 +153,25 @@ def norm_modulate(x: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.
     table_rows = sh.shape[0]
     table_bytes = table_rows * x2d.shape[1] * (sh.element_size() + sc.element_size())
     plan = global_plan(idx1d, table_rows, x2d.shape[1], table_bytes, cfg, training=False)
-    if plan is None and graph_replay.usable(x2d):
+    if plan is None and GRAPHS.usable(x2d):
         y = _replayed(x2d, w_, sh_, sc_, idx1d, eps, cfg)
     else:
         y, _ = K.forward(x2d, w_, sh_, sc_, idx1d, eps, save_rstd=False, config=cfg, plan=plan)
     return y if x.dim() == 2 else y.view(x.shape)
 
 
-# The inference forward's launch as a CUDA graph (kernels/graph_replay.py; H3BENCH_GRAPHS=1): a loop's calls
-# with their tensors where the previous call's were replay it (per-sample time at small R is host time).
-_GRAPHS = graph_replay.GraphCache()
+# The inference forward's launch as a CUDA graph (kernels/graph_replay.py), off unless H3BENCH_GRAPHS=1: a
+# loop's calls with their tensors where the previous call's were replay it. Off by default: at R = 4097 it
+# saved 1-3 us a call on the H200 (kernels/notes/gemm.md v14; the host path was already short).
+GRAPHS = graph_replay.GraphCache(on_by_default=False)
 
 
 def _replayed(x2d, w, sh, sc, idx, eps: float, cfg) -> torch.Tensor:
-    """`K.forward(...)[0]` under the local plan, through `_GRAPHS`: the key is everything the launch depends
+    """`K.forward(...)[0]` under the local plan, through `GRAPHS`: the key is everything the launch depends
     on besides the tensors' contents (the recipe's inputs, dtypes, strides, eps, device, stream and every
     address, y's included)."""
     y = torch.empty_like(x2d)
     key = (x2d.shape, x2d.stride()[0], sh.shape[0], sh.stride()[0], sc.stride()[0], x2d.dtype, w.dtype, sh.dtype,
            sc.dtype, idx.dtype, eps, cfg) + graph_replay.placed(x2d.get_device(), x2d, w, sh, sc, idx, y)
-    _GRAPHS.run(key, lambda: K.forward(x2d, w, sh, sc, idx, eps, save_rstd=False, config=cfg, out=y))
+    GRAPHS.run(key, lambda: K.forward(x2d, w, sh, sc, idx, eps, save_rstd=False, config=cfg, out=y))
     return y

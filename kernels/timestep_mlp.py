@@ -20,8 +20,9 @@ by their own maximum, W2 by its whole maximum; each split into fp16 halves, thre
 into a fresh accumulator, steps added in fp32)
 and dx in tf32x3 (each operand split into two tf32 halves, three products a k8 slice, fp32
 accumulation); each with ONE tile config and one K split for every T (`MLPConfigs` refuses anything else for fp64 and tensor-core
-kernels; GEMM2's tiers differ only in the tile and in which operand holds W2, never in the steps, the
-split or the scales: `_one_local_order`, checked bitwise on the H200): a row's bits do not depend on T. The weight gradients are sums over t, one fixed order per T (FMA chains
+kernels; GEMM2's tiers differ only in the tile, warps, stages, step pairing and which operand holds W2,
+never in the steps, the split or the scales: `_one_local_order`; GEMM1's float64 tiers only in the tile,
+warps and stages: `_one_fp64_order`; both checked bitwise on the H200): a row's bits do not depend on T. The weight gradients are sums over t, one fixed order per T (FMA chains
 up to T = 64, fp16x3 (dW2, dy and h each scaled by its whole maximum) or tf32x3 (dW1) above), the bias
 gradients float64 column sums: they repeat bitwise run to run.
 
@@ -76,7 +77,7 @@ class MLPConfigs:
                 raise ValueError(f"{name}'s split_k must be the same in every tier, got {[c.short() for _, c in tiers]}")
         for name in ("fwd1", "fwd2", "dh", "dx"):  # the row-wise GEMMs: their order must not depend on T
             tiers = getattr(self, name)
-            if name == "fwd2" and _one_local_order(tiers):
+            if (name == "fwd2" and _one_local_order(tiers)) or (name == "fwd1" and _one_fp64_order(tiers)):
                 continue
             if any(cfg.precision != "ieee" for _, cfg in tiers) and len({cfg for _, cfg in tiers}) > 1:
                 raise ValueError(f"{name}: a tf32x3, fp16x3 or fp64 kernel needs one config for every row count, "
@@ -92,6 +93,16 @@ def _one_local_order(tiers: Tiers) -> bool:
     def order(cfg: C) -> tuple:
         return cfg.precision, cfg.local_scales, cfg.block_k, cfg.split_k, cfg.walk_chunks_above
     return all(cfg.local_scales for _, cfg in tiers) and len({order(cfg) for _, cfg in tiers}) == 1
+
+
+def _one_fp64_order(tiers: Tiers) -> bool:
+    """float64 tiers that differ only in tiles, warps and stages: each output is the fp64 MMA's chain over k
+    in k order (products exact, one float64 add a k4 slice) whatever the tile, rounded once to fp32; checked
+    bitwise on the H200 for 13 tiles against the default's, z1 and h, alone and as rows of T = 2048
+    (tools/probe_fwd1.py, logs/session18-call-1; kernels/notes/gemm.md v13)."""
+    def order(cfg: C) -> tuple:
+        return cfg.precision, cfg.block_k, cfg.split_k
+    return all(cfg.precision == "fp64" for _, cfg in tiers) and len({order(cfg) for _, cfg in tiers}) == 1
 
 
 BIG = 1 << 62
@@ -170,15 +181,23 @@ FP16X3_LOCAL_V8 = dataclasses.replace(
 # against 255 and 126); v8's tile above 16 rows.
 _S = {"precision": "fp16x3", "local_scales": True, "swap_ab": True}
 _FWD2 = FP16X3_LOCAL_V8.fwd2[-1][1]
-DEFAULT = dataclasses.replace(
+V11 = dataclasses.replace(
     FP16X3_LOCAL_V8, fwd2=((16, C(64, 16, 32, num_warps=4, num_stages=4, split_k=6, **_S)), (BIG, _FWD2)))
+# The default, v16 (kernels/notes/gemm.md): v11 with the small-T tiles session 18's call 1 measured (v13)
+# bitwise v11's and fastest (logs/session18-call-1, four data sets, alone and as rows of T = 2048): up to 16 rows
+# GEMM2 swapped on 32 x 16 x 32 tiles, 2 warps, 3 stages, two steps an iteration (`pair_steps`; kernel
+# 25.1-28.6 us at T = 1-16 against 29.3-31.3) and GEMM1 on 16 x 8 x 32 float64 tiles, 1 warp, 4 stages
+# (4.9-5.2 us against 6.3-6.5).
+DEFAULT = dataclasses.replace(
+    V11, fwd1=((16, C(16, 8, 32, num_warps=1, num_stages=4, precision="fp64")), V11.fwd1[-1]),
+    fwd2=((16, C(32, 16, 32, num_warps=2, num_stages=3, split_k=6, pair_steps=True, **_S)), (BIG, _FWD2)))
 # GEMM2 with each step's own scales (`local_scales`: no maxima pass over W2 before it, which at T <= 8
 # reads the 58 MB of W2 once more) in 4 or 6 K chunks, on 128- or 64-row tiles (bench sets: at T <= 8 the
 # forward streams W2, and 64-row tiles halve the MMA work a step; 2688 / 128 x 6 chunks = 126 programs)
 _L = {"precision": "fp16x3", "local_scales": True}
-FWD2_LOCAL_128K4 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=4, **_L)),))
-FWD2_LOCAL_64K4 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(64, 128, 64, num_warps=4, num_stages=4, split_k=4, **_L)),))
-FWD2_LOCAL_64K6 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(64, 128, 64, num_warps=4, num_stages=4, split_k=6, **_L)),))
+FWD2_LOCAL_128K4 = dataclasses.replace(V11, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=4, **_L)),))
+FWD2_LOCAL_64K4 = dataclasses.replace(V11, fwd2=((BIG, C(64, 128, 64, num_warps=4, num_stages=4, split_k=4, **_L)),))
+FWD2_LOCAL_64K6 = dataclasses.replace(V11, fwd2=((BIG, C(64, 128, 64, num_warps=4, num_stages=4, split_k=6, **_L)),))
 # GEMM2 in fixed K chunks of 256 (21 chunks) or 128 / 512, local scales, walked by one program a tile above
 # T = 64 (`walk_chunks_above`: the same bits as a program per chunk; at T = 2048 no partials in memory) and
 # split into a program per chunk at T <= 64 (441 programs at T <= 128 on 128-row tiles). Session 14, call 2:
@@ -186,19 +205,19 @@ FWD2_LOCAL_64K6 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(64, 128, 64, num_wa
 # 128K21 / 64K21 / 128K42 / 128K11 against 48.0 for 64K6; at T = 2048 933 / 1809 / 1076 / 871 us): each
 # chunk restarts the software pipeline, and short programs pay their setup more often.
 _W = {"precision": "fp16x3", "local_scales": True, "walk_chunks_above": 64}
-FWD2_WALK_128K21 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=21, **_W)),))
-FWD2_WALK_128K11 = dataclasses.replace(DEFAULT, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=11, **_W)),))
+FWD2_WALK_128K21 = dataclasses.replace(V11, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=21, **_W)),))
+FWD2_WALK_128K11 = dataclasses.replace(V11, fwd2=((BIG, C(128, 128, 64, num_warps=8, num_stages=3, split_k=11, **_W)),))
 # GEMM2 swapped at small T (`swap_ab`, kernels/notes/gemm.md v11): up to 16 rows the launch computes
 # out^T = W2 h^T, W2's rows the MMA's 64 or 128 and the rows of h a 16-wide N tile (the 64-row tile pads
 # T = 1 with 63 zero rows a step: 4x the MMA work, 64 accumulator registers a thread for 1 row of output);
 # the same steps, products and sums as v8's tile above 16 rows (`_one_local_order`). M64 is the default.
-FWD2_SWAP_M64 = DEFAULT
-_SWAP16 = DEFAULT.fwd2[0][1]
+FWD2_SWAP_M64 = V11
+_SWAP16 = V11.fwd2[0][1]
 
 
 def _small_t(**changes) -> MLPConfigs:
-    """DEFAULT with its swapped GEMM2 tier (up to 16 rows) changed by `changes`."""
-    return dataclasses.replace(DEFAULT, fwd2=((16, dataclasses.replace(_SWAP16, **changes)), (BIG, _FWD2)))
+    """V11 with its swapped GEMM2 tier (up to 16 rows) changed by `changes`."""
+    return dataclasses.replace(V11, fwd2=((16, dataclasses.replace(_SWAP16, **changes)), (BIG, _FWD2)))
 
 
 FWD2_SWAP_M128 = _small_t(block_m=128)
@@ -356,16 +375,23 @@ def _inference(x, w1, b1, w2, b2) -> torch.Tensor:
         gemm.run_forward_plan(plan1, x, w1, h, bias=b1)
         gemm.run_forward_plan(plan2, h, w2, out, bias=b2)
 
-    if plan2.presplit or not graph_replay.usable(x):   # a presplit is made per weight version: not in a graph
+    # a presplit is made per weight version: not in a graph; above GRAPH_MAX_ROWS the launches' host time is
+    # small beside their kernels, and a graph holds the intermediates (h and the split-K partials: 86 KB a
+    # row) in its own pool
+    if plan2.presplit or rows > GRAPH_MAX_ROWS or not GRAPHS.usable(x):
         launch()
         return out
-    _GRAPHS.run((found,) + graph_replay.placed(x.get_device(), x, w1, b1, w2, b2, out), launch)
+    GRAPHS.run((found,) + graph_replay.placed(x.get_device(), x, w1, b1, w2, b2, out), launch)
     return out
 
 
-# The no-grad forward's launches as CUDA graphs (kernels/graph_replay.py; H3BENCH_GRAPHS=1): a loop's calls
-# with their tensors where the previous call's were replay one graph instead of two Python launches.
-_GRAPHS = graph_replay.GraphCache()
+# The no-grad forward's launches as CUDA graphs (kernels/graph_replay.py), on unless H3BENCH_GRAPHS=0: a
+# loop's calls with their tensors where the previous call's were replay one graph instead of two Python
+# launches (H200, kernels/notes/gemm.md v14: T = 1 forward 71.5 / 57.0 -> 55.5 / 40.5 us synchronized /
+# stream, the same bits). At most 8 graphs of at most 64 rows, each pool under 6 MB (at 64 rows h is 1.4 MB and
+# GEMM2's six fp32 partial planes 4.1 MB): under 50 MB in all.
+GRAPH_MAX_ROWS = 64
+GRAPHS = graph_replay.GraphCache(on_by_default=True)
 
 
 # --- autograd ------------------------------------------------------------------------------------------

@@ -66,30 +66,64 @@ def test_a_failed_capture_launches_plainly_and_says_why():
     assert "capturing" in cache.errors[0]
 
 
-def test_graphs_are_never_used_on_the_cpu(monkeypatch):
-    monkeypatch.setattr(graph_replay, "ENABLED", True)
-    assert not graph_replay.usable(torch.zeros(1))
+def test_graphs_are_never_used_on_the_cpu():
+    cache = GraphCache(on_by_default=True)
+    assert cache.on and not cache.usable(torch.zeros(1))
+    assert cache.described(torch.device("cpu")) == ""
 
 
-def test_graphs_are_off_unless_asked_for(monkeypatch):
-    import importlib
-    try:
+@pytest.mark.parametrize("env, default, on", [(None, False, False), (None, True, True), ("", True, True),
+                                              ("0", True, False), ("1", False, True), (" 1 ", False, True)])
+def test_each_cache_takes_its_default_unless_the_environment_says(env, default, on, monkeypatch):
+    if env is None:
         monkeypatch.delenv("H3BENCH_GRAPHS", raising=False)
-        assert importlib.reload(graph_replay).ENABLED is False
-        monkeypatch.setenv("H3BENCH_GRAPHS", "1")
-        assert importlib.reload(graph_replay).ENABLED is True
-    finally:
-        monkeypatch.undo()
-        importlib.reload(graph_replay)
+    else:
+        monkeypatch.setenv("H3BENCH_GRAPHS", env)
+    cache = GraphCache(on_by_default=default)
+    assert cache.on is on
+    assert bool(cache.described(torch.device("cuda"))) is on   # the row's source says so when on
+
+
+@pytest.mark.parametrize("env", ["yes", "true", "2", "off"])
+def test_a_value_other_than_0_or_1_is_refused_by_name(env, monkeypatch):
+    monkeypatch.setenv("H3BENCH_GRAPHS", env)
+    with pytest.raises(ValueError, match="H3BENCH_GRAPHS must be 0 or 1"):
+        GraphCache()
+
+
+def test_the_ops_defaults_are_as_measured():
+    """timestep_mlp's no-grad forward replays by default (15-16 us a call at T <= 8 on the H200), norm_modulate's
+    does not (1-3 us); H3BENCH_GRAPHS, when set at import, overrides both (the test above)."""
+    from kernels import norm_modulate_api, timestep_mlp
+    assert (timestep_mlp.GRAPHS.on_by_default, norm_modulate_api.GRAPHS.on_by_default) == (True, False)
+    assert timestep_mlp.GRAPH_MAX_ROWS == 64
+
+
+def test_no_graph_above_the_row_limit(monkeypatch):
+    """Above GRAPH_MAX_ROWS the no-grad forward launches plainly (a graph would keep its intermediates)."""
+    from kernels import timestep_mlp as TM
+    seen = []
+    monkeypatch.setattr(TM.GRAPHS, "usable", lambda t: True)
+    monkeypatch.setattr(TM.GRAPHS, "run", lambda key, launch: (seen.append(key), launch()))
+    monkeypatch.setattr(graph_replay, "placed", lambda device, *tensors: tuple(t.data_ptr() for t in tensors))
+    inputs, _ = mlp_case(torch.device("cpu"), 3)
+    x, w1, b1, w2, b2 = (inputs.tensors[n].detach() for n in MLP_NAMES)
+    monkeypatch.setattr(TM, "GRAPH_MAX_ROWS", 2)
+    with torch.no_grad():
+        TM.timestep_mlp(x, w1, b1, w2, b2)
+        assert seen == []
+        monkeypatch.setattr(TM, "GRAPH_MAX_ROWS", 3)
+        TM.timestep_mlp(x, w1, b1, w2, b2)
+    assert len(seen) == 1
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 
 
-def _plain(monkeypatch, op, *args, **kwargs):
+def _plain(monkeypatch, cache, op, *args, **kwargs):
     """`op(*args, **kwargs)` with the graph replay off: the plain launches' result."""
     with monkeypatch.context() as m:
-        m.setattr(graph_replay, "ENABLED", False)
+        m.setattr(cache, "on", False)
         return op(*args, **kwargs)
 
 
@@ -97,27 +131,27 @@ def _plain(monkeypatch, op, *args, **kwargs):
 @pytest.mark.parametrize("rows", [1, 8])
 def test_replayed_forward_gives_the_plain_bits_and_follows_its_inputs(rows, monkeypatch):
     from kernels import timestep_mlp as TM
-    monkeypatch.setattr(graph_replay, "ENABLED", True)
+    monkeypatch.setattr(TM.GRAPHS, "on", True)
     inputs, _ = mlp_case(torch.device("cuda"), rows)
     x, w1, b1, w2, b2 = (inputs.tensors[n].detach() for n in MLP_NAMES)
-    TM._GRAPHS.clear()
+    TM.GRAPHS.clear()
     with torch.no_grad():
-        want = _plain(monkeypatch, TM.timestep_mlp, x, w1, b1, w2, b2)
-        before = TM._GRAPHS.replays
+        want = _plain(monkeypatch, TM.GRAPHS, TM.timestep_mlp, x, w1, b1, w2, b2)
+        before = TM.GRAPHS.replays
         for _ in range(4):   # a loop dropping its output: the same blocks come back, the key repeats
             got = TM.timestep_mlp(x, w1, b1, w2, b2)
             assert torch.equal(as_bits(got), as_bits(want))
             del got
-        assert TM._GRAPHS.captures >= 1 and TM._GRAPHS.replays > before
+        assert TM.GRAPHS.captures >= 1 and TM.GRAPHS.replays > before
         x.mul_(0.5)   # new contents at the same address: the replay reads them
         w2.add_(1e-3)
-        want = _plain(monkeypatch, TM.timestep_mlp, x, w1, b1, w2, b2)
-        replays = TM._GRAPHS.replays
+        want = _plain(monkeypatch, TM.GRAPHS, TM.timestep_mlp, x, w1, b1, w2, b2)
+        replays = TM.GRAPHS.replays
         for _ in range(4):   # `want` now holds a block: the output's address (a key part) settles anew
             got = TM.timestep_mlp(x, w1, b1, w2, b2)
             assert torch.equal(as_bits(got), as_bits(want))
             del got
-        assert TM._GRAPHS.replays > replays   # and a replay read the new contents
+        assert TM.GRAPHS.replays > replays   # and a replay read the new contents
         kept = [TM.timestep_mlp(x, w1, b1, w2, b2) for _ in range(3)]   # outputs kept: each its own block
         assert len({k.data_ptr() for k in kept}) == 3
         for k in kept:
@@ -127,43 +161,43 @@ def test_replayed_forward_gives_the_plain_bits_and_follows_its_inputs(rows, monk
 @cuda
 def test_inside_a_callers_capture_the_launches_join_its_graph(monkeypatch):
     from kernels import timestep_mlp as TM
-    monkeypatch.setattr(graph_replay, "ENABLED", True)
+    monkeypatch.setattr(TM.GRAPHS, "on", True)
     inputs, _ = mlp_case(torch.device("cuda"), 3)
     x, w1, b1, w2, b2 = (inputs.tensors[n].detach() for n in MLP_NAMES)
-    TM._GRAPHS.clear()
-    captures = TM._GRAPHS.captures   # the counters run on across clear(): earlier tests' captures count
+    TM.GRAPHS.clear()
+    captures = TM.GRAPHS.captures   # the counters run on across clear(): earlier tests' captures count
     with torch.no_grad():
-        want = _plain(monkeypatch, TM.timestep_mlp, x, w1, b1, w2, b2)
+        want = _plain(monkeypatch, TM.GRAPHS, TM.timestep_mlp, x, w1, b1, w2, b2)
         TM.timestep_mlp(x, w1, b1, w2, b2)
         outer = torch.cuda.CUDAGraph()
         with torch.cuda.graph(outer):
             got = TM.timestep_mlp(x, w1, b1, w2, b2)
         outer.replay()
         torch.cuda.synchronize()
-    assert TM._GRAPHS.captures == captures
+    assert TM.GRAPHS.captures == captures
     assert torch.equal(as_bits(got), as_bits(want))
 
 
 @cuda
 def test_norm_modulate_inference_replays_with_the_plain_bits(monkeypatch):
     from kernels import norm_modulate_api as api
-    monkeypatch.setattr(graph_replay, "ENABLED", True)
+    monkeypatch.setattr(api.GRAPHS, "on", True)
     g = torch.Generator(device="cuda").manual_seed(2)
     rows, hidden, table = 4097, 5376, 9
     x = torch.randn(rows, hidden, generator=g, device="cuda").bfloat16()
     w = torch.randn(hidden, generator=g, device="cuda").bfloat16()
     sh, sc = (torch.randn(table, hidden, generator=g, device="cuda").bfloat16() for _ in range(2))
     idx = torch.randint(0, table, (rows,), generator=g, device="cuda")
-    api._GRAPHS.clear()
+    api.GRAPHS.clear()
 
     with torch.no_grad():
-        want = _plain(monkeypatch, api.norm_modulate, x, w, sh, sc, idx, check_index=False)
+        want = _plain(monkeypatch, api.GRAPHS, api.norm_modulate, x, w, sh, sc, idx, check_index=False)
         for _ in range(4):
             got = api.norm_modulate(x, w, sh, sc, idx, check_index=False)
             assert torch.equal(got.view(torch.int16), want.view(torch.int16))
             del got
-        assert api._GRAPHS.captures >= 1 and api._GRAPHS.replays >= 2
+        assert api.GRAPHS.captures >= 1 and api.GRAPHS.replays >= 2
         sc.mul_(0.5)   # the table's new contents, the same address: the replay reads them
-        want = _plain(monkeypatch, api.norm_modulate, x, w, sh, sc, idx, check_index=False)
+        want = _plain(monkeypatch, api.GRAPHS, api.norm_modulate, x, w, sh, sc, idx, check_index=False)
         got = api.norm_modulate(x, w, sh, sc, idx, check_index=False)
         assert torch.equal(got.view(torch.int16), want.view(torch.int16))

@@ -138,32 +138,64 @@ def test_tma_configs_are_checked():
     with pytest.raises(ValueError, match="persistent config takes no split-K"):
         LaunchConfig(**TILE, split_k=2, persistent=True)
     assert LaunchConfig(**TILE, split_k=2, persistent=True, tma=True).short() == "32x64x32/w4/s3/k2/P/TMA"
-    for configs in (AP.TMA, AP.TMA_STORE):   # the default's tiles and chunks, read (and written) through TMA
+    pointer = {name: gemm.pick(getattr(AP.POINTER, name), 1) for name in ("fwd", "dx", "dw")}
+    for configs in (AP.TMA, AP.TMA_STORE, AP.DEFAULT):   # the pointer set's tiles and chunks at every T
         for name in ("fwd", "dx", "dw"):
-            assert dataclasses.replace(getattr(configs, name), tma=False, tma_store=False, persistent=False) == \
-                dataclasses.replace(getattr(AP.DEFAULT, name), persistent=False), name
+            for _, cfg in getattr(configs, name):
+                assert AP._order(cfg) == AP._order(pointer[name]), name
+    assert any(cfg.tma for _, cfg in AP.DEFAULT.fwd) and not AP.DEFAULT.fwd[0][1].tma   # the T switch
+
+
+def _tiers(**by_name):
+    return AP.ProjectionConfigs(**{name: by_name.get(name, ((AP.BIG, LaunchConfig(**TILE)),))
+                                   for name in ("fwd", "dx", "dw")})
+
+
+def test_projection_tiers_may_differ_only_in_how_tiles_are_fetched():
+    """A GEMM's tiers may change TMA or pointers, persistence, stages and grouping with T (the same tiles, k
+    steps and chunks: the same bits), nothing else; tiers ascend and end with every T."""
+    base = LaunchConfig(**TILE)
+    how = dataclasses.replace(base, tma=True, tma_store=True, persistent=True, num_stages=4, group_m=16)
+    _tiers(fwd=((7, base), (AP.BIG, how)))
+    for other in (dataclasses.replace(base, block_n=128), dataclasses.replace(base, block_k=64),
+                  dataclasses.replace(base, num_warps=8)):
+        with pytest.raises(ValueError, match="tiers may differ only in tma, tma_store, persistent"):
+            _tiers(dw=((7, base), (AP.BIG, other)))
+    with pytest.raises(ValueError, match="tiers may differ only"):
+        _tiers(dx=((7, dataclasses.replace(base, split_k=6)), (AP.BIG, dataclasses.replace(base, split_k=3))))
+    for bad in (((7, base),), ((AP.BIG, base), (7, base)), ()):
+        with pytest.raises(ValueError, match="tiers must ascend and end with BIG"):
+            _tiers(fwd=bad)
+    with pytest.raises(ValueError, match="take no split-K"):
+        _tiers(dw=((AP.BIG, dataclasses.replace(base, split_k=2)),))
 
 
 def test_tma_projection_configs_give_the_default_bits(device, monkeypatch):
-    """The op at T = 1 and 37 with widths a descriptor can read (temb 64, table 96: 16-byte rows): AP.TMA's and
-    AP.TMA_STORE's outputs and gradients bitwise AP.DEFAULT's, their GEMMs launched through the tma kernel. On
-    the GPU that is the tensor core's claim; on the CPU the interpreter runs the GPU's config sets (their
-    128 x 256 tiles), which it otherwise swaps for INTERPRETER's."""
+    """The op at T = 1 and 37 with widths a descriptor can read (temb 64, table 96: 16-byte rows): AP.TMA's,
+    AP.TMA_STORE's and AP.DEFAULT's outputs and gradients bitwise AP.POINTER's, their GEMMs launched through
+    the tma kernel where their tier says (DEFAULT: dW at every T, the forward and dx from TMA_FROM rows; also
+    with the switch moved to 2 rows, so that T = 37 takes the TMA tiers). On the GPU that is the tensor
+    core's claim; on the CPU the interpreter runs the GPU's config sets (their 128 x 256 tiles), which it
+    otherwise swaps for INTERPRETER's."""
     from harness.ops.adaln_projection import AdaLNProjectionParams
     from kernels.adaln_projection import adaln_projection
 
     if device.type != "cuda":
         monkeypatch.setattr(AP, "interpreter_active", lambda: False)
+    switched_at_2 = AP.ProjectionConfigs(**{name: tuple((1 if limit < AP.BIG else limit, cfg)
+                                                        for limit, cfg in getattr(AP.DEFAULT, name))
+                                            for name in ("fwd", "dx", "dw")})
     params = AdaLNProjectionParams(hidden=16, temb_dim=64, chunks=6, modalities=1)
     for rows in (1, 37):
         inputs = ADA.make_inputs(params, rows, 3, device)
         dy = ADA.make_grad_outs(params, rows, 103, device)[0]
         results = []
-        for configs in (AP.DEFAULT, AP.TMA, AP.TMA_STORE):
+        for configs, tma_launches in ((AP.POINTER, 0), (AP.TMA, 3), (AP.TMA_STORE, 3), (AP.DEFAULT, 1),
+                                      (switched_at_2, 1 if rows == 1 else 3)):
             monkeypatch.setattr(AP, "_CONFIGS", [configs])
             seen = launched_kernels(monkeypatch)
             results.append(run_op(adaln_projection, ADA_NAMES, inputs, dy))
-            assert (seen.count(gemm._gemm_tma_kernel) == 3) == (configs is not AP.DEFAULT), (rows, seen)
+            assert seen.count(gemm._gemm_tma_kernel) == tma_launches, (rows, seen)
         (y0, g0), *others = results
         for y1, g1 in others:
             assert torch.equal(as_bits(y1), as_bits(y0)), rows

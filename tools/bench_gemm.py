@@ -30,6 +30,7 @@ import math
 import time
 import traceback
 from dataclasses import asdict, replace
+from types import SimpleNamespace
 from typing import Callable
 
 import torch
@@ -378,7 +379,7 @@ def ada_candidates():
     The tma candidates (kernels/notes/gemm.md v15) read A and B through TMA descriptors: with the default's
     tiles and K chunks they must give its bits (`bitwise_equal_default`); the others show whether a
     16-bit tile's shape changes a sum (one config for every T either way)."""
-    d = AP.DEFAULT
+    d = SimpleNamespace(**{name: gemm.pick(getattr(AP.POINTER, name), 1) for name in ("fwd", "dx", "dw")})
     tma = dict(tma=True)
     # the backward's GEMMs first (where the gap to cuBLAS is); within a list the default's own tiles first
     return [
@@ -486,17 +487,20 @@ def ada_configs(args) -> list:
     w, b = p["w"], p["b"]
     g = torch.Generator(device=DEV).manual_seed(7)
     data = {}
-    for rows in (1, 8, BIG):
+    timed_rows = sorted({min(r, BIG) for r in args.ada_rows} | {BIG})
+    for rows in timed_rows:
         temb = torch.randn(rows, params.temb_dim, generator=g, device=DEV)
         dy = torch.randn(rows, params.out_features, generator=g, device=DEV).to(torch.bfloat16)
         a = gemm.silu_cast(temb, torch.bfloat16, ones_column=True)
         data[rows] = (temb, dy, a)
     out = []
     for kernel, cands in ada_candidates():
+        if args.ada_same_tiles:   # the candidates a tier of the default may take (kernels/adaln_projection.py)
+            cands = [cand for cand in cands if cand != "fused" and AP._order(cand) == AP._order(cands[0])]
         reference = None   # the default's output at T = BIG, for the bitwise check of the others
         for i, cand in enumerate(cands):
             fused = cand == "fused"
-            cfg = AP.DEFAULT.fwd if fused else cand
+            cfg = gemm.pick(AP.POINTER.fwd, 1) if fused else cand
             label = cfg.short() + (f"/g{cfg.group_m}" if cfg.group_m != 8 else "")   # short() leaves the group out
             rec = {"kernel": kernel, "config": ("fused silu, " if fused else "") + label, "default": i == 0,
                    **asdict(cfg)}
@@ -531,7 +535,7 @@ def ada_configs(args) -> list:
                     rec["bitwise_equal_default"] = all(torch.equal(as_bits(x), as_bits(y))
                                                        for x, y in zip(outputs, reference))
                 del outputs
-                rec["us"] = {str(rows): timed(call_for(rows), args.warmup, args.reps) for rows in (1, 8, BIG)}
+                rec["us"] = {str(rows): timed(call_for(rows), args.warmup, args.reps) for rows in timed_rows}
             except Exception as exc:
                 rec["error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
             if DEV.type == "cuda":
@@ -614,9 +618,15 @@ def main() -> None:
                         help="only the timestep_mlp candidate lists of these kernels (e.g. fwd2; default: all)")
     parser.add_argument("--configs-of", default="adaln_projection,timestep_mlp",
                         help="whose candidate lists to time")
+    parser.add_argument("--ada-rows", default="1,8",
+                        help="T at which adaln_projection's candidates are timed (and the largest T, always)")
+    parser.add_argument("--ada-same-tiles", action="store_true",
+                        help="only adaln_projection's candidates with the pointer set's tiles, steps and chunks "
+                             "(what a tier of its default may differ in: the T switch's crossover)")
     parser.add_argument("--dry-run", action="store_true",
                         help="CPU, TRITON_INTERPRET=1 and the quick widths: checks this script, measures nothing")
     args = parser.parse_args()
+    args.ada_rows = [int(r) for r in args.ada_rows.split(",") if r]
     global DEV, QUICK, BIG, ROWS
     if args.dry_run:
         DEV, QUICK, BIG, ROWS = torch.device("cpu"), True, 40, (1, 3, 40)

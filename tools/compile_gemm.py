@@ -135,9 +135,9 @@ def launches(op: str, rows: int, mlp: str = "DEFAULT", ada: str = "DEFAULT") -> 
     a = torch.empty(rows, triton.cdiv(d + 1, 16) * 16, dtype=torch.bfloat16)[:, :d]
     return [
         ("silu_cast", lambda: gemm.silu_cast(temb, torch.bfloat16, ones_column=True)),
-        ("fwd", lambda: gemm.forward(a, w, b, cf.fwd, out_dtype=torch.bfloat16)),
-        ("dx", lambda: gemm.input_grad(dy, w, cf.dx, dsilu_of=temb)),
-        ("dw", lambda: gemm.weight_grad(dy, a, cf.dw, a_ones="stored", dw_dtype=torch.bfloat16,
+        ("fwd", lambda: gemm.forward(a, w, b, gemm.pick(cf.fwd, rows), out_dtype=torch.bfloat16)),
+        ("dx", lambda: gemm.input_grad(dy, w, gemm.pick(cf.dx, rows), dsilu_of=temb)),
+        ("dw", lambda: gemm.weight_grad(dy, a, gemm.pick(cf.dw, rows), a_ones="stored", dw_dtype=torch.bfloat16,
                                         db_dtype=torch.bfloat16)),
     ]
 

@@ -340,7 +340,8 @@ def _adaln_pieces(dev, temb, w, b) -> dict[str, float]:
     a = gemm.silu_cast(temb, w.dtype)
     return {"adaln _check": host_us(lambda: AP._check(temb, w, b)),
             "adaln silu_cast": host_us(lambda: gemm.silu_cast(temb, w.dtype)),
-            "adaln gemm.forward": host_us(lambda: gemm.forward(a, w, b, cfg.fwd, out_dtype=w.dtype)),
+            "adaln gemm.forward": host_us(lambda: gemm.forward(a, w, b, gemm.pick(cfg.fwd, temb.shape[0]),
+                                                               out_dtype=w.dtype)),
             "torch.empty [1, 96768] bf16": host_us(lambda: torch.empty((1, 96768), dtype=torch.bfloat16, device=dev))}
 
 

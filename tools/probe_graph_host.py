@@ -5,7 +5,7 @@
 The harness's stream timing of timestep_mlp at T <= 8 is host-bound on slow hosts (a no-grad call: 67-90 us
 of host against ~37 us of kernels, logs/session16-call-1). This times, per call, steps queued back to back
 (one synchronize at the end): the plain call `timestep_mlp(x, w1, b1, w2, b2)` with kernels/graph_replay.py
-off, the op with its graph replay on (H3BENCH_GRAPHS=1's path), and the same launches captured once in a torch.cuda.CUDAGraph
+off, the op with its graph replay on (its default since session 19), and the same launches captured once in a torch.cuda.CUDAGraph
 and replayed (`graph.replay()` alone: the least any graph path costs, before its key lookup and output
 handling). Host us = the loop's time before its synchronize;
 wall us = to the synchronize. Then norm_modulate's inference call (H = 5376, M = 9, bf16) with
@@ -38,14 +38,18 @@ def harness_us(step, device: torch.device, count: int) -> dict:
 
 @contextlib.contextmanager
 def graphs(on: bool):
-    """kernels/graph_replay.py on or off inside, whatever H3BENCH_GRAPHS says; as it was after."""
-    from kernels import graph_replay
-    was = graph_replay.ENABLED
-    graph_replay.ENABLED = on
+    """Both ops' graph caches (kernels/graph_replay.py) on or off inside, whatever their defaults and
+    H3BENCH_GRAPHS say; as they were after."""
+    from kernels import norm_modulate_api, timestep_mlp
+    caches = (norm_modulate_api.GRAPHS, timestep_mlp.GRAPHS)
+    was = [cache.on for cache in caches]
+    for cache in caches:
+        cache.on = on
     try:
         yield
     finally:
-        graph_replay.ENABLED = was
+        for cache, state in zip(caches, was):
+            cache.on = state
 
 
 def off_and_on(step, device: torch.device, steps: int) -> dict:

@@ -10,9 +10,8 @@ from harness.ops.norm_modulate import NormModulateParams
 
 
 def _load(device: torch.device, params: NormModulateParams) -> Loaded:
-    from kernels import graph_replay
     from kernels.common import interpreter_active, require_triton_device
-    from kernels.norm_modulate_api import norm_modulate
+    from kernels.norm_modulate_api import GRAPHS, norm_modulate
 
     require_triton_device(device)
     eps = params.eps
@@ -23,7 +22,7 @@ def _load(device: torch.device, params: NormModulateParams) -> Loaded:
 
     where = "Triton interpreter" if interpreter_active() else "CUDA"
     return Loaded(fn=fused, source=f"h3bench Triton norm_modulate (triton {metadata.version('triton')}, "
-                                   f"{where}; index range check off{graph_replay.described(device)})")
+                                   f"{where}; index range check off{GRAPHS.described(device)})")
 
 
 ADAPTER = Adapter(name="h3bench_triton", op="norm_modulate", grads=("x", "w", "sh", "sc"), load=_load,

@@ -14,13 +14,11 @@ from harness.ops.timestep_mlp import TimestepMLPParams
 
 def _load(device: torch.device, params: TimestepMLPParams) -> Loaded:
     from kernels.common import interpreter_active, require_triton_device
-    from kernels.timestep_mlp import timestep_mlp
-
-    from kernels import graph_replay
+    from kernels.timestep_mlp import GRAPHS, timestep_mlp
 
     require_triton_device(device)
     where = "Triton interpreter" if interpreter_active() else "CUDA"
-    graphs = graph_replay.described(device)
+    graphs = GRAPHS.described(device)
     return Loaded(fn=timestep_mlp, source=f"h3bench Triton timestep_mlp (triton {metadata.version('triton')}, "
                                           f"{where}; fp32 GEMMs: GEMM1 float64, fp16x3 and tf32x3 tensor cores, IEEE FMA "
                                           f"chains, fixed tile orders{graphs})")
