@@ -101,17 +101,21 @@ TMA_STORE = ProjectionConfigs.uniform(
     dx=pick(TMA.dx, 1),
     dw=dataclasses.replace(pick(TMA.dw, 1), tma_store=True),
 )
-# The default, v16 (kernels/notes/gemm.md): POINTER's tiles, steps and chunks at every T, fetched as session 18
-# call 2 measured fastest (tools/bench_gemm.py, stream us at T = 1 / 8 / 2048, every candidate bitwise
-# POINTER's): dW through TMA, persistent, 3 stages at every T (252.3 / 257.4 / 1753.9 against 330.3 / 332.1 /
-# 1852.9); the forward (TMA, TMA stores: 1574.2 against 1613.5 at T = 2048, but 169.4 against 133.4 at T = 1)
-# and dx (TMA, persistent: 1800.3 against 1836.3; 202.4 against 135.1) switch from pointers to TMA at
-# TMA_FROM rows (session 19's crossover measurement).
-TMA_FROM = 256
+# The default, v16 (kernels/notes/gemm.md): POINTER's tiles, steps and chunks at every T, fetched as measured
+# fastest on the H200 (tools/bench_gemm.py `--ada-same-tiles`, stream us, every candidate bitwise POINTER's;
+# session 18 call 2 and session 19 call 1, logs/session19-call-1/bench_ada_switch.json):
+#   dW   TMA, persistent, 3 stages, TMA stores at every T: T = 1 246.6 / 245.6 against 330.3 / 331.4, T = 256
+#        357.9 against 456.8, T = 2048 1755.8 / 1739.5 against 1852.9 / 1872.9;
+#   dx   pointers below TMA_FROM (T <= 64 134-142 us against TMA's 163-205; even at 128-512), TMA persistent
+#        from it (T = 1024 896.5 against 914.5, T = 2048 1800.3 / 1767.1 against 1836.3 / 1820.4);
+#   fwd  likewise (T <= 64 129-136 against 146-178; 256-512 even), TMA, 3 stages, TMA stores from TMA_FROM
+#        (T = 1024 798.8 against 810.2, T = 2048 1574.6 / 1574.8 against 1613.5 / 1592.5).
+TMA_FROM = 1024
+_FWD_TMA = dataclasses.replace(pick(TMA_STORE.fwd, 1), num_stages=3)
 DEFAULT = ProjectionConfigs(
-    fwd=((TMA_FROM - 1, _P["fwd"]), (BIG, pick(TMA_STORE.fwd, 1))),
+    fwd=((TMA_FROM - 1, _P["fwd"]), (BIG, _FWD_TMA)),
     dx=((TMA_FROM - 1, _P["dx"]), (BIG, pick(TMA.dx, 1))),
-    dw=((BIG, dataclasses.replace(pick(TMA.dw, 1), num_stages=3)),),
+    dw=((BIG, dataclasses.replace(pick(TMA_STORE.dw, 1), num_stages=3)),),
 )
 # One config per GEMM for every T there too (the interpreter steps through programs one by one: large tiles).
 INTERPRETER = ProjectionConfigs.uniform(fwd=C(32, 64, 32), dx=C(32, 64, 32, split_k=DX_SPLIT), dw=C(32, 64, 32))

@@ -99,14 +99,14 @@ def test_the_ops_defaults_are_as_measured():
     assert timestep_mlp.GRAPH_MAX_ROWS == 64
 
 
-def test_no_graph_above_the_row_limit(monkeypatch):
+def test_no_graph_above_the_row_limit(device, monkeypatch):
     """Above GRAPH_MAX_ROWS the no-grad forward launches plainly (a graph would keep its intermediates)."""
     from kernels import timestep_mlp as TM
     seen = []
     monkeypatch.setattr(TM.GRAPHS, "usable", lambda t: True)
     monkeypatch.setattr(TM.GRAPHS, "run", lambda key, launch: (seen.append(key), launch()))
     monkeypatch.setattr(graph_replay, "placed", lambda device, *tensors: tuple(t.data_ptr() for t in tensors))
-    inputs, _ = mlp_case(torch.device("cpu"), 3)
+    inputs, _ = mlp_case(device, 3)
     x, w1, b1, w2, b2 = (inputs.tensors[n].detach() for n in MLP_NAMES)
     monkeypatch.setattr(TM, "GRAPH_MAX_ROWS", 2)
     with torch.no_grad():
