@@ -32,7 +32,9 @@ invariance checks rerun):
 * bf16 operands (adaln_projection) use wgmma (Hopper's warpgroup MMA, m64nNk16): each step adds the
   16 exact products of a k16 slice to the fp32 accumulator in one instruction. No proof covers two
   different instructions (wgmma against mma.sync, or different k slicing), so every bf16 kernel has
-  ONE config for all row counts: BLOCK_M >= 64 and num_warps a multiple of 4 keep Triton on wgmma.
+  ONE tile config for all row counts: BLOCK_M >= 64 and num_warps a multiple of 4 keep Triton on wgmma.
+  What may change with T is how those tiles are fed and walked (TMA or pointers, persistent, stages,
+  grouping: adaln_projection's `HOW_FIELDS`), the same instructions on the same values.
 * fp32 operands with `precision="tf32x3"` (LaunchConfig.precision) use the tensor cores: Triton splits
   each operand v into hi = tf32(v) and lo = tf32(v - hi) and takes hi*hi + hi*lo + lo*hi as three
   wgmma's per k8 slice into the same fp32 accumulator (products good to ~2^-22 relative; each slice's
