@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -42,10 +43,19 @@ DX_SPLIT = 6   # dtemb = dy W over K = 96768: fixed chunks (part of dtemb's orde
 # computes: tiers of one GEMM may differ in these alone (same tiles, steps and K chunks: the same bits).
 HOW_FIELDS = ("tma", "tma_store", "persistent", "num_stages", "group_m")
 BIG = 1 << 62
+_HOW_DEFAULTS = {name: C.__dataclass_fields__[name].default for name in HOW_FIELDS}
 
 
 def _order(cfg: C) -> C:
-    return dataclasses.replace(cfg, tma=False, tma_store=False, persistent=False, num_stages=2, group_m=8)
+    """`cfg` with its HOW_FIELDS at LaunchConfig's defaults: what decides the GEMM's bits."""
+    return dataclasses.replace(cfg, **_HOW_DEFAULTS)
+
+
+class ProjectionLaunch(NamedTuple):
+    """The three GEMMs' configs at one T."""
+    fwd: C
+    dx: C
+    dw: C
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,9 @@ class ProjectionConfigs:
         if any(cfg.split_k != 1 for _, cfg in tuple(self.fwd) + tuple(self.dw)):
             raise ValueError("the forward and dW configs take no split-K")
 
+    def at(self, rows: int) -> ProjectionLaunch:
+        return ProjectionLaunch(pick(self.fwd, rows), pick(self.dx, rows), pick(self.dw, rows))
+
     @classmethod
     def uniform(cls, fwd: C, dx: C, dw: C, fuse_silu: bool = False) -> "ProjectionConfigs":
         """One config per GEMM for every T."""
@@ -82,24 +95,24 @@ POINTER = ProjectionConfigs.uniform(
     dx=C(128, 128, 64, num_warps=8, num_stages=4, group_m=8, split_k=DX_SPLIT),
     dw=C(128, 256, 64, num_warps=8, num_stages=4, group_m=8),
 )
-_P = {name: pick(getattr(POINTER, name), 1) for name in ("fwd", "dx", "dw")}
+_P = POINTER.at(1)
 # The forward and dW persistent (v4 candidate: dW persistent measured slower, 1994 us against 1839).
 PERSISTENT = ProjectionConfigs.uniform(
-    fwd=_P["fwd"], dx=_P["dx"], dw=C(128, 256, 64, num_warps=8, num_stages=3, group_m=8, persistent=True))
+    fwd=_P.fwd, dx=_P.dx, dw=C(128, 256, 64, num_warps=8, num_stages=3, group_m=8, persistent=True))
 # The pointer set's tiles, steps and K chunks with A and B read through TMA descriptors, every GEMM one
 # program per SM over its (tile, K chunk) items (kernels/notes/gemm.md v15): the same bits as POINTER's
 # (kernels/gemm.py `_gemm_tma_kernel`), checked on the GPU by tools/bench_gemm.py's candidates.
 TMA = ProjectionConfigs.uniform(
-    fwd=dataclasses.replace(_P["fwd"], tma=True),
-    dx=dataclasses.replace(_P["dx"], tma=True, persistent=True),
-    dw=dataclasses.replace(_P["dw"], tma=True, persistent=True),
+    fwd=dataclasses.replace(_P.fwd, tma=True),
+    dx=dataclasses.replace(_P.dx, tma=True, persistent=True),
+    dw=dataclasses.replace(_P.dw, tma=True, persistent=True),
 )
 # TMA and the forward's and dW's tiles stored through a descriptor as well (`tma_store`: the stores run under
 # the next tile's MMAs); dx keeps its split (its partials are fp32 sums)
 TMA_STORE = ProjectionConfigs.uniform(
-    fwd=dataclasses.replace(pick(TMA.fwd, 1), tma_store=True),
-    dx=pick(TMA.dx, 1),
-    dw=dataclasses.replace(pick(TMA.dw, 1), tma_store=True),
+    fwd=dataclasses.replace(TMA.at(1).fwd, tma_store=True),
+    dx=TMA.at(1).dx,
+    dw=dataclasses.replace(TMA.at(1).dw, tma_store=True),
 )
 # The default, v16 (kernels/notes/gemm.md): POINTER's tiles, steps and chunks at every T, fetched as measured
 # fastest on the H200 (tools/bench_gemm.py `--ada-same-tiles`, stream us, every candidate bitwise POINTER's;
@@ -111,11 +124,10 @@ TMA_STORE = ProjectionConfigs.uniform(
 #   fwd  likewise (T <= 64 129-136 against 146-178; 256-512 even), TMA, 3 stages, TMA stores from TMA_FROM
 #        (T = 1024 798.8 against 810.2, T = 2048 1574.6 / 1574.8 against 1613.5 / 1592.5).
 TMA_FROM = 1024
-_FWD_TMA = dataclasses.replace(pick(TMA_STORE.fwd, 1), num_stages=3)
 DEFAULT = ProjectionConfigs(
-    fwd=((TMA_FROM - 1, _P["fwd"]), (BIG, _FWD_TMA)),
-    dx=((TMA_FROM - 1, _P["dx"]), (BIG, pick(TMA.dx, 1))),
-    dw=((BIG, dataclasses.replace(pick(TMA_STORE.dw, 1), num_stages=3)),),
+    fwd=((TMA_FROM - 1, _P.fwd), (BIG, dataclasses.replace(TMA_STORE.at(1).fwd, num_stages=3))),
+    dx=((TMA_FROM - 1, _P.dx), (BIG, TMA.at(1).dx)),
+    dw=((BIG, dataclasses.replace(TMA_STORE.at(1).dw, num_stages=3)),),
 )
 # One config per GEMM for every T there too (the interpreter steps through programs one by one: large tiles).
 INTERPRETER = ProjectionConfigs.uniform(fwd=C(32, 64, 32), dx=C(32, 64, 32, split_k=DX_SPLIT), dw=C(32, 64, 32))

@@ -138,11 +138,11 @@ def test_tma_configs_are_checked():
     with pytest.raises(ValueError, match="persistent config takes no split-K"):
         LaunchConfig(**TILE, split_k=2, persistent=True)
     assert LaunchConfig(**TILE, split_k=2, persistent=True, tma=True).short() == "32x64x32/w4/s3/k2/P/TMA"
-    pointer = {name: gemm.pick(getattr(AP.POINTER, name), 1) for name in ("fwd", "dx", "dw")}
+    pointer = AP.POINTER.at(1)
     for configs in (AP.TMA, AP.TMA_STORE, AP.DEFAULT):   # the pointer set's tiles and chunks at every T
         for name in ("fwd", "dx", "dw"):
             for _, cfg in getattr(configs, name):
-                assert AP._order(cfg) == AP._order(pointer[name]), name
+                assert AP._order(cfg) == AP._order(getattr(pointer, name)), name
     assert any(cfg.tma for _, cfg in AP.DEFAULT.fwd) and not AP.DEFAULT.fwd[0][1].tma   # the T switch
 
 

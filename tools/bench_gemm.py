@@ -30,7 +30,6 @@ import math
 import time
 import traceback
 from dataclasses import asdict, replace
-from types import SimpleNamespace
 from typing import Callable
 
 import torch
@@ -379,7 +378,7 @@ def ada_candidates():
     The tma candidates (kernels/notes/gemm.md v15) read A and B through TMA descriptors: with the default's
     tiles and K chunks they must give its bits (`bitwise_equal_default`); the others show whether a
     16-bit tile's shape changes a sum (one config for every T either way)."""
-    d = SimpleNamespace(**{name: gemm.pick(getattr(AP.POINTER, name), 1) for name in ("fwd", "dx", "dw")})
+    d = AP.POINTER.at(1)
     tma = dict(tma=True)
     # the backward's GEMMs first (where the gap to cuBLAS is); within a list the default's own tiles first
     return [
@@ -500,7 +499,7 @@ def ada_configs(args) -> list:
         reference = None   # the default's output at T = BIG, for the bitwise check of the others
         for i, cand in enumerate(cands):
             fused = cand == "fused"
-            cfg = gemm.pick(AP.POINTER.fwd, 1) if fused else cand
+            cfg = AP.POINTER.at(1).fwd if fused else cand
             label = cfg.short() + (f"/g{cfg.group_m}" if cfg.group_m != 8 else "")   # short() leaves the group out
             rec = {"kernel": kernel, "config": ("fused silu, " if fused else "") + label, "default": i == 0,
                    **asdict(cfg)}
