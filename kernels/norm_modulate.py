@@ -23,7 +23,8 @@ Kernels (all launch settings in `LaunchConfig`, a function of H and the device o
   column chunks of CB: one pass for the rows' dot products, a second (from L2) for dx and the sums,
   which live in a program-private fp32 workspace. Or (wide H, `LaunchConfig.bwd_cols`) split in two:
   `_bwd_dots_kernel` makes every row's c first, then `_bwd_kernel` runs once per column block of
-  bwd_cols with c given (each (program, block) walks the program's rows for its columns only). Then
+  bwd_cols with c given (each (program, block) walks the program's rows for its columns only); or
+  (`split_dots`, a variant) one launch whose column blocks make c from their partial dots. Then
   `_bwd_params_kernel` (local plan) or `_bwd_combine_kernel` (global plan) makes dw, dsh, dsc.
 
 Plans: how a program gets its rows sorted by table row ("segment" = the rows of one table row).
@@ -53,8 +54,10 @@ Reduction orders (the point of this kernel: change them only with the probes rer
   left to right, and `_bwd_dots_kernel` likewise over chunks of DOTS_CHUNK ([DOTS_ROWS, DOTS_CHUNK]
   tiles on DOTS_WARPS warps); the fused backward's producers (`bwd_fused`) the same chunks of the same
   tiles on the column blocks' bwd_warps warps (`_row_dots`, rows in the walk's order: which rows share a
-  tile changes no row's tree). The atomics of the fused launch hand out roles and count positions
-  done; no value goes through them. Tile shapes, chunk widths and warp counts are functions of H (LaunchConfig), every row
+  tile changes no row's tree); without a first pass (`split_dots` "exchange" or "recompute") c adds the
+  column blocks' sums (each a tl.sum over a [ROWS, bwd_cols] tile's row on bwd_warps warps), block 0 first.
+  The atomics of the fused and exchange launches hand out roles and count positions done; no value goes
+  through them. Tile shapes, chunk widths and warp counts are functions of H (LaunchConfig), every row
   of a tile has the same layout, and masked-off rows are zeros in rows of their own: nothing in a row's
   tree depends on R, the grid, the plan or the row's position, so a row's y and dx are bitwise the same
   alone or in any batch (for a given LaunchConfig; different configs are different trees). Which
@@ -90,6 +93,7 @@ MAX_HIDDEN = 32768
 # The split backward's first pass (`_bwd_dots_kernel`): [DOTS_ROWS, DOTS_CHUNK] tiles on DOTS_WARPS warps;
 # part of c's order (chunks of DOTS_CHUNK, chunk 0 first).
 DOTS_ROWS, DOTS_CHUNK, DOTS_WARPS = 2, 2048, 4
+SPLIT_DOTS = ("pass", "exchange", "recompute")   # LaunchConfig.split_dots
 LOCAL_MAX = 16                     # default local_max: the local plan's one-hot sort is [CMAX, M + 2] wide
 INFERENCE_SORT_BYTES = 16 << 20    # an inference call sorts rows first when sh + sc exceed this (L2 reuse)
 
@@ -146,6 +150,12 @@ class LaunchConfig:
     # range's column blocks consume it, so x and dy can come from L2 the second time (6RH of DRAM, not 10RH)
     bwd_fused: bool = False
     fused_producers: int = 1       # producer programs a range (they take its steps in turn)
+    # the split backward's c (kernels/NOTES.md v41): "pass", a first launch (`_bwd_dots_kernel`, 10RH bytes of
+    # DRAM); or no first pass, c summed from the column blocks' own partial dots, block 0 first (another tree:
+    # other dx bits): "exchange", the NB programs of a range post their partials and wait for each other's
+    # (6RH of DRAM), or "recompute", each program makes every block's partial itself from the whole rows
+    # (6RH of DRAM while a range's programs read the same rows together, the others' columns from L2)
+    split_dots: str = "pass"
 
     def __post_init__(self):
         if self.fwd_kernel not in ("rows", "walk"):
@@ -159,6 +169,11 @@ class LaunchConfig:
             raise ValueError(f"fused_producers must be >= 1, got {self.fused_producers}")
         if self.bwd_fused and not self.bwd_cols:
             raise ValueError("bwd_fused fuses the split backward's two passes: it needs bwd_cols > 0")
+        if self.split_dots not in SPLIT_DOTS:
+            raise ValueError(f"split_dots must be one of {', '.join(SPLIT_DOTS)}, got {self.split_dots!r}")
+        if self.split_dots != "pass" and (not self.bwd_cols or self.bwd_fused):
+            raise ValueError(f"split_dots={self.split_dots!r} makes the split backward's c from its column blocks: "
+                             "it needs bwd_cols > 0 and bwd_fused off")
         if self.bwd_chunk and self.bwd_cols:
             raise ValueError(f"bwd_chunk ({self.bwd_chunk}) and bwd_cols ({self.bwd_cols}) name two different "
                              "backwards (chunked, split): set one of them, the other 0")
@@ -663,7 +678,8 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
                 H: tl.constexpr, BLOCK_H: tl.constexpr, ROWS: tl.constexpr, CMAX: tl.constexpr, K_P2: tl.constexpr,
                 GLOBAL: tl.constexpr, PARAMS: tl.constexpr, COLS: tl.constexpr, BY_HAND: tl.constexpr,
                 FUSED: tl.constexpr = False, DOTS_G: tl.constexpr = 1, DOTS_CB: tl.constexpr = 1,
-                DOTS_PREFETCH: tl.constexpr = False, PRODUCERS: tl.constexpr = 1):
+                DOTS_PREFETCH: tl.constexpr = False, PRODUCERS: tl.constexpr = 1, BLOCK_DOTS: tl.constexpr = False,
+                EXCHANGE: tl.constexpr = False):
     """Whole rows in registers: this program's rows in segment order, ROWS per step, the next step's x and
     dy loaded before this step's arithmetic (across segment ends too: 1.5x over loading in turn,
     kernels/NOTES.md v5); D, S and the dw partial in fp32 registers. COLS (the split backward): columns
@@ -679,7 +695,16 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
     P * PRODUCERS + p * NB + b is column block b of range p, which waits (acquire) until every producer of
     its range has passed its next step's positions before loading their c. Producers never wait and start
     before any consumer, so the waits end; under the interpreter the programs run in ticket order,
-    producers first."""
+    producers first.
+    BLOCK_DOTS (with COLS, `split_dots` other than "pass"; kernels/NOTES.md v41): no first pass. A 1-D grid of
+    P ranges x NB column blocks, block fastest (a range's programs start together); each step's c is the sum,
+    block 0 first, of the NB blocks' partial dots (`_block_dots`). EXCHANGE: each program makes its own
+    block's partial, posts it (C: [NB, R] fp32) and where its walk has reached (PROG[1 + p * NB + b], release),
+    then waits (acquire) for the other blocks of its range to pass the same step; roles from a ticket as
+    FUSED, so a range's programs wait only on programs that have started, and every wait ends while NB
+    programs fit on the GPU at once. Without EXCHANGE each program makes every block's partial itself (the
+    same function of the same tiles: the same bits), from the whole rows, which its range's other programs
+    read at about the same time (L2)."""
     if FUSED:
         NB: tl.constexpr = (H + BLOCK_H - 1) // BLOCK_H   # column blocks a range
         ticket = tl.atomic_add(PROG, 1, sem="relaxed", scope="gpu")
@@ -688,6 +713,16 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
         consumer = ticket - n_ranges * PRODUCERS
         walk = tl.where(producer, ticket // PRODUCERS, consumer // NB)
         block = tl.where(producer, 0, consumer % NB)
+    elif BLOCK_DOTS:
+        NB: tl.constexpr = (H + BLOCK_H - 1) // BLOCK_H
+        producer: tl.constexpr = False
+        if EXCHANGE:
+            ticket = tl.atomic_add(PROG, 1, sem="relaxed", scope="gpu")
+        else:
+            ticket = tl.program_id(0)
+        n_ranges = tl.num_programs(0) // NB
+        walk = ticket // NB
+        block = ticket % NB
     else:
         producer: tl.constexpr = False
         n_ranges = None  # `_meta` and `_finish` read num_programs(0)
@@ -702,6 +737,8 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
         first, before, last, beyond = _plan_edges(KEYS, lo, n, n_rows, M, GLOBAL)
         if COLS:
             if FUSED:
+                cols = block * BLOCK_H + tl.arange(0, BLOCK_H)
+            elif BLOCK_DOTS:
                 cols = block * BLOCK_H + tl.arange(0, BLOCK_H)
             else:
                 cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -718,7 +755,10 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
         if COLS:
             if FUSED:  # (the call guarded, not only its body: its arguments would be made either way)
                 _await_dots(PROG, pid, tl.minimum(ROWS, first_end), PRODUCERS)
-            rstd_next, c_next = _row_scalars(RSTD, C, r_next, steps < first_end, FUSED)
+            if BLOCK_DOTS:
+                rstd_next = tl.load(RSTD + r_next, mask=steps < first_end, other=0.0)
+            else:
+                rstd_next, c_next = _row_scalars(RSTD, C, r_next, steps < first_end, FUSED)
         acc_w = tl.zeros((BLOCK_H,), dtype=tl.float32)
         for s in range(0, n_seg):
             key, s0, s1, after = _segment(s, lo, n, starts, counts, KEYS, SCRATCH, pid, CMAX, K_P2, GLOBAL)
@@ -739,10 +779,17 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
                 x_next = _load_tile(X, r_next, stride_x, cols, n0 + steps < n1, H, False)
                 dy_next = _load_tile(DY, r_next, stride_dy, cols, n0 + steps < n1, H, False)
                 if COLS:
-                    rstd, c = rstd_next, c_next
-                    if FUSED:
-                        _await_dots(PROG, pid, tl.minimum(n0 + ROWS, n1), PRODUCERS)
-                    rstd_next, c_next = _row_scalars(RSTD, C, r_next, n0 + steps < n1, FUSED)
+                    if BLOCK_DOTS:
+                        rstd = rstd_next
+                        rstd_next = tl.load(RSTD + r_next, mask=n0 + steps < n1, other=0.0)
+                        c = _block_dots(X, DY, W, SC, C, PROG, x, dy, a, rstd, rows, ok, key, M, n_rows, pid, block,
+                                        tl.minimum(start + ROWS, s1), stride_x, stride_dy, stride_sc, H, BLOCK_H,
+                                        EXCHANGE)
+                    else:
+                        rstd, c = rstd_next, c_next
+                        if FUSED:
+                            _await_dots(PROG, pid, tl.minimum(n0 + ROWS, n1), PRODUCERS)
+                        rstd_next, c_next = _row_scalars(RSTD, C, r_next, n0 + steps < n1, FUSED)
                     xhat, dx = _row_grads_given(x, dy, a, rstd, c)
                 else:
                     rstd = tl.load(RSTD + rows, mask=ok, other=0.0)
@@ -792,6 +839,33 @@ def _await_dots(PROG, pid, need, PRODUCERS: tl.constexpr):
         done = tl.atomic_add(PROG + 1 + pid * PRODUCERS + j, 0, sem="acquire", scope="gpu")
         while done < need:
             done = tl.atomic_add(PROG + 1 + pid * PRODUCERS + j, 0, sem="acquire", scope="gpu")
+
+
+@triton.jit
+def _block_dots(X, DY, W, SC, XCH, PROG, x, dy, a, rstd, rows, ok, key, M, n_rows, pid, block, end, stride_x,
+                stride_dy, stride_sc, H: tl.constexpr, BLOCK_H: tl.constexpr, EXCHANGE: tl.constexpr):
+    """c of a step's rows from the NB column blocks' partial dots sum(dy * a * xhat) over each block's columns
+    (a [ROWS, BLOCK_H] tile's tl.sum over axis 1), added block 0 first, over H. EXCHANGE: this program's
+    block from its tiles (x, dy, a), posted to XCH[block, rows] with where the walk has reached (`end`, the
+    step's last position + 1), the others' read back once every block of range `pid` has passed `end`.
+    Else every block's partial made here, its x and dy loaded again (the own block's from L1)."""
+    NB: tl.constexpr = (H + BLOCK_H - 1) // BLOCK_H
+    dot = tl.zeros(rstd.shape, dtype=tl.float32)
+    if EXCHANGE:
+        tl.store(XCH + block * n_rows + rows, tl.sum((dy * a) * (x * rstd[:, None]), axis=1), mask=ok)
+        tl.debug_barrier()  # every thread's partial is written before the count says so
+        tl.atomic_xchg(PROG + 1 + pid * NB + block, end, sem="release", scope="gpu")
+        _await_dots(PROG, pid, end, NB)
+        for b in tl.static_range(NB):
+            dot += tl.load(XCH + b * n_rows + rows, mask=ok, other=0.0, cache_modifier=".cg")
+    else:
+        for b in tl.static_range(NB):
+            cols = b * BLOCK_H + tl.arange(0, BLOCK_H)
+            xb = _load_tile(X, rows, stride_x, cols, ok, H, False).to(tl.float32)
+            dyb = _load_tile(DY, rows, stride_dy, cols, ok, H, False).to(tl.float32)
+            ab = _scale(W, SC, key, M, cols, cols < H, stride_sc)[None, :]
+            dot += tl.sum((dyb * ab) * (xb * rstd[:, None]), axis=1)
+    return dot / H
 
 
 @triton.jit
@@ -1083,12 +1157,20 @@ def dots_meta(hidden: int, cfg: LaunchConfig) -> dict:
                 PREFETCH=cfg.dots_prefetch, num_warps=cfg.dots_warps)
 
 
-def fused_meta(cfg: LaunchConfig) -> dict:
-    """`_bwd_kernel`'s constexprs of the fused first pass (placeholders when not fused)."""
+def fused_meta(cfg: LaunchConfig, hidden: int) -> dict:
+    """`_bwd_kernel`'s constexprs for a split backward's c made in the same launch: the fused first pass
+    (`bwd_fused`) or the column blocks' partial dots (`split_dots`); placeholders otherwise. Under the
+    interpreter a launch's programs run one after another, so a range's blocks cannot wait for each other:
+    there "exchange" runs as "recompute" where a range has more than one block (the same partials added in
+    the same order: the same bits, which the GPU test checks)."""
+    meta = dict(FUSED=False, DOTS_G=1, DOTS_CB=1, DOTS_PREFETCH=False, PRODUCERS=1, BLOCK_DOTS=False, EXCHANGE=False)
     if cfg.bwd_fused:
-        return dict(FUSED=True, DOTS_G=cfg.dots_rows, DOTS_CB=cfg.dots_chunk, DOTS_PREFETCH=cfg.dots_prefetch,
+        meta.update(FUSED=True, DOTS_G=cfg.dots_rows, DOTS_CB=cfg.dots_chunk, DOTS_PREFETCH=cfg.dots_prefetch,
                     PRODUCERS=cfg.fused_producers)
-    return dict(FUSED=False, DOTS_G=1, DOTS_CB=1, DOTS_PREFETCH=False, PRODUCERS=1)
+    elif cfg.split_dots != "pass":
+        meta.update(BLOCK_DOTS=True, EXCHANGE=cfg.split_dots == "exchange" and not (
+            INTERPRETED and cdiv(hidden, cfg.bwd_cols) > 1))
+    return meta
 
 
 @functools.lru_cache(maxsize=512)
@@ -1101,10 +1183,11 @@ def _bwd_recipe(rows: int, hidden: int, table_rows: int, need_params: bool, cfg:
     pstride = partial_rows(table_rows, cfg, global_plan) * hidden
     if max(pstride, table_rows * hidden) >= 2 ** 31:
         raise ValueError(f"tables of {table_rows} rows of {hidden} are too large for this kernel's int32 offsets")
-    if cfg.bwd_fused:  # ranges of (1 producer + NB column blocks) programs, about bwd_programs_per_sm an SM in all
+    one_launch = cfg.bwd_fused or cfg.split_dots != "pass"
+    if one_launch:  # ranges of (producers +) NB column blocks, about bwd_programs_per_sm programs an SM in all
         where = torch.device("cuda", device) if device >= 0 else torch.device("cpu")
-        programs, chunk = split_row_chunks(rows, where, cfg.bwd_programs_per_sm,
-                                           cfg.fused_producers + cdiv(hidden, cfg.bwd_cols), cfg.chunk_limit)
+        range_programs = (cfg.fused_producers if cfg.bwd_fused else 0) + cdiv(hidden, cfg.bwd_cols)
+        programs, chunk = split_row_chunks(rows, where, cfg.bwd_programs_per_sm, range_programs, cfg.chunk_limit)
         cmax = next_power_of_2(chunk)
     else:
         programs, chunk, cmax = _geometry(rows, device, cfg.bwd_programs_per_sm, cfg.chunk_limit)
@@ -1114,9 +1197,9 @@ def _bwd_recipe(rows: int, hidden: int, table_rows: int, need_params: bool, cfg:
     grid = (programs,)
     if cfg.bwd_cols:
         kernel = _bwd_kernel
-        meta.update(BLOCK_H=cfg.bwd_cols, ROWS=cfg.bwd_rows, COLS=True, **fused_meta(cfg))
-        if cfg.bwd_fused:
-            grid = (programs * (cfg.fused_producers + cdiv(hidden, cfg.bwd_cols)),)
+        meta.update(BLOCK_H=cfg.bwd_cols, ROWS=cfg.bwd_rows, COLS=True, **fused_meta(cfg, hidden))
+        if one_launch:
+            grid = (programs * range_programs,)
         else:
             grid = (programs, cdiv(hidden, cfg.bwd_cols))
             dots = ((cdiv(rows, cfg.dots_rows),), dots_meta(hidden, cfg))
@@ -1126,7 +1209,7 @@ def _bwd_recipe(rows: int, hidden: int, table_rows: int, need_params: bool, cfg:
                     PREFETCH=cfg.bwd_prefetch)
     else:
         kernel = _bwd_kernel
-        meta.update(BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows, COLS=False, **fused_meta(cfg))
+        meta.update(BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows, COLS=False, **fused_meta(cfg, hidden))
     if global_plan:
         block_c = cfg.param_cols if INTERPRETED else 128
         params = (_bwd_combine_kernel, (cdiv(hidden, block_c), programs + 1),
@@ -1205,6 +1288,10 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
     elif meta.get("FUSED"):  # c made in the same launch; the tickets and each range's count start at zero
         args += (x2d.new_empty(rows, dtype=torch.float32),
                  x2d.new_zeros(1 + programs * cfg.fused_producers, dtype=torch.int32))
+    elif meta.get("EXCHANGE"):  # the blocks' partials [NB, R]; the tickets and each block's count start at zero
+        blocks = cdiv(hidden, cfg.bwd_cols)
+        args += (x2d.new_empty(blocks * rows, dtype=torch.float32), x2d.new_zeros(1 + programs * blocks,
+                                                                                  dtype=torch.int32))
     elif kernel is _bwd_kernel:
         args += (None, None)
     launch_keyed(kernel, grid, device, key,

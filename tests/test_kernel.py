@@ -437,8 +437,10 @@ def _config(monkeypatch, hidden, **changes):
     return cfg
 
 
-def _table_case(device, hidden, rows, table_rows, seed=5):
-    params = nm_params(hidden, "bfloat16", timesteps=table_rows, modalities=1)
+def _table_case(device, hidden, rows, table_rows, seed=5, dtype="bfloat16"):
+    """(params, inputs, grad_out) of R rows, M table rows. float32 where a test compares c's order bitwise:
+    a bf16 dx hides most one-ulp changes of c."""
+    params = nm_params(hidden, dtype, timesteps=table_rows, modalities=1)
     inputs = OP.make_inputs(params, rows, seed, device)
     return params, inputs, OP.make_grad_outs(params, rows, seed + 100, device)[0]
 
@@ -577,6 +579,15 @@ def _wide_rows_match_float64_and_row_alone(device, hidden, rows):
     assert torch.equal(as_bits(g1["x"][0]), as_bits(grads["x"][rows - 1]))
 
 
+@pytest.mark.parametrize("split_dots", ["exchange", "recompute"])
+def test_block_dots_backward_wide_rows(device, monkeypatch, split_dots):
+    """The split backward without its first pass at H = 12288 in the default's blocks of 4096 (three a range):
+    within bf16's bounds of float64, the last row alone bitwise as in the batch."""
+    cfg = _config(monkeypatch, 12288, split_dots=split_dots)
+    assert cfg.bwd_cols == 4096
+    _wide_rows_match_float64_and_row_alone(device, 12288, 3)
+
+
 def test_split_backward_wide_rows(device, monkeypatch):
     """The split backward at H = 12288 in blocks of 2048 (the default's are 4096): c over six chunks of
     DOTS_CHUNK, then six column blocks of four rows a step."""
@@ -600,7 +611,7 @@ def test_fused_backward_is_one_launch_with_the_split_values(device, monkeypatch,
     from kernels import common, norm_modulate as K
     split = _config(monkeypatch, 20, chunk_limit=4, local_max=16, fwd_kernel="rows", fwd_rows=2, bwd_rows=2,
                     bwd_chunk=0, bwd_cols=8, dots_rows=2, dots_chunk=8)
-    params, inputs, grad_out = _table_case(device, 20, 26, table_rows)
+    params, inputs, grad_out = _table_case(device, 20, 26, table_rows, dtype="float32")
     plain = run(inputs, grad_out)
     fused = dataclasses.replace(split, bwd_fused=True, fused_producers=producers)
     monkeypatch.setattr(K, "launch_config", lambda h: fused)
@@ -620,6 +631,73 @@ def test_fused_backward_is_one_launch_with_the_split_values(device, monkeypatch,
             assert torch.equal(as_bits(grads[name]), as_bits(plain[1][name])), name
 
 
+@pytest.mark.parametrize("split_dots", ["exchange", "recompute"])
+@pytest.mark.parametrize("table_rows", [9, 40])   # the local plan and the global one
+def test_block_dots_backward_is_one_launch_with_the_split_values(device, monkeypatch, table_rows, split_dots):
+    """split_dots "exchange" / "recompute": no first pass; c of a step's rows is the column blocks' partial
+    dots added block 0 first (a 1-D grid of ranges x NB blocks). With the first pass's chunk as wide as a
+    block, that is the split's order chunk for chunk, so under the interpreter (tl.sum is numpy's) every
+    output is the split's bits; on a GPU (other warps, another tl.sum tree) the float64 bounds, the repeats,
+    and "exchange" bitwise "recompute" (the same partials, posted and read back instead of made again)."""
+    import dataclasses
+
+    from kernels import common, norm_modulate as K
+    split = _config(monkeypatch, 20, chunk_limit=4, local_max=16, fwd_kernel="rows", fwd_rows=2, bwd_rows=2,
+                    bwd_chunk=0, bwd_cols=8, dots_rows=2, dots_chunk=8)
+    params, inputs, grad_out = _table_case(device, 20, 26, table_rows, dtype="float32")
+    plain = run(inputs, grad_out)
+    mates = dataclasses.replace(split, split_dots=split_dots)
+    monkeypatch.setattr(K, "launch_config", lambda h: mates)
+    launches = []
+    real = K.launch_keyed
+    monkeypatch.setattr(K, "launch_keyed", lambda kernel, grid, *a: (launches.append((kernel, grid, a[-1])),
+                                                                       real(kernel, grid, *a))[1])
+    y, grads = _matches_float64_zero_unused_repeats(params, inputs, grad_out, table_rows)
+    rows_kernels = [(grid, meta) for kernel, grid, meta in launches if kernel is K._bwd_kernel]
+    assert rows_kernels and all(meta["BLOCK_DOTS"] and not meta["FUSED"] and len(grid) == 1
+                                for grid, meta in rows_kernels)
+    # three blocks a range: the interpreter cannot run programs that wait for each other (module docstring)
+    assert all(meta["EXCHANGE"] == (split_dots == "exchange" and device.type == "cuda") for _, meta in rows_kernels)
+    assert not any(kernel is K._bwd_dots_kernel for kernel, _, _ in launches)
+    if device.type == "cpu":
+        assert rows_kernels[0][0] == (common.cdiv(26, 4) * K.cdiv(20, 8),)
+        assert torch.equal(as_bits(y), as_bits(plain[0]))
+        for name in NAMES:
+            assert torch.equal(as_bits(grads[name]), as_bits(plain[1][name])), name
+    else:
+        other = dataclasses.replace(split, split_dots="recompute" if split_dots == "exchange" else "exchange")
+        monkeypatch.setattr(K, "launch_config", lambda h: other)
+        y2, grads2 = run(inputs, grad_out)
+        assert torch.equal(as_bits(y2), as_bits(y))
+        for name in NAMES:
+            assert torch.equal(as_bits(grads2[name]), as_bits(grads[name])), name
+
+
+@pytest.mark.parametrize("table_rows", [9, 40])
+def test_exchange_posts_and_waits_with_one_block_a_range(device, monkeypatch, table_rows):
+    """split_dots "exchange" where a range is one block (H <= bwd_cols): its program posts each step's
+    partial, publishes how far it is and waits on that count, under the interpreter too (the tickets, the
+    [NB, R] partials and the counts as on a GPU). c is then that one partial over H: the split's bits with its
+    first pass's chunk as wide as the block."""
+    import dataclasses
+
+    from kernels import norm_modulate as K
+    split = _config(monkeypatch, 16, chunk_limit=4, local_max=16, fwd_kernel="rows", fwd_rows=2, bwd_rows=2,
+                    bwd_chunk=0, bwd_cols=16, dots_rows=2, dots_chunk=16)
+    params, inputs, grad_out = _table_case(device, 16, 26, table_rows, dtype="float32")
+    plain = run(inputs, grad_out)
+    monkeypatch.setattr(K, "launch_config", lambda h: dataclasses.replace(split, split_dots="exchange"))
+    launches = []
+    real = K.launch_keyed
+    monkeypatch.setattr(K, "launch_keyed", lambda kernel, grid, *a: (launches.append((kernel, a[-1])),
+                                                                       real(kernel, grid, *a))[1])
+    y, grads = _matches_float64_zero_unused_repeats(params, inputs, grad_out, table_rows)
+    assert all(meta["EXCHANGE"] for kernel, meta in launches if kernel is K._bwd_kernel)
+    assert torch.equal(as_bits(y), as_bits(plain[0]))
+    for name in NAMES:
+        assert torch.equal(as_bits(grads[name]), as_bits(plain[1][name])), name
+
+
 def test_config_takes_one_backward():
     """bwd_chunk and bwd_cols name two different backwards: a config with both is refused, not resolved
     by a precedence the caller cannot see."""
@@ -630,6 +708,12 @@ def test_config_takes_one_backward():
         dataclasses.replace(K.launch_config(12288), bwd_chunk=2048)
     with pytest.raises(ValueError, match="bwd_fused .* needs bwd_cols"):
         dataclasses.replace(K.launch_config(5376), bwd_fused=True)
+    with pytest.raises(ValueError, match="split_dots='exchange' .* needs bwd_cols > 0 and bwd_fused off"):
+        dataclasses.replace(K.launch_config(5376), split_dots="exchange")
+    with pytest.raises(ValueError, match="needs bwd_cols > 0 and bwd_fused off"):
+        dataclasses.replace(K.launch_config(12288), split_dots="recompute", bwd_fused=True)
+    with pytest.raises(ValueError, match="split_dots must be one of pass, exchange, recompute, got 'mates'"):
+        dataclasses.replace(K.launch_config(12288), split_dots="mates")
 
 
 
@@ -660,7 +744,11 @@ def test_prefetch_changes_no_bit(device, monkeypatch, table_rows, backward, flag
                                      # its first pass 4 rows a program in 16-column chunks, prefetched
                                      dict(bwd_cols=16, bwd_rows=4, dots_rows=4, dots_chunk=16, dots_prefetch=True),
                                      # both passes in one launch, the producers 4 rows a step
-                                     dict(bwd_cols=16, bwd_rows=4, dots_rows=4, dots_chunk=16, bwd_fused=True)])
+                                     dict(bwd_cols=16, bwd_rows=4, dots_rows=4, dots_chunk=16, bwd_fused=True),
+                                     # no first pass: c from the three blocks' partials (kernels/NOTES.md v41)
+                                     dict(bwd_cols=16, bwd_rows=4, split_dots="exchange"),
+                                     dict(bwd_cols=16, bwd_rows=4, split_dots="recompute")],
+                         ids=["rows-l1", "walk", "split", "split-dots-prefetch", "fused", "exchange", "recompute"])
 def test_variants_are_batch_invariant(device, monkeypatch, changes):
     """Every LaunchConfig variant keeps a row's bits independent of the batch around it."""
     _config(monkeypatch, 40, chunk_limit=8, **changes)
@@ -812,3 +900,5 @@ def test_every_sweep_preset_is_a_valid_config_at_every_width():
         for name in _variant_names():
             cfg = _variant(name, hidden)
             assert not name.startswith("fused") or (cfg.bwd_fused and cfg.bwd_cols), (name, hidden)
+            for way in ("exchange", "recompute"):
+                assert not name.startswith(f"dots-{way}") or cfg.split_dots == way, (name, hidden)

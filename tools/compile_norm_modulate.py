@@ -78,9 +78,10 @@ def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9) -> list[t
                              SAVE_RSTD=True, BY_HAND=False), cfg.fwd_warps))
         common = dict(H=hidden, CMAX=256, K_P2=k_p2, GLOBAL=plan, PARAMS=True, BY_HAND=False)
         if cfg.bwd_cols:
-            label = "bwd fused" if cfg.bwd_fused else "bwd split"
+            label = "bwd fused" if cfg.bwd_fused else ("bwd split" if cfg.split_dots == "pass" else
+                                                        f"bwd split {cfg.split_dots}")
             out.append((f"{label} global={plan}", K._bwd_kernel,
-                        dict(common, BLOCK_H=cfg.bwd_cols, ROWS=cfg.bwd_rows, COLS=True, **K.fused_meta(cfg)),
+                        dict(common, BLOCK_H=cfg.bwd_cols, ROWS=cfg.bwd_rows, COLS=True, **K.fused_meta(cfg, hidden)),
                         cfg.bwd_warps))
         elif cfg.bwd_chunk:
             out.append((f"bwd chunked global={plan}", K._bwd_chunked_kernel,
@@ -89,9 +90,9 @@ def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9) -> list[t
                         cfg.bwd_warps))
         else:
             out.append((f"bwd global={plan}", K._bwd_kernel,
-                        dict(common, BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows, COLS=False, **K.fused_meta(cfg)),
+                        dict(common, BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows, COLS=False, **K.fused_meta(cfg, hidden)),
                         cfg.bwd_warps))
-    if cfg.bwd_cols and not cfg.bwd_fused:
+    if cfg.bwd_cols and not cfg.bwd_fused and cfg.split_dots == "pass":
         dots = K.dots_meta(hidden, cfg)
         warps = dots.pop("num_warps")
         out.append(("bwd split dots", K._bwd_dots_kernel, dots, warps))

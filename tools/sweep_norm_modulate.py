@@ -125,6 +125,17 @@ def _presets(base) -> dict:
         # 3 + 3 programs at H = 12288)
         "fused-p3r8": dict(split, bwd_fused=True, fused_producers=3, dots_rows=8),
         "fused-p3r4": dict(split, bwd_fused=True, fused_producers=3, dots_rows=4),
+        # no first pass (kernels/NOTES.md v41): c from the column blocks' partial dots, posted and waited for by
+        # a range's NB programs ("exchange": 6RH of DRAM, a round trip inside each step) or each program making
+        # every block's partial from the whole rows ("recompute": 3x the row reads, 2/3 of them from L2 while a
+        # range's programs run together). sm_90 (triton 3.6) at H = 12288, local / global plan: exchange [2, 4096]
+        # on 8 warps 255 registers, 216 / 144 B spilled; [1, 4096] 248 / 246, none; [4, 2048] 255, 64 / 24 B;
+        # recompute [2, 4096] 344 / 248 B spilled, [1, 4096] 24 B / none
+        "dots-exchange": dict(split, split_dots="exchange"),
+        "dots-exchange-r1": dict(split, split_dots="exchange", bwd_rows=1),
+        "dots-exchange-c2048": dict(split, split_dots="exchange", bwd_cols=2048, bwd_rows=4),
+        "dots-recompute": dict(split, split_dots="recompute"),
+        "dots-recompute-r1": dict(split, split_dots="recompute", bwd_rows=1),
         # the local plan up to M = 64 (no sort, no position -> row loads, no combine launch; partials
         # 4 P (2M + 1) H bytes: 366 MB at M = 64, H = 5376, P = 132; sm_90: 56 B spilled, 132 KB shared)
         "local-max-64": dict(local_max=64),
