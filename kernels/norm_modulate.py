@@ -699,8 +699,8 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
     BLOCK_DOTS (with COLS, `split_dots` other than "pass"; kernels/NOTES.md v41): no first pass. A 1-D grid of
     P ranges x NB column blocks, block fastest (a range's programs start together); each step's c is the sum,
     block 0 first, of the NB blocks' partial dots (`_block_dots`). EXCHANGE: each program makes its own
-    block's partial, posts it (C: [NB, R] fp32) and where its walk has reached (PROG[1 + p * NB + b], release),
-    then waits (acquire) for the other blocks of its range to pass the same step; roles from a ticket as
+    block's partial, posts it (C: [NB, R] fp32), adds one to its range's count (PROG[1 + p], acq_rel) and
+    waits (acquire) until the count says every block of its range has posted the same step; roles from a ticket as
     FUSED, so a range's programs wait only on programs that have started, and every wait ends while NB
     programs fit on the GPU at once. Without EXCHANGE each program makes every block's partial itself (the
     same function of the same tiles: the same bits), from the whole rows, which its range's other programs
@@ -757,6 +757,7 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
                 _await_dots(PROG, pid, tl.minimum(ROWS, first_end), PRODUCERS)
             if BLOCK_DOTS:
                 rstd_next = tl.load(RSTD + r_next, mask=steps < first_end, other=0.0)
+                posted = lo * 0  # steps this program has posted (EXCHANGE)
             else:
                 rstd_next, c_next = _row_scalars(RSTD, C, r_next, steps < first_end, FUSED)
         acc_w = tl.zeros((BLOCK_H,), dtype=tl.float32)
@@ -782,9 +783,9 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
                     if BLOCK_DOTS:
                         rstd = rstd_next
                         rstd_next = tl.load(RSTD + r_next, mask=n0 + steps < n1, other=0.0)
+                        posted += 1
                         c = _block_dots(X, DY, W, SC, C, PROG, x, dy, a, rstd, rows, ok, key, M, n_rows, pid, block,
-                                        tl.minimum(start + ROWS, s1), stride_x, stride_dy, stride_sc, H, BLOCK_H,
-                                        EXCHANGE)
+                                        posted, stride_x, stride_dy, stride_sc, H, BLOCK_H, EXCHANGE)
                     else:
                         rstd, c = rstd_next, c_next
                         if FUSED:
@@ -842,20 +843,26 @@ def _await_dots(PROG, pid, need, PRODUCERS: tl.constexpr):
 
 
 @triton.jit
-def _block_dots(X, DY, W, SC, XCH, PROG, x, dy, a, rstd, rows, ok, key, M, n_rows, pid, block, end, stride_x,
+def _block_dots(X, DY, W, SC, XCH, PROG, x, dy, a, rstd, rows, ok, key, M, n_rows, pid, block, posted, stride_x,
                 stride_dy, stride_sc, H: tl.constexpr, BLOCK_H: tl.constexpr, EXCHANGE: tl.constexpr):
     """c of a step's rows from the NB column blocks' partial dots sum(dy * a * xhat) over each block's columns
     (a [ROWS, BLOCK_H] tile's tl.sum over axis 1), added block 0 first, over H. EXCHANGE: this program's
-    block from its tiles (x, dy, a), posted to XCH[block, rows] with where the walk has reached (`end`, the
-    step's last position + 1), the others' read back once every block of range `pid` has passed `end`.
-    Else every block's partial made here, its x and dy loaded again (the own block's from L1)."""
+    block from its tiles (x, dy, a), posted to XCH[block, rows] and counted (PROG[1 + pid], this range's
+    count), the others' read back once the count says every block of range `pid` has posted its step
+    `posted` (counting from 1; the range's programs walk the same steps). Else every block's partial made
+    here, its x and dy loaded again (the own block's from L1)."""
     NB: tl.constexpr = (H + BLOCK_H - 1) // BLOCK_H
     dot = tl.zeros(rstd.shape, dtype=tl.float32)
     if EXCHANGE:
         tl.store(XCH + block * n_rows + rows, tl.sum((dy * a) * (x * rstd[:, None]), axis=1), mask=ok)
         tl.debug_barrier()  # every thread's partial is written before the count says so
-        tl.atomic_xchg(PROG + 1 + pid * NB + block, end, sem="release", scope="gpu")
-        _await_dots(PROG, pid, end, NB)
+        # One count a range, NB posts a step: it reaches NB * posted only when every block has posted this
+        # step (no block posts step k + 1 before all have posted step k, so no later post stands in for a
+        # missing one). The post's own result is the first look (the last to post never polls): one L2 round
+        # trip a step where a count a block would cost one a block.
+        seen = tl.atomic_add(PROG + 1 + pid, 1, sem="acq_rel", scope="gpu") + 1
+        while seen < NB * posted:
+            seen = tl.atomic_add(PROG + 1 + pid, 0, sem="acquire", scope="gpu")
         for b in tl.static_range(NB):
             dot += tl.load(XCH + b * n_rows + rows, mask=ok, other=0.0, cache_modifier=".cg")
     else:
@@ -1288,10 +1295,9 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
     elif meta.get("FUSED"):  # c made in the same launch; the tickets and each range's count start at zero
         args += (x2d.new_empty(rows, dtype=torch.float32),
                  x2d.new_zeros(1 + programs * cfg.fused_producers, dtype=torch.int32))
-    elif meta.get("EXCHANGE"):  # the blocks' partials [NB, R]; the tickets and each block's count start at zero
-        blocks = cdiv(hidden, cfg.bwd_cols)
-        args += (x2d.new_empty(blocks * rows, dtype=torch.float32), x2d.new_zeros(1 + programs * blocks,
-                                                                                  dtype=torch.int32))
+    elif meta.get("EXCHANGE"):  # the blocks' partials [NB, R]; the tickets and each range's count start at zero
+        args += (x2d.new_empty(cdiv(hidden, cfg.bwd_cols) * rows, dtype=torch.float32),
+                 x2d.new_zeros(1 + programs, dtype=torch.int32))
     elif kernel is _bwd_kernel:
         args += (None, None)
     launch_keyed(kernel, grid, device, key,

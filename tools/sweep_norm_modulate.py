@@ -129,7 +129,7 @@ def _presets(base) -> dict:
         # a range's NB programs ("exchange": 6RH of DRAM, a round trip inside each step) or each program making
         # every block's partial from the whole rows ("recompute": 3x the row reads, 2/3 of them from L2 while a
         # range's programs run together). sm_90 (triton 3.6) at H = 12288, local / global plan: exchange [2, 4096]
-        # on 8 warps 255 registers, 216 / 144 B spilled; [1, 4096] 248 / 246, none; [4, 2048] 255, 64 / 24 B;
+        # on 8 warps 255 registers, 32 / 64 B spilled; [1, 4096] 246 / 252, none; [4, 2048] 252 / 255, none / 48 B;
         # recompute [2, 4096] 344 / 248 B spilled, [1, 4096] 24 B / none
         "dots-exchange": dict(split, split_dots="exchange"),
         "dots-exchange-r1": dict(split, split_dots="exchange", bwd_rows=1),
