@@ -46,9 +46,11 @@ BIG = 1 << 62
 _HOW_DEFAULTS = {name: C.__dataclass_fields__[name].default for name in HOW_FIELDS}
 
 
-def _order(cfg: C) -> C:
-    """`cfg` with its HOW_FIELDS at LaunchConfig's defaults: what decides the GEMM's bits."""
-    return dataclasses.replace(cfg, **_HOW_DEFAULTS)
+def _order(cfg: C) -> tuple[C, bool]:
+    """What decides the GEMM's bits: `cfg` with its HOW_FIELDS at LaunchConfig's defaults, and whether its K
+    loop is warp-specialized (kept apart until the H200 shows that loop's bits are the plain one's; a
+    warp-specialized config is a tma one, so it cannot take HOW_FIELDS' defaults itself)."""
+    return dataclasses.replace(cfg, **_HOW_DEFAULTS, warp_specialize=False), cfg.warp_specialize
 
 
 class ProjectionLaunch(NamedTuple):
@@ -131,6 +133,15 @@ DEFAULT = ProjectionConfigs(
 )
 # One config per GEMM for every T there too (the interpreter steps through programs one by one: large tiles).
 INTERPRETER = ProjectionConfigs.uniform(fwd=C(32, 64, 32), dx=C(32, 64, 32, split_k=DX_SPLIT), dw=C(32, 64, 32))
+# TMA's tiles, steps and chunks with the K loop warp-specialized (kernels/notes/gemm.md v17): one producer warp
+# group issues the TMA loads, two consumer groups (64 rows of the tile each, as TMA's 8 warps split it) issue
+# the wgmmas. A variant for every T until measured: its 4 warps are not a tier's difference (`HOW_FIELDS`)
+# until the H200 shows its bits are TMA's (tools/bench_gemm.py `bitwise_equal_default`). sm_90 (triton 3.6):
+# 168 registers on 12 warps, no spills; 180 KB of shared memory (fwd, dW at 3 stages), 197 KB (dx, 4 stages)
+WS = ProjectionConfigs.uniform(
+    fwd=dataclasses.replace(TMA.at(1).fwd, num_warps=4, num_stages=3, warp_specialize=True),
+    dx=dataclasses.replace(TMA.at(1).dx, num_warps=4, warp_specialize=True),
+    dw=dataclasses.replace(TMA.at(1).dw, num_warps=4, num_stages=3, warp_specialize=True))
 _CONFIGS: list[ProjectionConfigs] = [DEFAULT]
 
 

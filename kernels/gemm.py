@@ -176,6 +176,11 @@ class LaunchConfig:
     # so a tile's stores run under the next tile's MMAs; the same rounded values (C without a unit column
     # stride or with a row stride not a multiple of 8 elements: the pointer stores)
     tma_store: bool = False
+    # with tma: the K loop warp-specialized (`tl.range(warp_specialize=True)`: triton 3.6's Hopper pass gives
+    # the TMA loads a producer warp group and splits the tile's rows between two consumer groups, 12 warps
+    # from num_warps 4, each consumer's wgmma over k ascending as before; kernels/notes/gemm.md v17). With 8
+    # warps the pass leaves the loop as it is, and it fails on the descriptor-store epilogue: both refused
+    warp_specialize: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "block_k"):
@@ -200,6 +205,9 @@ class LaunchConfig:
                              "walked-chunk settings")
         if self.tma_store and not (self.tma and self.split_k == 1):
             raise ValueError("tma_store is a tma option without split-K (a split's partials are fp32 sums)")
+        if self.warp_specialize and not (self.tma and not self.tma_store and self.num_warps == 4):
+            raise ValueError("warp_specialize is a tma option without tma_store, on num_warps 4 (the compiler "
+                             "adds the producer and the second consumer group)")
         sides = (self.block_m, self.block_n, self.block_k)
         if self.tma and (min(sides) < 16 or max(sides) > 256):
             raise ValueError("a tma config's tiles are 16 to 256 on each side (a TMA box and a 16-bit wgmma)")
@@ -228,6 +236,7 @@ class LaunchConfig:
                 + ("/S" if self.swap_ab else "") + ("/PS" if self.presplit else "")
                 + ("/P2" if self.pair_steps else "") + ("/M" if self.merge_products else "")
                 + ("/TMA" if self.tma else "") + ("/TS" if self.tma_store else "")
+                + ("/WS" if self.warp_specialize else "")
                 + (f"/W{self.walk_chunks_above}" if self.split_k > 1 and self.walk_chunks_above < (1 << 62) else ""))
 
 
@@ -683,7 +692,7 @@ def _gemm_tma_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
                      SPLIT_K: tl.constexpr, MASK_M: tl.constexpr, A_T: tl.constexpr,
                      B_T: tl.constexpr, DOT_F32: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr,
                      OUT_SILU: tl.constexpr, SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr, C_DESC: tl.constexpr,
-                     BY_HAND: tl.constexpr):
+                     BY_HAND: tl.constexpr, WS: tl.constexpr = False):
     """`_gemm_kernel`'s 16-bit tiles with A and B read through TMA descriptors (`LaunchConfig.tma`): the
     same output, tiles, K chunks and epilogues, and per tile the same dots over k in [k_lo, k_hi),
     ascending, BLOCK_K a step (so each element the same sum in the same order: the pointer kernel's
@@ -693,7 +702,8 @@ def _gemm_tma_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
     (A_T) along M; B [K, n_load] with unit stride along n, or (B_T) along K. Each program walks the work
     items pid, pid + programs, ... (item = chunk * tiles + tile: all tiles of chunk 0 first); with one
     program per item that is one item. C_DESC (`tma_store`, no split): C written through a descriptor in
-    two column halves, its bounds (M rows, n_main columns) the pointer stores' mask."""
+    two column halves, its bounds (M rows, n_main columns) the pointer stores' mask. WS (`warp_specialize`):
+    the K loop split by the compiler into a TMA producer and MMA consumers (the same dots in the same order)."""
     if C_DESC:
         c_desc = tl.make_tensor_descriptor(C, shape=[M, n_main], strides=[stride_cm, 1],
                                            block_shape=[BLOCK_M, BLOCK_N // 2])
@@ -717,7 +727,7 @@ def _gemm_tma_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
         k_lo = split * chunk
         k_hi = tl.minimum(K, k_lo + chunk)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(k_lo, k_hi, BLOCK_K):
+        for k0 in tl.range(k_lo, k_hi, BLOCK_K, warp_specialize=WS):
             if A_T:
                 a = a_desc.load([k0, m0]).T
             else:
@@ -981,7 +991,7 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
           programs_per_device: int) -> _Plan:
     a_silu, ones, out_silu, m_fixed, has_bias, has_zin, has_zout, has_extra, sa_all, sb_all = flags
     if cfg.tma:
-        pointer_cfg = dataclasses.replace(cfg, tma=False, tma_store=False,
+        pointer_cfg = dataclasses.replace(cfg, tma=False, tma_store=False, warp_specialize=False,
                                           persistent=cfg.persistent and cfg.split_k == 1)
         fallback = _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M, N, K, pointer_cfg,
                          n_main, n_load, fp32, flags, n_sa, n_sb, programs_per_device)
@@ -1056,7 +1066,7 @@ def _tma_plan(device_index, layout, c_strides, z_strides, o_strides, M: int, N: 
         MASK_M=not (m_fixed and M % cfg.block_m == 0), A_T=a_t, B_T=b_t, DOT_F32=INTERPRETED,
         HAS_BIAS=has_bias, MUL_DSILU=has_zin, OUT_SILU=out_silu, SAVE_PRE=has_zout, EXTRA_COL=has_extra,
         C_DESC=cfg.tma_store and c_strides[1] == 1 and c_strides[0] % 8 == 0,   # 16-byte rows for 2- and 4-byte C
-        BY_HAND=BY_HAND, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        BY_HAND=BY_HAND, WS=cfg.warp_specialize, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     unspecialized = (M, K, chunk, M * N)   # `do_not_specialize`, as `_plan`'s
     key = (_gemm_tma_kernel, device_index, tuple(sorted(meta.items())), (N, K, n_main, n_load) + strides,
            all(v < _I32_LIMIT for v in unspecialized))

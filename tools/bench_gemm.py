@@ -380,6 +380,10 @@ def ada_candidates():
     16-bit tile's shape changes a sum (one config for every T either way)."""
     d = AP.POINTER.at(1)
     tma = dict(tma=True)
+    # the K loop warp-specialized (kernels/notes/gemm.md v17): a TMA producer group and two consumer groups of 64
+    # rows, 12 warps from num_warps 4; 3 stages (4 would not fit 128 x 256 tiles' shared memory beside the
+    # producer's barriers), the pointer set's tiles, steps and chunks: its bits are the question
+    ws = dict(tma=True, num_warps=4, warp_specialize=True)
     # the backward's GEMMs first (where the gap to cuBLAS is); within a list the default's own tiles first
     return [
         # block_k 128: the same k16 wgmma slices in the same order, half the waits a k (bits checked)
@@ -387,7 +391,8 @@ def ada_candidates():
                 replace(d.dw, persistent=True, num_stages=3, **tma),
                 replace(d.dw, persistent=True, num_stages=3, tma_store=True, **tma),
                 replace(d.dw, block_k=128, num_stages=2, persistent=True, **tma), replace(d.dw, **tma),
-                replace(d.dw, persistent=True, group_m=16, **tma), c(256, 128, 64, 8, 3, persistent=True, **tma)]),
+                replace(d.dw, persistent=True, group_m=16, **tma), c(256, 128, 64, 8, 3, persistent=True, **tma),
+                replace(d.dw, persistent=True, num_stages=3, **ws), replace(d.dw, num_stages=3, **ws)]),
         ("dx", [d.dx, replace(d.dx, **tma), replace(d.dx, persistent=True, **tma),
                 replace(d.dx, persistent=True, num_stages=3, **tma),
                 replace(d.dx, block_k=128, num_stages=3, persistent=True, **tma),
@@ -399,11 +404,13 @@ def ada_candidates():
                 # the default's chunks on 256 x 128 tiles: half the programs, each W tile read by 8 row
                 # tiles instead of 16 (sm_90, triton 3.6: 255 registers, no spill, 147 KB of smem)
                 c(256, 128, 64, 8, 3, split_k=DX_SPLIT, **tma),
-                c(256, 128, 64, 8, 3, split_k=DX_SPLIT, persistent=True, **tma)]),
+                c(256, 128, 64, 8, 3, split_k=DX_SPLIT, persistent=True, **tma),
+                replace(d.dx, persistent=True, **ws), replace(d.dx, persistent=True, num_stages=3, **ws)]),
         ("fwd", [d.fwd, replace(d.fwd, **tma), replace(d.fwd, tma_store=True, **tma),
                  replace(d.fwd, num_stages=3, **tma), replace(d.fwd, num_stages=3, tma_store=True, **tma),
                  replace(d.fwd, block_k=128, num_stages=2, **tma),
-                 replace(d.fwd, persistent=False, **tma), replace(d.fwd, group_m=8, **tma)]),
+                 replace(d.fwd, persistent=False, **tma), replace(d.fwd, group_m=8, **tma),
+                 replace(d.fwd, num_stages=3, **ws), replace(d.fwd, persistent=False, num_stages=3, **ws)]),
     ]
 
 
@@ -496,6 +503,8 @@ def ada_configs(args) -> list:
     for kernel, cands in ada_candidates():
         if args.ada_same_tiles:   # the candidates a tier of the default may take (kernels/adaln_projection.py)
             cands = [cand for cand in cands if cand != "fused" and AP._order(cand) == AP._order(cands[0])]
+        if args.ada_match:   # the default (the bitwise reference) and the candidates whose label has the text
+            cands = cands[:1] + [cand for cand in cands[1:] if cand != "fused" and args.ada_match in cand.short()]
         reference = None   # the default's output at T = BIG, for the bitwise check of the others
         for i, cand in enumerate(cands):
             fused = cand == "fused"
@@ -622,6 +631,9 @@ def main() -> None:
     parser.add_argument("--ada-same-tiles", action="store_true",
                         help="only adaln_projection's candidates with the pointer set's tiles, steps and chunks "
                              "(what a tier of its default may differ in: the T switch's crossover)")
+    parser.add_argument("--ada-match", default="",
+                        help="only adaln_projection's candidates whose label (LaunchConfig.short()) holds this text, "
+                             "e.g. /WS, beside each list's default")
     parser.add_argument("--dry-run", action="store_true",
                         help="CPU, TRITON_INTERPRET=1 and the quick widths: checks this script, measures nothing")
     args = parser.parse_args()
