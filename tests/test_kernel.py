@@ -458,7 +458,26 @@ KERNEL_SETS = {"walk+rows": dict(fwd_kernel="walk", fwd_rows=4, bwd_rows=2, bwd_
                "gather+split": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_cols=8, bwd_chunk=0),
                # the split backward's two passes in one launch (producers and column blocks, v39)
                "gather+fused": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_cols=8, bwd_chunk=0, bwd_fused=True,
-                                    dots_rows=2, dots_chunk=8)}
+                                    dots_rows=2, dots_chunk=8),
+               # the split backward without its first pass, c from the blocks' partials (v41; on the CPU the
+               # recompute path, the same partials)
+               "gather+exchange": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_cols=8, bwd_chunk=0,
+                                       split_dots="exchange")}
+
+
+@pytest.mark.parametrize("kernels", KERNEL_SETS)
+@pytest.mark.parametrize("table_rows", [9, 40])   # the local plan and the global one
+def test_x_gradient_alone_is_the_full_backward_dx(device, monkeypatch, kernels, table_rows):
+    """Only x requiring a gradient: the backward skips the parameter sums (PARAMS off: no partials, no
+    parameter stage), and its dx is bitwise the dx of the backward that makes every gradient."""
+    _config(monkeypatch, 20, chunk_limit=4, local_max=16, **KERNEL_SETS[kernels])
+    params, inputs, grad_out = _table_case(device, 20, 26, table_rows, dtype="float32")
+    _, full = run(inputs, grad_out)
+    t = inputs.tensors
+    x = t["x"].detach().requires_grad_()
+    y = norm_modulate(x, t["w"], t["sh"], t["sc"], t["idx"])
+    y.backward(grad_out.reshape(y.shape))
+    assert torch.equal(as_bits(x.grad), as_bits(full["x"]))
 
 
 @pytest.mark.parametrize("kernels", KERNEL_SETS)
