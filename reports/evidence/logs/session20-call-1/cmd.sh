@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# NOT RUN in session 20: no device machine was lent (prepared there; run it after session19-call-3's command,
-# at the then current commit; no wheels, no carry).
+# NOT RUN in session 20: no device machine was lent (prepared there; run it first next time, before
+# session19-call-3's command, at the then current commit; no wheels, no carry).
 # norm_modulate at H = 12288 without the split backward's first pass (kernels/NOTES.md v41, `split_dots`):
 # the GPU tests of the new variants first (exchange bitwise recompute, float64 bounds, a row alone as in the
 # batch, parameter gradients repeating; the exchange waits apart, under their own timeout: a wait that never

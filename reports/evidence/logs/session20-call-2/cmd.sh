@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # NOT RUN in session 20: no device machine was lent (prepared there; run it at the then current commit, after
-# session19-call-3 and session20-call-1; no wheels, no carry; ~4-5 min).
+# session20-call-1 and before session19-call-3; no wheels, no carry; ~4-5 min).
 # adaln_projection's GEMMs with the K loop warp-specialized (kernels/notes/gemm.md v17, `AP.WS`): the tma GPU
 # tests first (the warp-specialized launches bitwise the pointer ones at small sizes, the sets' op bitwise
 # POINTER's), then each GEMM's /WS candidates beside its default at T = 1 and 2048 (`bitwise_equal_default`,
