@@ -616,6 +616,36 @@ def test_split_backward_wide_rows(device, monkeypatch):
     _wide_rows_match_float64_and_row_alone(device, 12288, 3)
 
 
+def _split_then_variant(device, monkeypatch, table_rows, hidden=20, cols=8, **variant):
+    """The split backward (column blocks of `cols`, its first pass in chunks as wide) at H = `hidden`, R = 26,
+    float32 (a bf16 dx would hide most one-ulp changes of c), then the same inputs through the split with
+    `variant`'s changes, checked against float64 (zeros for unused table rows, parameter gradients repeating).
+    Returns (split config, the split's (y, grads), the variant's y and grads, the variant's `_bwd_kernel`
+    launches as (grid, constexprs), every launch's kernel)."""
+    import dataclasses
+
+    from kernels import norm_modulate as K
+    split = _config(monkeypatch, hidden, chunk_limit=4, local_max=16, fwd_kernel="rows", fwd_rows=2, bwd_rows=2,
+                    bwd_chunk=0, bwd_cols=cols, dots_rows=2, dots_chunk=cols)
+    params, inputs, grad_out = _table_case(device, hidden, 26, table_rows, dtype="float32")
+    plain = run(inputs, grad_out)
+    changed = dataclasses.replace(split, **variant)
+    monkeypatch.setattr(K, "launch_config", lambda h: changed)
+    launches = []
+    real = K.launch_keyed
+    monkeypatch.setattr(K, "launch_keyed", lambda kernel, grid, *a: (launches.append((kernel, grid, a[-1])),
+                                                                       real(kernel, grid, *a))[1])
+    y, grads = _matches_float64_zero_unused_repeats(params, inputs, grad_out, table_rows)
+    rows_kernels = [(grid, meta) for kernel, grid, meta in launches if kernel is K._bwd_kernel]
+    return split, plain, (y, grads), rows_kernels, [kernel for kernel, _, _ in launches]
+
+
+def _same_bits(got, want):
+    assert torch.equal(as_bits(got[0]), as_bits(want[0]))
+    for name in NAMES:
+        assert torch.equal(as_bits(got[1][name]), as_bits(want[1][name])), name
+
+
 @pytest.mark.parametrize("producers", [1, 3])
 @pytest.mark.parametrize("table_rows", [9, 40])   # the local plan and the global one
 def test_fused_backward_is_one_launch_with_the_split_values(device, monkeypatch, table_rows, producers):
@@ -625,29 +655,14 @@ def test_fused_backward_is_one_launch_with_the_split_values(device, monkeypatch,
     output is the split's bits; on a GPU the producers' warps are the column blocks' (another tree): there
     the float64 bounds and repeats. Several ranges (chunk_limit 4): consumers wait on their own producers
     (one, or three taking the range's steps in turn)."""
-    import dataclasses
-
     from kernels import common, norm_modulate as K
-    split = _config(monkeypatch, 20, chunk_limit=4, local_max=16, fwd_kernel="rows", fwd_rows=2, bwd_rows=2,
-                    bwd_chunk=0, bwd_cols=8, dots_rows=2, dots_chunk=8)
-    params, inputs, grad_out = _table_case(device, 20, 26, table_rows, dtype="float32")
-    plain = run(inputs, grad_out)
-    fused = dataclasses.replace(split, bwd_fused=True, fused_producers=producers)
-    monkeypatch.setattr(K, "launch_config", lambda h: fused)
-    launches = []
-    real = K.launch_keyed
-    monkeypatch.setattr(K, "launch_keyed", lambda kernel, grid, *a: (launches.append((kernel, grid, a[-1])),
-                                                                       real(kernel, grid, *a))[1])
-    y, grads = _matches_float64_zero_unused_repeats(params, inputs, grad_out, table_rows)
-    rows_kernels = [(grid, meta) for kernel, grid, meta in launches if kernel is K._bwd_kernel]
+    _, plain, got, rows_kernels, kernels = _split_then_variant(device, monkeypatch, table_rows, bwd_fused=True,
+                                                              fused_producers=producers)
     assert rows_kernels and all(meta["FUSED"] and len(grid) == 1 for grid, meta in rows_kernels)
-    assert not any(kernel is K._bwd_dots_kernel for kernel, _, _ in launches)
-    ranges = common.cdiv(26, 4) if device.type == "cpu" else None
-    if ranges is not None:
-        assert rows_kernels[0][0] == (ranges * (producers + K.cdiv(20, 8)),)
-        assert torch.equal(as_bits(y), as_bits(plain[0]))
-        for name in NAMES:
-            assert torch.equal(as_bits(grads[name]), as_bits(plain[1][name])), name
+    assert K._bwd_dots_kernel not in kernels
+    if device.type == "cpu":
+        assert rows_kernels[0][0] == (common.cdiv(26, 4) * (producers + K.cdiv(20, 8)),)
+        _same_bits(got, plain)
 
 
 @pytest.mark.parametrize("split_dots", ["exchange", "recompute"])
@@ -661,35 +676,21 @@ def test_block_dots_backward_is_one_launch_with_the_split_values(device, monkeyp
     import dataclasses
 
     from kernels import common, norm_modulate as K
-    split = _config(monkeypatch, 20, chunk_limit=4, local_max=16, fwd_kernel="rows", fwd_rows=2, bwd_rows=2,
-                    bwd_chunk=0, bwd_cols=8, dots_rows=2, dots_chunk=8)
-    params, inputs, grad_out = _table_case(device, 20, 26, table_rows, dtype="float32")
-    plain = run(inputs, grad_out)
-    mates = dataclasses.replace(split, split_dots=split_dots)
-    monkeypatch.setattr(K, "launch_config", lambda h: mates)
-    launches = []
-    real = K.launch_keyed
-    monkeypatch.setattr(K, "launch_keyed", lambda kernel, grid, *a: (launches.append((kernel, grid, a[-1])),
-                                                                       real(kernel, grid, *a))[1])
-    y, grads = _matches_float64_zero_unused_repeats(params, inputs, grad_out, table_rows)
-    rows_kernels = [(grid, meta) for kernel, grid, meta in launches if kernel is K._bwd_kernel]
+    split, plain, got, rows_kernels, kernels = _split_then_variant(device, monkeypatch, table_rows,
+                                                                   split_dots=split_dots)
     assert rows_kernels and all(meta["BLOCK_DOTS"] and not meta["FUSED"] and len(grid) == 1
                                 for grid, meta in rows_kernels)
     # three blocks a range: the interpreter cannot run programs that wait for each other (module docstring)
     assert all(meta["EXCHANGE"] == (split_dots == "exchange" and device.type == "cuda") for _, meta in rows_kernels)
-    assert not any(kernel is K._bwd_dots_kernel for kernel, _, _ in launches)
+    assert K._bwd_dots_kernel not in kernels
     if device.type == "cpu":
         assert rows_kernels[0][0] == (common.cdiv(26, 4) * K.cdiv(20, 8),)
-        assert torch.equal(as_bits(y), as_bits(plain[0]))
-        for name in NAMES:
-            assert torch.equal(as_bits(grads[name]), as_bits(plain[1][name])), name
+        _same_bits(got, plain)
     else:
         other = dataclasses.replace(split, split_dots="recompute" if split_dots == "exchange" else "exchange")
         monkeypatch.setattr(K, "launch_config", lambda h: other)
-        y2, grads2 = run(inputs, grad_out)
-        assert torch.equal(as_bits(y2), as_bits(y))
-        for name in NAMES:
-            assert torch.equal(as_bits(grads2[name]), as_bits(grads[name])), name
+        _, inputs, grad_out = _table_case(device, 20, 26, table_rows, dtype="float32")
+        _same_bits(run(inputs, grad_out), got)
 
 
 @pytest.mark.parametrize("table_rows", [9, 40])
@@ -698,23 +699,10 @@ def test_exchange_posts_and_waits_with_one_block_a_range(device, monkeypatch, ta
     partial, publishes how far it is and waits on that count, under the interpreter too (the tickets, the
     [NB, R] partials and the counts as on a GPU). c is then that one partial over H: the split's bits with its
     first pass's chunk as wide as the block."""
-    import dataclasses
-
-    from kernels import norm_modulate as K
-    split = _config(monkeypatch, 16, chunk_limit=4, local_max=16, fwd_kernel="rows", fwd_rows=2, bwd_rows=2,
-                    bwd_chunk=0, bwd_cols=16, dots_rows=2, dots_chunk=16)
-    params, inputs, grad_out = _table_case(device, 16, 26, table_rows, dtype="float32")
-    plain = run(inputs, grad_out)
-    monkeypatch.setattr(K, "launch_config", lambda h: dataclasses.replace(split, split_dots="exchange"))
-    launches = []
-    real = K.launch_keyed
-    monkeypatch.setattr(K, "launch_keyed", lambda kernel, grid, *a: (launches.append((kernel, a[-1])),
-                                                                       real(kernel, grid, *a))[1])
-    y, grads = _matches_float64_zero_unused_repeats(params, inputs, grad_out, table_rows)
-    assert all(meta["EXCHANGE"] for kernel, meta in launches if kernel is K._bwd_kernel)
-    assert torch.equal(as_bits(y), as_bits(plain[0]))
-    for name in NAMES:
-        assert torch.equal(as_bits(grads[name]), as_bits(plain[1][name])), name
+    _, plain, got, rows_kernels, _ = _split_then_variant(device, monkeypatch, table_rows, hidden=16, cols=16,
+                                                         split_dots="exchange")
+    assert rows_kernels and all(meta["EXCHANGE"] for _, meta in rows_kernels)
+    _same_bits(got, plain)
 
 
 def test_config_takes_one_backward():
