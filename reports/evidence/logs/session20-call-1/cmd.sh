@@ -10,7 +10,7 @@
 set -uo pipefail
 W=$OUT/work; mkdir -p "$W"; echo "commit ${H3BENCH_COMMIT:-?}" > "$W/COMMIT.txt"
 H3BENCH_TEST_DEVICE=cuda timeout 150 python3 -m pytest -q tests/test_kernel.py \
-  -k "(dots or split or wide or variants_are or table_sizes or bad_indices or fused) and not exchange" \
+  -k "(dots or split or wide or variants_are or table_sizes or bad_indices or fused or x_gradient) and not exchange" \
   -p no:cacheprovider -rf --tb=short > "$W/gpu_tests.log" 2>&1
 echo "gpu tests rc=$?"; tail -3 "$W/gpu_tests.log"
 H3BENCH_TEST_DEVICE=cuda timeout 120 python3 -m pytest -q tests/test_kernel.py -k "exchange or block_dots" \
