@@ -156,6 +156,9 @@ class LaunchConfig:
     # (6RH of DRAM), or "recompute", each program makes every block's partial itself from the whole rows
     # (6RH of DRAM while a range's programs read the same rows together, the others' columns from L2)
     split_dots: str = "pass"
+    # with split_dots "exchange" or "recompute": each step's dx made one step late, after the next step's
+    # partials are posted (a program then waits for partials its range posted a step ago; kernels/NOTES.md v42)
+    dots_ahead: bool = False
 
     def __post_init__(self):
         if self.fwd_kernel not in ("rows", "walk"):
@@ -174,6 +177,9 @@ class LaunchConfig:
         if self.split_dots != "pass" and (not self.bwd_cols or self.bwd_fused):
             raise ValueError(f"split_dots={self.split_dots!r} makes the split backward's c from its column blocks: "
                              "it needs bwd_cols > 0 and bwd_fused off")
+        if self.dots_ahead and self.split_dots == "pass":
+            raise ValueError("dots_ahead holds a step back for the column blocks' partials: it needs split_dots "
+                             "'exchange' or 'recompute'")
         if self.bwd_chunk and self.bwd_cols:
             raise ValueError(f"bwd_chunk ({self.bwd_chunk}) and bwd_cols ({self.bwd_cols}) name two different "
                              "backwards (chunked, split): set one of them, the other 0")
@@ -679,7 +685,7 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
                 GLOBAL: tl.constexpr, PARAMS: tl.constexpr, COLS: tl.constexpr, BY_HAND: tl.constexpr,
                 FUSED: tl.constexpr = False, DOTS_G: tl.constexpr = 1, DOTS_CB: tl.constexpr = 1,
                 DOTS_PREFETCH: tl.constexpr = False, PRODUCERS: tl.constexpr = 1, BLOCK_DOTS: tl.constexpr = False,
-                EXCHANGE: tl.constexpr = False):
+                EXCHANGE: tl.constexpr = False, AHEAD: tl.constexpr = False):
     """Whole rows in registers: this program's rows in segment order, ROWS per step, the next step's x and
     dy loaded before this step's arithmetic (across segment ends too: 1.5x over loading in turn,
     kernels/NOTES.md v5); D, S and the dw partial in fp32 registers. COLS (the split backward): columns
@@ -704,7 +710,9 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
     FUSED, so a range's programs wait only on programs that have started, and every wait ends while NB
     programs fit on the GPU at once. Without EXCHANGE each program makes every block's partial itself (the
     same function of the same tiles: the same bits), from the whole rows, which its range's other programs
-    read at about the same time (L2)."""
+    read at about the same time (L2). AHEAD (`dots_ahead`): a step's dx is made one step late, after the
+    next step's partials are posted, so the partials it waits for were posted a step ago (the count as last
+    seen is kept: no look at all when it already sufficed); a segment's last step after its walk."""
     if FUSED:
         NB: tl.constexpr = (H + BLOCK_H - 1) // BLOCK_H   # column blocks a range
         ticket = tl.atomic_add(PROG, 1, sem="relaxed", scope="gpu")
@@ -758,6 +766,7 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
             if BLOCK_DOTS:
                 rstd_next = tl.load(RSTD + r_next, mask=steps < first_end, other=0.0)
                 posted = lo * 0  # steps this program has posted (EXCHANGE)
+                seen = lo * 0 - 1  # its range's count as last looked at (AHEAD)
             else:
                 rstd_next, c_next = _row_scalars(RSTD, C, r_next, steps < first_end, FUSED)
         acc_w = tl.zeros((BLOCK_H,), dtype=tl.float32)
@@ -770,6 +779,12 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
             a = _scale(W, SC, key, M, cols, col_ok, stride_sc)[None, :]
             acc_d = tl.zeros((BLOCK_H,), dtype=tl.float32)
             acc_s = tl.zeros((BLOCK_H,), dtype=tl.float32)
+            if AHEAD:  # the step held back a step (none at a segment's start)
+                held_rows = r_next
+                held_ok = steps < 0
+                held_x = tl.zeros((ROWS, BLOCK_H), dtype=tl.float32)
+                held_dy = held_x
+                held_rstd = tl.zeros((ROWS,), dtype=tl.float32)
             for start in range(s0, s1, ROWS):
                 ok = start + steps < s1
                 rows = r_next
@@ -784,8 +799,19 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
                         rstd = rstd_next
                         rstd_next = tl.load(RSTD + r_next, mask=n0 + steps < n1, other=0.0)
                         posted += 1
-                        c = _block_dots(X, DY, W, SC, C, PROG, x, dy, a, rstd, rows, ok, key, M, n_rows, pid, block,
-                                        posted, stride_x, stride_dy, stride_sc, H, BLOCK_H, EXCHANGE)
+                        if AHEAD:
+                            # this step's partials posted, then the step held back finished: the other blocks
+                            # posted its partials a step ago, so the count is rarely short
+                            if EXCHANGE:
+                                _post_partial(C, PROG, x, dy, a, rstd, rows, ok, n_rows, pid, block, False)
+                            rows, ok, x, dy, rstd, held_rows, held_ok, held_x, held_dy, held_rstd = (
+                                held_rows, held_ok, held_x, held_dy, held_rstd, rows, ok, x, dy, rstd)
+                            c, seen = _partials_sum(X, DY, W, SC, C, PROG, rstd, rows, ok, key, M, n_rows, pid,
+                                                    posted - 1, seen, stride_x, stride_dy, stride_sc, H, BLOCK_H,
+                                                    EXCHANGE)
+                        else:
+                            c = _block_dots(X, DY, W, SC, C, PROG, x, dy, a, rstd, rows, ok, key, M, n_rows, pid,
+                                            block, posted, stride_x, stride_dy, stride_sc, H, BLOCK_H, EXCHANGE)
                     else:
                         rstd, c = rstd_next, c_next
                         if FUSED:
@@ -795,11 +821,18 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
                 else:
                     rstd = tl.load(RSTD + rows, mask=ok, other=0.0)
                     xhat, dx = _row_grads(x, dy, a, rstd, H)
+                # (inline, not `_store_step`: the default launches' SASS stays as measured)
                 tl.store(DX + rows[:, None] * stride_dx + cols[None, :], rounded(dx, DX.dtype.element_ty, BY_HAND),
                          mask=ok[:, None] & col_ok[None, :])
                 if PARAMS:
                     acc_d += tl.sum(dy, axis=0)
                     acc_s += tl.sum(dy * xhat, axis=0)
+            if AHEAD:  # the segment's last step, held back
+                c, seen = _partials_sum(X, DY, W, SC, C, PROG, held_rstd, held_rows, held_ok, key, M, n_rows, pid,
+                                        posted, seen, stride_x, stride_dy, stride_sc, H, BLOCK_H, EXCHANGE)
+                xhat, dx = _row_grads_given(held_x, held_dy, a, held_rstd, c)
+                acc_d, acc_s = _store_step(DX, held_rows, held_ok, cols, col_ok, dx, held_dy, xhat, acc_d, acc_s,
+                                           stride_dx, PARAMS, BY_HAND)
             if PARAMS:
                 acc_w = _flush(key, s0, s1, n, acc_d, acc_s, acc_w, base, W, SC, DSH, DSC, cols, col_ok, M, H,
                                stride_sc, stride_dsh, stride_dsc, before, beyond, GLOBAL, BY_HAND)
@@ -808,6 +841,18 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
             tl.store(base + w_row * H + cols, acc_w, mask=col_ok)
             _finish(_meta(SCRATCH, CMAX, n_ranges), KEYS, DSH, DSC, pid, n_ranges, lo, n, n_rows, n_seg, first, before,
                     last, beyond, M, cols, col_ok, stride_dsh, stride_dsc, GLOBAL)
+
+
+@triton.jit
+def _store_step(DX, rows, ok, cols, col_ok, dx, dy, xhat, acc_d, acc_s, stride_dx, PARAMS: tl.constexpr,
+                BY_HAND: tl.constexpr):
+    """A step's dx stored (rounded once), and its rows' D and S added (one tl.sum over the step's rows)."""
+    tl.store(DX + rows[:, None] * stride_dx + cols[None, :], rounded(dx, DX.dtype.element_ty, BY_HAND),
+             mask=ok[:, None] & col_ok[None, :])
+    if PARAMS:
+        acc_d += tl.sum(dy, axis=0)
+        acc_s += tl.sum(dy * xhat, axis=0)
+    return acc_d, acc_s
 
 
 @triton.jit
@@ -847,21 +892,47 @@ def _block_dots(X, DY, W, SC, XCH, PROG, x, dy, a, rstd, rows, ok, key, M, n_row
                 stride_dy, stride_sc, H: tl.constexpr, BLOCK_H: tl.constexpr, EXCHANGE: tl.constexpr):
     """c of a step's rows from the NB column blocks' partial dots sum(dy * a * xhat) over each block's columns
     (a [ROWS, BLOCK_H] tile's tl.sum over axis 1), added block 0 first, over H. EXCHANGE: this program's
-    block from its tiles (x, dy, a), posted to XCH[block, rows] and counted (PROG[1 + pid], this range's
-    count), the others' read back once the count says every block of range `pid` has posted its step
-    `posted` (counting from 1; the range's programs walk the same steps). Else every block's partial made
-    here, its x and dy loaded again (the own block's from L1)."""
+    block from its tiles (x, dy, a), posted (`_post_partial`), the others' read back once every block of
+    range `pid` has posted its step `posted` (counting from 1; the range's programs walk the same steps). The
+    post's own result is the first look, so the last block to post never polls. Else every block's partial
+    made here (`_partials_sum`)."""
+    if EXCHANGE:
+        seen = _post_partial(XCH, PROG, x, dy, a, rstd, rows, ok, n_rows, pid, block, True)
+    else:
+        seen = posted
+    c, _ = _partials_sum(X, DY, W, SC, XCH, PROG, rstd, rows, ok, key, M, n_rows, pid, posted, seen, stride_x,
+                         stride_dy, stride_sc, H, BLOCK_H, EXCHANGE)
+    return c
+
+
+@triton.jit
+def _post_partial(XCH, PROG, x, dy, a, rstd, rows, ok, n_rows, pid, block, LOOK: tl.constexpr):
+    """EXCHANGE: this block's partial dots of a step's rows to XCH[block, rows], then one added to range
+    `pid`'s count. One count a range, NB posts a step: it reaches NB * k only when every block has posted
+    its step k (no block posts step k + 1 before all have posted step k, so no later post stands in for a
+    missing one). LOOK: the post is also the first look (acq_rel; returns the count after it); else a
+    release whose result nobody waits for (the step-ahead walk reads the count a step later; returns -1)."""
+    tl.store(XCH + block * n_rows + rows, tl.sum((dy * a) * (x * rstd[:, None]), axis=1), mask=ok)
+    tl.debug_barrier()  # every thread's partial is written before the count says so
+    if LOOK:
+        seen = tl.atomic_add(PROG + 1 + pid, 1, sem="acq_rel", scope="gpu") + 1
+    else:
+        tl.atomic_add(PROG + 1 + pid, 1, sem="release", scope="gpu")
+        seen = pid * 0 - 1
+    return seen
+
+
+@triton.jit
+def _partials_sum(X, DY, W, SC, XCH, PROG, rstd, rows, ok, key, M, n_rows, pid, step, seen, stride_x, stride_dy,
+                  stride_sc, H: tl.constexpr, BLOCK_H: tl.constexpr, EXCHANGE: tl.constexpr):
+    """(c of step `step`'s rows (counting from 1): the NB blocks' partials added block 0 first, over H; the
+    count last seen). EXCHANGE: read back (past L1) once range `pid`'s count reaches NB * step: `seen`, the
+    count as last looked at (acquire), is looked at again only while short. Else each block's partial made
+    here from x and dy loaded again (the same function of the same tiles as a post's, so the same bits)."""
     NB: tl.constexpr = (H + BLOCK_H - 1) // BLOCK_H
     dot = tl.zeros(rstd.shape, dtype=tl.float32)
     if EXCHANGE:
-        tl.store(XCH + block * n_rows + rows, tl.sum((dy * a) * (x * rstd[:, None]), axis=1), mask=ok)
-        tl.debug_barrier()  # every thread's partial is written before the count says so
-        # One count a range, NB posts a step: it reaches NB * posted only when every block has posted this
-        # step (no block posts step k + 1 before all have posted step k, so no later post stands in for a
-        # missing one). The post's own result is the first look (the last to post never polls): one L2 round
-        # trip a step where a count a block would cost one a block.
-        seen = tl.atomic_add(PROG + 1 + pid, 1, sem="acq_rel", scope="gpu") + 1
-        while seen < NB * posted:
+        while seen < NB * step:
             seen = tl.atomic_add(PROG + 1 + pid, 0, sem="acquire", scope="gpu")
         for b in tl.static_range(NB):
             dot += tl.load(XCH + b * n_rows + rows, mask=ok, other=0.0, cache_modifier=".cg")
@@ -872,7 +943,7 @@ def _block_dots(X, DY, W, SC, XCH, PROG, x, dy, a, rstd, rows, ok, key, M, n_row
             dyb = _load_tile(DY, rows, stride_dy, cols, ok, H, False).to(tl.float32)
             ab = _scale(W, SC, key, M, cols, cols < H, stride_sc)[None, :]
             dot += tl.sum((dyb * ab) * (xb * rstd[:, None]), axis=1)
-    return dot / H
+    return dot / H, seen
 
 
 @triton.jit
@@ -1170,12 +1241,13 @@ def fused_meta(cfg: LaunchConfig, hidden: int) -> dict:
     interpreter a launch's programs run one after another, so a range's blocks cannot wait for each other:
     there "exchange" runs as "recompute" where a range has more than one block (the same partials added in
     the same order: the same bits, which the GPU test checks)."""
-    meta = dict(FUSED=False, DOTS_G=1, DOTS_CB=1, DOTS_PREFETCH=False, PRODUCERS=1, BLOCK_DOTS=False, EXCHANGE=False)
+    meta = dict(FUSED=False, DOTS_G=1, DOTS_CB=1, DOTS_PREFETCH=False, PRODUCERS=1, BLOCK_DOTS=False, EXCHANGE=False,
+                AHEAD=False)
     if cfg.bwd_fused:
         meta.update(FUSED=True, DOTS_G=cfg.dots_rows, DOTS_CB=cfg.dots_chunk, DOTS_PREFETCH=cfg.dots_prefetch,
                     PRODUCERS=cfg.fused_producers)
     elif cfg.split_dots != "pass":
-        meta.update(BLOCK_DOTS=True, EXCHANGE=cfg.split_dots == "exchange" and not (
+        meta.update(BLOCK_DOTS=True, AHEAD=cfg.dots_ahead, EXCHANGE=cfg.split_dots == "exchange" and not (
             INTERPRETED and cdiv(hidden, cfg.bwd_cols) > 1))
     return meta
 

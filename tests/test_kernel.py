@@ -462,7 +462,10 @@ KERNEL_SETS = {"walk+rows": dict(fwd_kernel="walk", fwd_rows=4, bwd_rows=2, bwd_
                # the split backward without its first pass, c from the blocks' partials (v41; on the CPU the
                # recompute path, the same partials)
                "gather+exchange": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_cols=8, bwd_chunk=0,
-                                       split_dots="exchange")}
+                                       split_dots="exchange"),
+               # and each step's dx a step late (v42): steps held across segment ends and drained
+               "gather+exchange-ahead": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_cols=8, bwd_chunk=0,
+                                             split_dots="exchange", dots_ahead=True)}
 
 
 @pytest.mark.parametrize("kernels", KERNEL_SETS)
@@ -665,21 +668,24 @@ def test_fused_backward_is_one_launch_with_the_split_values(device, monkeypatch,
         _same_bits(got, plain)
 
 
+@pytest.mark.parametrize("ahead", [False, True])
 @pytest.mark.parametrize("split_dots", ["exchange", "recompute"])
 @pytest.mark.parametrize("table_rows", [9, 40])   # the local plan and the global one
-def test_block_dots_backward_is_one_launch_with_the_split_values(device, monkeypatch, table_rows, split_dots):
+def test_block_dots_backward_is_one_launch_with_the_split_values(device, monkeypatch, table_rows, split_dots, ahead):
     """split_dots "exchange" / "recompute": no first pass; c of a step's rows is the column blocks' partial
     dots added block 0 first (a 1-D grid of ranges x NB blocks). With the first pass's chunk as wide as a
     block, that is the split's order chunk for chunk, so under the interpreter (tl.sum is numpy's) every
     output is the split's bits; on a GPU (other warps, another tl.sum tree) the float64 bounds, the repeats,
-    and "exchange" bitwise "recompute" (the same partials, posted and read back instead of made again)."""
+    and "exchange" bitwise "recompute" (the same partials, posted and read back instead of made again).
+    `dots_ahead`: each step's dx made a step late (held across the next step's post, the segment's last one
+    after the walk): the same values."""
     import dataclasses
 
     from kernels import common, norm_modulate as K
     split, plain, got, rows_kernels, kernels = _split_then_variant(device, monkeypatch, table_rows,
-                                                                   split_dots=split_dots)
-    assert rows_kernels and all(meta["BLOCK_DOTS"] and not meta["FUSED"] and len(grid) == 1
-                                for grid, meta in rows_kernels)
+                                                                   split_dots=split_dots, dots_ahead=ahead)
+    assert rows_kernels and all(meta["BLOCK_DOTS"] and meta["AHEAD"] == ahead and not meta["FUSED"]
+                                and len(grid) == 1 for grid, meta in rows_kernels)
     # three blocks a range: the interpreter cannot run programs that wait for each other (module docstring)
     assert all(meta["EXCHANGE"] == (split_dots == "exchange" and device.type == "cuda") for _, meta in rows_kernels)
     assert K._bwd_dots_kernel not in kernels
@@ -687,21 +693,23 @@ def test_block_dots_backward_is_one_launch_with_the_split_values(device, monkeyp
         assert rows_kernels[0][0] == (common.cdiv(26, 4) * K.cdiv(20, 8),)
         _same_bits(got, plain)
     else:
-        other = dataclasses.replace(split, split_dots="recompute" if split_dots == "exchange" else "exchange")
+        other = dataclasses.replace(split, split_dots="recompute" if split_dots == "exchange" else "exchange",
+                                    dots_ahead=not ahead)
         monkeypatch.setattr(K, "launch_config", lambda h: other)
         _, inputs, grad_out = _table_case(device, 20, 26, table_rows, dtype="float32")
         _same_bits(run(inputs, grad_out), got)
 
 
+@pytest.mark.parametrize("ahead", [False, True])
 @pytest.mark.parametrize("table_rows", [9, 40])
-def test_exchange_posts_and_waits_with_one_block_a_range(device, monkeypatch, table_rows):
+def test_exchange_posts_and_waits_with_one_block_a_range(device, monkeypatch, table_rows, ahead):
     """split_dots "exchange" where a range is one block (H <= bwd_cols): its program posts each step's
     partial, publishes how far it is and waits on that count, under the interpreter too (the tickets, the
     [NB, R] partials and the counts as on a GPU). c is then that one partial over H: the split's bits with its
     first pass's chunk as wide as the block."""
     _, plain, got, rows_kernels, _ = _split_then_variant(device, monkeypatch, table_rows, hidden=16, cols=16,
-                                                         split_dots="exchange")
-    assert rows_kernels and all(meta["EXCHANGE"] for _, meta in rows_kernels)
+                                                         split_dots="exchange", dots_ahead=ahead)
+    assert rows_kernels and all(meta["EXCHANGE"] and meta["AHEAD"] == ahead for _, meta in rows_kernels)
     _same_bits(got, plain)
 
 
@@ -721,6 +729,8 @@ def test_config_takes_one_backward():
         dataclasses.replace(K.launch_config(12288), split_dots="recompute", bwd_fused=True)
     with pytest.raises(ValueError, match="split_dots must be one of pass, exchange, recompute, got 'mates'"):
         dataclasses.replace(K.launch_config(12288), split_dots="mates")
+    with pytest.raises(ValueError, match="dots_ahead .* needs split_dots 'exchange' or 'recompute'"):
+        dataclasses.replace(K.launch_config(12288), dots_ahead=True)
 
 
 
@@ -754,8 +764,10 @@ def test_prefetch_changes_no_bit(device, monkeypatch, table_rows, backward, flag
                                      dict(bwd_cols=16, bwd_rows=4, dots_rows=4, dots_chunk=16, bwd_fused=True),
                                      # no first pass: c from the three blocks' partials (kernels/NOTES.md v41)
                                      dict(bwd_cols=16, bwd_rows=4, split_dots="exchange"),
-                                     dict(bwd_cols=16, bwd_rows=4, split_dots="recompute")],
-                         ids=["rows-l1", "walk", "split", "split-dots-prefetch", "fused", "exchange", "recompute"])
+                                     dict(bwd_cols=16, bwd_rows=4, split_dots="recompute"),
+                                     dict(bwd_cols=16, bwd_rows=4, split_dots="exchange", dots_ahead=True)],
+                         ids=["rows-l1", "walk", "split", "split-dots-prefetch", "fused", "exchange", "recompute",
+                              "exchange-ahead"])
 def test_variants_are_batch_invariant(device, monkeypatch, changes):
     """Every LaunchConfig variant keeps a row's bits independent of the batch around it."""
     _config(monkeypatch, 40, chunk_limit=8, **changes)
