@@ -685,7 +685,7 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
                 GLOBAL: tl.constexpr, PARAMS: tl.constexpr, COLS: tl.constexpr, BY_HAND: tl.constexpr,
                 FUSED: tl.constexpr = False, DOTS_G: tl.constexpr = 1, DOTS_CB: tl.constexpr = 1,
                 DOTS_PREFETCH: tl.constexpr = False, PRODUCERS: tl.constexpr = 1, BLOCK_DOTS: tl.constexpr = False,
-                EXCHANGE: tl.constexpr = False, AHEAD: tl.constexpr = False):
+                EXCHANGE: tl.constexpr = False, AHEAD: tl.constexpr = False, NB_P2: tl.constexpr = 1):
     """Whole rows in registers: this program's rows in segment order, ROWS per step, the next step's x and
     dy loaded before this step's arithmetic (across segment ends too: 1.5x over loading in turn,
     kernels/NOTES.md v5); D, S and the dw partial in fp32 registers. COLS (the split backward): columns
@@ -803,12 +803,13 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
                             # this step's partials posted, then the step held back finished: the other blocks
                             # posted its partials a step ago, so the count is rarely short
                             if EXCHANGE:
-                                _post_partial(C, PROG, x, dy, a, rstd, rows, ok, n_rows, pid, block, False)
+                                _post_partial(C, PROG, x, dy, a, rstd, rows, ok, n_rows, pid, block,
+                                              (H + BLOCK_H - 1) // BLOCK_H, False)
                             rows, ok, x, dy, rstd, held_rows, held_ok, held_x, held_dy, held_rstd = (
                                 held_rows, held_ok, held_x, held_dy, held_rstd, rows, ok, x, dy, rstd)
                             c, seen = _partials_sum(X, DY, W, SC, C, PROG, rstd, rows, ok, key, M, n_rows, pid,
                                                     posted - 1, seen, stride_x, stride_dy, stride_sc, H, BLOCK_H,
-                                                    EXCHANGE)
+                                                    EXCHANGE, True, NB_P2)
                         else:
                             c = _block_dots(X, DY, W, SC, C, PROG, x, dy, a, rstd, rows, ok, key, M, n_rows, pid,
                                             block, posted, stride_x, stride_dy, stride_sc, H, BLOCK_H, EXCHANGE)
@@ -829,7 +830,8 @@ def _bwd_kernel(X, DY, DX, W, SC, RSTD, IDX, ORDER, KEYS, SCRATCH, PART, DSH, DS
                     acc_s += tl.sum(dy * xhat, axis=0)
             if AHEAD:  # the segment's last step, held back
                 c, seen = _partials_sum(X, DY, W, SC, C, PROG, held_rstd, held_rows, held_ok, key, M, n_rows, pid,
-                                        posted, seen, stride_x, stride_dy, stride_sc, H, BLOCK_H, EXCHANGE)
+                                        posted, seen, stride_x, stride_dy, stride_sc, H, BLOCK_H, EXCHANGE, True,
+                                        NB_P2)
                 xhat, dx = _row_grads_given(held_x, held_dy, a, held_rstd, c)
                 acc_d, acc_s = _store_step(DX, held_rows, held_ok, cols, col_ok, dx, held_dy, xhat, acc_d, acc_s,
                                            stride_dx, PARAMS, BY_HAND)
@@ -897,7 +899,7 @@ def _block_dots(X, DY, W, SC, XCH, PROG, x, dy, a, rstd, rows, ok, key, M, n_row
     post's own result is the first look, so the last block to post never polls. Else every block's partial
     made here (`_partials_sum`)."""
     if EXCHANGE:
-        seen = _post_partial(XCH, PROG, x, dy, a, rstd, rows, ok, n_rows, pid, block, True)
+        seen = _post_partial(XCH, PROG, x, dy, a, rstd, rows, ok, n_rows, pid, block, 1, True)
     else:
         seen = posted
     c, _ = _partials_sum(X, DY, W, SC, XCH, PROG, rstd, rows, ok, key, M, n_rows, pid, posted, seen, stride_x,
@@ -906,34 +908,45 @@ def _block_dots(X, DY, W, SC, XCH, PROG, x, dy, a, rstd, rows, ok, key, M, n_row
 
 
 @triton.jit
-def _post_partial(XCH, PROG, x, dy, a, rstd, rows, ok, n_rows, pid, block, LOOK: tl.constexpr):
-    """EXCHANGE: this block's partial dots of a step's rows to XCH[block, rows], then one added to range
-    `pid`'s count. One count a range, NB posts a step: it reaches NB * k only when every block has posted
-    its step k (no block posts step k + 1 before all have posted step k, so no later post stands in for a
-    missing one). LOOK: the post is also the first look (acq_rel; returns the count after it); else a
-    release whose result nobody waits for (the step-ahead walk reads the count a step later; returns -1)."""
+def _post_partial(XCH, PROG, x, dy, a, rstd, rows, ok, n_rows, pid, block, NB: tl.constexpr, LOOK: tl.constexpr):
+    """EXCHANGE: this block's partial dots of a step's rows to XCH[block, rows], then counted. LOOK (the
+    plain exchange): one count a range, PROG[1 + pid], NB posts a step: it reaches NB * k only when every
+    block has posted its step k, since no block posts step k + 1 before all have posted step k (so no later
+    post stands in for a missing one); the post is also the first look (acq_rel; returns the count after
+    it). Else (a step ahead, where a block may post k + 1 while another has posted only k - 1, so a sum
+    could be fooled): a count a block, PROG[1 + pid * NB + block], a release add whose result nobody waits
+    for (returns -1)."""
     tl.store(XCH + block * n_rows + rows, tl.sum((dy * a) * (x * rstd[:, None]), axis=1), mask=ok)
     tl.debug_barrier()  # every thread's partial is written before the count says so
     if LOOK:
         seen = tl.atomic_add(PROG + 1 + pid, 1, sem="acq_rel", scope="gpu") + 1
     else:
-        tl.atomic_add(PROG + 1 + pid, 1, sem="release", scope="gpu")
+        tl.atomic_add(PROG + 1 + pid * NB + block, 1, sem="release", scope="gpu")
         seen = pid * 0 - 1
     return seen
 
 
 @triton.jit
 def _partials_sum(X, DY, W, SC, XCH, PROG, rstd, rows, ok, key, M, n_rows, pid, step, seen, stride_x, stride_dy,
-                  stride_sc, H: tl.constexpr, BLOCK_H: tl.constexpr, EXCHANGE: tl.constexpr):
+                  stride_sc, H: tl.constexpr, BLOCK_H: tl.constexpr, EXCHANGE: tl.constexpr,
+                  PER_BLOCK: tl.constexpr = False, NB_P2: tl.constexpr = 1):
     """(c of step `step`'s rows (counting from 1): the NB blocks' partials added block 0 first, over H; the
-    count last seen). EXCHANGE: read back (past L1) once range `pid`'s count reaches NB * step: `seen`, the
-    count as last looked at (acquire), is looked at again only while short. Else each block's partial made
-    here from x and dy loaded again (the same function of the same tiles as a post's, so the same bits)."""
+    count last seen). EXCHANGE: read back (past L1) once the counts (`_post_partial`) say every block of
+    range `pid` has posted step `step`: the range's count reaching NB * step, or (PER_BLOCK) the least of
+    the blocks' counts reaching `step`, all NB looked at in one go (acquire). `seen`, the count as last
+    looked at, is looked at again only while short. Else each block's partial made here from x and dy
+    loaded again (the same function of the same tiles as a post's, so the same bits)."""
     NB: tl.constexpr = (H + BLOCK_H - 1) // BLOCK_H
     dot = tl.zeros(rstd.shape, dtype=tl.float32)
     if EXCHANGE:
-        while seen < NB * step:
-            seen = tl.atomic_add(PROG + 1 + pid, 0, sem="acquire", scope="gpu")
+        if PER_BLOCK:
+            lanes = tl.arange(0, NB_P2)
+            while seen < step:
+                counts = tl.atomic_add(PROG + 1 + pid * NB + lanes, 0, mask=lanes < NB, sem="acquire", scope="gpu")
+                seen = tl.min(tl.where(lanes < NB, counts, 1 << 30), axis=0)
+        else:
+            while seen < NB * step:
+                seen = tl.atomic_add(PROG + 1 + pid, 0, sem="acquire", scope="gpu")
         for b in tl.static_range(NB):
             dot += tl.load(XCH + b * n_rows + rows, mask=ok, other=0.0, cache_modifier=".cg")
     else:
@@ -1242,13 +1255,13 @@ def fused_meta(cfg: LaunchConfig, hidden: int) -> dict:
     there "exchange" runs as "recompute" where a range has more than one block (the same partials added in
     the same order: the same bits, which the GPU test checks)."""
     meta = dict(FUSED=False, DOTS_G=1, DOTS_CB=1, DOTS_PREFETCH=False, PRODUCERS=1, BLOCK_DOTS=False, EXCHANGE=False,
-                AHEAD=False)
+                AHEAD=False, NB_P2=1)
     if cfg.bwd_fused:
         meta.update(FUSED=True, DOTS_G=cfg.dots_rows, DOTS_CB=cfg.dots_chunk, DOTS_PREFETCH=cfg.dots_prefetch,
                     PRODUCERS=cfg.fused_producers)
     elif cfg.split_dots != "pass":
-        meta.update(BLOCK_DOTS=True, AHEAD=cfg.dots_ahead, EXCHANGE=cfg.split_dots == "exchange" and not (
-            INTERPRETED and cdiv(hidden, cfg.bwd_cols) > 1))
+        meta.update(BLOCK_DOTS=True, AHEAD=cfg.dots_ahead, NB_P2=next_power_of_2(cdiv(hidden, cfg.bwd_cols)),
+                    EXCHANGE=cfg.split_dots == "exchange" and not (INTERPRETED and cdiv(hidden, cfg.bwd_cols) > 1))
     return meta
 
 
@@ -1367,9 +1380,10 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
     elif meta.get("FUSED"):  # c made in the same launch; the tickets and each range's count start at zero
         args += (x2d.new_empty(rows, dtype=torch.float32),
                  x2d.new_zeros(1 + programs * cfg.fused_producers, dtype=torch.int32))
-    elif meta.get("EXCHANGE"):  # the blocks' partials [NB, R]; the tickets and each range's count start at zero
-        args += (x2d.new_empty(cdiv(hidden, cfg.bwd_cols) * rows, dtype=torch.float32),
-                 x2d.new_zeros(1 + programs, dtype=torch.int32))
+    elif meta.get("EXCHANGE"):  # the blocks' partials [NB, R]; the tickets and the counts start at zero
+        blocks = cdiv(hidden, cfg.bwd_cols)   # a count a range, or a step ahead a count a block
+        args += (x2d.new_empty(blocks * rows, dtype=torch.float32),
+                 x2d.new_zeros(1 + programs * (blocks if cfg.dots_ahead else 1), dtype=torch.int32))
     elif kernel is _bwd_kernel:
         args += (None, None)
     launch_keyed(kernel, grid, device, key,

@@ -134,8 +134,8 @@ def _presets(base) -> dict:
         "dots-exchange": dict(split, split_dots="exchange"),
         "dots-exchange-r1": dict(split, split_dots="exchange", bwd_rows=1),
         "dots-exchange-c2048": dict(split, split_dots="exchange", bwd_cols=2048, bwd_rows=4),
-        # each step's dx a step late, after the next step's post (kernels/NOTES.md v42): sm_90 [1, 4096] 255 / 238
-        # registers, [2, 2048] 254 / 249, no spills
+        # each step's dx a step late, after the next step's post (kernels/NOTES.md v42): sm_90 [1, 4096] 245 / 245
+        # registers, [2, 2048] 227 / 234, no spills
         "dots-exchange-ahead-r1": dict(split, split_dots="exchange", dots_ahead=True, bwd_rows=1),
         "dots-exchange-ahead-c2048": dict(split, split_dots="exchange", dots_ahead=True, bwd_cols=2048, bwd_rows=2),
         "dots-recompute": dict(split, split_dots="recompute"),
