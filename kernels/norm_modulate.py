@@ -41,8 +41,10 @@ Plans: how a program gets its rows sorted by table row ("segment" = the rows of 
   Table rows no row uses get zeros, written by the program whose slice their place in the order falls in.
 
 Partial memory (fp32 bytes): local 4*P*(2M + 1)*H with M <= local_max; global 20*P*H; the chunked
-backward adds a 2-row workspace per program (8*P*H), the split backward c, 4*R bytes. P = programs of
-the backward (`backward_split`: about SMs x bwd_programs_per_sm, at least ceil(R / chunk_limit)).
+backward adds a 2-row workspace per program (8*P*H), the split backward c, 4*R bytes (its "exchange"
+variant the blocks' partials instead, 4*NB*R, and int32 counts). P = programs of the backward
+(`backward_split`: about SMs x bwd_programs_per_sm, at least ceil(R / chunk_limit); the one-launch split
+variants: ranges of NB blocks, about SMs x bwd_programs_per_sm / NB of them).
 
 Reduction orders (the point of this kernel: change them only with the probes rerun):
 
