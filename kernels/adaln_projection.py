@@ -142,6 +142,10 @@ WS = ProjectionConfigs.uniform(
     fwd=dataclasses.replace(TMA.at(1).fwd, num_warps=4, num_stages=3, warp_specialize=True),
     dx=dataclasses.replace(TMA.at(1).dx, num_warps=4, warp_specialize=True),
     dw=dataclasses.replace(TMA.at(1).dw, num_warps=4, num_stages=3, warp_specialize=True))
+# WS with dtemb's K in 3 chunks instead of 6 (another order for dtemb, one for every T): at T = 2048 528 items of
+# 128 x 128 split 3, 4 an SM exactly, where split 6 pays twice the partials (session 19 call 1: the split-3 tma
+# candidate 1660 us against 1767-1820 at T = 2048, ~170 us more at T <= 8, where half the programs stream W)
+WS_DX3 = dataclasses.replace(WS, dx=((BIG, dataclasses.replace(WS.at(1).dx, split_k=3)),))
 _CONFIGS: list[ProjectionConfigs] = [DEFAULT]
 
 
