@@ -96,6 +96,9 @@ MAX_HIDDEN = 32768
 # part of c's order (chunks of DOTS_CHUNK, chunk 0 first).
 DOTS_ROWS, DOTS_CHUNK, DOTS_WARPS = 2, 2048, 4
 SPLIT_DOTS = ("pass", "exchange", "recompute")   # LaunchConfig.split_dots
+# True only while a test runs the interpreter's programs at once (tests/concurrent_grid.py; the backward
+# recipes cached before must be dropped): programs that wait for each other can then run under it too
+PROGRAMS_AT_ONCE = False
 LOCAL_MAX = 16                     # default local_max: the local plan's one-hot sort is [CMAX, M + 2] wide
 INFERENCE_SORT_BYTES = 16 << 20    # an inference call sorts rows first when sh + sc exceed this (L2 reuse)
 
@@ -1255,7 +1258,8 @@ def fused_meta(cfg: LaunchConfig, hidden: int) -> dict:
     (`bwd_fused`) or the column blocks' partial dots (`split_dots`); placeholders otherwise. Under the
     interpreter a launch's programs run one after another, so a range's blocks cannot wait for each other:
     there "exchange" runs as "recompute" where a range has more than one block (the same partials added in
-    the same order: the same bits, which the GPU test checks)."""
+    the same order: the same bits, which the GPU test checks), unless `PROGRAMS_AT_ONCE` says a test's
+    executor runs a launch's programs at once (tests/concurrent_grid.py)."""
     meta = dict(FUSED=False, DOTS_G=1, DOTS_CB=1, DOTS_PREFETCH=False, PRODUCERS=1, BLOCK_DOTS=False, EXCHANGE=False,
                 AHEAD=False, NB_P2=1)
     if cfg.bwd_fused:
@@ -1263,7 +1267,8 @@ def fused_meta(cfg: LaunchConfig, hidden: int) -> dict:
                     PRODUCERS=cfg.fused_producers)
     elif cfg.split_dots != "pass":
         meta.update(BLOCK_DOTS=True, AHEAD=cfg.dots_ahead, NB_P2=next_power_of_2(cdiv(hidden, cfg.bwd_cols)),
-                    EXCHANGE=cfg.split_dots == "exchange" and not (INTERPRETED and cdiv(hidden, cfg.bwd_cols) > 1))
+                    EXCHANGE=cfg.split_dots == "exchange"
+                    and not (INTERPRETED and not PROGRAMS_AT_ONCE and cdiv(hidden, cfg.bwd_cols) > 1))
     return meta
 
 

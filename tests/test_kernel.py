@@ -686,7 +686,8 @@ def test_block_dots_backward_is_one_launch_with_the_split_values(device, monkeyp
                                                                    split_dots=split_dots, dots_ahead=ahead)
     assert rows_kernels and all(meta["BLOCK_DOTS"] and meta["AHEAD"] == ahead and not meta["FUSED"]
                                 and len(grid) == 1 for grid, meta in rows_kernels)
-    # three blocks a range: the interpreter cannot run programs that wait for each other (module docstring)
+    # three blocks a range: the interpreter's own loop cannot run programs that wait for each other (module
+    # docstring); tests/test_concurrent_programs.py runs this exchange with its programs at once
     assert all(meta["EXCHANGE"] == (split_dots == "exchange" and device.type == "cuda") for _, meta in rows_kernels)
     assert K._bwd_dots_kernel not in kernels
     if device.type == "cpu":
