@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# NOT RUN in session 19: no machine was lent after call 2 (the next session runs it first, at its own commit).
+# NOT RUN in session 19 (no machine was lent after call 2), nor in sessions 20 and 21 (none lent); it runs
+# after session20-call-1 and -2, at the commit current then.
 # Session 19, call 3: the v16 defaults against the sets they replace, the whole op in one process
 # (tools/bench_gemm.py variant sections: errors against float64 and cuBLAS's, fwd / bwd / fwd+bwd stream
 # medians at T = 1, 8, 2048 taken twice, rows alone and slices against T = 2048 bitwise, weight gradients

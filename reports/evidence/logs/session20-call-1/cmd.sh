@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NOT RUN in session 20: no device machine was lent (prepared there; run it first next time, before
+# NOT RUN in sessions 20 and 21: no device machine was lent (prepared there; run it first next time, before
 # session19-call-3's command, at the then current commit; no wheels, no carry; at most ~9.5 min).
 # norm_modulate at H = 12288 without the split backward's first pass (kernels/NOTES.md v41-v42, `split_dots`,
 # `dots_ahead`): the GPU tests new this session first (every LaunchConfig variant's batch invariance, x's

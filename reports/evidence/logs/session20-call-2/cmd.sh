@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NOT RUN in session 20: no device machine was lent (prepared there; run it at the then current commit, after
+# NOT RUN in sessions 20 and 21: no device machine was lent (prepared there; run it at the then current commit, after
 # session20-call-1 and before session19-call-3; no wheels, no carry; at most ~9.7 min).
 # adaln_projection's GEMMs with the K loop warp-specialized (kernels/notes/gemm.md v17, `AP.WS`): the tma GPU
 # tests first (the warp-specialized launches bitwise the pointer ones at small sizes, the sets' op bitwise
