@@ -65,9 +65,10 @@ class Launch:
 class _Run:
     """One `with` block's settings and record: every launch in order, the most programs running at once."""
 
-    def __init__(self, workers: int, deadline: float):
+    def __init__(self, workers: int, deadline: float, reverse: bool = False):
         self.workers = workers
         self.deadline = deadline
+        self.reverse = reverse
         self.launches: list[Launch] = []
         self.most_running = 0
         self._running = 0
@@ -97,13 +98,14 @@ class _Run:
 
 
 @contextlib.contextmanager
-def concurrent_programs(workers: int, timeout_s: float = 120.0):
-    """Run every interpreted launch inside the block with `workers` programs at a time (module docstring).
+def concurrent_programs(workers: int, timeout_s: float = 120.0, reverse: bool = False):
+    """Run every interpreted launch inside the block with `workers` programs at a time (module docstring),
+    taken in grid order or (`reverse`) the other way round (a GPU promises neither).
     Yields the block's `_Run` (its record: `launches`, a `Launch` each, and `most_running`)."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     I = require()
-    run = _Run(workers, time.monotonic() + timeout_s)
+    run = _Run(workers, time.monotonic() + timeout_s, reverse)
     local = threading.local()
     builder_type = I.InterpreterBuilder
     saved = {name: builder_type.__dict__.get(name) for name in ("grid_idx", "create_atomic_rmw", "create_atomic_cas")}
@@ -156,9 +158,10 @@ def concurrent_programs(workers: int, timeout_s: float = 120.0):
 
 
 def _run_programs(fn, args: dict, grid: tuple, run: _Run, builder) -> None:
-    """Every program of `grid`, taken in grid order (x slowest, as the interpreter's loop) by run.workers
-    threads; the first error (a hang included) is raised here once every thread has stopped."""
-    order = iter([(x, y, z) for x in range(grid[0]) for y in range(grid[1]) for z in range(grid[2])])
+    """Every program of `grid`, taken in grid order (x slowest, as the interpreter's loop) or reversed by
+    run.workers threads; the first error (a hang included) is raised here once every thread has stopped."""
+    indices = [(x, y, z) for x in range(grid[0]) for y in range(grid[1]) for z in range(grid[2])]
+    order = iter(indices[::-1] if run.reverse else indices)
     lock = threading.Lock()
     errors: list[BaseException] = []
 

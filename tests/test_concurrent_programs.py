@@ -1,8 +1,9 @@
-"""Kernels whose programs wait for each other, run under the interpreter with a launch's programs at once
+"""Kernels whose programs depend on each other, run under the interpreter with a launch's programs at once
 (tests/concurrent_grid.py): first the executor itself (thread-local program ids, programs resident at most
-`workers` at a time, a wait that cannot end reported as a hang), then norm_modulate's split backward with its
-c exchanged between a range's column blocks (kernels/NOTES.md v41, v42), which the interpreter's own loop
-can only run as "recompute" (the GPU tests check the memory ordering, which this cannot)."""
+`workers` at a time, a wait that cannot end reported as a hang), then the GEMMs' split-K (the last chunk to
+arrive adds them all: in chunk order whoever it is), then norm_modulate's split backward with its c exchanged
+between a range's column blocks (kernels/NOTES.md v41-v43), which the interpreter's own loop can only run as
+"recompute". The GPU tests check the memory ordering, which this cannot."""
 import dataclasses
 
 import pytest
@@ -79,6 +80,27 @@ def test_the_executor_is_undone_after_its_block():
     with pytest.raises(ValueError, match="workers must be >= 1"):
         with concurrent_programs(workers=0):
             pass
+
+
+@pytest.mark.parametrize("workers,reverse", [(1, True), (5, True), (18, False)])
+def test_split_k_sums_in_chunk_order_whoever_arrives_last(device, workers, reverse):
+    """kernels/gemm.py's split-K: a tile's last chunk to finish adds every chunk's partial in chunk order.
+    Programs taken in reverse (each tile's chunk 0 last: a sum in arrival order, or the last arriver's own
+    partial first, would change bits here) or all at once (the counters' adds racing) give the bits of the
+    interpreter's own loop (chunk 2 always last), and leave the tile counters at zero."""
+    _cpu_only()
+    from harness.execute import as_bits
+    from kernels import gemm
+    cfg = gemm.LaunchConfig(32, 32, 32, split_k=3)
+    g = torch.Generator().manual_seed(9)
+    a, w = torch.randn(40, 700, generator=g), torch.randn(70, 700, generator=g)
+    assert 2 * gemm.k_chunk(700, 3) < 700   # three chunks, none empty (an empty one adds an exact zero)
+    plain, _ = gemm.forward(a, w, None, cfg, out_dtype=torch.float32)
+    with concurrent_programs(workers=workers, reverse=reverse) as run:
+        got, _ = gemm.forward(a, w, None, cfg, out_dtype=torch.float32)
+    assert [(launch.programs, launch.ended_well) for launch in run.launches] == [(18, 18)]   # 6 tiles x 3 chunks
+    assert torch.equal(as_bits(got), as_bits(plain))
+    assert not gemm.split_counters(a.device, 1).any()
 
 
 # --- norm_modulate's exchanged c --------------------------------------------------------------------------
