@@ -87,3 +87,17 @@ def test_a_probe_without_a_gpu_says_so():
     for probe in (probe_fwd1, probe_swap_ab):
         with pytest.raises(SystemExit, match="needs a GPU"):
             probe.main(["--rows", "1"])
+
+
+def test_bench_gemm_table_shows_a_failed_candidate_list_and_the_others():
+    """tools/bench_gemm.py keeps a section's exception as {"error", "trace"} (`guard`); the table printed at
+    the end of a GPU call names it beside the lists that ran, instead of failing on it after the JSON."""
+    from tools import bench_gemm
+    row = {"kernel": "fwd", "config": "128x256x64/w4/s3/TMA/WS", "us": {"1": {"stream_us": [10.0, 9.0]}},
+           "bitwise_equal_default": True, "default": False}
+    text = bench_gemm.table({"copy_gbps": 4200.0, "variants": {},
+                             "configs": {"adaln_projection": {"error": "RuntimeError: boom", "trace": "..."},
+                                         "timestep_mlp": [row]}})
+    assert "adaln_projection: ERROR RuntimeError: boom" in text
+    assert "128x256x64/w4/s3/TMA/WS" in text and "T1:9.0" in text and "=default True" in text
+    assert "== timestep_mlp (copy" not in text   # no op section ran (--skip-ops): no empty header for it

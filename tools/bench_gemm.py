@@ -1,7 +1,7 @@
 """GPU check, timing and config choice for the batch-invariant GEMM ops (kernels/gemm.py): one call.
 
     python -m tools.bench_gemm --out gemm_bench.json          (an H200: ~3 minutes; --budget caps it)
-    TRITON_INTERPRET=1 python -m tools.bench_gemm --dry-run --out /tmp/x.json   (CPU: checks the script)
+    python -m tools.bench_gemm --dry-run --out /tmp/x.json   (CPU, under the interpreter: checks the script)
 
 For timestep_mlp and adaln_projection at the model's size and T in (1, 3, 4, 8, 64, 256, 2048):
   1. errors against float64 (output and every gradient, max|err| / max|ref|), ours and cuBLAS's
@@ -24,29 +24,35 @@ as strings), so one failing kernel does not lose the rest of the call.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import math
-import time
-import traceback
-from dataclasses import asdict, replace
-from typing import Callable
+import os
+import sys
 
-import torch
-import torch.nn.functional as F
+if "--dry-run" in sys.argv:   # the interpreter must be on before triton is first imported (below)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from harness.config import load_config
-from harness.environment import measure_copy_bandwidth
-from harness.execute import as_bits
-from harness.ops import get_op
-from harness.probes.accuracy_latency import rel_err
-from harness.timing import STREAM, SYNCHRONIZED, median, take
-from kernels import adaln_projection as AP
-from kernels.adaln_projection import DX_SPLIT
-from kernels import gemm
-from kernels import timestep_mlp as TM
-from kernels.gemm import LaunchConfig as C
-from tools.kernel_times import summed_kernel_us
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from dataclasses import asdict, replace  # noqa: E402
+from typing import Callable  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from harness.config import load_config  # noqa: E402
+from harness.environment import measure_copy_bandwidth  # noqa: E402
+from harness.execute import as_bits  # noqa: E402
+from harness.ops import get_op  # noqa: E402
+from harness.probes.accuracy_latency import rel_err  # noqa: E402
+from harness.timing import STREAM, SYNCHRONIZED, median, take  # noqa: E402
+from kernels import adaln_projection as AP  # noqa: E402
+from kernels.adaln_projection import DX_SPLIT  # noqa: E402
+from kernels import gemm  # noqa: E402
+from kernels import timestep_mlp as TM  # noqa: E402
+from kernels.gemm import LaunchConfig as C  # noqa: E402
+from tools.kernel_times import summed_kernel_us  # noqa: E402
 
 ROWS = (1, 3, 4, 8, 64, 256, 2048)
 BIG = 2048
@@ -555,7 +561,7 @@ def ada_configs(args) -> list:
 
 def table(report: dict) -> str:
     lines = []
-    sections = [(op_name, report.get(op_name, {})) for op_name in ("timestep_mlp", "adaln_projection")]
+    sections = [(op_name, report[op_name]) for op_name in ("timestep_mlp", "adaln_projection") if op_name in report]
     sections += list(report.get("variants", {}).items())
     for op_name, sec in sections:
         if not isinstance(sec, dict):
@@ -590,7 +596,14 @@ def table(report: dict) -> str:
             lines.append(f"   {key}: {rec}")
     lines.append("== config candidates (best stream us; * = each list's reference, `default` in the JSON: "
                  "the default's config, or the FMA tiers' for the FMA lists)")
-    for rec in report.get("configs", {}).get("timestep_mlp", []) + report.get("configs", {}).get("adaln_projection", []):
+    records = []
+    for op_name in ("timestep_mlp", "adaln_projection"):
+        found = report.get("configs", {}).get(op_name, [])
+        if isinstance(found, dict):   # the whole list failed: `guard` kept its error
+            lines.append(f"   {op_name}: ERROR {found.get('error')}")
+        else:
+            records += found
+    for rec in records:
         mark = "*" if rec.get("default") else " "
         if "us" in rec:
             us = rec["us"]
