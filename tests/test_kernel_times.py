@@ -67,3 +67,24 @@ def test_launch_means_by_position_in_the_step():
     assert launch_means(events, 2) == [["_gemm_kernel", 9.0], ["_gemm_kernel", 42.0]]
     assert launch_means(events[:4], 2) == []
     assert launch_means([], 2) == []
+
+
+def test_a_failing_case_is_kept_as_its_error_and_the_next_case_runs(monkeypatch, capsys):
+    """A variant that fails (e.g. does not compile at one width) is printed and kept as an error record;
+    the cases after it are still measured (the GPU call must not lose them)."""
+    from types import SimpleNamespace
+
+    from tools import kernel_times as KT
+
+    def measure(hidden, table_rows, variant, *rest):
+        if variant == "broken":
+            raise RuntimeError("out of resources: shared memory\nmore text")
+        return KT.KernelTimes(hidden, table_rows, variant, 8, 2, {"_bwd_kernel": 3.0}, 3.0, 4.0, [])
+    monkeypatch.setattr(KT, "measure", measure)
+    args = SimpleNamespace(rows=8, warmup=0, steps=2, trace="")
+    got = [KT.measured_or_error(12288, 9, variant, args) for variant in ("broken", "default")]
+    assert got[0] == {"hidden": 12288, "table_rows": 9, "variant": "broken",
+                      "error": "RuntimeError: out of resources: shared memory"}
+    assert got[1]["variant"] == "default" and got[1]["total_us"] == 3.0
+    printed = capsys.readouterr().out
+    assert "H=12288 M=9 broken: ERROR RuntimeError" in printed and "H=12288 M=9 default: 3.0 us" in printed

@@ -176,15 +176,26 @@ def main() -> None:
     for hidden in args.hidden:
         for table_rows in args.table_rows:
             for variant in args.variants.split(","):
-                r = measure(hidden, table_rows, variant, args.rows, args.warmup, args.steps, args.trace)
-                results.append(r)
-                print(f"H={hidden} M={table_rows} {variant}: {r.total_us:.1f} us of kernels a fwd+bwd step, "
-                      f"wall {r.wall_us:.1f} us a step back to back, host syncs {r.syncs or 'none'}", flush=True)
-                for name, us in r.per_step_us.items():
-                    print(f"    {us:9.2f}  {name[:100]}", flush=True)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump([asdict(r) for r in results], handle, indent=1)
+                results.append(measured_or_error(hidden, table_rows, variant, args))
+                if args.json:   # after every case: a later case that hangs (and is killed) keeps these
+                    with open(args.json, "w") as handle:
+                        json.dump(results, handle, indent=1)
+
+
+def measured_or_error(hidden: int, table_rows: int, variant: str, args) -> dict:
+    """One case measured and printed, or its error printed and kept (the cases after it still run: a
+    variant that fails to compile at one width must not cost the call the others' times)."""
+    try:
+        r = measure(hidden, table_rows, variant, args.rows, args.warmup, args.steps, args.trace)
+    except Exception as error:  # noqa: BLE001 - reported per case
+        message = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        print(f"H={hidden} M={table_rows} {variant}: ERROR {message}", flush=True)
+        return {"hidden": hidden, "table_rows": table_rows, "variant": variant, "error": message}
+    print(f"H={hidden} M={table_rows} {variant}: {r.total_us:.1f} us of kernels a fwd+bwd step, "
+          f"wall {r.wall_us:.1f} us a step back to back, host syncs {r.syncs or 'none'}", flush=True)
+    for name, us in r.per_step_us.items():
+        print(f"    {us:9.2f}  {name[:100]}", flush=True)
+    return asdict(r)
 
 
 if __name__ == "__main__":
