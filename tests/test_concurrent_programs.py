@@ -185,3 +185,27 @@ def test_fused_backward_with_consumers_waiting_for_producers(device, monkeypatch
                                                              fused_producers=producers)
     assert rows_kernels and all(meta["FUSED"] for _, meta in rows_kernels)
     _same_bits(got, plain)
+
+
+@pytest.mark.parametrize("preset", ["dots-exchange", "dots-exchange-ahead-r1", "dots-exchange-ahead-c2048"])
+def test_exchange_presets_at_12288_give_recomputes_bits(device, monkeypatch, preset):
+    """The presets session20-call-1 times on the H200, at their own H = 12288 geometry (blocks of 4096 or
+    2048: three or six a range, one to four rows a step), 40 rows of a 9-row table in five ranges, with one
+    range's blocks as the only slots: every output and gradient bitwise "recompute"'s (the same partials,
+    made again)."""
+    _cpu_only()
+    from kernels import norm_modulate as K
+    from tests.test_kernel import _same_bits, _table_case, run as run_op
+    from tools.sweep_norm_modulate import _variant
+    exchange = dataclasses.replace(_variant(preset, 12288), chunk_limit=8)   # five ranges of 8 rows
+    blocks = K.cdiv(12288, exchange.bwd_cols)
+    _, inputs, grad_out = _table_case(device, 12288, 40, 9, dtype="float32")
+    monkeypatch.setattr(K, "launch_config", lambda h: dataclasses.replace(exchange, split_dots="recompute"))
+    want = run_op(inputs, grad_out)
+    monkeypatch.setattr(K, "launch_config", lambda h: exchange)
+    with _AtOnce(workers=blocks) as run:
+        got = run_op(inputs, grad_out)
+    rows_launches = run.of("_bwd_kernel")
+    assert rows_launches and all(launch.ended_well == launch.programs and launch.programs % blocks == 0
+                                 and launch.programs > blocks and launch.looks > 0 for launch in rows_launches)
+    _same_bits(got, want)
