@@ -173,7 +173,7 @@ def run(
     adapters: Optional[str] = typer.Option(None, "--adapters", help="Built-in rows to run (a,b), or none."),
     adapter: List[str] = typer.Option([], "--adapter", help="Extra implementation module:attr (repeatable)."),
     mode: List[str] = typer.Option(["plain"], "--mode", help="Global mode(s): NAME[,NAME], or all."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Evidence JSON path (a folder with --op all)."),
+    out_arg: Optional[str] = typer.Option(None, "--out", help="Evidence JSON path (a folder with --op all)."),
     render: bool = typer.Option(True, "--render/--no-render", help="Write tables and plots beside the JSON."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars (CI logs)."),
     mode_timeout: Optional[float] = typer.Option(None, "--mode-timeout", help="Seconds a mode's child may run."),
@@ -192,6 +192,10 @@ def run(
 
     dev = _device(device)
     ops = _ops(op)
+    out = Path(out_arg) if out_arg else None
+    if out_arg and len(ops) == 1 and out_arg.endswith(("/", os.sep)):   # Path() would drop the slash
+        fail(f"--out {out_arg}: names a folder; with one op --out is the evidence file "
+             f"(e.g. {out / (ops[0] + '.json')})")
     if len(ops) > 1 and (config is not None or adapters is not None or adapter):
         fail("--config, --adapters and --adapter name one op's file and rows; with several ops each op runs "
              "its built-in config and rows")

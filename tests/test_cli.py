@@ -84,6 +84,16 @@ def test_out_is_a_directory(invoke, tmp_path):
     assert "is a directory" in text
 
 
+def test_out_with_a_trailing_slash_names_a_folder_not_a_file(invoke, tmp_path):
+    """`--out runs/mine/` for one op: a folder was meant, and it does not exist yet. The slash is refused
+    by name (Path() would drop it, and the run would write a file called `mine`)."""
+    result, text = invoke("run", "--device", "cpu", "--quick", "--adapters", "torch_rms_norm",
+                          "--no-render", "--quiet", "--out", str(tmp_path / "mine") + "/")
+    assert result.exit_code == 2, text
+    assert "names a folder" in text and "mine/norm_modulate.json" in text
+    assert not (tmp_path / "mine").exists()
+
+
 def test_no_adapters_selected(invoke, tmp_path):
     result, text = invoke("run", "--device", "cpu", "--adapters", "none", "--out", str(tmp_path / "x.json"))
     assert result.exit_code == 2, text
