@@ -23,6 +23,8 @@ from reports.table import mode_summary
 
 def load(path: Path) -> schema.Evidence:
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError("a folder, not an evidence file: name a JSON file in it")
     if not path.is_file():
         raise FileNotFoundError(f"evidence file not found: {path}")
     return schema.load(path)
