@@ -338,8 +338,13 @@ def _check_row(row: RowResult, path: str) -> None:
                                   f"{row.has_backward}")
 
 
+FOLDER_NOT_FILE = "a folder, not an evidence file: name a JSON file in it"
+
+
 def load(path: Union[str, Path]) -> Evidence:
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(FOLDER_NOT_FILE)
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:

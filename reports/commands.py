@@ -24,7 +24,7 @@ from reports.table import mode_summary
 def load(path: Path) -> schema.Evidence:
     path = Path(path)
     if path.is_dir():
-        raise IsADirectoryError("a folder, not an evidence file: name a JSON file in it")
+        raise IsADirectoryError(schema.FOLDER_NOT_FILE)
     if not path.is_file():
         raise FileNotFoundError(f"evidence file not found: {path}")
     return schema.load(path)

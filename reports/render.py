@@ -35,7 +35,7 @@ def render_all(evidence_path: Union[str, Path], out_dir: Optional[Union[str, Pat
     """
     evidence_path = Path(evidence_path)
     if evidence_path.is_dir():
-        raise IsADirectoryError("a folder, not an evidence file: name a JSON file in it")
+        raise IsADirectoryError(schema.FOLDER_NOT_FILE)
     if not evidence_path.is_file():
         raise FileNotFoundError(f"evidence file not found: {evidence_path}")
     evidence = schema.load(evidence_path)

@@ -157,8 +157,9 @@ def test_a_folder_given_for_an_evidence_file_is_named_not_a_traceback(invoke, tm
     (validate raised IsADirectoryError from json.load before)."""
     result, text = invoke("validate", str(tmp_path))
     assert result.exit_code == 1 and "a folder, not an evidence file" in text and "Traceback" not in text
-    result, text = invoke("report", str(tmp_path))
-    assert result.exit_code != 0 and "a folder, not an evidence file" in text and "Traceback" not in text
+    for command in ("report", "index"):
+        result, text = invoke(command, str(tmp_path))
+        assert result.exit_code != 0 and "a folder, not an evidence file" in text and "Traceback" not in text
 
 
 def test_validate_names_a_file_whose_name_looks_like_markup(invoke, tmp_path):
