@@ -36,6 +36,8 @@ def report(file: Path, out: Optional[Path] = None, quiet: bool = False,
 
     Unless quiet, prints the verdict summary of each mode; listing the paths is the caller's job.
     """
+    if out is not None and Path(out).exists() and not Path(out).is_dir():
+        raise NotADirectoryError(f"--out {out} is a file: the rendered files go into a folder")
     paths = render_all(file, out)
     if not quiet:
         evidence = load(file)

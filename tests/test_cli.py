@@ -160,6 +160,10 @@ def test_a_folder_given_for_an_evidence_file_is_named_not_a_traceback(invoke, tm
     for command in ("report", "index"):
         result, text = invoke(command, str(tmp_path))
         assert result.exit_code != 0 and "a folder, not an evidence file" in text and "Traceback" not in text
+    a_file = tmp_path / "a.md"   # and report's --out, a folder, given a file
+    a_file.write_text("")
+    result, text = invoke("report", str(require_prior_art()), "--out", str(a_file))
+    assert result.exit_code != 0 and "is a file: the rendered files go into a folder" in text
 
 
 def test_validate_names_a_file_whose_name_looks_like_markup(invoke, tmp_path):
