@@ -146,7 +146,7 @@ def parse_gpus(spec: str, available: int) -> list[str]:
     torch.cuda.device_count(), passed in so that this stays pure."""
     text = spec.strip().lower()
     if available < 1:
-        raise ValueError(f"--gpus {spec!r}: no GPU is visible")
+        raise ValueError(f"--gpus {spec}: no GPU is visible")
     if text == "all":
         return [str(i) for i in range(available)]
     if "," not in text:
