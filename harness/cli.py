@@ -276,7 +276,7 @@ def _fan_out(requests, gpus: Optional[str], ray: Optional[str], console: Console
         try:
             devices = fanout.parse_gpus(gpus, available)
         except ValueError as exc:
-            fail(str(exc) if str(exc).startswith("--gpus") else f"--gpus {gpus}: {exc}")
+            fail(str(exc))   # parse_gpus's messages name --gpus and its value themselves
 
     def show(event: fanout.Event) -> None:
         where = f"GPU {event.device}" if event.device not in (None, fanout.CPU) else "the CPU"
@@ -347,8 +347,8 @@ def validate(files: List[Path] = typer.Argument(..., help="Evidence JSON file(s)
             err.print(f"[red]{escape(str(file))}: no such file[/]")
             bad += 1
             continue
-        except IsADirectoryError:
-            err.print(f"[red]{escape(str(file))}: a folder, not an evidence file[/]")
+        except IsADirectoryError as exc:
+            err.print(f"[red]{escape(f'{file}: {exc}')}[/]")
             bad += 1
             continue
         except SchemaError as exc:

@@ -1266,9 +1266,9 @@ def fused_meta(cfg: LaunchConfig, hidden: int) -> dict:
         meta.update(FUSED=True, DOTS_G=cfg.dots_rows, DOTS_CB=cfg.dots_chunk, DOTS_PREFETCH=cfg.dots_prefetch,
                     PRODUCERS=cfg.fused_producers)
     elif cfg.split_dots != "pass":
-        meta.update(BLOCK_DOTS=True, AHEAD=cfg.dots_ahead, NB_P2=next_power_of_2(cdiv(hidden, cfg.bwd_cols)),
-                    EXCHANGE=cfg.split_dots == "exchange"
-                    and not (INTERPRETED and not PROGRAMS_AT_ONCE and cdiv(hidden, cfg.bwd_cols) > 1))
+        blocks = cdiv(hidden, cfg.bwd_cols)
+        meta.update(BLOCK_DOTS=True, AHEAD=cfg.dots_ahead, NB_P2=next_power_of_2(blocks),
+                    EXCHANGE=cfg.split_dots == "exchange" and not (INTERPRETED and not PROGRAMS_AT_ONCE and blocks > 1))
     return meta
 
 

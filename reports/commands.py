@@ -23,9 +23,7 @@ from reports.table import mode_summary
 
 def load(path: Path) -> schema.Evidence:
     path = Path(path)
-    if path.is_dir():
-        raise IsADirectoryError(schema.FOLDER_NOT_FILE)
-    if not path.is_file():
+    if not path.exists():   # a folder goes on to schema.load, which names it
         raise FileNotFoundError(f"evidence file not found: {path}")
     return schema.load(path)
 

@@ -34,9 +34,7 @@ def render_all(evidence_path: Union[str, Path], out_dir: Optional[Union[str, Pat
     them by relative name, so keep the files together.
     """
     evidence_path = Path(evidence_path)
-    if evidence_path.is_dir():
-        raise IsADirectoryError(schema.FOLDER_NOT_FILE)
-    if not evidence_path.is_file():
+    if not evidence_path.exists():   # a folder goes on to schema.load, which names it
         raise FileNotFoundError(f"evidence file not found: {evidence_path}")
     evidence = schema.load(evidence_path)
     out = Path(out_dir) if out_dir is not None else evidence_path.parent

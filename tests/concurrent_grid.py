@@ -183,7 +183,7 @@ def _run_programs(fn, args: dict, grid: tuple, run: _Run, builder) -> None:
             finally:
                 run.ended(well)
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(run.workers, grid[0] * grid[1] * grid[2]))]
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(run.workers, len(indices)))]
     for thread in threads:
         thread.start()
     for thread in threads:

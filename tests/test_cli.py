@@ -153,7 +153,7 @@ def test_validate_broken_files(invoke, tmp_path):
 
 
 def test_a_folder_given_for_an_evidence_file_is_named_not_a_traceback(invoke, tmp_path):
-    """validate, report and compare read evidence files: a folder in a file's place is named as such
+    """validate, report and index read evidence files: a folder in a file's place is named as such
     (validate raised IsADirectoryError from json.load before)."""
     result, text = invoke("validate", str(tmp_path))
     assert result.exit_code == 1 and "a folder, not an evidence file" in text and "Traceback" not in text

@@ -4,6 +4,7 @@
 arrive adds them all: in chunk order whoever it is), then norm_modulate's split backward with its c exchanged
 between a range's column blocks (kernels/NOTES.md v41-v43), which the interpreter's own loop can only run as
 "recompute". The GPU tests check the memory ordering, which this cannot."""
+import contextlib
 import dataclasses
 
 import pytest
@@ -105,25 +106,19 @@ def test_split_k_sums_in_chunk_order_whoever_arrives_last(device, workers, rever
 
 # --- norm_modulate's exchanged c --------------------------------------------------------------------------
 
-class _AtOnce:
+@contextlib.contextmanager
+def _at_once(workers: int, timeout_s: float = 240.0):
     """concurrent_programs plus norm_modulate's switch that lets "exchange" post and wait under the
     interpreter, the backward recipes cached under the other setting dropped on the way in and out."""
-
-    def __init__(self, workers: int, timeout_s: float = 240.0):
-        self.block = concurrent_programs(workers, timeout_s)
-
-    def __enter__(self):
-        from kernels import norm_modulate as K
-        self.run = self.block.__enter__()
+    from kernels import norm_modulate as K
+    with concurrent_programs(workers, timeout_s) as run:
         K.PROGRAMS_AT_ONCE = True
         K._bwd_recipe.cache_clear()
-        return self.run
-
-    def __exit__(self, *exc):
-        from kernels import norm_modulate as K
-        K.PROGRAMS_AT_ONCE = False
-        K._bwd_recipe.cache_clear()
-        return self.block.__exit__(*exc)
+        try:
+            yield run
+        finally:
+            K.PROGRAMS_AT_ONCE = False
+            K._bwd_recipe.cache_clear()
 
 
 @pytest.mark.parametrize("workers", [3, 8])   # 3: one range's blocks, the fewest resident with which it can end
@@ -137,7 +132,7 @@ def test_exchange_with_three_blocks_a_range_gives_the_split_values(device, monke
     split's bits, as "recompute" gives them under the interpreter's own loop."""
     _cpu_only()
     from tests.test_kernel import _same_bits, _split_then_variant
-    with _AtOnce(workers) as run:
+    with _at_once(workers) as run:
         _, plain, got, rows_kernels, _ = _split_then_variant(device, monkeypatch, table_rows,
                                                              split_dots="exchange", dots_ahead=ahead)
     assert rows_kernels and all(meta["EXCHANGE"] and meta["AHEAD"] == ahead and grid == (21,)
@@ -167,7 +162,7 @@ def test_exchange_needs_a_whole_range_resident(device, monkeypatch, ahead):
     monkeypatch.setattr(K, "launch_config", lambda h: dataclasses.replace(split, split_dots="exchange",
                                                                           dots_ahead=ahead))
     with pytest.raises(ProgramsHung):
-        with _AtOnce(workers=2, timeout_s=4.0) as at_once:
+        with _at_once(workers=2, timeout_s=4.0) as at_once:
             run_op(inputs, grad_out)
     hung = at_once.launches[-1]
     assert (hung.kernel, hung.programs, hung.begun, hung.ended_well) == ("_bwd_kernel", 21, 2, 0)
@@ -180,7 +175,7 @@ def test_fused_backward_with_consumers_waiting_for_producers(device, monkeypatch
     with as few slots as one range holds; the split's bits as before."""
     _cpu_only()
     from tests.test_kernel import _same_bits, _split_then_variant
-    with _AtOnce(workers=producers + 3):
+    with _at_once(workers=producers + 3):
         _, plain, got, rows_kernels, _ = _split_then_variant(device, monkeypatch, 40, bwd_fused=True,
                                                              fused_producers=producers)
     assert rows_kernels and all(meta["FUSED"] for _, meta in rows_kernels)
@@ -203,7 +198,7 @@ def test_exchange_presets_at_12288_give_recomputes_bits(device, monkeypatch, pre
     monkeypatch.setattr(K, "launch_config", lambda h: dataclasses.replace(exchange, split_dots="recompute"))
     want = run_op(inputs, grad_out)
     monkeypatch.setattr(K, "launch_config", lambda h: exchange)
-    with _AtOnce(workers=blocks) as run:
+    with _at_once(workers=blocks) as run:
         got = run_op(inputs, grad_out)
     rows_launches = run.of("_bwd_kernel")
     assert rows_launches and all(launch.ended_well == launch.programs and launch.programs % blocks == 0
