@@ -128,7 +128,8 @@ def grads_kind(cfg: LaunchConfig) -> str:
 
 def _project(temb, w, b, kind):
     """(temb as the backward reads it, a = cast(silu(temb)) or None, proj) by `kind` (above); for GEMM
-    and SILU_CAST temb is made unit-stride once (gemm.silu_cast's input; the backward reads it)."""
+    and SILU_CAST temb is made unit-stride once (gemm.silu_cast's input; the backward reads it), for TORCH
+    contiguous."""
     if kind == GEMM:
         temb = _unit_inner(temb)
         return temb, None, _triton_projection(temb, w, b)
@@ -136,8 +137,12 @@ def _project(temb, w, b, kind):
         temb = _unit_inner(temb)
         a = gemm.silu_cast(temb, w.dtype)
     else:
+        # torch's elementwise CPU kernels take a vector path over contiguous runs and a scalar one for the
+        # rest, with other bits (silu_backward on a row-gapped temb, AMD EPYC): torch gets temb contiguous
+        temb = temb.contiguous()
         a = F.silu(temb).to(w.dtype)
-    return temb, a, F.linear(a, w, b)
+    # and a contiguous W (a no-op for the usual parameter): a BLAS may take another path for a strided one
+    return temb, a, F.linear(a, w.contiguous(), b)
 
 
 def _projection_grads(dproj, temb, a, w, need_temb, need_w, need_b, grads=TORCH):
@@ -159,7 +164,7 @@ def _projection_grads(dproj, temb, a, w, need_temb, need_w, need_b, grads=TORCH)
         db = dproj.sum(0)
     if need_temb:
         # as autograd's ToCopyBackward + SiluBackward: the bf16 product cast up, then silu' in temb's dtype
-        dtemb = torch.ops.aten.silu_backward(dproj.mm(w).to(temb.dtype), temb)
+        dtemb = torch.ops.aten.silu_backward(dproj.mm(w.contiguous()).to(temb.dtype), temb)  # W as above
     return dtemb, dw, db
 
 

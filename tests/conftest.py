@@ -1,13 +1,77 @@
 """Tests run on the CPU; Triton kernels run under its interpreter, which must be switched on before
-triton is first imported. H3BENCH_TEST_DEVICE=cuda runs the device-parametrised tests on a GPU."""
+triton is first imported. H3BENCH_TEST_DEVICE=cuda runs the device-parametrised tests on a GPU.
+
+Every test must leave the process as it found it, so that the whole suite runs in one pytest process on
+either device (`.ci/gpu-nightly` runs it so): `_leaves_the_process_as_found` compares the environment,
+the interpreter's and triton's launch hooks, and torch's global switches before and after each test and
+fails the test that changed one; `pytest_collection_finish` does the same for what importing the test
+modules did (a tool that sets TRITON_INTERPRET at import switched the interpreter on for every GPU test
+collected after it)."""
 import os
 
 DEVICE = os.environ.get("H3BENCH_TEST_DEVICE", "cpu")
 if DEVICE == "cpu":
     os.environ.setdefault("TRITON_INTERPRET", "1")
+_ENVIRONMENT_AT_START = dict(os.environ)
+
+import sys  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+
+def _process_state() -> dict:
+    """What a test must not leave changed: a name per item, each with a value compared by == (functions by
+    identity)."""
+    state = {"os.environ": {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"},  # pytest's own
+             "torch.get_num_threads()": torch.get_num_threads(),
+             "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled(),
+             "torch.get_default_dtype()": torch.get_default_dtype(),
+             "torch.is_grad_enabled()": torch.is_grad_enabled()}
+    interpreter = sys.modules.get("triton.runtime.interpreter")
+    if interpreter is not None:  # imported by triton itself: patched functions and classes show here
+        for owner in ("InterpreterBuilder", "GridExecutor"):
+            cls = getattr(interpreter, owner, None)
+            if cls is not None:
+                state[f"interpreter.{owner}"] = {k: v for k, v in vars(cls).items() if callable(v)}
+        state["interpreter"] = {k: v for k, v in vars(interpreter).items()
+                                if callable(v) and not isinstance(v, type(sys))}
+    knobs = getattr(sys.modules.get("triton"), "knobs", None)
+    if knobs is not None:
+        runtime = knobs.runtime
+        state["triton.knobs.runtime hooks"] = tuple(
+            (getattr(h, "calls", None) and list(h.calls)) if h is not None else None
+            for h in (getattr(runtime, "launch_enter_hook", None), getattr(runtime, "launch_exit_hook", None)))
+    return state
+
+
+def _changes(before: dict, after: dict) -> list[str]:
+    found = []
+    for name in sorted(set(before) | set(after)):
+        old, new = before.get(name), after.get(name)
+        if old == new:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            keys = sorted(k for k in set(old) | set(new) if old.get(k, ...) != new.get(k, ...))
+            found.append(f"{name}: {', '.join(map(str, keys))}")
+        elif name in before:  # a module imported during the test is no change of what was there
+            found.append(f"{name}: {old!r} -> {new!r}")
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _leaves_the_process_as_found():
+    before = _process_state()
+    yield
+    changed = _changes(before, _process_state())
+    assert not changed, "this test left the process changed for the tests after it: " + "; ".join(changed)
+
+
+def pytest_collection_finish(session):
+    changed = _changes({"os.environ": _ENVIRONMENT_AT_START}, {"os.environ": dict(os.environ)})
+    if changed:
+        raise pytest.UsageError("importing the test modules changed the process for every test: "
+                                + "; ".join(changed))
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Shared bits of the CPU tests: where the prior-art file lives, the honest composition, and what the op and
+"""Shared bits of the CPU tests: the vendored prior-art file, the honest composition, and what the op and
 kernel tests of every op do alike (float64 bounds, the reference's finite differences, faults planted on
 even batches, the rl-kernel rows' fake rl_engine, quick plans through the runner and their verdicts)."""
 from __future__ import annotations
@@ -14,23 +14,14 @@ import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
-PRIOR_ART_NAME = "norm_modulate_b200.json"
-# shared/ beside the clone (the workspace and CI layout), or inside it (a copied working tree); last, the
-# copy under tests/data (taken from shared/prior-art on 2026-12-02), so a lone clone still checks the contract.
-PRIOR_ART_CANDIDATES = (REPO.parent / "shared" / "prior-art" / PRIOR_ART_NAME,
-                        REPO / "shared" / "prior-art" / PRIOR_ART_NAME,
-                        REPO / "tests" / "data" / PRIOR_ART_NAME)
-
-
-def prior_art_path() -> Optional[Path]:
-    return next((p for p in PRIOR_ART_CANDIDATES if p.is_file()), None)
+# The RFC's evidence file (our output contract), vendored once: tests/data/README.md says where it came from.
+PRIOR_ART = REPO / "tests" / "data" / "norm_modulate_b200.json"
 
 
 def require_prior_art() -> Path:
-    path = prior_art_path()
-    if path is None:
-        pytest.skip("prior-art file not found; looked at " + ", ".join(map(str, PRIOR_ART_CANDIDATES)))
-    return path
+    """The vendored prior-art file; a clone without it is broken, so this fails rather than skips."""
+    assert PRIOR_ART.is_file(), f"the vendored prior-art file is missing: {PRIOR_ART}"
+    return PRIOR_ART
 
 
 def nm_params(hidden: int = 64, dtype: str = "bfloat16", **changes):

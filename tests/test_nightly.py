@@ -44,3 +44,10 @@ def test_nightly_runs_compares_and_fails_on_a_regression(tmp_path):
 
     code, summary = nightly(tmp_path / "third", base, H3BENCH_ALLOW_MISSING_ROWS="1")
     assert code == 0 and f"{OP}: measured; no regression" in summary and "nightly: passed" in summary, summary
+
+
+def test_nightly_refuses_an_unknown_plan(tmp_path):
+    """H3BENCH_NIGHTLY_PLAN is full or quick; anything else stops the job (exit 2) before a test or run."""
+    code, summary = nightly(tmp_path / "out", tmp_path, H3BENCH_NIGHTLY_DEVICE="cuda", H3BENCH_NIGHTLY_PLAN="fast",
+                            H3BENCH_NIGHTLY_TESTS="0")
+    assert code == 2 and "plan fast" in summary and not (tmp_path / "out" / "tests.log").exists()

@@ -15,8 +15,9 @@ from harness import schema
 from harness.schema import Evidence, RowResult, Spread, SweepFailure, TimingRecord, UnavailableRow
 from harness import merge as mrg
 from reports import commands, compare as cmp, plots, render, table
+from tests.helpers import require_prior_art
 
-PRIOR_ART = Path("/work/shared/prior-art/norm_modulate_b200.json")
+PRIOR_ART = require_prior_art()
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 REASON = "ImportError: No module named 'vllm._C' <sm_90a> | 'quoted'"
 

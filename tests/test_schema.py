@@ -301,9 +301,12 @@ def test_tree_state_is_unknown_when_the_commit_is_named_for_another_checkout(mon
     assert environment.tracked_tree_dirty() in (True, False)
 
 
-def test_vendored_prior_art_is_the_shared_file():
-    from tests.helpers import PRIOR_ART_CANDIDATES
-    shared = [p for p in PRIOR_ART_CANDIDATES[:2] if p.is_file()]
-    if not shared:
-        pytest.skip("no shared/prior-art beside or inside the clone to compare the tests/data copy with")
-    assert shared[0].read_bytes() == PRIOR_ART_CANDIDATES[2].read_bytes()
+def test_vendored_prior_art_is_the_recorded_copy():
+    """tests/data holds the RFC's file byte for byte: its sha256 is the one tests/data/README.md records."""
+    import hashlib
+    import re
+    readme = (require_prior_art().parent / "README.md").read_text()
+    recorded = re.search(r"sha256 ([0-9a-f]{64})", readme)
+    assert recorded, "tests/data/README.md names no sha256"
+    assert hashlib.sha256(require_prior_art().read_bytes()).hexdigest() == recorded.group(1)
+

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import sys
 
-if "--dry-run" in sys.argv:   # the interpreter must be on before triton is first imported (below)
+if __name__ == "__main__" and "--dry-run" in sys.argv:  # on before triton is first imported (below)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import argparse  # noqa: E402

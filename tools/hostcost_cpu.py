@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+if __name__ == "__main__":  # as a program only: imported (by the tests), it leaves the process's switch alone
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import argparse  # noqa: E402
 import cProfile  # noqa: E402
