@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from harness.adapter import Adapter
+from h3bench.harness.adapter import Adapter
 
 BUILTIN: dict[str, tuple[str, ...]] = {
     "norm_modulate": ("diffusers", "torch_rms_norm", "transformer_engine", "liger", "liger_rlk_gather",
@@ -28,7 +28,7 @@ def builtin_adapters(op: str | None = None) -> list[Adapter]:
     found = []
     for name in ops:
         for row in BUILTIN.get(name, ()):
-            adapter = importlib.import_module(f"adapters.{name}.{row}").ADAPTER
+            adapter = importlib.import_module(f"h3bench.adapters.{name}.{row}").ADAPTER
             if adapter.key != (name, row):
                 raise RuntimeError(f"adapters/{name}/{row}.py defines row {adapter.key}, not {(name, row)}")
             found.append(adapter)

@@ -17,9 +17,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from harness.adapter import Adapter, Loaded, OpCallable
-from harness.environment import rl_kernel_commit
-from harness.execute import describe_exception
+from h3bench.harness.adapter import Adapter, Loaded, OpCallable
+from h3bench.harness.environment import rl_kernel_commit
+from h3bench.harness.execute import describe_exception
 
 RMSNORM_MODULES = (
     "rl_engine.kernels.ops.cuda.h3.rmsnorm",

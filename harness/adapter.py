@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from harness.execute import describe_exception
+from h3bench.harness.execute import describe_exception
 
 OpCallable = Callable[..., Any]  # the op's inputs in call order -> a tensor, or a tuple of the op's outputs
 

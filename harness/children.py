@@ -10,7 +10,6 @@ torch builds or plans.
 """
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -18,16 +17,16 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-from harness import environment, fanout
-from harness.merge import merge
-from harness.modes import ModeSpec
-from harness.ops.base import Op
-from harness.schema import Evidence, SchemaError, UnavailableMode, load
+from h3bench.harness import environment, fanout
+from h3bench.harness.merge import merge
+from h3bench.harness.modes import ModeSpec
+from h3bench.harness.ops.base import Op
+from h3bench.harness.schema import Evidence, SchemaError, UnavailableMode, load
 
 if TYPE_CHECKING:
-    from harness.runner import Observer, RunRequest
+    from h3bench.harness.runner import Observer, RunRequest
 
-CHILD_MODULE = "harness.cli"
+CHILD_MODULE = "h3bench.harness.cli"
 # How long a mode's child may run when the request names no limit: a full plan of the heaviest op takes
 # minutes on an H200; an hour means it hangs.
 DEFAULT_TIMEOUT_S = 3600.0
@@ -53,7 +52,7 @@ def mode_job(request: "RunRequest", spec: ModeSpec, folder: Path, cost_s: float 
     part = folder / f"{request.config.op}.{spec.name}.json"
     return fanout.Job(key=f"{request.config.op}/{spec.name}", argv=child_argv(request, spec.name, part), out=part,
                       cost_s=cost_s, timeout_s=request.mode_timeout_s or DEFAULT_TIMEOUT_S,
-                      env=_child_environment(spec))
+                      env=dict(spec.environment))  # h3bench itself: the parent's, as installed
 
 
 def run_modes(request: "RunRequest", specs: Sequence[ModeSpec],
@@ -71,15 +70,6 @@ def run_modes(request: "RunRequest", specs: Sequence[ModeSpec],
         return {spec.name: part_of(spec, outcome) for spec, outcome in zip(specs, outcomes)}
 
 
-def _child_environment(spec: ModeSpec) -> dict[str, str]:
-    env = dict(spec.environment)
-    # The child must import this checkout's harness, installed or not.
-    root = str(environment.REPO_ROOT)
-    path = os.environ.get("PYTHONPATH", "")
-    env["PYTHONPATH"] = root if not path else f"{root}{os.pathsep}{path}"
-    return env
-
-
 def part_of(spec: ModeSpec, outcome: fanout.Outcome) -> Evidence | UnavailableMode:
     if not outcome.ok:
         return UnavailableMode(unavailable=f"child process: {outcome.error}")
@@ -94,8 +84,8 @@ def part_of(spec: ModeSpec, outcome: fanout.Outcome) -> Evidence | UnavailableMo
 
 def combine(op: Op, request: "RunRequest", parts: Sequence[Evidence | UnavailableMode]) -> Evidence:
     """One evidence file from the modes' parts, in the requested mode order."""
-    from harness.runner import evidence_of, mode_variables, timing_record
-    from harness.modes import get_mode
+    from h3bench.harness.runner import evidence_of, mode_variables, timing_record
+    from h3bench.harness.modes import get_mode
 
     measured = [p for p in parts if isinstance(p, Evidence)]
     if measured:

@@ -2,7 +2,7 @@
 
 harness/ never imports reports/: the `h3bench` program is `reports.cli`, which adds the commands that
 read evidence (report, compare, merge) and registers the renderers that `run` calls after writing its
-JSON (`RENDER_HOOKS`). `python -m harness.cli` is this module alone: it measures and writes JSON.
+JSON (`RENDER_HOOKS`). `python -m h3bench.harness.cli` is this module alone: it measures and writes JSON.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def fail(message: str, code: int = 2) -> None:
 
 def _device(name: str):
     """Resolve the device; on a CPU, run Triton rows under the interpreter (must precede its import)."""
-    from harness.runner import resolve_device
+    from h3bench.harness.runner import resolve_device
 
     try:
         device = resolve_device(name)
@@ -57,9 +57,9 @@ _WARNED: set = set()
 def _entry_point_adapters(op: str) -> dict:
     """Adapters registered by installed packages in the `h3bench.adapters` entry-point group: an Adapter
     object (it names its op), or a plain function whose entry-point name is `<op>.<row>`."""
-    from harness.adapter import Adapter, load_external, unavailable_adapter
-    from harness.execute import describe_exception
-    from harness.ops import get_op
+    from h3bench.harness.adapter import Adapter, load_external, unavailable_adapter
+    from h3bench.harness.execute import describe_exception
+    from h3bench.harness.ops import get_op
 
     found = {}
     spec = get_op(op)
@@ -85,7 +85,7 @@ def _entry_point_adapters(op: str) -> dict:
 
 
 def named_adapters(op: str) -> dict:
-    from adapters import builtin_adapters
+    from h3bench.adapters import builtin_adapters
 
     named = {a.name: a for a in builtin_adapters(op)}
     for name, adapter in _entry_point_adapters(op).items():
@@ -94,8 +94,8 @@ def named_adapters(op: str) -> dict:
 
 
 def _select_adapters(op: str, selection: Optional[str], externals: List[str]) -> list:
-    from harness.adapter import load_external, replace
-    from harness.ops import get_op
+    from h3bench.harness.adapter import load_external, replace
+    from h3bench.harness.ops import get_op
 
     named = named_adapters(op)
     if selection is None:
@@ -135,7 +135,7 @@ def _check_writable(path: Path) -> None:
 
 def _ops(op: str) -> list[str]:
     """`--op NAME[,NAME]` or `--op all`, in the order given (all: registry order)."""
-    from harness.ops import OP_MODULES
+    from h3bench.harness.ops import OP_MODULES
 
     names = [n.strip() for n in op.split(",") if n.strip()]
     if ALL_OPS in names:
@@ -185,10 +185,10 @@ def run(
                                     help="Run the one mode in this process (how a mode's child is called)."),
 ):
     """Run every selected implementation through the probes and write the evidence JSON."""
-    from harness.config import ConfigError, load_config
-    from harness.modes import parse_modes
-    from harness.runner import RunRequest, default_out_path
-    from harness.runner import run as run_evidence
+    from h3bench.harness.config import ConfigError, load_config
+    from h3bench.harness.modes import parse_modes
+    from h3bench.harness.runner import RunRequest, default_out_path
+    from h3bench.harness.runner import run as run_evidence
 
     dev = _device(device)
     ops = _ops(op)
@@ -242,7 +242,7 @@ def run(
 
 
 def _run_requests(requests, console: Console, quiet: bool, run_evidence, plan_note: bool) -> list[Path]:
-    from harness.progress import RichObserver, summary_table
+    from h3bench.harness.progress import RichObserver, summary_table
 
     written = []
     for request in requests:
@@ -264,9 +264,9 @@ def _run_requests(requests, console: Console, quiet: bool, run_evidence, plan_no
 
 
 def _fan_out(requests, gpus: Optional[str], ray: Optional[str], console: Console) -> list[Path]:
-    from harness import fanout
-    from harness.progress import summary_table
-    from harness.suite import run_suite
+    from h3bench.harness import fanout
+    from h3bench.harness.progress import summary_table
+    from h3bench.harness.suite import run_suite
 
     devices: list[str] = []
     if ray is None:
@@ -300,8 +300,8 @@ def list_(device: str = typer.Option("auto", "--device", help="Where availabilit
     """Ops with their rows, each available or not, with the reason."""
     from rich.table import Table
 
-    from harness.config import load_config
-    from harness.ops import OP_MODULES, get_op
+    from h3bench.harness.config import load_config
+    from h3bench.harness.ops import OP_MODULES, get_op
 
     dev = _device(device)
     table = Table(title=f"h3bench on {dev}")
@@ -326,8 +326,8 @@ def list_(device: str = typer.Option("auto", "--device", help="Where availabilit
 def env(device: str = typer.Option("auto", "--device"),
         bandwidth: bool = typer.Option(True, "--bandwidth/--no-bandwidth", help="Measure copy bandwidth.")):
     """Print the environment block an evidence file would record."""
-    from harness import environment
-    from harness.schema import to_dict
+    from h3bench.harness import environment
+    from h3bench.harness.schema import to_dict
 
     dev = _device(device)
     block = environment.capture(dev, {"plain": {}}, measure_bandwidth=bandwidth)
@@ -337,7 +337,7 @@ def env(device: str = typer.Option("auto", "--device"),
 @app.command()
 def validate(files: List[Path] = typer.Argument(..., help="Evidence JSON file(s).")):
     """Check evidence files against the contract (keys, nesting, types)."""
-    from harness.schema import SchemaError, load
+    from h3bench.harness.schema import SchemaError, load
 
     bad = 0
     for file in files:

@@ -24,7 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.ops import get_op
+from h3bench.harness.ops import get_op
 
 
 class ConfigError(ValueError):
@@ -151,7 +151,7 @@ def _plain(obj: Any) -> Any:
 PLAN_TABLES = ("all_rows", "full_vs_sub", "sweep", "accuracy", "timing")
 
 
-CONFIG_PACKAGE = "configs"
+CONFIG_PACKAGE = "h3bench.configs"
 
 
 def _config_file(*parts: str) -> Path:

@@ -12,8 +12,8 @@ from typing import Optional
 
 import torch
 
-from harness.schema import Environment, TimingRecord
-from harness.timing import STREAM, median, take
+from h3bench.harness.schema import Environment, TimingRecord
+from h3bench.harness.timing import STREAM, median, take
 
 # The libraries the prior art records, by distribution name.
 LIBRARIES = ("torch", "triton", "diffusers", "vllm", "flashinfer-python", "sglang", "liger-kernel",

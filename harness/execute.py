@@ -14,7 +14,7 @@ from typing import Iterator, Optional, Sequence
 
 import torch
 
-from harness.ops.base import OpInputs
+from h3bench.harness.ops.base import OpInputs
 
 
 class ImplementationError(Exception):

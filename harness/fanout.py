@@ -35,11 +35,11 @@ CPU = "cpu"
 @dataclass(frozen=True)
 class Job:
     key: str  # e.g. "adaln_projection/vllm"; unique within a run
-    argv: tuple[str, ...]  # the full command, e.g. (sys.executable, "-m", "harness.cli", "run", ...)
+    argv: tuple[str, ...]  # the full command, e.g. (sys.executable, "-m", "h3bench.harness.cli", "run", ...)
     out: Path  # the part file the command writes
     cost_s: float  # estimated seconds, for longest-first ordering
     timeout_s: Optional[float] = None
-    # Extra variables for the child (a mode's settings, PYTHONPATH); the device assignment and
+    # Extra variables for the child (a mode's settings); the device assignment and
     # REQUIRED_CHILD_ENV still win over them.
     env: Mapping[str, str] = field(default_factory=dict, hash=False)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from harness.fanout import (Attempt, Event, EventSink, Job, LaunchResult, Outcome, check_jobs,
+from h3bench.harness.fanout import (Attempt, Event, EventSink, Job, LaunchResult, Outcome, check_jobs,
                             failure_summary, launch_subprocess, longest_first)
 
 RAY_MISSING = "Ray is not installed: pip install 'h3bench[ray]'"

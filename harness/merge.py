@@ -10,7 +10,7 @@ import copy
 import dataclasses
 from typing import Any, Optional
 
-from harness.schema import Environment, Evidence, UnavailableMode, to_dict
+from h3bench.harness.schema import Environment, Evidence, UnavailableMode, to_dict
 
 
 class MergeError(ValueError):

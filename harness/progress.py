@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.schema import Evidence, UnavailableMode, UnavailableRow, sizes_of
+from h3bench.harness.schema import Evidence, UnavailableMode, UnavailableRow, sizes_of
 
 
 class RichObserver:

@@ -23,18 +23,18 @@ from typing import Optional, Protocol
 
 import torch
 
-from harness import environment
-from harness.adapter import Adapter, Loaded
-from harness.config import RunConfig
-from harness.execute import ImplementationError, device_usable, describe_exception
-from harness.modes import ActiveMode, ModeSpec, get_mode
-from harness.ops import get_op
-from harness.ops.base import Op
-from harness.probes import accuracy_latency as acc
-from harness.probes import batch_invariance as bi
-from harness.probes.context import ProbeContext
-from harness.schema import Environment, Evidence, RowResult, SizeResult, TimingRecord, UnavailableMode, UnavailableRow, save
-from harness.timing import timer_for
+from h3bench.harness import environment
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.config import RunConfig
+from h3bench.harness.execute import ImplementationError, device_usable, describe_exception
+from h3bench.harness.modes import ActiveMode, ModeSpec, get_mode
+from h3bench.harness.ops import get_op
+from h3bench.harness.ops.base import Op
+from h3bench.harness.probes import accuracy_latency as acc
+from h3bench.harness.probes import batch_invariance as bi
+from h3bench.harness.probes.context import ProbeContext
+from h3bench.harness.schema import Environment, Evidence, RowResult, SizeResult, TimingRecord, UnavailableMode, UnavailableRow, save
+from h3bench.harness.timing import timer_for
 
 PROBES = ("all_rows", "full_vs_sub_batches", "batch_size_sweep", "accuracy_latency")
 INTERLEAVED = "rows round-robin: each row takes a block of samples per turn, the order rotating each round"
@@ -102,7 +102,7 @@ def timing_record(config: RunConfig, device: torch.device) -> TimingRecord:
 
 def run(request: RunRequest, observer: Optional[Observer] = None) -> Evidence:
     """Every mode of the request, merged into one evidence file (written to `request.out` if set)."""
-    from harness import children  # the child machinery imports the fan-out scheduler only when needed
+    from h3bench.harness import children  # the child machinery imports the fan-out scheduler only when needed
 
     observer = observer or SilentObserver()
     started = time.perf_counter()

@@ -13,11 +13,11 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from harness import children, fanout
-from harness.environment import REPO_ROOT
-from harness.modes import get_mode
-from harness.ops import get_op
-from harness.schema import Evidence, save
+from h3bench.harness import children, fanout
+from h3bench.harness.environment import REPO_ROOT
+from h3bench.harness.modes import get_mode
+from h3bench.harness.ops import get_op
+from h3bench.harness.schema import Evidence, save
 
 EVIDENCE_DIR = REPO_ROOT / "reports" / "evidence"
 DEFAULT_COST_S = 60.0
@@ -48,7 +48,7 @@ def run_suite(requests: Sequence, devices: Sequence[str], *, ray_address: Option
     with tempfile.TemporaryDirectory(prefix="h3bench-suite-", dir=work_dir) as tmp:
         jobs = plan_jobs(requests, Path(tmp))
         if ray_address is not None:
-            from harness.fanout_ray import run_jobs_ray
+            from h3bench.harness.fanout_ray import run_jobs_ray
 
             outcomes = run_jobs_ray(jobs, address=None if ray_address == "auto" else ray_address,
                                     retries=retries, on_event=on_event)

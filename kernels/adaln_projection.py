@@ -31,10 +31,10 @@ from typing import NamedTuple
 
 import torch
 
-from kernels import checks, gemm
-from kernels.common import interpreter_active
-from kernels.gemm import LaunchConfig as C
-from kernels.gemm import Tiers, pick
+from h3bench.kernels import checks, gemm
+from h3bench.kernels.common import interpreter_active
+from h3bench.kernels.gemm import LaunchConfig as C
+from h3bench.kernels.gemm import Tiers, pick
 
 DX_SPLIT = 6   # dtemb = dy W over K = 96768: fixed chunks (part of dtemb's order): 126 programs at T = 1
 

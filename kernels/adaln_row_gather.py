@@ -41,7 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (BY_HAND, INTERPRETED, cdiv, launch, local_order, param_tile, split_row_chunks,
+from h3bench.kernels.common import (BY_HAND, INTERPRETED, cdiv, launch, local_order, param_tile, split_row_chunks,
                             next_power_of_2, table_from_partials)
 
 MAX_CHUNKS = 6  # the backward takes the output gradients as separate pointer arguments

@@ -5,8 +5,8 @@ from typing import Optional
 
 import torch
 
-from kernels import adaln_row_gather as K
-from kernels import checks
+from h3bench.kernels import adaln_row_gather as K
+from h3bench.kernels import checks
 
 
 def _check(table, ti, tag, modalities: int, chunks: int) -> None:

@@ -17,7 +17,7 @@ from typing import Mapping, Optional
 
 import torch
 
-from kernels.common import interpreter_active
+from h3bench.kernels.common import interpreter_active
 
 FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 INDEX = (torch.int32, torch.int64)

@@ -40,7 +40,7 @@ ENABLED = os.environ.get("H3BENCH_FAST_LAUNCH", "1") != "0"
 # Read once, as triton does when it decorates a kernel: the interpreter cannot be switched on later.
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 if INTERPRETED:  # tl.dot in a fixed order, not the CPU's BLAS (kernels/interpreted_dot.py says why)
-    from kernels import interpreted_dot
+    from h3bench.kernels import interpreted_dot
 
     interpreted_dot.install()
 _COMPILED: dict = {}

@@ -41,9 +41,9 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from kernels import checks, gemm
-from kernels import norm_modulate as NM
-from kernels.norm_modulate_api import as_rows, global_plan, norm_modulate
+from h3bench.kernels import checks, gemm
+from h3bench.kernels import norm_modulate as NM
+from h3bench.kernels.norm_modulate_api import as_rows, global_plan, norm_modulate
 
 
 @dataclass(frozen=True)

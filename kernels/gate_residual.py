@@ -44,7 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (BY_HAND, INTERPRETED, cdiv, launch, local_order, param_tile, pick, rounded, segment,
+from h3bench.kernels.common import (BY_HAND, INTERPRETED, cdiv, launch, local_order, param_tile, pick, rounded, segment,
                             next_power_of_2, split_row_chunks, table_from_partials)
 
 

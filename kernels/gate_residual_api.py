@@ -5,8 +5,8 @@ from typing import Optional
 
 import torch
 
-from kernels import checks
-from kernels import gate_residual as K
+from h3bench.kernels import checks
+from h3bench.kernels import gate_residual as K
 
 
 def _check(res, y, gate, idx) -> None:

@@ -101,7 +101,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import BY_HAND, INTERPRETED, cdiv, launch, launch_keyed, next_power_of_2, rounded, tensor_key
+from h3bench.kernels.common import BY_HAND, INTERPRETED, cdiv, launch, launch_keyed, next_power_of_2, rounded, tensor_key
 
 PRECISIONS = ("ieee", "tf32x3", "fp64", "fp16x3")   # fp32 dots; bf16 is always wgmma
 SCALED = "fp16x3"   # the precision whose operands carry power-of-two scales (row maxima)

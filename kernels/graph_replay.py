@@ -36,7 +36,7 @@ from typing import Callable, Hashable
 
 import torch
 
-from kernels.common import fast_launch_allowed
+from h3bench.kernels.common import fast_launch_allowed
 
 
 def env_choice() -> bool | None:

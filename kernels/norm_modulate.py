@@ -86,10 +86,10 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (BY_HAND, INTERPRETED, cdiv, launch_keyed, local_order, param_tile, pick, rounded, segment,
+from h3bench.kernels.common import (BY_HAND, INTERPRETED, cdiv, launch_keyed, local_order, param_tile, pick, rounded, segment,
                             next_power_of_2, split_row_chunks, split_rows, sum_partials, tensor_key)
 # the global plan (rows sorted stably by table row; NOTES.md v31), called as K.make_plan by the API too
-from kernels.plan import make_plan
+from h3bench.kernels.plan import make_plan
 
 MAX_HIDDEN = 32768
 # The split backward's first pass (`_bwd_dots_kernel`): [DOTS_ROWS, DOTS_CHUNK] tiles on DOTS_WARPS warps;

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels import checks, graph_replay
-from kernels import norm_modulate as K
+from h3bench.kernels import checks, graph_replay
+from h3bench.kernels import norm_modulate as K
 
 
 def _fast_ok(x, w, sh, sc, idx) -> bool:

@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import cdiv, launch_keyed, tensor_key
+from h3bench.kernels.common import cdiv, launch_keyed, tensor_key
 
 BLOCK = 128              # rows per program: each compares its rows' buckets with each other
 MAX_BLOCK = 4096

@@ -15,8 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import norm_modulate as K
-from kernels.common import BY_HAND, cdiv, launch, next_power_of_2, param_tile, pick, program_rows, rounded, sum_partials
+from h3bench.kernels import norm_modulate as K
+from h3bench.kernels.common import BY_HAND, cdiv, launch, next_power_of_2, param_tile, pick, program_rows, rounded, sum_partials
 
 
 @triton.jit(do_not_specialize=["n_rows"])

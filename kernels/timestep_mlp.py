@@ -39,10 +39,10 @@ from typing import Optional
 
 import torch
 
-from kernels import checks, gemm, graph_replay
-from kernels.common import interpreter_active
-from kernels.gemm import LaunchConfig as C
-from kernels.gemm import Tiers, pick
+from h3bench.kernels import checks, gemm, graph_replay
+from h3bench.kernels.common import interpreter_active
+from h3bench.kernels.gemm import LaunchConfig as C
+from h3bench.kernels.gemm import Tiers, pick
 
 DX_SPLIT = 6   # dx = dz1 W1 over K = hidden: fixed chunks, the same for every T and every dx config
 

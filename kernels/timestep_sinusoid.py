@@ -36,8 +36,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import checks
-from kernels.common import INTERPRETED, fast_launch_allowed, launch_ready, next_power_of_2, ready_runner
+from h3bench.kernels import checks
+from h3bench.kernels.common import INTERPRETED, fast_launch_allowed, launch_ready, next_power_of_2, ready_runner
 
 try:
     from triton.language.extra import libdevice

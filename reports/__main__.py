@@ -1,3 +1,3 @@
-from reports.cli import main
+from h3bench.reports.cli import main
 
 main()

@@ -12,16 +12,16 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from harness import cli as harness_cli
-from harness.cli import app, fail
+from h3bench.harness import cli as harness_cli
+from h3bench.harness.cli import app, fail
 
 __all__ = ["app", "main"]
 
 
 def render_after_run(paths: list[Path], console: Console) -> list[Path]:
     """Markdown, HTML and plots beside each evidence file; an index page when a run wrote several."""
-    from reports.index import write_index
-    from reports.render import render_all
+    from h3bench.reports.index import write_index
+    from h3bench.reports.render import render_all
 
     written: list[Path] = []
     for path in paths:
@@ -39,7 +39,7 @@ def report(file: Path = typer.Argument(..., help="Evidence JSON."),
            out: Optional[Path] = typer.Option(None, "--out", help="Folder for the rendered files."),
            quiet: bool = typer.Option(False, "--quiet")):
     """Render Markdown, HTML and plots from an evidence file."""
-    from reports.commands import report as render_report
+    from h3bench.reports.commands import report as render_report
 
     try:
         paths = render_report(file, out, quiet)
@@ -58,7 +58,7 @@ def compare(old: Path = typer.Argument(...), new: Path = typer.Argument(...),
                 None, "--markdown", help="Also write the comparison here (two folders: a folder, one file a pair).")):
     """What changed between two evidence files of one op, or between two folders of them (each file of NEW
     against OLD's file of its op); exit 1 on a regression, 2 on bad input."""
-    from reports.commands import compare_files, compare_folders
+    from h3bench.reports.commands import compare_files, compare_folders
 
     try:
         if old.is_dir() or new.is_dir():
@@ -78,7 +78,7 @@ def compare(old: Path = typer.Argument(...), new: Path = typer.Argument(...),
 def merge(files: List[Path] = typer.Argument(..., help="Evidence files of the same op."),
           out: Path = typer.Option(..., "-o", "--out", help="Merged evidence JSON.")):
     """Combine rows measured in separate runs; refuses differing GPU, torch or mode."""
-    from reports.commands import merge_files
+    from h3bench.reports.commands import merge_files
 
     try:
         path = merge_files(files, out)
@@ -91,7 +91,7 @@ def merge(files: List[Path] = typer.Argument(..., help="Evidence files of the sa
 def index(files: List[Path] = typer.Argument(..., help="Evidence files, one per op."),
           out: Path = typer.Option(Path("."), "--out", help="Folder for index.md and index.html.")):
     """One Markdown/HTML page linking several ops' evidence files, with each row's verdict."""
-    from reports.index import write_index
+    from h3bench.reports.index import write_index
 
     try:
         paths = write_index(files, out)

@@ -12,13 +12,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harness import schema
-from reports import fmt
-from reports.compare import (ERROR_GROWTH_FACTOR, LATENCY_NOISE, Comparison, Quantity, Thresholds, compare,
+from h3bench.harness import schema
+from h3bench.reports import fmt
+from h3bench.reports.compare import (ERROR_GROWTH_FACTOR, LATENCY_NOISE, Comparison, Quantity, Thresholds, compare,
                              render_comparison)
-from harness.merge import merge
-from reports.render import render_all
-from reports.table import mode_summary
+from h3bench.harness.merge import merge
+from h3bench.reports.render import render_all
+from h3bench.reports.table import mode_summary
 
 
 def load(path: Path) -> schema.Evidence:

@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from harness.schema import Evidence, Row, RowResult, SizeResult, UnavailableMode, UnavailableRow
-from reports import fmt
-from harness.schema import size_key
+from h3bench.harness.schema import Evidence, Row, RowResult, SizeResult, UnavailableMode, UnavailableRow
+from h3bench.reports import fmt
+from h3bench.harness.schema import size_key
 
 # Why 1.5: the probes feed identical inputs (fixed seeds) to a deterministic kernel, so a bf16 error is
 # reproduced bit for bit on the same software and hardware: any change at all there is a code change.

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from harness import schema
-from harness.schema import RowResult, UnavailableMode, UnavailableRow
-from reports import fmt
-from reports.table import md_escape
+from h3bench.harness import schema
+from h3bench.harness.schema import RowResult, UnavailableMode, UnavailableRow
+from h3bench.reports import fmt
+from h3bench.reports.table import md_escape
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class IndexRow:
 
 
 def _verdict(row) -> str:
-    from reports.verdicts import failure_summary
+    from h3bench.reports.verdicts import failure_summary
 
     if isinstance(row, UnavailableRow):
         return f"unavailable: {row.unavailable}"

@@ -15,9 +15,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import NullFormatter
 
-from harness.schema import Evidence, RowResult, UnavailableRow
-from reports import fmt, verdicts
-from reports.table import grads_of, sizes_of
+from h3bench.harness.schema import Evidence, RowResult, UnavailableRow
+from h3bench.reports import fmt, verdicts
+from h3bench.reports.table import grads_of, sizes_of
 
 PathLike = Union[str, Path]
 STATUS_COLOR = {verdicts.Status.PASS: "#a5d6a7", verdicts.Status.FAIL: "#ef9a9a", verdicts.Status.NA: "#e0e0e0"}

@@ -6,8 +6,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Union
 
-from harness import schema
-from reports import plots, table
+from h3bench.harness import schema
+from h3bench.reports import plots, table
 
 PLOTS = (("latency", "Latency per implementation", plots.plot_latency),
          ("accuracy", "Relative error per implementation", plots.plot_accuracy),

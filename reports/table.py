@@ -13,9 +13,9 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import pandas as pd
 
-from harness.schema import (Evidence, RowResult, SizeResult, UnavailableMode, UnavailableRow, size_key,
+from h3bench.harness.schema import (Evidence, RowResult, SizeResult, UnavailableMode, UnavailableRow, size_key,
                             sizes_of)
-from reports import fmt, verdicts
+from h3bench.reports import fmt, verdicts
 
 GRAD_ORDER = ("x", "w", "sh", "sc")
 # SizeResult fields copied into the frame as `<size>/<field>`; gradients become `<size>/grad_<g>_err`.

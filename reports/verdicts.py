@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from harness.schema import RowResult
+from h3bench.harness.schema import RowResult
 
 
 class Status(str, Enum):

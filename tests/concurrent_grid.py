@@ -40,7 +40,7 @@ class ProgramsHung(RuntimeError):
 
 def require():
     """triton's interpreter module, or pytest.skip naming what is missing."""
-    from kernels.common import interpreter_active
+    from h3bench.kernels.common import interpreter_active
     if not interpreter_active():
         pytest.skip("concurrent programs are an interpreter feature (TRITON_INTERPRET=1, the CPU tests)")
     from triton.runtime import interpreter

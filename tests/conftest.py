@@ -85,8 +85,8 @@ def invoke(monkeypatch):
     from rich.console import Console
     from typer.testing import CliRunner
 
-    from harness import cli
-    from reports.cli import app
+    from h3bench.harness import cli
+    from h3bench.reports.cli import app
 
     # error messages go to a console made at import time: make it wide so messages stay on one line
     monkeypatch.setattr(cli, "err", Console(stderr=True, width=1000))

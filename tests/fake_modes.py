@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from harness.modes.base import ActiveMode, ModeSpec, dispatch_state, require_replaced
+from h3bench.harness.modes.base import ActiveMode, ModeSpec, dispatch_state, require_replaced
 
 PATCHED_OP = "aten::rsqrt"
 _LIBRARIES: list = []  # a torch.library.Library lives only as long as its object

@@ -28,7 +28,7 @@ def nm_params(hidden: int = 64, dtype: str = "bfloat16", **changes):
     """norm_modulate's parameters at the default config's constants, with `hidden` and `dtype` set."""
     import dataclasses
 
-    from harness.config import load_config
+    from h3bench.harness.config import load_config
 
     base = load_config("norm_modulate").inputs
     return dataclasses.replace(base, hidden=hidden, dtype=dtype, **changes)
@@ -55,10 +55,10 @@ def run_default_plan_counts(op_name: str, overrides: tuple[str, ...], adapter):
     """The op's default probe plan (all_rows, full_vs_sub_batches, batch_size_sweep) run in full on the
     CPU at the tiny sizes `overrides` sets, through `adapter`; asserts the RFC's counts for the op's plan
     set and returns the verdict for the caller's own checks."""
-    from harness.config import load_config
-    from harness.ops import get_op
-    from harness.probes import batch_invariance as bi
-    from harness.probes.context import ProbeContext
+    from h3bench.harness.config import load_config
+    from h3bench.harness.ops import get_op
+    from h3bench.harness.probes import batch_invariance as bi
+    from h3bench.harness.probes.context import ProbeContext
 
     config = load_config(op_name, overrides=overrides)
     op, cpu = get_op(op_name), torch.device("cpu")
@@ -119,7 +119,7 @@ def against_reference(op, config, fn, grads: tuple[str, ...], rows: int, params=
     """The accuracy probe's steps by hand: the op's inputs and upstream gradients at the config's accuracy
     seeds (and its params unless `params`), `fn` run through harness.execute with `grads`, and the float64
     reference of the same gradients. Returns (inputs, grad_outs, outcome, reference)."""
-    from harness.execute import execute
+    from h3bench.harness.execute import execute
 
     params = config.inputs if params is None else params
     inputs = op.make_inputs(params, rows, config.accuracy.input_seed, device)
@@ -196,8 +196,8 @@ def run_quick_plan(op_name: str, adapter, device: torch.device, params_repeatabl
     the row."""
     import dataclasses
 
-    from harness.config import load_config
-    from harness.runner import RunRequest, run
+    from h3bench.harness.config import load_config
+    from h3bench.harness.runner import RunRequest, run
 
     config = load_config(op_name, quick=True)
     config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
@@ -211,8 +211,8 @@ def run_quick_plan(op_name: str, adapter, device: torch.device, params_repeatabl
 def assert_clean_quick_verdict(row, config, params_repeatable: Optional[bool] = True) -> None:
     """A measured row, batch-invariant, its parameter gradients' repeatability as given (None: the op has
     none), and the quick plan's sub-batches and sweep comparisons all run."""
-    from harness.probes import batch_invariance as bi
-    from harness.schema import RowResult
+    from h3bench.harness.probes import batch_invariance as bi
+    from h3bench.harness.schema import RowResult
 
     assert isinstance(row, RowResult), row
     inv = row.batch_invariance
@@ -234,7 +234,7 @@ def assert_evidence_round_trips(evidence, op_name: str, config) -> None:
     """The evidence names the op and its inputs, and survives the schema's JSON round trip."""
     import dataclasses
 
-    from harness import schema
+    from h3bench.harness import schema
 
     data = schema.to_dict(evidence)
     assert data["op"] == op_name and data["config"]["inputs"] == dataclasses.asdict(config.inputs)
@@ -260,7 +260,7 @@ def shifted(t: torch.Tensor) -> torch.Tensor:
 def assert_same_bits(first, second) -> None:
     """Two runs' (output, {name: gradient or None}) are the same bits: output, and every gradient present in
     both (the same names given a gradient, each of the same shape and dtype)."""
-    from harness.execute import as_bits
+    from h3bench.harness.execute import as_bits
     (out1, grads1), (out2, grads2) = first, second
     assert out1.shape == out2.shape and torch.equal(as_bits(out1), as_bits(out2))
     assert grads1.keys() == grads2.keys()

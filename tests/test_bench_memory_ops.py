@@ -37,7 +37,7 @@ def test_refuses_without_a_gpu(tmp_path, monkeypatch):
 
 
 def test_variants_cover_every_op_and_differ():
-    from harness.config import load_config
+    from h3bench.harness.config import load_config
 
     for op in bench.OPS:
         found = bench.variants(op, load_config(op).inputs, interpreted=False)

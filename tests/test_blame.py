@@ -8,12 +8,12 @@ import dataclasses
 import pytest
 import torch
 
-from harness import schema
-from harness.adapter import from_function
-from harness.config import load_config
-from harness.ops import get_op
-from harness.runner import RunRequest, run
-from harness.schema import RowResult, UnavailableRow
+from h3bench.harness import schema
+from h3bench.harness.adapter import from_function
+from h3bench.harness.config import load_config
+from h3bench.harness.ops import get_op
+from h3bench.harness.runner import RunRequest, run
+from h3bench.harness.schema import RowResult, UnavailableRow
 from tests.helpers import composition
 
 CPU = torch.device("cpu")
@@ -79,7 +79,7 @@ def test_implementation_failures_are_its_rows_reason(fn, probe, reason):
 
 
 def test_failure_in_the_latency_phase_is_the_rows_reason(monkeypatch):
-    from harness.probes import accuracy_latency as acc
+    from h3bench.harness.probes import accuracy_latency as acc
 
     original = acc.time_rows
 
@@ -113,7 +113,7 @@ def test_a_bug_in_the_reference_stops_the_run_and_writes_nothing(monkeypatch, tm
 
 
 def test_a_bug_in_a_probe_stops_the_run(monkeypatch):
-    from harness.probes import batch_invariance as bi
+    from h3bench.harness.probes import batch_invariance as bi
 
     def broken_sweep(ctx, plan):
         raise IndexError("planted harness bug in the sweep")
@@ -135,7 +135,7 @@ def test_a_bug_in_the_schema_code_stops_the_run(monkeypatch, tmp_path):
 
 
 def test_the_cli_exits_non_zero_with_the_traceback_and_writes_nothing(invoke, tmp_path, monkeypatch):
-    from harness.probes import batch_invariance as bi
+    from h3bench.harness.probes import batch_invariance as bi
 
     def broken_all_rows(ctx, plan):
         raise ZeroDivisionError("planted harness bug in all_rows")
@@ -153,7 +153,7 @@ def test_an_asynchronous_fault_is_raised_inside_the_implementations_block(monkey
     """A GPU kernel's fault (an illegal address) surfaces at the next synchronisation; the harness
     synchronises inside the implementation's block, so the fault is the row's, not the harness's.
     Stand-in for the GPU: the synchronisation raises as CUDA's would after a faulting kernel."""
-    from harness import execute
+    from h3bench.harness import execute
 
     def faulting_settle(tensors):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
@@ -167,7 +167,7 @@ def test_an_asynchronous_fault_is_raised_inside_the_implementations_block(monkey
 def test_a_row_that_kills_the_device_stops_the_run_naming_it(monkeypatch, tmp_path):
     """After a sticky CUDA fault every later row would fail with the same error and be recorded as
     failing by itself; the run stops instead, naming the row that faulted, and writes nothing."""
-    import harness.runner as runner
+    import h3bench.harness.runner as runner
     monkeypatch.setattr(runner, "device_usable", lambda device: False)
     out = tmp_path / "e.json"
     with pytest.raises(runner.DeviceLost, match="row 'fails_in_backward'"):

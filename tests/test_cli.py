@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import schema
+from h3bench.harness import schema
 from tests.helpers import composition, require_prior_art
 
 WIDE = {"COLUMNS": "1000"}  # rich wraps at 80 columns when not writing to a terminal
@@ -182,8 +182,8 @@ def test_validate_one_bad_among_good_fails(invoke, tmp_path):
 
 
 def test_list_shows_every_builtin_adapter(invoke):
-    from adapters import builtin_adapters
-    from harness.config import load_config
+    from h3bench.adapters import builtin_adapters
+    from h3bench.harness.config import load_config
 
     result, _ = invoke("list", "--device", "cpu")
     assert result.exit_code == 0, result.output
@@ -225,7 +225,7 @@ def test_entry_point_adapters_and_broken_ones(invoke, monkeypatch, tmp_path):
     skipped with a warning instead of breaking every command."""
     from importlib.metadata import EntryPoint
 
-    from harness import cli
+    from h3bench.harness import cli
 
     group = cli.ENTRY_POINT_GROUP
     points = [EntryPoint("norm_modulate.ext_ok", "tests.test_cli:plain_composition", group),
@@ -263,7 +263,7 @@ def test_several_ops_want_a_folder_not_a_json_path(invoke, tmp_path):
 def test_default_out_paths_do_not_overwrite_a_run_of_the_same_second(monkeypatch, tmp_path):
     import datetime as real
 
-    from harness import runner
+    from h3bench.harness import runner
 
     class Frozen(real.datetime):
         @classmethod

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.schema import RowResult, load
+from h3bench.harness.schema import RowResult, load
 
 EVIDENCE = Path(__file__).resolve().parent.parent / "reports" / "evidence"
 H200 = sorted(EVIDENCE.glob("*_h200.json"))

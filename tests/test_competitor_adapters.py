@@ -15,7 +15,7 @@ from importlib import metadata
 import pytest
 import torch
 
-from harness.adapter import Loaded
+from h3bench.harness.adapter import Loaded
 from tests.helpers import nm_params
 
 CUDA = torch.device("cuda")
@@ -25,13 +25,13 @@ PARAMS = nm_params(H, eps=EPS)
 IDX = torch.tensor([0, 4, 8, 4, 1, 7])
 
 ADAPTERS = {  # module -> top-level packages it needs (first one missing is named in the reason)
-    "adapters.norm_modulate.liger": ("liger_kernel",),
-    "adapters.norm_modulate.liger_rlk_gather": ("liger_kernel", "rl_engine"),
-    "adapters.norm_modulate.liger_det_gather": ("liger_kernel",),
-    "adapters.norm_modulate.transformer_engine": ("transformer_engine",),
-    "adapters.norm_modulate.sglang": ("sglang",),
-    "adapters.norm_modulate.sglang_indexed": ("sglang",),
-    "adapters.norm_modulate.rl_kernel": ("rl_engine",),
+    "h3bench.adapters.norm_modulate.liger": ("liger_kernel",),
+    "h3bench.adapters.norm_modulate.liger_rlk_gather": ("liger_kernel", "rl_engine"),
+    "h3bench.adapters.norm_modulate.liger_det_gather": ("liger_kernel",),
+    "h3bench.adapters.norm_modulate.transformer_engine": ("transformer_engine",),
+    "h3bench.adapters.norm_modulate.sglang": ("sglang",),
+    "h3bench.adapters.norm_modulate.sglang_indexed": ("sglang",),
+    "h3bench.adapters.norm_modulate.rl_kernel": ("rl_engine",),
 }
 LIBRARIES = ("liger_kernel", "rl_engine", "transformer_engine", "sglang", "nvidia_cutlass_dsl",
              "cutlass")
@@ -129,7 +129,7 @@ def check(fn, grads, ref=norm_modulate, seed=0, grad_tol=1e-12):
 
 
 def test_import_does_not_import_libraries(fresh):
-    fresh(*LIBRARIES, "adapters")  # re-import the adapter modules themselves too
+    fresh(*LIBRARIES, "h3bench.adapters")  # re-import the adapter modules themselves too
     for name in ADAPTERS:
         importlib.import_module(name)
     assert not [lib for lib in LIBRARIES if lib in sys.modules]
@@ -182,7 +182,7 @@ def check_liger_call(call, x, sh, sc):
 def test_liger_plumbing(fresh, monkeypatch, versions):
     fresh("liger_kernel")
     calls = fake_liger(monkeypatch)
-    loaded = load("adapters.norm_modulate.liger")
+    loaded = load("h3bench.adapters.norm_modulate.liger")
     assert loaded.source == "Liger 0.8.5 modulated RMSNorm + index_select"
     check(loaded.fn, ("x", "w", "sh", "sc"))
     x, w, table = make_inputs()
@@ -197,7 +197,7 @@ def test_liger_det_gather_plumbing(fresh, monkeypatch, versions):
     tables through its fixed-order backward (compared with index_select's, in float64)."""
     fresh("liger_kernel")
     calls = fake_liger(monkeypatch)
-    loaded = load("adapters.norm_modulate.liger_det_gather")
+    loaded = load("h3bench.adapters.norm_modulate.liger_det_gather")
     assert loaded.source == ("Liger 0.8.5 modulated RMSNorm + h3bench deterministic row gather "
                              "(kernels/row_gather.py)")
     # The gather's backward accumulates in fp32 by design (one rounding of a fixed-order sum), so its
@@ -237,7 +237,7 @@ def test_rl_kernel_plumbing(leaf, fresh, monkeypatch):
     fresh("rl_engine")
     calls = []
     fake_rl_engine(monkeypatch, leaf, rmsnorm=("H3RMSNormCudaOp", fake_rmsnorm_op(calls)))
-    loaded = load("adapters.norm_modulate.rl_kernel")
+    loaded = load("h3bench.adapters.norm_modulate.rl_kernel")
     assert loaded.source == (f"rl-kernel H3RMSNormCudaOp.forward_modulated (rl_engine.{leaf}.rmsnorm, "
                              "rl_engine 0.0.test)")
     check(loaded.fn, ("x", "w", "sh", "sc"))
@@ -253,14 +253,14 @@ def test_rl_kernel_without_extension(fresh, monkeypatch):
     fresh("rl_engine")
     fake_rl_engine(monkeypatch, "kernels.ops.cuda.h3",
                    rmsnorm=("H3RMSNormCudaOp", fake_rmsnorm_op([], available=False)))
-    reason = importlib.import_module("adapters.norm_modulate.rl_kernel").ADAPTER.try_load(CUDA, PARAMS)
+    reason = importlib.import_module("h3bench.adapters.norm_modulate.rl_kernel").ADAPTER.try_load(CUDA, PARAMS)
     assert reason == "RuntimeError: rl_engine._C lacks h3_rmsnorm_*; rebuild"
 
 
 def test_rl_kernel_without_op(fresh, monkeypatch):
     fresh("rl_engine")
     install(monkeypatch, "rl_engine")
-    reason = importlib.import_module("adapters.norm_modulate.rl_kernel").ADAPTER.try_load(CUDA, PARAMS)
+    reason = importlib.import_module("h3bench.adapters.norm_modulate.rl_kernel").ADAPTER.try_load(CUDA, PARAMS)
     assert reason.startswith("ImportError: rl_engine has no H3RMSNormCudaOp: tried rl_engine.kernels")
 
 
@@ -275,7 +275,7 @@ def test_liger_rlk_gather_plumbing(fresh, monkeypatch, versions):
 
     fake_rl_engine(monkeypatch, "kernels.ops.cuda.h3",
                    adaln_row_gather=("H3AdaLNRowGatherCudaOp", H3AdaLNRowGatherCudaOp))
-    loaded = load("adapters.norm_modulate.liger_rlk_gather")
+    loaded = load("h3bench.adapters.norm_modulate.liger_rlk_gather")
     assert loaded.source == ("Liger 0.8.5 modulated RMSNorm + rl-kernel row gather "
                              "(H3AdaLNRowGatherCudaOp from rl_engine.kernels.ops.cuda.h3.adaln_row_gather, "
                              "rl_engine 0.0.test)")
@@ -296,7 +296,7 @@ def test_liger_rlk_gather_without_rl_engine(fresh, monkeypatch):
     fresh("liger_kernel", "rl_engine")
     fake_liger(monkeypatch)
     monkeypatch.setitem(sys.modules, "rl_engine", None)
-    reason = importlib.import_module("adapters.norm_modulate.liger_rlk_gather").ADAPTER.try_load(CUDA, PARAMS)
+    reason = importlib.import_module("h3bench.adapters.norm_modulate.liger_rlk_gather").ADAPTER.try_load(CUDA, PARAMS)
     assert reason.startswith("ModuleNotFoundError: ") and "rl_engine" in reason
 
 
@@ -337,7 +337,7 @@ def test_transformer_engine_plumbing(fresh, monkeypatch, tmp_path, versions):
     fresh("transformer_engine")
     write_tree(tmp_path, FAKE_TE)
     monkeypatch.syspath_prepend(str(tmp_path))
-    loaded = load("adapters.norm_modulate.transformer_engine")
+    loaded = load("h3bench.adapters.norm_modulate.transformer_engine")
     assert "transformer_engine.jax" not in sys.modules  # blocked while importing, then unblocked
     assert loaded.source == "TE 2.20.2 RMSNorm (no modulation)"
     check(loaded.fn, ("x",), ref=norm_only, seed=0)
@@ -410,7 +410,7 @@ def fake_sglang(fresh, monkeypatch, tmp_path, versions):
 
 
 def test_sglang_plumbing(fake_sglang):
-    loaded = load("adapters.norm_modulate.sglang")
+    loaded = load("h3bench.adapters.norm_modulate.sglang")
     assert loaded.source == ("SGLang 0.5.23 fused_norm_scale_shift (forward only; CuTe DSL, "
                              "nvidia-cutlass-dsl 4.8.0; rows pre-gathered with index_select)")
     assert "sglang.kernels.kda_kernels.norm_scale_shift_jit" in sys.modules  # imported before timing
@@ -426,7 +426,7 @@ def test_sglang_plumbing(fake_sglang):
 
 
 def test_sglang_indexed_plumbing(fake_sglang):
-    loaded = load("adapters.norm_modulate.sglang_indexed")
+    loaded = load("h3bench.adapters.norm_modulate.sglang_indexed")
     assert loaded.source == ("SGLang 0.5.23 rmsnorm_indexed_scale_shift (forward only; Triton, gathers "
                              "table rows by idx in the kernel)")
     check(loaded.fn, ())
@@ -446,7 +446,7 @@ def test_ensure_cutlass_dsl_on_path(fresh, monkeypatch, tmp_path):
     write_tree(tmp_path, {"nvidia_cutlass_dsl/dsl_packages/cutlass/__init__.py": "FAKE = True\n"})
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(sys, "path", list(sys.path))  # restore after the helper's insert
-    from adapters._sglang_import import ensure_cutlass_dsl_on_path
+    from h3bench.adapters._sglang_import import ensure_cutlass_dsl_on_path
 
     assert importlib.util.find_spec("cutlass") is None
     ensure_cutlass_dsl_on_path()

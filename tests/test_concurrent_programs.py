@@ -90,8 +90,8 @@ def test_split_k_sums_in_chunk_order_whoever_arrives_last(device, workers, rever
     partial first, would change bits here) or all at once (the counters' adds racing) give the bits of the
     interpreter's own loop (chunk 2 always last), and leave the tile counters at zero."""
     _cpu_only()
-    from harness.execute import as_bits
-    from kernels import gemm
+    from h3bench.harness.execute import as_bits
+    from h3bench.kernels import gemm
     cfg = gemm.LaunchConfig(32, 32, 32, split_k=3)
     g = torch.Generator().manual_seed(9)
     a, w = torch.randn(40, 700, generator=g), torch.randn(70, 700, generator=g)
@@ -110,7 +110,7 @@ def test_split_k_sums_in_chunk_order_whoever_arrives_last(device, workers, rever
 def _at_once(workers: int, timeout_s: float = 240.0):
     """concurrent_programs plus norm_modulate's switch that lets "exchange" post and wait under the
     interpreter, the backward recipes cached under the other setting dropped on the way in and out."""
-    from kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate as K
     with concurrent_programs(workers, timeout_s) as run:
         K.PROGRAMS_AT_ONCE = True
         K._bwd_recipe.cache_clear()
@@ -154,7 +154,7 @@ def test_exchange_needs_a_whole_range_resident(device, monkeypatch, ahead):
     two wait for its partials: the launch's first two programs begin and neither ends (not a slow run, which
     would end programs and begin others). On the GPU a range is three programs of 132 or more resident."""
     _cpu_only()
-    from kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate as K
     from tests.test_kernel import _config, _table_case, run as run_op
     split = _config(monkeypatch, 20, chunk_limit=4, local_max=16, fwd_kernel="rows", fwd_rows=2, bwd_rows=2,
                     bwd_chunk=0, bwd_cols=8, dots_rows=2, dots_chunk=8)
@@ -189,7 +189,7 @@ def test_exchange_presets_at_12288_give_recomputes_bits(device, monkeypatch, pre
     range's blocks as the only slots: every output and gradient bitwise "recompute"'s (the same partials,
     made again)."""
     _cpu_only()
-    from kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate as K
     from tests.test_kernel import _same_bits, _table_case, run as run_op
     from tools.sweep_norm_modulate import _variant
     exchange = dataclasses.replace(_variant(preset, 12288), chunk_limit=8)   # five ranges of 8 rows

@@ -10,10 +10,10 @@ import warnings
 
 import torch
 
-from harness.config import load_config
-from harness.ops import get_op
-from harness.probes import batch_invariance as bi
-from harness.probes.context import ProbeContext
+from h3bench.harness.config import load_config
+from h3bench.harness.ops import get_op
+from h3bench.harness.probes import batch_invariance as bi
+from h3bench.harness.probes.context import ProbeContext
 
 # The prior art's numbers (shared/prior-art/README.md and norm_modulate_b200.json), written out.
 PRIOR_BATCH_SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255,
@@ -44,7 +44,7 @@ def test_default_plan_is_the_prior_art_plan():
 
 
 def test_full_default_plan_runs_with_the_prior_art_counts():
-    from adapters.norm_modulate.torch_rms_norm import ADAPTER
+    from h3bench.adapters.norm_modulate.torch_rms_norm import ADAPTER
 
     op, cpu = get_op("norm_modulate"), torch.device("cpu")
     progress: list[int] = []

@@ -12,8 +12,8 @@ from typing import Optional
 
 import pytest
 
-from harness import fanout
-from harness.fanout import Event, Job, LaunchResult, parse_gpus, run_jobs, subprocess_launcher
+from h3bench.harness import fanout
+from h3bench.harness.fanout import Event, Job, LaunchResult, parse_gpus, run_jobs, subprocess_launcher
 
 # ---------------------------------------------------------------- a fake launcher
 
@@ -357,7 +357,7 @@ def test_fanout_does_not_import_torch():
 
 
 def test_run_jobs_ray_without_ray_says_how_to_install(tmp_path, monkeypatch):
-    from harness.fanout_ray import run_jobs_ray
+    from h3bench.harness.fanout_ray import run_jobs_ray
 
     monkeypatch.setitem(sys.modules, "ray", None)  # makes `import ray` raise ImportError
     with pytest.raises(RuntimeError, match=r"Ray is not installed: pip install 'h3bench\[ray\]'"):
@@ -375,7 +375,7 @@ def ray_run(tmp_path_factory) -> RayRun:
     """One private local Ray for the module (it takes seconds to start): three good jobs and one that
     always fails, through run_jobs_ray's own init and shutdown."""
     ray = pytest.importorskip("ray", reason="Ray is not installed on this machine (optional extra h3bench[ray])")
-    from harness.fanout_ray import run_jobs_ray
+    from h3bench.harness.fanout_ray import run_jobs_ray
 
     tmp_path = tmp_path_factory.mktemp("ray")
     good = "import json, os\njson.dump({'job': os.path.basename(OUT)}, open(OUT, 'w'))\n"

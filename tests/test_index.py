@@ -7,10 +7,10 @@ import re
 
 from typer.testing import CliRunner
 
-from harness import schema
-from harness.schema import UnavailableMode, UnavailableRow
-from reports import index
-from reports.cli import app
+from h3bench.harness import schema
+from h3bench.harness.schema import UnavailableMode, UnavailableRow
+from h3bench.reports import index
+from h3bench.reports.cli import app
 from tests.helpers import require_prior_art
 
 REASON = "RuntimeError: a | b\nsecond line <sm_90a>"

@@ -4,11 +4,11 @@ import torch
 import triton
 import triton.language as tl
 
-from harness.execute import as_bits
-from harness.ops.norm_modulate import OP
-from harness.probes.accuracy_latency import rel_err
-from kernels.norm_modulate_api import norm_modulate
-from kernels.common import local_order
+from h3bench.harness.execute import as_bits
+from h3bench.harness.ops.norm_modulate import OP
+from h3bench.harness.probes.accuracy_latency import rel_err
+from h3bench.kernels.norm_modulate_api import norm_modulate
+from h3bench.kernels.common import local_order
 from tests.helpers import STRIDED, assert_same_bits, nm_params, row_gapped, shifted
 
 # max|err|/max|ref| bounds: one rounding of a value near max|ref| costs at most 2^-8 (bf16),
@@ -238,7 +238,7 @@ def test_a_call_unlike_a_good_one_leaves_the_fast_path_and_raises(device, change
     """The one-predicate check (`_fast_ok`: CUDA, or the CPU under the interpreter) accepts a well-formed
     call, and a call that differs from it in any checked property (shape, dtype, device, type, H bounds)
     fails it and raises the detailed check's error, also right after a good call."""
-    from kernels import norm_modulate_api as api
+    from h3bench.kernels import norm_modulate_api as api
     _, inputs, _ = case(device, 8, 5)
     good = {**inputs.tensors}
     names = ("x", "w", "sh", "sc", "idx")
@@ -253,8 +253,8 @@ def test_a_call_unlike_a_good_one_leaves_the_fast_path_and_raises(device, change
 def test_fast_predicate_only_where_the_detailed_check_passes(device, monkeypatch):
     """`_fast_ok` True implies `_check` passes (mixed dtypes, int32 indices, row-strided tables); on the CPU it
     holds only under the interpreter, as `_check`'s device rule."""
-    from kernels import common
-    from kernels import norm_modulate_api as api
+    from h3bench.kernels import common
+    from h3bench.kernels import norm_modulate_api as api
     _, inputs, _ = case(device, 8, 5)
     t = inputs.tensors
     table = torch.randn(9, 16, device=device)
@@ -276,7 +276,7 @@ def test_fast_predicate_only_where_the_detailed_check_passes(device, monkeypatch
 def test_wide_rows_path(device, hidden, rows):
     """Wide H: whole rows in registers, one or two rows per backward step (prefetched; two programs an
     SM up to 4096 lanes a row); the per-row forward (head + tail blocks; x read again above 4096)."""
-    from kernels.norm_modulate import launch_config
+    from h3bench.kernels.norm_modulate import launch_config
     assert launch_config(hidden).bwd_rows <= 2 and not launch_config(hidden).bwd_chunk
     params, inputs, grad_out = case(device, hidden, rows)
     y, grads = run(inputs, grad_out)
@@ -321,7 +321,7 @@ def test_many_backward_programs_agree_with_float64(device, monkeypatch):
     write their (zero) partials, and the cross-program sum stays fp32-accurate."""
     import dataclasses
 
-    from kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate as K
     params, inputs, grad_out = case(device, 24, 40)
     small_chunks = dataclasses.replace(K.launch_config(24), chunk_limit=3)
     assert K.backward_split(40, small_chunks, device)[0] >= 14
@@ -342,7 +342,7 @@ def test_fast_launch_matches_triton_launch(device, monkeypatch, hidden):
     call per key); outputs and gradients must not change a bit against triton's own launch or the binder's."""
     if device.type != "cuda":
         pytest.skip("on the CPU the interpreter always takes triton's own launch: compared on a GPU only")
-    from kernels import common as launch
+    from h3bench.kernels import common as launch
     params, inputs, grad_out = case(device, hidden, 300)
     results = []
     # triton's own path; the binder on every call; keyed (the first call remembers, the second reuses)
@@ -363,7 +363,7 @@ def test_a_launch_key_tells_aligned_from_unaligned_tensors(device, table_rows):
     the shapes and strides of aligned ones, must not take the aligned launches' kernels (their vector loads would fault or read
     wrong data). Each layout twice (the second call through the key); same values, same order: the
     outputs and gradients bitwise equal, and within bf16's bounds of float64."""
-    from kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate as K
     params, aligned, grad_out = _table_case(device, 64, 40, table_rows)
     assert (table_rows > K.launch_config(64).local_max) == (table_rows == 40)
     t = aligned.tensors
@@ -381,7 +381,7 @@ def test_a_launch_key_tells_aligned_from_unaligned_tensors(device, table_rows):
 
 def _retyped(inputs, dtypes):
     """The case with w, sh, sc cast to `dtypes` (x keeps its own); sh and sc stay strided views."""
-    from harness.ops.norm_modulate import TABLE_CHUNKS
+    from h3bench.harness.ops.norm_modulate import TABLE_CHUNKS
     t = dict(inputs.tensors)
     t["w"] = t["w"].to(dtypes[0])
     for name, dtype in zip(("sh", "sc"), dtypes[1:]):
@@ -431,7 +431,7 @@ def _config(monkeypatch, hidden, **changes):
     """Use launch_config(hidden) with `changes` (small chunks give many backward programs on the CPU)."""
     import dataclasses
 
-    from kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate as K
     cfg = dataclasses.replace(K.launch_config(hidden), **changes)
     monkeypatch.setattr(K, "launch_config", lambda h: cfg)
     return cfg
@@ -489,7 +489,7 @@ def test_table_sizes_match_float64(device, monkeypatch, kernels, table_rows, lay
     """M from 1 to M > R; all rows on one table row (its segment spans every backward program); rows
     sorted by table row (segments cut exactly at program ends). Unused table rows get exact zeros, and
     the parameter gradients repeat bitwise."""
-    from kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate as K
     cfg = _config(monkeypatch, 20, chunk_limit=4, local_max=16, **KERNEL_SETS[kernels])
     params, inputs, grad_out = _table_case(device, 20, 26, table_rows)
     if layout == "one row":
@@ -541,7 +541,7 @@ def test_local_plan_for_more_table_rows(device, monkeypatch):
     """local_max raised above M (the sweep's local-max-64 preset): the local plan at M = 40 matches
     float64, gives unused table rows exact zeros, repeats bitwise, and keeps a row alone equal to it in
     the batch."""
-    from kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate as K
     cfg = _config(monkeypatch, 20, chunk_limit=4, local_max=64)
     assert not K.wants_plan(40, 20, 0, True, cfg)
     params, inputs, grad_out = _table_case(device, 20, 26, 40)
@@ -565,7 +565,7 @@ def test_partial_memory_is_bounded():
     (+ 2 workspace rows for the chunked backward)."""
     import dataclasses
 
-    from kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate as K
     cfg = K.launch_config(5376)
     assert K.partial_rows(9, cfg, global_plan=False) == 19
     for table_rows in (17, 1024, 4096, 10 ** 6):
@@ -581,7 +581,7 @@ def test_partial_memory_is_bounded():
 def test_wide_rows_default_backward(device, hidden, rows):
     """Above SPLIT_ABOVE the default is the split backward: within bf16's bounds of float64, the last row
     alone bitwise as in the batch."""
-    from kernels.norm_modulate import launch_config
+    from h3bench.kernels.norm_modulate import launch_config
     assert launch_config(hidden).bwd_cols and not launch_config(hidden).bwd_chunk
     _wide_rows_match_float64_and_row_alone(device, hidden, rows)
 
@@ -613,7 +613,7 @@ def test_block_dots_backward_wide_rows(device, monkeypatch, split_dots):
 def test_split_backward_wide_rows(device, monkeypatch):
     """The split backward at H = 12288 in blocks of 2048 (the default's are 4096): c over six chunks of
     DOTS_CHUNK, then six column blocks of four rows a step."""
-    from kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate as K
     cfg = _config(monkeypatch, 12288, bwd_cols=2048, bwd_rows=4)
     assert K.cdiv(12288, K.DOTS_CHUNK) > 1 and K.cdiv(12288, cfg.bwd_cols) == 6
     _wide_rows_match_float64_and_row_alone(device, 12288, 3)
@@ -627,7 +627,7 @@ def _split_then_variant(device, monkeypatch, table_rows, hidden=20, cols=8, **va
     launches as (grid, constexprs), every launch's kernel)."""
     import dataclasses
 
-    from kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate as K
     split = _config(monkeypatch, hidden, chunk_limit=4, local_max=16, fwd_kernel="rows", fwd_rows=2, bwd_rows=2,
                     bwd_chunk=0, bwd_cols=cols, dots_rows=2, dots_chunk=cols)
     params, inputs, grad_out = _table_case(device, hidden, 26, table_rows, dtype="float32")
@@ -658,7 +658,7 @@ def test_fused_backward_is_one_launch_with_the_split_values(device, monkeypatch,
     output is the split's bits; on a GPU the producers' warps are the column blocks' (another tree): there
     the float64 bounds and repeats. Several ranges (chunk_limit 4): consumers wait on their own producers
     (one, or three taking the range's steps in turn)."""
-    from kernels import common, norm_modulate as K
+    from h3bench.kernels import common, norm_modulate as K
     _, plain, got, rows_kernels, kernels = _split_then_variant(device, monkeypatch, table_rows, bwd_fused=True,
                                                               fused_producers=producers)
     assert rows_kernels and all(meta["FUSED"] and len(grid) == 1 for grid, meta in rows_kernels)
@@ -681,7 +681,7 @@ def test_block_dots_backward_is_one_launch_with_the_split_values(device, monkeyp
     after the walk): the same values."""
     import dataclasses
 
-    from kernels import common, norm_modulate as K
+    from h3bench.kernels import common, norm_modulate as K
     split, plain, got, rows_kernels, kernels = _split_then_variant(device, monkeypatch, table_rows,
                                                                    split_dots=split_dots, dots_ahead=ahead)
     assert rows_kernels and all(meta["BLOCK_DOTS"] and meta["AHEAD"] == ahead and not meta["FUSED"]
@@ -719,7 +719,7 @@ def test_config_takes_one_backward():
     by a precedence the caller cannot see."""
     import dataclasses
 
-    from kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate as K
     with pytest.raises(ValueError, match="bwd_chunk .* and bwd_cols"):
         dataclasses.replace(K.launch_config(12288), bwd_chunk=2048)
     with pytest.raises(ValueError, match="bwd_fused .* needs bwd_cols"):
@@ -745,7 +745,7 @@ def test_prefetch_changes_no_bit(device, monkeypatch, table_rows, backward, flag
     to those without it."""
     import dataclasses
 
-    from kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate as K
     cfg = _config(monkeypatch, 20, chunk_limit=4, local_max=16, fwd_kernel="rows", fwd_rows=2, bwd_rows=2, **backward)
     params, inputs, grad_out = _table_case(device, 20, 26, table_rows)
     plain = run(inputs, grad_out)
@@ -786,7 +786,7 @@ def test_variants_are_batch_invariant(device, monkeypatch, changes):
 def test_forward_row_order_equals_plan_order(device, monkeypatch, table_rows):
     """fwd_ordered=False (the per-row forward in row order under the global plan, M = 40 > local_max)
     gives the plan-ordered forward's bits; at M = 9 (no plan) it is the same launch."""
-    from kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate as K
     params, inputs, grad_out = _table_case(device, 24, 30, table_rows)
     outs = []
     for ordered in (True, False):
@@ -824,8 +824,8 @@ def test_forward_load_timing_keeps_the_bits(device, monkeypatch, hidden, first, 
 def test_plan_walk_forward(device, monkeypatch, hidden):
     """M > local_max: the forward walks the plan (plan_walk_rows) in training and inference alike, so both
     give the same y bits; bad indices give NaN rows; the result is within bf16 of float64."""
-    from kernels import norm_modulate as K
-    from kernels.norm_modulate_api import norm_modulate
+    from h3bench.kernels import norm_modulate as K
+    from h3bench.kernels.norm_modulate_api import norm_modulate
     cfg = _config(monkeypatch, hidden, chunk_limit=6, local_max=16, fwd_kernel="rows", fwd_rows=2, plan_walk_rows=2,
                   plan_walk_warps=2)
     params, inputs, grad_out = _table_case(device, hidden, 30, 40)
@@ -859,7 +859,7 @@ def test_sweep_tool_arguments_floors_and_refusal(monkeypatch):
     # floors: 4RH and 10RH bytes over the bandwidth (kernels/NOTES.md: 165.8 and 414.5 us at 4250 GB/s)
     assert sweep.floor_us(5376, 32768, False, 4250) == pytest.approx(165.8, abs=0.1)
     assert sweep.floor_us(5376, 32768, True, 4250) == pytest.approx(414.5, abs=0.1)
-    from kernels.norm_modulate import launch_config
+    from h3bench.kernels.norm_modulate import launch_config
     grid = sweep.variant_grid(list(sweep._variant_names()), [1024, 8192], [9, 64])
     for name, hidden, table_rows, config in grid:
         assert config.block_h == triton.next_power_of_2(hidden) and table_rows in (9, 64)

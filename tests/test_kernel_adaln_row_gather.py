@@ -5,11 +5,11 @@ import dataclasses
 import pytest
 import torch
 
-from harness.execute import as_bits
-from harness.probes.accuracy_latency import rel_err
-from kernels import adaln_row_gather as K
-from kernels import common
-from kernels.adaln_row_gather_api import adaln_row_gather
+from h3bench.harness.execute import as_bits
+from h3bench.harness.probes.accuracy_latency import rel_err
+from h3bench.kernels import adaln_row_gather as K
+from h3bench.kernels import common
+from h3bench.kernels.adaln_row_gather_api import adaln_row_gather
 from tests.helpers import STRIDED, run_quick_plan
 
 # max|err|/max|ref| of the table gradient: fp32 sums rounded once, and one rounding of an element costs at
@@ -191,7 +191,7 @@ def test_bad_input_names_the_argument(device, change, error, match):
 
 
 def test_quick_plan_through_the_runner(device):
-    from adapters.adaln_row_gather.h3bench_triton import ADAPTER
+    from h3bench.adapters.adaln_row_gather.h3bench_triton import ADAPTER
 
     row = run_quick_plan("adaln_row_gather", ADAPTER, device)  # batch-invariant, table gradient repeatable
     for size in row.accuracy_latency.values():

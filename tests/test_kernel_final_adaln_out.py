@@ -5,12 +5,12 @@ import dataclasses
 import pytest
 import torch
 
-from harness.config import load_config
-from harness.execute import as_bits
-from harness.ops.final_adaln_out import OP
-from harness.probes.accuracy_latency import rel_err
-from kernels import final_adaln_out as FA
-from kernels.final_adaln_out import LaunchConfig, final_adaln_out
+from h3bench.harness.config import load_config
+from h3bench.harness.execute import as_bits
+from h3bench.harness.ops.final_adaln_out import OP
+from h3bench.harness.probes.accuracy_latency import rel_err
+from h3bench.kernels import final_adaln_out as FA
+from h3bench.kernels.final_adaln_out import LaunchConfig, final_adaln_out
 from tests.helpers import STRIDED, assert_same_bits, run_quick_plan
 
 NAMES = ("x", "nw", "temb", "w", "b")
@@ -169,7 +169,7 @@ def test_triton_projection_matches_float64_and_repeats(device, config, hidden, r
 def test_triton_grads_takes_the_gemm_launches(device, monkeypatch, one_node):
     """LaunchConfig.triton_grads (the default) really runs the projection's backward as gemm.input_grad and
     gemm.weight_grad (once each a backward); triton_grads=False calls neither."""
-    from kernels import gemm
+    from h3bench.kernels import gemm
     calls = []
     for name in ("input_grad", "weight_grad"):
         real = getattr(gemm, name)
@@ -287,7 +287,7 @@ def test_parameter_gradients_repeat_and_unused_timestep_gets_zero(device):
 def test_many_backward_programs_agree_with_float64(device, monkeypatch):
     """norm_modulate's backward in small chunks (programs that hold no row of some timestep still write
     zero partials): the gradients stay within the bound and repeat."""
-    from kernels import norm_modulate as NM
+    from h3bench.kernels import norm_modulate as NM
 
     p, t, dout = case(device, 24, 40, "float32")
     small = dataclasses.replace(NM.launch_config(24), chunk_limit=3)
@@ -370,7 +370,7 @@ def test_fast_check_accepts_the_common_case(device):
 
 
 def test_quick_plan_through_the_runner(device):
-    from adapters.final_adaln_out.h3bench_triton import ADAPTER
+    from h3bench.adapters.final_adaln_out.h3bench_triton import ADAPTER
 
     row = run_quick_plan("final_adaln_out", ADAPTER, device)  # batch-invariant, parameter gradients repeatable
     for size in row.accuracy_latency.values():

@@ -5,10 +5,10 @@ import dataclasses
 import pytest
 import torch
 
-from harness.execute import as_bits
-from harness.probes.accuracy_latency import rel_err
-from kernels import gate_residual as K
-from kernels.gate_residual_api import gate_residual
+from h3bench.harness.execute import as_bits
+from h3bench.harness.probes.accuracy_latency import rel_err
+from h3bench.kernels import gate_residual as K
+from h3bench.kernels.gate_residual_api import gate_residual
 from tests.helpers import STRIDED, run_quick_plan
 
 # max|err|/max|ref|: every output is rounded once from fp32, which costs at most 2^-8 of the element in
@@ -234,7 +234,7 @@ def test_bad_input_names_the_argument(device, change, error, match):
 
 
 def test_quick_plan_through_the_runner(device):
-    from adapters.gate_residual.h3bench_triton import ADAPTER
+    from h3bench.adapters.gate_residual.h3bench_triton import ADAPTER
 
     row = run_quick_plan("gate_residual", ADAPTER, device)  # batch-invariant, gate gradient repeatable
     for size in row.accuracy_latency.values():

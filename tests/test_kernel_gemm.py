@@ -13,15 +13,15 @@ import dataclasses
 import pytest
 import torch
 
-from harness.execute import as_bits
-from harness.ops.adaln_projection import OP as ADA
-from harness.ops.adaln_projection import AdaLNProjectionParams
-from harness.ops.timestep_mlp import OP as MLP
-from harness.ops.timestep_mlp import TimestepMLPParams
-from harness.probes.accuracy_latency import rel_err
-from kernels import gemm
-from kernels.adaln_projection import adaln_projection
-from kernels.timestep_mlp import DX_SPLIT, MLPConfigs, timestep_mlp
+from h3bench.harness.execute import as_bits
+from h3bench.harness.ops.adaln_projection import OP as ADA
+from h3bench.harness.ops.adaln_projection import AdaLNProjectionParams
+from h3bench.harness.ops.timestep_mlp import OP as MLP
+from h3bench.harness.ops.timestep_mlp import TimestepMLPParams
+from h3bench.harness.probes.accuracy_latency import rel_err
+from h3bench.kernels import gemm
+from h3bench.kernels.adaln_projection import adaln_projection
+from h3bench.kernels.timestep_mlp import DX_SPLIT, MLPConfigs, timestep_mlp
 from tests.helpers import gapped, run_quick_plan, within
 
 # Odd widths: no K or N is a multiple of the interpreter's tiles (32 x 64 x 32).
@@ -78,7 +78,7 @@ def test_timestep_mlp_gpu_default_plumbing_matches_float64(device, monkeypatch, 
     interpreter's dots stand in for tf32x3 and fp64 MMA): GEMM1 in float64, GEMM2's and dz1's fixed K
     chunks, K-major copies, persistent programs, the float64 column sums, the T <= 64 / > 64
     weight-gradient tiers. Values against float64, weight gradients twice."""
-    from kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp as TM
 
     monkeypatch.setattr(TM, "configs", lambda: getattr(TM, configs))
     inputs, dy = mlp_case(device, rows)
@@ -173,8 +173,8 @@ def test_default_no_grad_forward_is_two_launches(device, monkeypatch):
     with local scales, not through `gemm.forward`): no `row_maxima`, no other launch; a config that needs
     maxima (v6) falls back to the general path with its maxima launch. The same bits as the autograd path
     either way."""
-    from kernels import timestep_mlp as TM
-    from kernels.gemm import _gemm_kernel
+    from h3bench.kernels import timestep_mlp as TM
+    from h3bench.kernels.gemm import _gemm_kernel
     inputs, dy = mlp_case(device, 3)
     for name, launches in (("DEFAULT", 2), ("FP16X3_V6", 3)):
         monkeypatch.setattr(TM, "configs", lambda name=name: getattr(TM, name))
@@ -296,7 +296,7 @@ def test_column_sums_bias_gradient_is_close_to_float64_and_repeats(device):
 
 def test_timestep_mlp_with_block_bias_gradients(device, monkeypatch):
     """The `db_blocks` config changes db1 and db2 only, and they still match float64."""
-    from kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp as TM
 
     inputs, dy = mlp_case(device, 70)
     _, base = run_op(timestep_mlp, MLP_NAMES, inputs, dy)
@@ -328,7 +328,7 @@ def test_tiers_and_configs_are_checked():
 
 
 def test_tensor_core_and_persistent_configs_are_checked():
-    from kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp as TM
 
     with pytest.raises(ValueError, match="precision"):
         gemm.LaunchConfig(64, 64, 32, precision="tf32")
@@ -365,7 +365,7 @@ def test_fp64_gemm_rounds_once_from_float64(device):
     output: z and silu(z) within half an ulp of the float64 reference (bitwise equal to it rounded, but
     for the rare sum within ~2^-50 of a rounding tie), a row alone bitwise equal to it in the batch, the
     weight gradient within fp32's bound. fp64 takes no split-K; one config for every row count."""
-    from kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp as TM
 
     g = torch.Generator().manual_seed(4)
     x = torch.randn(37, 256, generator=g).to(device)
@@ -564,7 +564,7 @@ def test_keyed_launches_match_triton_launches(device, monkeypatch, op):
     outputs and gradients bitwise those of triton's own launch path, twice (the second through the key)."""
     if device.type != "cuda":
         pytest.skip("on the CPU the interpreter always takes triton's own launch: compared on a GPU only")
-    from kernels import common
+    from h3bench.kernels import common
 
     fn, names, case = ((timestep_mlp, MLP_NAMES, mlp_case) if op == "timestep_mlp"
                        else (adaln_projection, ADA_NAMES, ada_case))
@@ -678,7 +678,7 @@ def test_unmasked_loads_stay_inside_b(device, monkeypatch, op):
     never stored. So the launches are checked, at widths the tiles divide."""
     seen = _record_launches(monkeypatch)
     if op == "timestep_mlp":
-        from kernels import timestep_mlp as TM
+        from h3bench.kernels import timestep_mlp as TM
 
         params = TimestepMLPParams(freq_dim=64, hidden=128, temb_dim=64)
         inputs = MLP.make_inputs(params, 40, 3, device)
@@ -688,7 +688,7 @@ def test_unmasked_loads_stay_inside_b(device, monkeypatch, op):
         monkeypatch.setattr(TM, "_CONFIGS", [dataclasses.replace(TM.DEFAULT, db_blocks=False)])
         run_op(timestep_mlp, MLP_NAMES, inputs, dy)
     else:
-        from kernels import adaln_projection as AP
+        from h3bench.kernels import adaln_projection as AP
 
         # the pointer kernel's loads (the default's dW reads through TMA descriptors on the GPU, which bound
         # every load themselves: tests/test_kernel_gemm_tma.py)
@@ -727,7 +727,7 @@ def test_column_mask_needed():
 def test_timestep_mlp_bad_input_names_the_argument(device, change, error, match):
     inputs, _ = mlp_case(device, 5)
     args = {**inputs.tensors}
-    from kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp as TM
     assert TM._fast_ok(*(inputs.tensors[n] for n in MLP_NAMES))   # the good call takes the cheap check
     args.update(change(args))
     assert not TM._fast_ok(*(args[n] for n in MLP_NAMES))   # a bad one never does: `_check` names it
@@ -759,7 +759,7 @@ def test_adaln_projection_bad_input_names_the_argument(device, change, error, ma
 def test_quick_plan_with_our_row(device, op):
     import importlib
 
-    adapter = importlib.import_module(f"adapters.{op}.h3bench_triton").ADAPTER
+    adapter = importlib.import_module(f"h3bench.adapters.{op}.h3bench_triton").ADAPTER
     run_quick_plan(op, adapter, device)  # batch-invariant, weight gradients repeatable
 
 
@@ -810,7 +810,7 @@ def test_swap_ab_is_a_forward_option_of_local_fp16x3_only(device):
 def test_fwd2_tiers_may_differ_only_outside_the_order():
     """fp16x3 local-scale tiers of GEMM2 may change tiles, warps, stages and swap_ab with T (each output is
     the same fp32 expression of its steps), never the step (block_k), the split or the precision."""
-    from kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp as TM
     base = TM.DEFAULT
     big = base.fwd2[-1][1]
     dataclasses.replace(base, fwd2=((16, dataclasses.replace(SWAP, split_k=big.split_k)), (1 << 62, big)))
@@ -830,7 +830,7 @@ def test_swapped_config_sets_no_grad_and_autograd_agree(device, monkeypatch, con
     """The swap sets through the op: the no-grad recipe (swapped plan, operands passed the other way round)
     and the autograd path give the same bits at T = 3 (swapped) and T = 20 (the default's tile), both
     within fp32's bound; a row alone equals it within T = 20's batch (swapped against unswapped)."""
-    from kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp as TM
     monkeypatch.setattr(TM, "configs", lambda: getattr(TM, configs))
     inputs, dy = mlp_case(device, 20)
     x = inputs.tensors["x"]

@@ -11,10 +11,10 @@ import dataclasses
 import pytest
 import torch
 
-from harness.execute import as_bits
-from kernels import adaln_projection as AP
-from kernels import gemm
-from kernels.gemm import LaunchConfig
+from h3bench.harness.execute import as_bits
+from h3bench.kernels import adaln_projection as AP
+from h3bench.kernels import gemm
+from h3bench.kernels.gemm import LaunchConfig
 from tests.helpers import shifted
 from tests.test_kernel_gemm import ADA, ADA_NAMES, run_op
 
@@ -188,8 +188,8 @@ def test_tma_projection_configs_give_the_default_bits(device, monkeypatch):
     with the switch moved to 2 rows, so that T = 37 takes the TMA tiers). On the GPU that is the tensor
     core's claim; on the CPU the interpreter runs the GPU's config sets (their 128 x 256 tiles), which it
     otherwise swaps for INTERPRETER's."""
-    from harness.ops.adaln_projection import AdaLNProjectionParams
-    from kernels.adaln_projection import adaln_projection
+    from h3bench.harness.ops.adaln_projection import AdaLNProjectionParams
+    from h3bench.kernels.adaln_projection import adaln_projection
 
     if device.type != "cuda":
         monkeypatch.setattr(AP, "interpreter_active", lambda: False)

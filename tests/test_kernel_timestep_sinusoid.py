@@ -3,10 +3,10 @@ and every frequency, bitwise batch invariance, and its argument errors."""
 import pytest
 import torch
 
-from harness.execute import as_bits
-from harness.ops.timestep_sinusoid import TimestepSinusoidParams, sinusoid64
-from harness.probes.accuracy_latency import rel_err
-from kernels.timestep_sinusoid import LaunchConfig, timestep_sinusoid
+from h3bench.harness.execute import as_bits
+from h3bench.harness.ops.timestep_sinusoid import TimestepSinusoidParams, sinusoid64
+from h3bench.harness.probes.accuracy_latency import rel_err
+from h3bench.kernels.timestep_sinusoid import LaunchConfig, timestep_sinusoid
 from tests.helpers import gapped, run_quick_plan, within
 
 MODEL = TimestepSinusoidParams(freq_dim=256, max_period=10000, downscale_freq_shift=0.0)
@@ -118,7 +118,7 @@ def test_bad_input_names_the_argument(device, call, error, match):
 
 
 def test_quick_plan_through_the_runner(device):
-    from adapters.timestep_sinusoid.h3bench_triton import ADAPTER
+    from h3bench.adapters.timestep_sinusoid.h3bench_triton import ADAPTER
 
     row = run_quick_plan("timestep_sinusoid", ADAPTER, device, params_repeatable=None)  # no parameters
     for size in row.accuracy_latency.values():

@@ -13,13 +13,13 @@ interpreter launches every call the plain way, so this runs on the CPU: what it 
 import pytest
 import torch
 
-from harness.ops.norm_modulate import OP as NM_OP
-from kernels import common, gemm
-from kernels import norm_modulate as K
-from kernels.adaln_projection import adaln_projection
-from kernels.final_adaln_out import final_adaln_out
-from kernels.norm_modulate_api import norm_modulate
-from kernels.timestep_mlp import timestep_mlp
+from h3bench.harness.ops.norm_modulate import OP as NM_OP
+from h3bench.kernels import common, gemm
+from h3bench.kernels import norm_modulate as K
+from h3bench.kernels.adaln_projection import adaln_projection
+from h3bench.kernels.final_adaln_out import final_adaln_out
+from h3bench.kernels.norm_modulate_api import norm_modulate
+from h3bench.kernels.timestep_mlp import timestep_mlp
 from tests.helpers import nm_params, shifted
 from tests.test_kernel_gemm import ADA_NAMES, MLP_NAMES, ada_case, mlp_case
 
@@ -104,8 +104,8 @@ def test_norm_modulate_keys_name_the_specialization(device, keyed_launches, tabl
 
 def test_final_adaln_out_keys_name_the_specialization(device, keyed_launches):
     """final_adaln_out's backward hands norm_modulate's backward the halves of one [T, 2H] buffer (`out=`)."""
-    from harness.ops import get_op
-    from harness.config import load_config
+    from h3bench.harness.ops import get_op
+    from h3bench.harness.config import load_config
     seen, conflicts = keyed_launches
     op, params = get_op("final_adaln_out"), load_config("final_adaln_out", quick=True).inputs
     base = op.make_inputs(params, 9, 3, device).tensors

@@ -9,8 +9,8 @@ import types
 import pytest
 import torch
 
-from harness.modes import MODES, ModeNotActive, library_modes as lm
-from harness.modes.base import dispatch_state
+from h3bench.harness.modes import MODES, ModeNotActive, library_modes as lm
+from h3bench.harness.modes.base import dispatch_state
 
 
 def test_the_rfc_modes_are_registered_in_its_order():

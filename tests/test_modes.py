@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import modes, schema
-from harness.modes.base import ModeNotActive, dispatch_state, replaced_ops, require_replaced
-from harness.schema import RowResult, UnavailableMode
+from h3bench.harness import modes, schema
+from h3bench.harness.modes.base import ModeNotActive, dispatch_state, replaced_ops, require_replaced
+from h3bench.harness.schema import RowResult, UnavailableMode
 
 FAKES = "tests.fake_modes"
 

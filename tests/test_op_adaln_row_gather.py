@@ -10,17 +10,17 @@ import dataclasses
 import pytest
 import torch
 
-from adapters.adaln_row_gather.diffusers import ADAPTER as DIFFUSERS
-from adapters.adaln_row_gather.rl_kernel import ADAPTER as RL_KERNEL
-from adapters.adaln_row_gather.torch_embedding import ADAPTER as TORCH_EMBEDDING
-from harness.adapter import Loaded, from_function
-from harness.config import ConfigError, load_config
-from harness.execute import as_bits
-from harness.ops import get_op
-from harness.ops.adaln_row_gather import CHUNK_NAMES, PARAM_SEED, AdaLNRowGatherParams
-from harness.probes.accuracy_latency import combined_rel_err, rel_err
-from harness.runner import RunRequest, run
-from harness.schema import UnavailableRow
+from h3bench.adapters.adaln_row_gather.diffusers import ADAPTER as DIFFUSERS
+from h3bench.adapters.adaln_row_gather.rl_kernel import ADAPTER as RL_KERNEL
+from h3bench.adapters.adaln_row_gather.torch_embedding import ADAPTER as TORCH_EMBEDDING
+from h3bench.harness.adapter import Loaded, from_function
+from h3bench.harness.config import ConfigError, load_config
+from h3bench.harness.execute import as_bits
+from h3bench.harness.ops import get_op
+from h3bench.harness.ops.adaln_row_gather import CHUNK_NAMES, PARAM_SEED, AdaLNRowGatherParams
+from h3bench.harness.probes.accuracy_latency import combined_rel_err, rel_err
+from h3bench.harness.runner import RunRequest, run
+from h3bench.harness.schema import UnavailableRow
 from tests.helpers import (CPU, CUDA, RL_KERNEL_ON_CPU, against_reference, assert_clean_quick_verdict,
                            assert_evidence_round_trips, assert_no_differences, install, rl_kernel_reasons,
                            run_default_plan_counts, within)

@@ -12,16 +12,16 @@ import math
 import pytest
 import torch
 
-from adapters.final_adaln_out.diffusers import ADAPTER as DIFFUSERS
-from adapters.final_adaln_out.rl_kernel import ADAPTER as RL_KERNEL
-from harness.adapter import Loaded
-from harness.config import ConfigError, load_config
-from harness.execute import as_bits
-from harness.ops import get_op
-from harness.ops.final_adaln_out import PARAM_SEED, FinalAdaLNOutParams
-from harness.probes.accuracy_latency import rel_err
-from harness.runner import RunRequest, run
-from harness.schema import UnavailableRow
+from h3bench.adapters.final_adaln_out.diffusers import ADAPTER as DIFFUSERS
+from h3bench.adapters.final_adaln_out.rl_kernel import ADAPTER as RL_KERNEL
+from h3bench.harness.adapter import Loaded
+from h3bench.harness.config import ConfigError, load_config
+from h3bench.harness.execute import as_bits
+from h3bench.harness.ops import get_op
+from h3bench.harness.ops.final_adaln_out import PARAM_SEED, FinalAdaLNOutParams
+from h3bench.harness.probes.accuracy_latency import rel_err
+from h3bench.harness.runner import RunRequest, run
+from h3bench.harness.schema import UnavailableRow
 from tests.helpers import (CPU, CUDA, RL_KERNEL_ON_CPU, against_reference, assert_accuracy_within,
                            assert_clean_quick_verdict, assert_evidence_round_trips, assert_no_differences, install,
                            rl_kernel_reasons, run_default_plan_counts)

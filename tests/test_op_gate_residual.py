@@ -9,17 +9,17 @@ import dataclasses
 import pytest
 import torch
 
-from adapters.gate_residual.diffusers import ADAPTER as DIFFUSERS
-from adapters.gate_residual.rl_kernel import ADAPTER as RL_KERNEL
-from adapters.gate_residual.torch_addcmul import ADAPTER as TORCH_ADDCMUL
-from harness.adapter import Loaded, from_function
-from harness.config import ConfigError, load_config
-from harness.execute import as_bits
-from harness.ops import get_op
-from harness.ops.gate_residual import GATE_CHUNK, PARAM_SEED, GateResidualParams
-from harness.probes.accuracy_latency import rel_err
-from harness.runner import RunRequest, run
-from harness.schema import UnavailableRow
+from h3bench.adapters.gate_residual.diffusers import ADAPTER as DIFFUSERS
+from h3bench.adapters.gate_residual.rl_kernel import ADAPTER as RL_KERNEL
+from h3bench.adapters.gate_residual.torch_addcmul import ADAPTER as TORCH_ADDCMUL
+from h3bench.harness.adapter import Loaded, from_function
+from h3bench.harness.config import ConfigError, load_config
+from h3bench.harness.execute import as_bits
+from h3bench.harness.ops import get_op
+from h3bench.harness.ops.gate_residual import GATE_CHUNK, PARAM_SEED, GateResidualParams
+from h3bench.harness.probes.accuracy_latency import rel_err
+from h3bench.harness.runner import RunRequest, run
+from h3bench.harness.schema import UnavailableRow
 from tests.helpers import (CPU, CUDA, RL_KERNEL_ON_CPU, GradBumpOnEvenBatches, against_reference,
                            assert_accuracy_within, assert_clean_quick_verdict, assert_evidence_round_trips,
                            assert_no_differences, even_sweep_comparisons, install, odd_sub_batches,

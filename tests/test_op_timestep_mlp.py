@@ -8,16 +8,16 @@ import sys
 import pytest
 import torch
 
-from adapters import builtin_adapters
-from adapters.timestep_mlp.diffusers import ADAPTER as DIFFUSERS
-from adapters.timestep_mlp.rl_kernel import ADAPTER as RL_KERNEL
-from harness.config import ConfigError, load_config
-from harness.execute import bitwise_equal, execute
-from harness.ops import get_op
-from harness.ops.timestep_mlp import TimestepMLPParams
-from harness.probes.accuracy_latency import combined_rel_err, rel_err
-from harness.runner import RunRequest, run
-from harness.schema import RowResult
+from h3bench.adapters import builtin_adapters
+from h3bench.adapters.timestep_mlp.diffusers import ADAPTER as DIFFUSERS
+from h3bench.adapters.timestep_mlp.rl_kernel import ADAPTER as RL_KERNEL
+from h3bench.harness.config import ConfigError, load_config
+from h3bench.harness.execute import bitwise_equal, execute
+from h3bench.harness.ops import get_op
+from h3bench.harness.ops.timestep_mlp import TimestepMLPParams
+from h3bench.harness.probes.accuracy_latency import combined_rel_err, rel_err
+from h3bench.harness.runner import RunRequest, run
+from h3bench.harness.schema import RowResult
 from tests.helpers import (CPU, against_reference, assert_accuracy_within, assert_evidence_round_trips,
                            assert_reference_grads_match_finite_differences, run_default_plan_counts)
 from tests.helpers import one_thread  # noqa: F401 (a fixture: pytest finds it in this module)

@@ -9,17 +9,17 @@ import sys
 import pytest
 import torch
 
-from adapters import builtin_adapters
-from adapters.timestep_sinusoid.diffusers import ADAPTER as DIFFUSERS
-from adapters.timestep_sinusoid.rl_kernel import ADAPTER as RL_KERNEL
-from adapters.timestep_sinusoid.sglang import ADAPTER as SGLANG
-from harness.config import ConfigError, load_config
-from harness.execute import bitwise_equal, execute
-from harness.ops import get_op
-from harness.ops.timestep_sinusoid import TimestepSinusoidParams
-from harness.probes.accuracy_latency import combined_rel_err
-from harness.runner import RunRequest, run
-from harness.schema import RowResult
+from h3bench.adapters import builtin_adapters
+from h3bench.adapters.timestep_sinusoid.diffusers import ADAPTER as DIFFUSERS
+from h3bench.adapters.timestep_sinusoid.rl_kernel import ADAPTER as RL_KERNEL
+from h3bench.adapters.timestep_sinusoid.sglang import ADAPTER as SGLANG
+from h3bench.harness.config import ConfigError, load_config
+from h3bench.harness.execute import bitwise_equal, execute
+from h3bench.harness.ops import get_op
+from h3bench.harness.ops.timestep_sinusoid import TimestepSinusoidParams
+from h3bench.harness.probes.accuracy_latency import combined_rel_err
+from h3bench.harness.runner import RunRequest, run
+from h3bench.harness.schema import RowResult
 from tests.helpers import CPU, assert_evidence_round_trips, assert_no_differences, run_default_plan_counts
 from tests.helpers import one_thread  # noqa: F401 (a fixture: pytest finds it in this module)
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from kernels.plan import make_plan
+from h3bench.kernels.plan import make_plan
 
 
 def _expected(idx, table_rows):
@@ -42,7 +42,7 @@ def test_plan_is_the_stable_sort_of_the_clamped_rows(device, rows, table_rows, b
 
 
 def test_empty_default_block_and_counter_bound(device):
-    from kernels import plan
+    from h3bench.kernels import plan
     keys, order = make_plan(torch.empty(0, dtype=torch.long, device=device), 9)
     assert keys.shape == (0,) and order.shape == (0,) and keys.dtype == order.dtype == torch.int64
     idx = torch.randint(-2, 70, (300,)).to(device)

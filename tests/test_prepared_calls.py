@@ -42,8 +42,8 @@ def test_the_next_session_has_prepared_calls_and_none_has_run():
 
 @pytest.mark.parametrize("call", _pending())
 def test_a_prepared_call_names_only_what_exists(call):
-    from kernels import adaln_projection as AP
-    from kernels import timestep_mlp as TM
+    from h3bench.kernels import adaln_projection as AP
+    from h3bench.kernels import timestep_mlp as TM
     from tools.sweep_norm_modulate import _variant
 
     lines = _commands(call)

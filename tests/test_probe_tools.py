@@ -3,7 +3,7 @@ launches standing in for a kernel's), and tools/probe_stream.py's tile-major wal
 import pytest
 import torch
 
-from kernels.common import INTERPRETED
+from h3bench.kernels.common import INTERPRETED
 from tools import bitwise_probe as BP
 
 

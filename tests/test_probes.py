@@ -14,14 +14,14 @@ import itertools
 import pytest
 import torch
 
-from harness import schema
-from harness.adapter import Adapter, from_function
-from harness.config import AllRowsPlan, SubBatchPlan, SweepPlan, TimingPlan, load_config
-from harness.ops import get_op
-from harness.probes import batch_invariance as bi
-from harness.probes.context import ProbeContext
-from harness.runner import RunRequest, run
-from harness.schema import RowResult, SweepFailure, UnavailableRow
+from h3bench.harness import schema
+from h3bench.harness.adapter import Adapter, from_function
+from h3bench.harness.config import AllRowsPlan, SubBatchPlan, SweepPlan, TimingPlan, load_config
+from h3bench.harness.ops import get_op
+from h3bench.harness.probes import batch_invariance as bi
+from h3bench.harness.probes.context import ProbeContext
+from h3bench.harness.runner import RunRequest, run
+from h3bench.harness.schema import RowResult, SweepFailure, UnavailableRow
 from tests.helpers import composition, even
 
 CPU = torch.device("cpu")
@@ -339,8 +339,8 @@ def test_progress_adds_up_to_the_declared_totals():
 # --- through the runner -------------------------------------------------------------------------------
 
 def test_h3bench_triton_passes_the_quick_plan(tmp_path):
-    from adapters.norm_modulate.h3bench_triton import ADAPTER
-    from kernels.common import interpreter_active
+    from h3bench.adapters.norm_modulate.h3bench_triton import ADAPTER
+    from h3bench.kernels.common import interpreter_active
 
     if not interpreter_active():
         pytest.skip("the Triton interpreter is off (TRITON_INTERPRET=1 is set by conftest on CPU runs)")

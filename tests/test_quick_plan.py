@@ -14,10 +14,10 @@ import itertools
 import pytest
 import torch
 
-from harness.adapter import from_function
-from harness.config import load_config
-from harness.runner import RunRequest, run
-from harness.schema import RowResult
+from h3bench.harness.adapter import from_function
+from h3bench.harness.config import load_config
+from h3bench.harness.runner import RunRequest, run
+from h3bench.harness.schema import RowResult
 from tests.helpers import composition
 
 CPU = torch.device("cpu")
@@ -111,7 +111,7 @@ def test_the_quick_plan_has_what_the_faults_need():
     layout = QUICK.inputs
     assert QUICK.full_vs_sub.full_batch > 100 >= max(QUICK.full_vs_sub.sub_batch_sizes)
     # some table row gets at least three contributions in the largest all_rows batch
-    from harness.ops import get_op
+    from h3bench.harness.ops import get_op
 
     n = max(QUICK.all_rows.batch_sizes)
     counts = torch.bincount(get_op("norm_modulate").layout(layout, n, QUICK.all_rows.seeds[0]))
@@ -157,7 +157,7 @@ def test_run_order_table_gradients_are_flagged(quick_rows):
 def test_the_old_quick_plan_missed_two_of_them():
     """Why the plan changed: the previous quick plan (a 64-row full batch, all_rows batches of 3 and 8
     rows) passes the >100-row forward and the run-order table sums; the current one flags both."""
-    from harness.config import AllRowsPlan, SubBatchPlan, SweepPlan
+    from h3bench.harness.config import AllRowsPlan, SubBatchPlan, SweepPlan
 
     old = dataclasses.replace(
         QUICK, all_rows=AllRowsPlan(batch_sizes=(3, 8), seeds=(3,)),

@@ -11,10 +11,10 @@ import pytest
 from matplotlib import image as mpimg
 from rich.console import Console
 
-from harness import schema
-from harness.schema import Evidence, RowResult, Spread, SweepFailure, TimingRecord, UnavailableRow
-from harness import merge as mrg
-from reports import commands, compare as cmp, plots, render, table
+from h3bench.harness import schema
+from h3bench.harness.schema import Evidence, RowResult, Spread, SweepFailure, TimingRecord, UnavailableRow
+from h3bench.harness import merge as mrg
+from h3bench.reports import commands, compare as cmp, plots, render, table
 from tests.helpers import require_prior_art
 
 PRIOR_ART = require_prior_art()
@@ -312,7 +312,7 @@ def test_compare_refuses_two_ops(tmp_path):
         cmp.compare(prior(), other)
     path = schema.save(other, tmp_path / "other.json")
     from typer.testing import CliRunner
-    from reports.cli import app
+    from h3bench.reports.cli import app
     result = CliRunner().invoke(app, ["compare", str(PRIOR_ART), str(path)])
     assert result.exit_code == 2 and "op differs" in result.output
 
@@ -591,7 +591,7 @@ def test_compare_refuses_to_judge_latencies_of_different_methods():
 def test_summary_table_prints_reasons_as_text():
     """The terminal summary's caption carries unavailable rows' reasons verbatim: a reason holding
     something that looks like rich markup ("[rank0]", "[inputs]") is not swallowed as a style tag."""
-    from harness.progress import summary_table
+    from h3bench.harness.progress import summary_table
     ev = prior()
     ev.results["plain"]["vllm"] = UnavailableRow(unavailable="RuntimeError: [rank0]: NCCL error [inputs]")
     console = Console(width=400, record=True)
@@ -626,7 +626,7 @@ def test_report_and_merge_commands_exit_codes_and_files(invoke, tmp_path):
 def test_a_run_of_several_files_gets_an_index_page(tmp_path):
     """The renderer a run calls (reports.cli.render_after_run): each file's pages, and an index page beside
     them when the run wrote more than one file."""
-    from reports.cli import render_after_run
+    from h3bench.reports.cli import render_after_run
     a, b = split(prior(), ["diffusers"])
     pa, pb = schema.save(a, tmp_path / "a.json"), schema.save(b, tmp_path / "b.json")
     written = render_after_run([pa], Console(quiet=True))

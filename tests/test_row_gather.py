@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from harness.execute import as_bits
-from harness.probes.accuracy_latency import rel_err
-from kernels.row_gather import deterministic_row_gather
+from h3bench.harness.execute import as_bits
+from h3bench.harness.probes.accuracy_latency import rel_err
+from h3bench.kernels.row_gather import deterministic_row_gather
 from tests.helpers import STRIDED
 
 TOL = {torch.bfloat16: 4.5e-3, torch.float16: 1e-3, torch.float32: 1e-6}

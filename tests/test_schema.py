@@ -10,10 +10,10 @@ import os
 import pytest
 import torch
 
-from harness import schema
-from harness.config import TimingPlan, load_config
-from harness.runner import RunRequest, run
-from harness.schema import (AllRowsCase, RowResult, SchemaError, SizeResult, UnavailableRow,
+from h3bench.harness import schema
+from h3bench.harness.config import TimingPlan, load_config
+from h3bench.harness.runner import RunRequest, run
+from h3bench.harness.schema import (AllRowsCase, RowResult, SchemaError, SizeResult, UnavailableRow,
                             write_atomic)
 from tests.helpers import require_prior_art
 
@@ -34,8 +34,8 @@ def prior_data(prior_path) -> dict:
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     """One quick CPU run of the diffusers and torch_rms_norm rows, written to disk: (path, JSON)."""
-    from adapters.norm_modulate.diffusers import ADAPTER as DIFFUSERS
-    from adapters.norm_modulate.torch_rms_norm import ADAPTER as TORCH_RMS_NORM
+    from h3bench.adapters.norm_modulate.diffusers import ADAPTER as DIFFUSERS
+    from h3bench.adapters.norm_modulate.torch_rms_norm import ADAPTER as TORCH_RMS_NORM
 
     config = load_config("norm_modulate", quick=True)
     config = dataclasses.replace(config, timing=TimingPlan(warmup=0, reps=2, repeats=2, block=1))
@@ -292,7 +292,7 @@ def test_save_failure_keeps_the_old_evidence(tmp_path, monkeypatch, prior_path):
 
 def test_tree_state_is_unknown_when_the_commit_is_named_for_another_checkout(monkeypatch):
     """The lent GPU gets a copy of the tree whose own git state says nothing about ours."""
-    from harness import environment
+    from h3bench.harness import environment
     if environment.git(["rev-parse", "HEAD"], environment.REPO_ROOT) is None:
         pytest.skip("not a git checkout: the tree state is unknown anyway")
     monkeypatch.setenv("H3BENCH_COMMIT", "0" * 40)

@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import fanout, schema, suite
-from harness.config import load_config
-from harness.runner import RunRequest, run
-from harness.schema import RowResult, UnavailableMode
+from h3bench.harness import fanout, schema, suite
+from h3bench.harness.config import load_config
+from h3bench.harness.runner import RunRequest, run
+from h3bench.harness.schema import RowResult, UnavailableMode
 
 CPU = torch.device("cpu")
 
 
 def request(op: str, modes: list[str], out: Path) -> RunRequest:
-    from adapters import builtin_adapters
+    from h3bench.adapters import builtin_adapters
 
     config = load_config(op, quick=True)
     config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))

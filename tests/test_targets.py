@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.schema import load
+from h3bench.harness.schema import load
 from tools import targets
 
 EVIDENCE = Path(__file__).resolve().parent.parent / "reports" / "evidence"

@@ -8,9 +8,9 @@ import types
 import pytest
 import torch
 
-from harness import timing
-from harness.execute import bitwise_equal, rows_differ
-from harness.probes.accuracy_latency import rel_err
+from h3bench.harness import timing
+from h3bench.harness.execute import bitwise_equal, rows_differ
+from h3bench.harness.probes.accuracy_latency import rel_err
 
 CPU = torch.device("cpu")
 CUDA = torch.device("cuda")  # only named: the simulated device's clock replaces CUDA events

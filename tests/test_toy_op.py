@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 import torch
 
-from harness import ops, schema
-from harness.adapter import from_function
-from harness.config import load_config
-from harness.runner import RunRequest, run
-from harness.schema import RowResult
+from h3bench.harness import ops, schema
+from h3bench.harness.adapter import from_function
+from h3bench.harness.config import load_config
+from h3bench.harness.runner import RunRequest, run
+from h3bench.harness.schema import RowResult
 from tests.helpers import GradBumpOnEvenBatches
 
 CPU = torch.device("cpu")
@@ -88,7 +88,7 @@ def test_each_per_row_gradient_is_compared(evidence):
 
 
 def test_the_reports_render_the_toy_op(evidence, tmp_path):
-    from reports.render import render_all
+    from h3bench.reports.render import render_all
 
     _, out = evidence
     paths = render_all(out, tmp_path)

@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-from harness.ops.base import (Input, Op, OpInputs, Reference, float64_leaves, generator, positive,
+from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, float64_leaves, generator, positive,
                               reference_grads)
 
 

@@ -41,17 +41,17 @@ from typing import Callable  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from harness.config import load_config  # noqa: E402
-from harness.environment import measure_copy_bandwidth  # noqa: E402
-from harness.execute import as_bits  # noqa: E402
-from harness.ops import get_op  # noqa: E402
-from harness.probes.accuracy_latency import rel_err  # noqa: E402
-from harness.timing import STREAM, SYNCHRONIZED, median, take  # noqa: E402
-from kernels import adaln_projection as AP  # noqa: E402
-from kernels.adaln_projection import DX_SPLIT  # noqa: E402
-from kernels import gemm  # noqa: E402
-from kernels import timestep_mlp as TM  # noqa: E402
-from kernels.gemm import LaunchConfig as C  # noqa: E402
+from h3bench.harness.config import load_config  # noqa: E402
+from h3bench.harness.environment import measure_copy_bandwidth  # noqa: E402
+from h3bench.harness.execute import as_bits  # noqa: E402
+from h3bench.harness.ops import get_op  # noqa: E402
+from h3bench.harness.probes.accuracy_latency import rel_err  # noqa: E402
+from h3bench.harness.timing import STREAM, SYNCHRONIZED, median, take  # noqa: E402
+from h3bench.kernels import adaln_projection as AP  # noqa: E402
+from h3bench.kernels.adaln_projection import DX_SPLIT  # noqa: E402
+from h3bench.kernels import gemm  # noqa: E402
+from h3bench.kernels import timestep_mlp as TM  # noqa: E402
+from h3bench.kernels.gemm import LaunchConfig as C  # noqa: E402
 from tools.kernel_times import summed_kernel_us  # noqa: E402
 
 ROWS = (1, 3, 4, 8, 64, 256, 2048)

@@ -81,7 +81,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 def pick_device(dry_run: bool) -> torch.device:
     """CUDA, or (--dry-run) the CPU under the Triton interpreter; anything else is refused."""
     if dry_run:
-        from kernels.common import interpreter_active
+        from h3bench.kernels.common import interpreter_active
 
         if not interpreter_active():
             raise SystemExit("--dry-run runs the kernels under the Triton interpreter: set TRITON_INTERPRET=1")
@@ -89,7 +89,7 @@ def pick_device(dry_run: bool) -> torch.device:
     if not torch.cuda.is_available():
         raise SystemExit("tools.bench_memory_ops times CUDA kernels and needs a CUDA GPU (none visible); "
                          "--dry-run checks the script on the CPU under TRITON_INTERPRET=1")
-    from kernels.common import interpreter_active
+    from h3bench.kernels.common import interpreter_active
 
     if interpreter_active():
         raise SystemExit("TRITON_INTERPRET is set: unset it to time the compiled kernels on the GPU")
@@ -101,8 +101,8 @@ def pick_device(dry_run: bool) -> torch.device:
 def variants(op: str, params: Any, interpreted: bool) -> dict[str, Callable]:
     """name -> callable with the op's signature, our kernel in launch-config variants worth comparing."""
     if op == "adaln_row_gather":
-        from kernels import adaln_row_gather as K
-        from kernels.adaln_row_gather_api import adaln_row_gather
+        from h3bench.kernels import adaln_row_gather as K
+        from h3bench.kernels.adaln_row_gather_api import adaln_row_gather
 
         base = K.config_for(params.hidden, interpreted)
         configs = {
@@ -118,8 +118,8 @@ def variants(op: str, params: Any, interpreted: bool) -> dict[str, Callable]:
         return {name: (lambda cfg: lambda table, ti, tag: adaln_row_gather(
             table, ti, tag, mods, chunks, check_index=False, config=cfg))(cfg) for name, cfg in configs.items()}
     if op == "gate_residual":
-        from kernels import gate_residual as K
-        from kernels.gate_residual_api import gate_residual
+        from h3bench.kernels import gate_residual as K
+        from h3bench.kernels.gate_residual_api import gate_residual
 
         base = K.config_for(params.hidden, interpreted)
         configs = {
@@ -137,7 +137,7 @@ def variants(op: str, params: Any, interpreted: bool) -> dict[str, Callable]:
                                                                          config=cfg))(cfg)
                 for name, cfg in configs.items()}
     if op == "final_adaln_out":
-        from kernels.final_adaln_out import LaunchConfig, final_adaln_out
+        from h3bench.kernels.final_adaln_out import LaunchConfig, final_adaln_out
 
         eps = params.eps
         # default: the whole op as one autograd node; two_nodes: the projection's node + norm_modulate's
@@ -151,7 +151,7 @@ def variants(op: str, params: Any, interpreted: bool) -> dict[str, Callable]:
         return {name: (lambda cfg: lambda x, nw, temb, w, b, ti: final_adaln_out(
             x, nw, temb, w, b, ti, eps, check_index=False, config=cfg))(cfg) for name, cfg in configs.items()}
     if op == "timestep_sinusoid":
-        from kernels import timestep_sinusoid as K
+        from h3bench.kernels import timestep_sinusoid as K
 
         base = K.config_for(params.freq_dim, interpreted)
         configs = {"default": base, "rows4_w2": K.LaunchConfig(rows=max(1, base.rows // 2), warps=2),
@@ -173,7 +173,7 @@ def competitors(op: str, params: Any, device: torch.device) -> dict[str, Callabl
 
     found = {}
     for row in ("diffusers",) + (("sglang",) if op == "timestep_sinusoid" else ()):
-        adapter = importlib.import_module(f"adapters.{op}.{row}").ADAPTER
+        adapter = importlib.import_module(f"h3bench.adapters.{op}.{row}").ADAPTER
         loaded = adapter.try_load(device, params)
         found[f"torch_{row}" if row == "diffusers" else row] = loaded if isinstance(loaded, str) else loaded.fn
     return found
@@ -188,7 +188,7 @@ def _sync(device: torch.device) -> None:
 
 def _times(step: Callable, setup: Optional[Callable], device: torch.device, warmup: int, reps: int) -> dict:
     """{method: [median, median]}: two timings of `reps` samples after `warmup` calls."""
-    from harness.timing import STREAM, SYNCHRONIZED, median, take
+    from h3bench.harness.timing import STREAM, SYNCHRONIZED, median, take
 
     for _ in range(warmup):
         if setup is not None:
@@ -206,8 +206,8 @@ def _outputs(result) -> list[torch.Tensor]:
 def measure_row(op, params, fn: Callable, inputs, grad_outs, ref, default_out, device, warmup: int, reps: int,
                 timeline: bool = False) -> tuple[dict, tuple[torch.Tensor, ...]]:
     """(the row's record, its outputs) for one row at one size."""
-    from harness.execute import as_bits, execute
-    from harness.probes.accuracy_latency import combined_rel_err, rel_err
+    from h3bench.harness.execute import as_bits, execute
+    from h3bench.harness.probes.accuracy_latency import combined_rel_err, rel_err
 
     grads = op.differentiable
     record: dict[str, Any] = {}
@@ -328,8 +328,8 @@ def fractions(record: dict, floors: dict) -> dict:
 
 def bench_op(op_name: str, sizes: list[int], device: torch.device, args, interpreted: bool, bandwidth: float,
              log: Callable[[str], None]) -> dict:
-    from harness.config import load_config
-    from harness.ops import get_op
+    from h3bench.harness.config import load_config
+    from h3bench.harness.ops import get_op
 
     op = get_op(op_name)
     config = load_config(op_name, quick=args.dry_run)
@@ -426,7 +426,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
         args.warmup, args.reps = min(args.warmup, 1), min(args.reps, 2)
     import triton
 
-    from harness.environment import measure_copy_bandwidth
+    from h3bench.harness.environment import measure_copy_bandwidth
 
     start = time.time()
     torch.backends.cuda.matmul.allow_tf32 = False

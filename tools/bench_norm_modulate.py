@@ -22,12 +22,12 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from harness.execute import as_bits
-from harness.probes.accuracy_latency import rel_err
-from harness.timing import SYNCHRONIZED, median, take
-from kernels import common
-from kernels import norm_modulate as K
-from kernels.norm_modulate_api import norm_modulate
+from h3bench.harness.execute import as_bits
+from h3bench.harness.probes.accuracy_latency import rel_err
+from h3bench.harness.timing import SYNCHRONIZED, median, take
+from h3bench.kernels import common
+from h3bench.kernels import norm_modulate as K
+from h3bench.kernels.norm_modulate_api import norm_modulate
 from tools.sweep_norm_modulate import _variant, _variant_names, make_case, using_config
 
 NAMES = ("x", "w", "sh", "sc")
@@ -63,7 +63,7 @@ def _time(fn, warmup: int, reps: int, method: str, setup=None, repeats: int = 2)
 
 def run_variant(name: str, cfg: K.LaunchConfig, params, t: dict, dy: torch.Tensor, warmup: int, reps: int,
                 method: str) -> VariantResult:
-    from harness.ops.norm_modulate import OP
+    from h3bench.harness.ops.norm_modulate import OP
     x, w, sh, sc, idx = (t[n] for n in ("x", "w", "sh", "sc", "idx"))
     leaves = [v.detach().requires_grad_() for v in (x, w, sh, sc)]
     with using_config(cfg):
@@ -120,11 +120,11 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("tools.bench_norm_modulate needs a CUDA GPU")
-    from harness.environment import measure_copy_bandwidth
+    from h3bench.harness.environment import measure_copy_bandwidth
     dev = torch.device("cuda")
     bandwidth, _ = measure_copy_bandwidth(dev)
     params, t = make_case(dev, args.hidden, args.rows, args.table_rows)
-    from harness.ops.norm_modulate import OP
+    from h3bench.harness.ops.norm_modulate import OP
     dy = OP.make_grad_outs(params, args.rows, 9, dev)[0]
     floor_fwd = OP.floor_bytes(params, args.rows, False) / (bandwidth * 1e3)
     floor_all = OP.floor_bytes(params, args.rows, True) / (bandwidth * 1e3)

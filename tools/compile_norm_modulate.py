@@ -19,7 +19,7 @@ import tempfile
 
 import triton
 
-from kernels import norm_modulate as K
+from h3bench.kernels import norm_modulate as K
 
 POINTERS = {"X": "bf16", "DY": "bf16", "DX": "bf16", "Y": "bf16", "W": "bf16", "SH": "bf16", "SC": "bf16",
             "IDX": "i64", "ORDER": "i64", "KEYS": "i64", "SCRATCH": "i32", "RSTD": "fp32", "PART": "fp32",
@@ -104,7 +104,7 @@ def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9) -> list[t
 
 def plan_kernels() -> list[tuple[str, object, dict, int]]:
     """The global plan's three launches (kernels/plan.py) at the default block."""
-    from kernels import plan as P
+    from h3bench.kernels import plan as P
     chunk, warps = P._chunk_and_warps(P.BLOCK)
     return [("plan count", P._count_kernel, dict(BLOCK=P.BLOCK, CHUNK=chunk, ZERO=P.ZERO_CHUNK), warps),
             ("plan scan", P._scan_kernel, dict(BUCKETS=P.SCAN_BUCKETS, BLOCKS=P.SCAN_BLOCKS), 4),

@@ -39,8 +39,8 @@ class StepTimes:
 
 
 def _inputs(rows: int, device: torch.device) -> tuple:
-    from harness.config import load_config
-    from harness.ops import get_op
+    from h3bench.harness.config import load_config
+    from h3bench.harness.ops import get_op
     params = load_config("timestep_mlp").inputs
     inputs = get_op("timestep_mlp").make_inputs(params, rows, 11, device)
     return params, tuple(inputs.tensors[n] for n in ("x", "w1", "b1", "w2", "b2"))
@@ -49,7 +49,7 @@ def _inputs(rows: int, device: torch.device) -> tuple:
 def _call(configs: str):
     if configs == CUBLAS:
         return lambda x, w1, b1, w2, b2: F.linear(F.silu(F.linear(x, w1, b1)), w2, b2)
-    from kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp as TM
     TM.use_configs(getattr(TM, configs))
     return TM.timestep_mlp
 
@@ -99,8 +99,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--json")
     args = parser.parse_args()
-    from harness.environment import measure_copy_bandwidth
-    from harness.ops import get_op
+    from h3bench.harness.environment import measure_copy_bandwidth
+    from h3bench.harness.ops import get_op
     from tools.bench_gemm import tf32_off
     tf32_off()
     device = torch.device("cuda")

@@ -18,9 +18,9 @@ import torch
 import triton
 import triton.language as tl
 
-from harness.timing import STREAM, SYNCHRONIZED, median, take
-from kernels import norm_modulate as K
-from kernels.norm_modulate_api import norm_modulate
+from h3bench.harness.timing import STREAM, SYNCHRONIZED, median, take
+from h3bench.kernels import norm_modulate as K
+from h3bench.kernels.norm_modulate_api import norm_modulate
 from tools.sweep_norm_modulate import make_case
 
 HIDDEN = 5376
@@ -66,7 +66,7 @@ def primitives(dev) -> dict[str, float]:
     res["triton _noop binder only"] = host_us(lambda: binder(small))
     res["torch.cuda.current_device + stream"] = host_us(
         lambda: torch.cuda.current_stream(torch.cuda.current_device()))
-    from kernels import norm_modulate_api as api
+    from h3bench.kernels import norm_modulate_api as api
     y, rstd = K.forward(x, w, sh, sc, idx, 1e-5)
     res["K.forward (1 launch, 2 allocations)"] = host_us(lambda: K.forward(x, w, sh, sc, idx, 1e-5))
     res["K.forward no rstd (1 launch, 1 allocation)"] = host_us(
@@ -164,8 +164,8 @@ def timeline(dev, rows: int) -> list[str]:
 def sinusoid_pieces(dev) -> dict[str, float]:
     """Host us per call of the timestep_sinusoid row and of each piece of its path, next to SGLang's row
     (when it loads): the op moves at most 2 MB, so its per-sample latency is this host path."""
-    from kernels import timestep_sinusoid as S
-    from kernels.common import fast_launch_allowed, launch, launch_ready, ready_runner, runner
+    from h3bench.kernels import timestep_sinusoid as S
+    from h3bench.kernels.common import fast_launch_allowed, launch, launch_ready, ready_runner, runner
 
     t = torch.zeros(1, dtype=torch.float32, device=dev)
     out = S.timestep_sinusoid(t)
@@ -220,8 +220,8 @@ def sinusoid_pieces(dev) -> dict[str, float]:
         res.setdefault(f"whole call (T=1), direct {'on' if direct else 'off'}", []).append(
             host_us(lambda: S.timestep_sinusoid(t)))
     try:
-        from adapters.timestep_sinusoid.sglang import ADAPTER
-        from harness.ops.timestep_sinusoid import TimestepSinusoidParams
+        from h3bench.adapters.timestep_sinusoid.sglang import ADAPTER
+        from h3bench.harness.ops.timestep_sinusoid import TimestepSinusoidParams
 
         loaded = ADAPTER.try_load(dev, TimestepSinusoidParams(256, 10000, 0.0))
         res["sglang row (T=1)"] = host_us(lambda: loaded.fn(t)) if not isinstance(loaded, str) else loaded
@@ -239,8 +239,8 @@ KEYED_SIZES = {"adaln_projection": (1, 4), "timestep_mlp": (1, 4), "norm_modulat
 def set_direct(direct: bool) -> None:
     """`kernels.common.runner` calling the C launcher itself (True) or through `CudaLauncher.__call__`; the
     launch caches emptied, so the next launches remember runners made under this setting."""
-    from kernels import common
-    from kernels import timestep_sinusoid as S
+    from h3bench.kernels import common
+    from h3bench.kernels import timestep_sinusoid as S
     common.DIRECT = direct
     for cache in (common._COMPILED, common._READY, common._KEYED):
         cache.clear()
@@ -250,7 +250,7 @@ def set_direct(direct: bool) -> None:
 
 def set_keyed(keyed: bool) -> None:
     """`kernels.common.launch_keyed` by the caller's key (True) or through triton's binder every launch."""
-    from kernels import common
+    from h3bench.kernels import common
     common.KEYED = keyed
 
 
@@ -264,10 +264,10 @@ def keyed_pieces(dev, ops, switch: str = "keyed") -> dict[str, float]:
     compiled kernels by the caller's key against triton's binder on every launch; "direct", the C launcher
     called by `kernels.common.runner` against `CudaLauncher.__call__`; and, with adaln_projection, the
     pieces of its forward."""
-    from harness.ops import get_op
-    from harness.config import load_config
-    from adapters import builtin_adapters
-    from kernels import common
+    from h3bench.harness.ops import get_op
+    from h3bench.harness.config import load_config
+    from h3bench.adapters import builtin_adapters
+    from h3bench.kernels import common
 
     res = {}
     cases = {}
@@ -313,9 +313,9 @@ def profile_rows(dev, ops, steps: int = 30) -> list[str]:
     """Where our row's host time goes in a fwd+bwd (each op's first `KEYED_SIZES` size): torch.profiler's
     table of the host-side events by self CPU time over `steps` steps (the aten ops, the CUDA runtime calls,
     the autograd engine), and the host us per step without the profiler, for scale."""
-    from harness.ops import get_op
-    from harness.config import load_config
-    from adapters import builtin_adapters
+    from h3bench.harness.ops import get_op
+    from h3bench.harness.config import load_config
+    from h3bench.adapters import builtin_adapters
 
     lines = []
     for name in ops:
@@ -334,8 +334,8 @@ def profile_rows(dev, ops, steps: int = 30) -> list[str]:
 
 
 def _adaln_pieces(dev, temb, w, b) -> dict[str, float]:
-    from kernels import adaln_projection as AP
-    from kernels import gemm
+    from h3bench.kernels import adaln_projection as AP
+    from h3bench.kernels import gemm
     cfg = AP.configs()
     a = gemm.silu_cast(temb, w.dtype)
     return {"adaln _check": host_us(lambda: AP._check(temb, w, b)),
@@ -403,8 +403,8 @@ def main() -> None:
 def breakdown_pieces() -> list[tuple[object, str, str]]:
     """(owner, attribute, label) of each piece `breakdown` times in place: the names must exist (a
     renamed one fails the CPU test, tests/test_hostcost_cpu.py, not the GPU call)."""
-    from kernels import common
-    from kernels import norm_modulate_api as api
+    from h3bench.kernels import common
+    from h3bench.kernels import norm_modulate_api as api
     return [(K, "forward", "K.forward"), (K, "backward", "K.backward"),
             (api, "_fast_ok", "api._fast_ok"), (api, "_check", "api._check (detailed, on failure)"),
             (api, "as_rows", "api.as_rows"),
@@ -425,7 +425,7 @@ def breakdown(dev, rows: int = 8, reps: int = 200) -> dict[str, float]:
     import threading
     from collections import defaultdict
 
-    from kernels import norm_modulate_api as api
+    from h3bench.kernels import norm_modulate_api as api
     spent: dict[str, float] = defaultdict(float)
     calls: dict[str, int] = defaultdict(int)
 

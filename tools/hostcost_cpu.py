@@ -55,7 +55,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 def launchers() -> set:
     """Every launcher kernels.common has (launch, launch_on, launch_ready, launch_keyed, ...): one missed by
     `stub_launches` lets its kernels run under the interpreter and the figures measure that instead."""
-    from kernels import common
+    from h3bench.kernels import common
     return {value for name, value in vars(common).items() if name.startswith("launch") and callable(value)}
 
 
@@ -68,7 +68,7 @@ def stub_launches() -> Callable[[], None]:
     originals = launchers()
     undo = []
     for name, module in list(sys.modules.items()):
-        if module is None or not (name == "kernels" or name.startswith("kernels.")):
+        if module is None or not (name == "h3bench.kernels" or name.startswith("h3bench.kernels.")):
             continue
         for attr, value in list(vars(module).items()):
             if callable(value) and value in originals:
@@ -120,7 +120,7 @@ def _steps(call: Callable[[], torch.Tensor], leaves: tuple, dy: torch.Tensor) ->
 def norm_modulate_case(rows: int, hidden: int, table_rows: int, dtype: torch.dtype, check_index: bool
                        ) -> dict[str, Callable[[], None]]:
     """The harness's layout: sh and sc are the column halves of one [M, 2H] AdaLN table (row-strided views)."""
-    from kernels.norm_modulate_api import norm_modulate
+    from h3bench.kernels.norm_modulate_api import norm_modulate
     g = torch.Generator().manual_seed(0)
     x = _leaf(2 * torch.randn(rows, hidden, generator=g).to(dtype))
     w = _leaf((0.5 + torch.rand(hidden, generator=g)).to(dtype))
@@ -133,7 +133,7 @@ def norm_modulate_case(rows: int, hidden: int, table_rows: int, dtype: torch.dty
 
 def final_adaln_out_case(rows: int, hidden: int, table_rows: int, dtype: torch.dtype, check_index: bool,
                          one_node: bool, temb_dim: int = 64) -> dict[str, Callable[[], None]]:
-    from kernels.final_adaln_out import LaunchConfig, final_adaln_out
+    from h3bench.kernels.final_adaln_out import LaunchConfig, final_adaln_out
     g = torch.Generator().manual_seed(0)
     x = _leaf(2 * torch.randn(rows, hidden, generator=g).to(dtype))
     nw = _leaf((0.5 + torch.rand(hidden, generator=g)).to(dtype))
@@ -151,7 +151,7 @@ def timestep_mlp_case(rows: int, hidden: int, freq_dim: int = 16, temb_dim: int 
                       ) -> dict[str, Callable[[], None]]:
     """fp32 throughout, with the GPU's config set (kernels.timestep_mlp.DEFAULT: fp16x3 GEMM2, split-K),
     not the interpreter's: the host path a CUDA call takes (the launches are stubbed, nothing runs)."""
-    from kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp as TM
     TM.configs = lambda: TM._CONFIGS[0]
     g = torch.Generator().manual_seed(0)
     x = _leaf(torch.randn(rows, freq_dim, generator=g))
@@ -192,9 +192,9 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
 
     torch.set_num_threads(1)
-    import kernels.final_adaln_out  # noqa: F401  (every launcher's module, so stub_launches sees them)
-    import kernels.norm_modulate_api  # noqa: F401
-    import kernels.timestep_mlp  # noqa: F401
+    import h3bench.kernels.final_adaln_out  # noqa: F401  (every launcher's module, so stub_launches sees them)
+    import h3bench.kernels.norm_modulate_api  # noqa: F401
+    import h3bench.kernels.timestep_mlp  # noqa: F401
     restore = stub_launches()
     try:
         cases = []

@@ -125,7 +125,7 @@ def fwd_bwd_step(t: dict, torch_row: bool, dy=None):
     """(step, leaves): one fwd+bwd of our row on the case's tensors `t`, or of torch F.rms_norm alone on
     its x and w (the issue's yardstick, no modulation: sh and sc get no gradient), with output gradient
     `dy` (random if None); each step first resets the leaves' .grad, as the harness's fwd_bwd_net step."""
-    from kernels.norm_modulate_api import norm_modulate
+    from h3bench.kernels.norm_modulate_api import norm_modulate
     leaves = [t[n].detach().requires_grad_() for n in ("x", "w", "sh", "sc")]
     dy = torch.randn_like(t["x"]) if dy is None else dy
     hidden = t["x"].shape[-1]

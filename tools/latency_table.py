@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness import schema
-from harness.schema import RowResult, UnavailableMode
-from reports import fmt
+from h3bench.harness import schema
+from h3bench.harness.schema import RowResult, UnavailableMode
+from h3bench.reports import fmt
 
 
 def table(evidence: schema.Evidence, sizes: list[str]) -> str:

@@ -28,10 +28,10 @@ import torch
 import triton
 import triton.language as tl
 
-from harness.timing import STREAM, median, take
-from kernels import gemm
-from kernels import timestep_mlp as TM
-from kernels.gemm import _pow2_scale
+from h3bench.harness.timing import STREAM, median, take
+from h3bench.kernels import gemm
+from h3bench.kernels import timestep_mlp as TM
+from h3bench.kernels.gemm import _pow2_scale
 
 
 @triton.jit

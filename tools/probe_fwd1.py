@@ -26,7 +26,7 @@ from tools.bitwise_probe import BIG_T
 
 
 def candidates() -> dict:
-    from kernels.gemm import LaunchConfig as C
+    from h3bench.kernels.gemm import LaunchConfig as C
     f = {"precision": "fp64"}
     return {
         "M16N32K32W1S3": C(16, 32, 32, num_warps=1, num_stages=3, **f),
@@ -47,8 +47,8 @@ def candidates() -> dict:
 
 def data_sets(device: torch.device) -> dict:
     """{name: (x [BIG_T, F], w1 [Hd, F], b1 [Hd])}: tools/bitwise_probe.py's four sets around the op's x."""
-    from harness.config import load_config
-    from harness.ops import get_op
+    from h3bench.harness.config import load_config
+    from h3bench.harness.ops import get_op
     params = load_config("timestep_mlp").inputs
     inputs = get_op("timestep_mlp").make_inputs(params, BIG_T, 11, device)
     x, w1, b1 = (inputs.tensors[n] for n in ("x", "w1", "b1"))
@@ -57,19 +57,19 @@ def data_sets(device: torch.device) -> dict:
 
 def run(cfg, x, w1, b1) -> tuple:
     """(h, z1, h): the no-grad launch's h, then the autograd launch's z1 and h (`save_pre`)."""
-    from kernels import gemm
+    from h3bench.kernels import gemm
     h, _ = gemm.forward(x, w1, b1, cfg, out_dtype=torch.float32, out_silu=True)
     return (h,) + gemm.forward(x, w1, b1, cfg, out_dtype=torch.float32, out_silu=True, save_pre=True)[::-1]
 
 
 def run_no_grad(cfg, x, w1, b1) -> tuple:
-    from kernels import gemm
+    from h3bench.kernels import gemm
     return (gemm.forward(x, w1, b1, cfg, out_dtype=torch.float32, out_silu=True)[0],)
 
 
 def _default():
-    from kernels import gemm
-    from kernels import timestep_mlp as TM
+    from h3bench.kernels import gemm
+    from h3bench.kernels import timestep_mlp as TM
     return gemm.pick(TM.DEFAULT.fwd1, BIG_T)
 
 

@@ -30,7 +30,7 @@ def loop_us(step, steps: int) -> tuple[float, float]:
 
 def harness_us(step, device: torch.device, count: int) -> dict:
     """The harness's two figures of `step` (harness.timing.take: CUDA events, medians of `count`)."""
-    from harness.timing import STREAM, SYNCHRONIZED, median, take
+    from h3bench.harness.timing import STREAM, SYNCHRONIZED, median, take
     for _ in range(20):
         step()
     return {m: round(median(take(step, device, m, count)), 2) for m in (SYNCHRONIZED, STREAM)}
@@ -40,7 +40,7 @@ def harness_us(step, device: torch.device, count: int) -> dict:
 def graphs(on: bool):
     """Both ops' graph caches (kernels/graph_replay.py) on or off inside, whatever their defaults and
     H3BENCH_GRAPHS say; as they were after."""
-    from kernels import norm_modulate_api, timestep_mlp
+    from h3bench.kernels import norm_modulate_api, timestep_mlp
     caches = (norm_modulate_api.GRAPHS, timestep_mlp.GRAPHS)
     was = [cache.on for cache in caches]
     for cache in caches:
@@ -65,7 +65,7 @@ def norm_modulate_rows(rows: int, steps: int) -> dict:
     """norm_modulate's inference call at H = 5376, M = 9, bf16 (the evidence's case), graphs off and on, and
     torch's F.rms_norm alone: host / wall per call back to back, and the harness's per-sample and stream
     medians."""
-    from kernels.norm_modulate_api import norm_modulate
+    from h3bench.kernels.norm_modulate_api import norm_modulate
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(1)
     hidden, table = 5376, 9
@@ -95,8 +95,8 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("probe_graph_host needs a CUDA device")
     from tools.gemm_kernel_times import _inputs
-    from kernels import graph_replay
-    from kernels import timestep_mlp as TM
+    from h3bench.kernels import graph_replay
+    from h3bench.kernels import timestep_mlp as TM
     dev = torch.device("cuda")
     out = {}
     for rows in (int(r) for r in a.rows.split(",")):

@@ -28,7 +28,7 @@ from tools.bitwise_probe import BIG_T
 
 
 def candidates() -> dict:
-    from kernels.gemm import LaunchConfig as C
+    from h3bench.kernels.gemm import LaunchConfig as C
     s = {"precision": "fp16x3", "local_scales": True, "swap_ab": True, "split_k": 6}
     return {
         "M64S3": C(64, 16, 32, num_warps=4, num_stages=3, **s),
@@ -68,10 +68,10 @@ def candidates() -> dict:
 
 def data_sets(device: torch.device) -> dict:
     """{name: (h [BIG_T, K], w2 [D, K], b2 [D])}: tools/bitwise_probe.py's four sets around the op's h."""
-    from harness.config import load_config
-    from harness.ops import get_op
-    from kernels import gemm
-    from kernels import timestep_mlp as TM
+    from h3bench.harness.config import load_config
+    from h3bench.harness.ops import get_op
+    from h3bench.kernels import gemm
+    from h3bench.kernels import timestep_mlp as TM
     params = load_config("timestep_mlp").inputs
     inputs = get_op("timestep_mlp").make_inputs(params, BIG_T, 11, device)
     x, w1, b1, w2, b2 = (inputs.tensors[n] for n in ("x", "w1", "b1", "w2", "b2"))
@@ -83,7 +83,7 @@ def diagnostics() -> dict:
     """Configs that are not candidates (other orders, other precisions), timed only: where GEMM2's time at
     small T goes. Each k-step's split of W2's tile and its MMAs against plain streaming (FMA chains, tf32x3,
     longer steps, more K chunks), beside torch's copy of W2 and cuBLAS's gemv."""
-    from kernels.gemm import LaunchConfig as C
+    from h3bench.kernels.gemm import LaunchConfig as C
     s = {"precision": "fp16x3", "local_scales": True, "swap_ab": True}
     return {
         "swap_k64": C(64, 16, 64, num_warps=4, num_stages=3, split_k=6, **s),
@@ -98,7 +98,7 @@ def diagnostics() -> dict:
 
 def diagnose(model: tuple, rows: list[int], reps: int) -> list[dict]:
     """`diagnostics()` and the references timed on `model` (data_sets()'s (h, w2, b2)) at each T."""
-    from kernels import gemm
+    from h3bench.kernels import gemm
     h, w2, b2 = model
     out = []
     for t in rows:
@@ -117,13 +117,13 @@ def diagnose(model: tuple, rows: list[int], reps: int) -> list[dict]:
 
 
 def _default():
-    from kernels import gemm
-    from kernels import timestep_mlp as TM
+    from h3bench.kernels import gemm
+    from h3bench.kernels import timestep_mlp as TM
     return gemm.pick(TM.DEFAULT.fwd2, BIG_T)
 
 
 def run(cfg, h, w2, b2) -> tuple:
-    from kernels import gemm
+    from h3bench.kernels import gemm
     return (gemm.forward(h, w2, b2, cfg, out_dtype=torch.float32)[0],)
 
 

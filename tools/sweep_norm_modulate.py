@@ -50,7 +50,7 @@ ERROR_BOUND = {torch.bfloat16: 4.5e-3 * 1.2, torch.float16: 1e-3 * 1.2, torch.fl
 
 def _variant(name: str, hidden: int):
     """The LaunchConfig preset `name` for `hidden` (kernels/NOTES.md v16 says what each tests)."""
-    from kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate as K
     base = K.launch_config(hidden)
     presets = _presets(base)
     if name not in presets:
@@ -60,7 +60,7 @@ def _variant(name: str, hidden: int):
 
 def _presets(base) -> dict:
     """{preset name: LaunchConfig fields it changes from `base`, the default config of one H}."""
-    from kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate as K
     block_h = base.block_h
     one_sm_rows, one_sm_warps = K.whole_row_tile(block_h)   # the whole-row backward before v33
     old_rows, old_warps = K.row_tile(block_h)   # v13's narrow tile / wide row shape
@@ -180,7 +180,7 @@ def _presets(base) -> dict:
 
 def _variant_names() -> tuple:
     """The presets' names (the same for every H: any H's default config lists them)."""
-    from kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate as K
     return tuple(_presets(K.launch_config(1024)))
 
 
@@ -240,7 +240,7 @@ def floor_us(hidden: int, rows: int, backward: bool, bandwidth_gbps: float, elem
 @contextlib.contextmanager
 def using_config(config):
     """Make the API pick `config` (a LaunchConfig) for every H while the block runs."""
-    from kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate as K
     original = K.launch_config
     if config is not None:
         K.launch_config = lambda hidden: config
@@ -253,8 +253,8 @@ def using_config(config):
 def make_case(device: torch.device, hidden: int, rows: int, table_rows: int, seed: int = 11):
     """Prior-art inputs (harness/ops/norm_modulate.py): x = 2 randn, w = 0.5 + rand, tables 0.1 randn as
     strided views of an AdaLN table; idx uniform over the M table rows (timesteps = M, one modality)."""
-    from harness.config import load_config
-    from harness.ops.norm_modulate import OP
+    from h3bench.harness.config import load_config
+    from h3bench.harness.ops.norm_modulate import OP
     params = dataclasses.replace(load_config("norm_modulate").inputs, hidden=hidden, timesteps=table_rows,
                                  modalities=1, dtype="bfloat16")
     return params, OP.make_inputs(params, rows, seed, device).tensors
@@ -264,7 +264,7 @@ def _steps(name: str, t: dict, eps: float) -> tuple[Callable, Callable, Callable
     """(forward, net fwd+bwd, setup) of one row on the case's tensors."""
     import torch.nn.functional as F
 
-    from kernels.norm_modulate_api import norm_modulate
+    from h3bench.kernels.norm_modulate_api import norm_modulate
     x, w, sh, sc, idx = (t[n] for n in ("x", "w", "sh", "sc", "idx"))
     hidden = x.shape[-1]
 
@@ -297,7 +297,7 @@ def _steps(name: str, t: dict, eps: float) -> tuple[Callable, Callable, Callable
 
 
 def time_figure(step: Callable, setup: Optional[Callable], device: torch.device, warmup: int, reps: int) -> dict:
-    from harness.timing import SYNCHRONIZED, STREAM, median, take
+    from h3bench.harness.timing import SYNCHRONIZED, STREAM, median, take
     for _ in range(warmup):
         if setup is not None:
             setup()
@@ -370,7 +370,7 @@ def variant_grid(names: list[str], hiddens: list[int], table_rows: Sequence[int]
                  ) -> list[tuple[str, int, int, object]]:
     """(preset, H, M, LaunchConfig) to time: each preset at each H and M, unless it is the default config
     there (named as "default", the default is timed too)."""
-    from kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate as K
     grid = []
     for hidden in hiddens:
         default = dataclasses.asdict(K.launch_config(hidden))
@@ -382,8 +382,8 @@ def variant_grid(names: list[str], hiddens: list[int], table_rows: Sequence[int]
 
 def dtype_matrix(device, eps: float, rows: int = 1024, hidden: int = MODEL_HIDDEN) -> list[dict]:
     """max|out - ref| / max|ref| of y and each gradient against float64, for mixed input dtypes."""
-    from harness.probes.accuracy_latency import rel_err
-    from kernels.norm_modulate_api import norm_modulate
+    from h3bench.harness.probes.accuracy_latency import rel_err
+    from h3bench.kernels.norm_modulate_api import norm_modulate
     _, t = make_case(device, hidden, rows, 9)
     gen = torch.Generator(device=device).manual_seed(9)
     dy64 = torch.randn(rows, hidden, generator=gen, device=device, dtype=torch.float64)
@@ -498,7 +498,7 @@ def summary(report: dict) -> str:
 def main(argv: Optional[list[str]] = None) -> dict:
     args = parse_args(argv)
     device = require_cuda(args.allow_cpu)
-    from harness.environment import measure_copy_bandwidth
+    from h3bench.harness.environment import measure_copy_bandwidth
     torch.backends.cuda.matmul.allow_tf32 = False
     eps = 1e-5
     started = time.perf_counter()

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
-from harness import schema
-from harness.schema import RowResult
+from h3bench.harness import schema
+from h3bench.harness.schema import RowResult
 
 OURS = "h3bench_triton"
 ERROR_FACTOR = 1.5        # every output and gradient within 1.5x of the best row's error

@@ -9,13 +9,13 @@ import argparse
 from pathlib import Path
 from typing import Optional
 
-from harness import schema
-from harness.schema import RowResult, UnavailableMode
+from h3bench.harness import schema
+from h3bench.harness.schema import RowResult, UnavailableMode
 
 
 def verdict(row) -> tuple[Optional[bool], str]:
     """(batch_invariant or None when unmeasured, the verdict in words with its failing counts)."""
-    from reports.verdicts import failure_summary
+    from h3bench.reports.verdicts import failure_summary
 
     if row is None:
         return None, "not in the file"

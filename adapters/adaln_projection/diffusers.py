@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from adapters._diffusers import diffusers_installed
-from harness.adapter import Adapter, Loaded
-from harness.ops.adaln_projection import AdaLNProjectionParams
+from h3bench.adapters._diffusers import diffusers_installed
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.adaln_projection import AdaLNProjectionParams
 
 
 def _load(device: torch.device, params: AdaLNProjectionParams) -> Loaded:

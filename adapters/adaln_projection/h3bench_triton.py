@@ -6,13 +6,13 @@ from importlib import metadata
 
 import torch
 
-from harness.adapter import Adapter, Loaded
-from harness.ops.adaln_projection import AdaLNProjectionParams
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.adaln_projection import AdaLNProjectionParams
 
 
 def _load(device: torch.device, params: AdaLNProjectionParams) -> Loaded:
-    from kernels.adaln_projection import adaln_projection
-    from kernels.common import interpreter_active, require_triton_device
+    from h3bench.kernels.adaln_projection import adaln_projection
+    from h3bench.kernels.common import interpreter_active, require_triton_device
 
     require_triton_device(device)
     where = "Triton interpreter" if interpreter_active() else "CUDA"

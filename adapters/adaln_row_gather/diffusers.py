@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from adapters._diffusers import diffusers_installed
-from harness.adapter import Adapter, Loaded
-from harness.ops.adaln_row_gather import AdaLNRowGatherParams
+from h3bench.adapters._diffusers import diffusers_installed
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.adaln_row_gather import AdaLNRowGatherParams
 
 
 def _load(device: torch.device, params: AdaLNRowGatherParams) -> Loaded:

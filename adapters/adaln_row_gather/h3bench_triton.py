@@ -6,13 +6,13 @@ from importlib import metadata
 
 import torch
 
-from harness.adapter import Adapter, Loaded
-from harness.ops.adaln_row_gather import OP, AdaLNRowGatherParams
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.adaln_row_gather import OP, AdaLNRowGatherParams
 
 
 def _load(device: torch.device, params: AdaLNRowGatherParams) -> Loaded:
-    from kernels.adaln_row_gather_api import adaln_row_gather
-    from kernels.common import interpreter_active, require_triton_device
+    from h3bench.kernels.adaln_row_gather_api import adaln_row_gather
+    from h3bench.kernels.common import interpreter_active, require_triton_device
 
     require_triton_device(device)
     modalities, chunks = params.modalities, params.chunks

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from adapters._rl_engine import ROW_GATHER_MODULES, rl_kernel_row
-from harness.ops.adaln_row_gather import AdaLNRowGatherParams
+from h3bench.adapters._rl_engine import ROW_GATHER_MODULES, rl_kernel_row
+from h3bench.harness.ops.adaln_row_gather import AdaLNRowGatherParams
 
 RL_KERNEL_MODALITIES = 3  # H3_MODALITY_NUM
 RL_KERNEL_CHUNKS = 6      # H3_ADALN_CHUNKS

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.adapter import Adapter, Loaded
-from harness.ops.adaln_row_gather import AdaLNRowGatherParams
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.adaln_row_gather import AdaLNRowGatherParams
 
 
 def _load(device: torch.device, params: AdaLNRowGatherParams) -> Loaded:

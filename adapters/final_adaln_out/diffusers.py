@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from adapters._diffusers import diffusers_installed
-from harness.adapter import Adapter, Loaded
-from harness.ops.final_adaln_out import FinalAdaLNOutParams
+from h3bench.adapters._diffusers import diffusers_installed
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.final_adaln_out import FinalAdaLNOutParams
 
 
 def _load(device: torch.device, params: FinalAdaLNOutParams) -> Loaded:

@@ -6,13 +6,13 @@ from importlib import metadata
 
 import torch
 
-from harness.adapter import Adapter, Loaded
-from harness.ops.final_adaln_out import OP, FinalAdaLNOutParams
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.final_adaln_out import OP, FinalAdaLNOutParams
 
 
 def _load(device: torch.device, params: FinalAdaLNOutParams) -> Loaded:
-    from kernels.common import interpreter_active, require_triton_device
-    from kernels.final_adaln_out import final_adaln_out
+    from h3bench.kernels.common import interpreter_active, require_triton_device
+    from h3bench.kernels.final_adaln_out import final_adaln_out
 
     require_triton_device(device)
     eps = params.eps

@@ -8,8 +8,8 @@ and runs unchanged on an rl_engine that has the op.
 """
 from __future__ import annotations
 
-from adapters._rl_engine import rl_kernel_row
-from harness.ops.final_adaln_out import FinalAdaLNOutParams
+from h3bench.adapters._rl_engine import rl_kernel_row
+from h3bench.harness.ops.final_adaln_out import FinalAdaLNOutParams
 
 FINAL_ADALN_OUT_MODULES = (
     "rl_engine.kernels.ops.cuda.h3.final_adaln_out",

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from adapters._diffusers import diffusers_installed
-from harness.adapter import Adapter, Loaded
-from harness.ops.gate_residual import GateResidualParams
+from h3bench.adapters._diffusers import diffusers_installed
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.gate_residual import GateResidualParams
 
 
 def _load(device: torch.device, params: GateResidualParams) -> Loaded:

@@ -6,13 +6,13 @@ from importlib import metadata
 
 import torch
 
-from harness.adapter import Adapter, Loaded
-from harness.ops.gate_residual import OP, GateResidualParams
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.gate_residual import OP, GateResidualParams
 
 
 def _load(device: torch.device, params: GateResidualParams) -> Loaded:
-    from kernels.common import interpreter_active, require_triton_device
-    from kernels.gate_residual_api import gate_residual
+    from h3bench.kernels.common import interpreter_active, require_triton_device
+    from h3bench.kernels.gate_residual_api import gate_residual
 
     require_triton_device(device)
 

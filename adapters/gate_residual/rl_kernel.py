@@ -8,7 +8,7 @@ and runs unchanged on an rl_engine that has the op.
 """
 from __future__ import annotations
 
-from adapters._rl_engine import rl_kernel_row
+from h3bench.adapters._rl_engine import rl_kernel_row
 
 GATE_RESIDUAL_MODULES = (
     "rl_engine.kernels.ops.cuda.h3.gate_residual",

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.adapter import Adapter, Loaded
-from harness.ops.gate_residual import GateResidualParams
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.gate_residual import GateResidualParams
 
 
 def _load(device: torch.device, params: GateResidualParams) -> Loaded:

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from adapters._diffusers import diffusers_installed
-from harness.adapter import Adapter, Loaded
-from harness.ops.norm_modulate import NormModulateParams
+from h3bench.adapters._diffusers import diffusers_installed
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.norm_modulate import NormModulateParams
 
 
 def _load(device: torch.device, params: NormModulateParams) -> Loaded:

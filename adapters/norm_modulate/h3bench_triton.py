@@ -5,13 +5,13 @@ from importlib import metadata
 
 import torch
 
-from harness.adapter import Adapter, Loaded
-from harness.ops.norm_modulate import NormModulateParams
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.norm_modulate import NormModulateParams
 
 
 def _load(device: torch.device, params: NormModulateParams) -> Loaded:
-    from kernels.common import interpreter_active, require_triton_device
-    from kernels.norm_modulate_api import GRAPHS, norm_modulate
+    from h3bench.kernels.common import interpreter_active, require_triton_device
+    from h3bench.kernels.norm_modulate_api import GRAPHS, norm_modulate
 
     require_triton_device(device)
     eps = params.eps

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.adapter import Adapter, Loaded, installed_version
-from harness.ops.norm_modulate import NormModulateParams
+from h3bench.harness.adapter import Adapter, Loaded, installed_version
+from h3bench.harness.ops.norm_modulate import NormModulateParams
 
 MODULE = "liger_kernel.ops.modulated_rms_norm"
 

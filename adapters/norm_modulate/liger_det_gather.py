@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from adapters.norm_modulate.liger import liger_modulated, liger_version, load_liger_function
-from harness.adapter import Adapter, Loaded
-from harness.ops.norm_modulate import NormModulateParams
+from h3bench.adapters.norm_modulate.liger import liger_modulated, liger_version, load_liger_function
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.norm_modulate import NormModulateParams
 
 
 def _load(device: torch.device, params: NormModulateParams) -> Loaded:
@@ -14,7 +14,7 @@ def _load(device: torch.device, params: NormModulateParams) -> Loaded:
     if device.type != "cuda":
         raise RuntimeError(f"needs CUDA (Liger's Triton kernel), got device {device}")
     function = load_liger_function()
-    from kernels.row_gather import deterministic_row_gather
+    from h3bench.kernels.row_gather import deterministic_row_gather
 
     def fn(x, w, sh, sc, idx):
         return liger_modulated(function, x, w, deterministic_row_gather(sh, idx), deterministic_row_gather(sc, idx),

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from adapters.norm_modulate.liger import liger_modulated, liger_version, load_liger_function
-from adapters._rl_engine import ROW_GATHER_MODULES, rl_engine_attr, rl_engine_source
-from harness.adapter import Adapter, Loaded
-from harness.ops.norm_modulate import NormModulateParams
+from h3bench.adapters.norm_modulate.liger import liger_modulated, liger_version, load_liger_function
+from h3bench.adapters._rl_engine import ROW_GATHER_MODULES, rl_engine_attr, rl_engine_source
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.norm_modulate import NormModulateParams
 
 RL_KERNEL_MODALITIES = 3  # H3_MODALITY_NUM: rl-kernel's table rows are timestep * 3 + modality tag
 

@@ -5,8 +5,8 @@ rl_engine is not on the package index; the row is unavailable unless `import rl_
 """
 from __future__ import annotations
 
-from adapters._rl_engine import RMSNORM_MODULES, rl_kernel_row
-from harness.ops.norm_modulate import NormModulateParams
+from h3bench.adapters._rl_engine import RMSNORM_MODULES, rl_kernel_row
+from h3bench.harness.ops.norm_modulate import NormModulateParams
 
 
 def _call(op, params: NormModulateParams):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.adapter import Adapter, Loaded, installed_version
-from harness.ops.norm_modulate import NormModulateParams
+from h3bench.harness.adapter import Adapter, Loaded, installed_version
+from h3bench.harness.ops.norm_modulate import NormModulateParams
 
 MODULE = "sglang.kernels.ops.diffusion.norm.scale_residual_norm_cutedsl"
 # fused_norm_scale_shift imports this on every call (a Blackwell-only LayerNorm fast path that
@@ -21,7 +21,7 @@ def _load(device: torch.device, params: NormModulateParams) -> Loaded:
     eps = params.eps
     if device.type != "cuda":
         raise RuntimeError(f"needs CUDA (CuTe DSL kernel), got device {device}")
-    from adapters._sglang_import import ensure_cutlass_dsl_on_path, import_sglang_module
+    from h3bench.adapters._sglang_import import ensure_cutlass_dsl_on_path, import_sglang_module
 
     ensure_cutlass_dsl_on_path()
     fused_norm_scale_shift = import_sglang_module(MODULE).fused_norm_scale_shift

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.adapter import Adapter, Loaded, installed_version
-from harness.ops.norm_modulate import NormModulateParams
+from h3bench.harness.adapter import Adapter, Loaded, installed_version
+from h3bench.harness.ops.norm_modulate import NormModulateParams
 
 MODULE = "sglang.kernels.ops.diffusion.norm.rmsnorm_scale_shift_triton"
 
@@ -18,7 +18,7 @@ def _load(device: torch.device, params: NormModulateParams) -> Loaded:
     eps = params.eps
     if device.type != "cuda":
         raise RuntimeError(f"needs CUDA (Triton kernel), got device {device}")
-    from adapters._sglang_import import import_sglang_module
+    from h3bench.adapters._sglang_import import import_sglang_module
 
     rmsnorm_indexed_scale_shift = import_sglang_module(MODULE).rmsnorm_indexed_scale_shift
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.adapter import Adapter, Loaded
-from harness.ops.norm_modulate import NormModulateParams
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.norm_modulate import NormModulateParams
 
 
 def _load(device: torch.device, params: NormModulateParams) -> Loaded:

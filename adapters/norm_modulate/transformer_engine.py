@@ -11,8 +11,8 @@ from importlib import metadata
 
 import torch
 
-from harness.adapter import Adapter, Loaded
-from harness.ops.norm_modulate import NormModulateParams
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.norm_modulate import NormModulateParams
 
 
 def _import_te_pytorch():

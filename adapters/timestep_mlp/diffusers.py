@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from adapters._diffusers import diffusers_installed
-from harness.adapter import Adapter, Loaded
-from harness.ops.timestep_mlp import TimestepMLPParams
+from h3bench.adapters._diffusers import diffusers_installed
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.timestep_mlp import TimestepMLPParams
 
 
 def _load(device: torch.device, params: TimestepMLPParams) -> Loaded:

@@ -8,13 +8,13 @@ from importlib import metadata
 
 import torch
 
-from harness.adapter import Adapter, Loaded
-from harness.ops.timestep_mlp import TimestepMLPParams
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.timestep_mlp import TimestepMLPParams
 
 
 def _load(device: torch.device, params: TimestepMLPParams) -> Loaded:
-    from kernels.common import interpreter_active, require_triton_device
-    from kernels.timestep_mlp import GRAPHS, timestep_mlp
+    from h3bench.kernels.common import interpreter_active, require_triton_device
+    from h3bench.kernels.timestep_mlp import GRAPHS, timestep_mlp
 
     require_triton_device(device)
     where = "Triton interpreter" if interpreter_active() else "CUDA"

@@ -13,7 +13,7 @@ global mode replaces); an adapter has no say in which modes run, so run it with 
 """
 from __future__ import annotations
 
-from adapters._rl_engine import rl_kernel_row
+from h3bench.adapters._rl_engine import rl_kernel_row
 
 MLP_MODULES = (
     "rl_engine.kernels.ops.cuda.h3.timestep_mlp",

@@ -22,9 +22,9 @@ import math
 
 import torch
 
-from adapters._diffusers import diffusers_installed
-from harness.adapter import Adapter, Loaded
-from harness.ops.timestep_sinusoid import TimestepSinusoidParams
+from h3bench.adapters._diffusers import diffusers_installed
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.timestep_sinusoid import TimestepSinusoidParams
 
 SCALE = 1  # Timesteps(..., scale=1): the MiniMax-H3 model leaves the default
 

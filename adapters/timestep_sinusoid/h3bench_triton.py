@@ -6,13 +6,13 @@ from importlib import metadata
 
 import torch
 
-from harness.adapter import Adapter, Loaded
-from harness.ops.timestep_sinusoid import TimestepSinusoidParams
+from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.ops.timestep_sinusoid import TimestepSinusoidParams
 
 
 def _load(device: torch.device, params: TimestepSinusoidParams) -> Loaded:
-    from kernels.common import interpreter_active, require_triton_device
-    from kernels.timestep_sinusoid import timestep_sinusoid
+    from h3bench.kernels.common import interpreter_active, require_triton_device
+    from h3bench.kernels.timestep_sinusoid import timestep_sinusoid
 
     require_triton_device(device)
     dim, period, shift = params.freq_dim, params.max_period, params.downscale_freq_shift

@@ -13,8 +13,8 @@ from __future__ import annotations
 import importlib
 from typing import Optional
 
-from adapters._rl_engine import rl_kernel_row
-from harness.ops.timestep_sinusoid import TimestepSinusoidParams
+from h3bench.adapters._rl_engine import rl_kernel_row
+from h3bench.harness.ops.timestep_sinusoid import TimestepSinusoidParams
 
 SINUSOID_MODULES = (
     "rl_engine.kernels.ops.cuda.h3.timestep_sinusoid",

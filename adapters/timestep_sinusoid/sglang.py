@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.adapter import Adapter, Loaded, installed_version
-from harness.ops.timestep_sinusoid import TimestepSinusoidParams
+from h3bench.harness.adapter import Adapter, Loaded, installed_version
+from h3bench.harness.ops.timestep_sinusoid import TimestepSinusoidParams
 
 MODULE = "sglang.kernels.ops.diffusion.modulate.timestep_embedding_jit"
 DIM_MULTIPLE = 8  # the kernel's `dim % 8 == 0`
@@ -25,7 +25,7 @@ def _load(device: torch.device, params: TimestepSinusoidParams) -> Loaded:
     dim, shift, max_period = params.freq_dim, float(params.downscale_freq_shift), params.max_period
     if dim % DIM_MULTIPLE:
         raise ValueError(f"SGLang's timestep_embedding needs freq_dim % {DIM_MULTIPLE} == 0, got {dim}")
-    from adapters._sglang_import import import_sglang_module
+    from h3bench.adapters._sglang_import import import_sglang_module
 
     timestep_embedding = import_sglang_module(MODULE).timestep_embedding
 

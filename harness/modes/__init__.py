@@ -11,9 +11,9 @@ import importlib
 import os
 from importlib import metadata
 
-from harness.modes.base import ActiveMode, ModeNotActive, ModeSpec
-from harness.modes.library_modes import LIBRARY_MODES
-from harness.modes.torch_modes import DETERMINISTIC, PLAIN
+from h3bench.harness.modes.base import ActiveMode, ModeNotActive, ModeSpec
+from h3bench.harness.modes.library_modes import LIBRARY_MODES
+from h3bench.harness.modes.torch_modes import DETERMINISTIC, PLAIN
 
 ENTRY_POINT_GROUP = "h3bench.modes"
 MODULES_VARIABLE = "H3BENCH_MODE_MODULES"

@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from harness.modes.base import ActiveMode, ModeNotActive, ModeSpec, dispatch_state, require_replaced
+from h3bench.harness.modes.base import ActiveMode, ModeNotActive, ModeSpec, dispatch_state, require_replaced
 
 WATCHED_OPS = ("aten::mm", "aten::mm.out", "aten::mm.dtype", "aten::addmm", "aten::addmm.out", "aten::bmm",
                "aten::bmm.out", "aten::matmul", "aten::linear", "aten::mean.dim", "aten::_log_softmax",

@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 
-from harness.modes.base import ActiveMode, ModeNotActive, ModeSpec
+from h3bench.harness.modes.base import ActiveMode, ModeNotActive, ModeSpec
 
 
 def _plain() -> ActiveMode:

@@ -6,16 +6,16 @@ from __future__ import annotations
 import importlib
 import os
 
-from harness.ops.base import Op
+from h3bench.harness.ops.base import Op
 
 OP_MODULES: dict[str, str] = {
-    "norm_modulate": "harness.ops.norm_modulate",
-    "timestep_sinusoid": "harness.ops.timestep_sinusoid",
-    "timestep_mlp": "harness.ops.timestep_mlp",
-    "adaln_projection": "harness.ops.adaln_projection",
-    "adaln_row_gather": "harness.ops.adaln_row_gather",
-    "gate_residual": "harness.ops.gate_residual",
-    "final_adaln_out": "harness.ops.final_adaln_out",
+    "norm_modulate": "h3bench.harness.ops.norm_modulate",
+    "timestep_sinusoid": "h3bench.harness.ops.timestep_sinusoid",
+    "timestep_mlp": "h3bench.harness.ops.timestep_mlp",
+    "adaln_projection": "h3bench.harness.ops.adaln_projection",
+    "adaln_row_gather": "h3bench.harness.ops.adaln_row_gather",
+    "gate_residual": "h3bench.harness.ops.gate_residual",
+    "final_adaln_out": "h3bench.harness.ops.final_adaln_out",
 }
 MODULES_VARIABLE = "H3BENCH_OP_MODULES"
 

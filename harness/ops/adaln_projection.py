@@ -23,7 +23,7 @@ from typing import Optional
 
 import torch
 
-from harness.ops.base import (Input, Op, OpInputs, Reference, element_size, generator, positive_fields,
+from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, element_size, generator, positive_fields,
                               randn_grad_outs)
 
 TEMB_DTYPE = torch.float32   # temb (the timestep MLP's fp32 output)

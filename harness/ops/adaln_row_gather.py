@@ -24,7 +24,7 @@ from typing import Optional
 
 import torch
 
-from harness.ops.base import (Input, Op, OpInputs, Reference, TableParams, adaln_table, element_size, generator,
+from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, TableParams, adaln_table, element_size, generator,
                               modality_layout, positive_fields, randn_grad_outs, torch_dtype)
 
 # Seed of the generator the table is drawn from: the same table for every case seed (OPERATORS.md).

@@ -33,9 +33,9 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from harness.ops.base import (DtypeParams, Input, Op, OpInputs, Reference, element_size, generator, modality_layout,
+from h3bench.harness.ops.base import (DtypeParams, Input, Op, OpInputs, Reference, element_size, generator, modality_layout,
                               positive_eps, positive_fields, randn_grad_outs, torch_dtype)
-from harness.ops.norm_modulate import rms_norm64
+from h3bench.harness.ops.norm_modulate import rms_norm64
 
 # Seed of the generator nw, temb, W and b are drawn from: the same for every case seed.
 PARAM_SEED = 0

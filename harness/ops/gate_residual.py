@@ -28,7 +28,7 @@ from typing import Optional
 
 import torch
 
-from harness.ops.base import (Input, Op, OpInputs, Reference, TableParams, adaln_table, element_size, generator,
+from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, TableParams, adaln_table, element_size, generator,
                               positive_fields, randn_grad_outs, table_index, torch_dtype)
 
 # Seed of the generator the AdaLN table (and so the gate) is drawn from: the same for every case seed.

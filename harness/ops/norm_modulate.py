@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from harness.ops.base import (Input, Op, OpInputs, Reference, TableParams, adaln_table, element_size, generator,
+from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, TableParams, adaln_table, element_size, generator,
                               positive_eps, positive_fields, randn_grad_outs, table_index, torch_dtype)
 
 TABLE_CHUNKS = 6  # the AdaLN table holds six [M, H] chunks; sh and sc are two of them

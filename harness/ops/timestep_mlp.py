@@ -19,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from harness.ops.base import (Input, Op, OpInputs, Reference, element_size, generator, positive_fields,
+from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, element_size, generator, positive_fields,
                               randn_grad_outs)
 
 DTYPE = torch.float32  # every tensor of the op (OPERATORS.md)

@@ -19,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from harness.ops.base import (Input, Op, OpInputs, Reference, element_size, float64_leaves, generator,
+from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, element_size, float64_leaves, generator,
                               positive)
 
 DTYPE = torch.float32  # t and out (OPERATORS.md); the sinusoid has no other dtype

@@ -20,12 +20,12 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from harness.config import AccuracyPlan, TimingPlan
-from harness.execute import ImplementationError, blamed, call, execute, make_leaves
-from harness.ops.base import Op, OpInputs
-from harness.probes.context import ProbeContext
-from harness.schema import FIGURES, SizeResult, Spread, latency_key
-from harness.timing import METHODS, STREAM, Subject, interleave, median, rounds_for, spread_of
+from h3bench.harness.config import AccuracyPlan, TimingPlan
+from h3bench.harness.execute import ImplementationError, blamed, call, execute, make_leaves
+from h3bench.harness.ops.base import Op, OpInputs
+from h3bench.harness.probes.context import ProbeContext
+from h3bench.harness.schema import FIGURES, SizeResult, Spread, latency_key
+from h3bench.harness.timing import METHODS, STREAM, Subject, interleave, median, rounds_for, spread_of
 
 POISON_FACTOR = 8  # poison this many times the outputs' bytes of free cached memory
 

@@ -15,10 +15,10 @@ from typing import Optional
 
 import torch
 
-from harness.config import AllRowsPlan, SubBatchPlan, SweepPlan
-from harness.execute import Outcome, any_rows_differ, bitwise_equal, rows_differ
-from harness.probes.context import ProbeContext, select_grad_outs
-from harness.schema import (AllRowsCase, BatchInvariance, BatchSizeSweep, FullVsSubBatches,
+from h3bench.harness.config import AllRowsPlan, SubBatchPlan, SweepPlan
+from h3bench.harness.execute import Outcome, any_rows_differ, bitwise_equal, rows_differ
+from h3bench.harness.probes.context import ProbeContext, select_grad_outs
+from h3bench.harness.schema import (AllRowsCase, BatchInvariance, BatchSizeSweep, FullVsSubBatches,
                             SweepFailure)
 
 

@@ -7,8 +7,8 @@ from typing import Any, Callable, ContextManager, Optional
 
 import torch
 
-from harness.execute import Outcome, execute
-from harness.ops.base import Op, OpInputs, Reference
+from h3bench.harness.execute import Outcome, execute
+from h3bench.harness.ops.base import Op, OpInputs, Reference
 
 Progress = Callable[[int], None]  # advance by n units of the probe's declared total
 

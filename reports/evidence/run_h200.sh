@@ -59,11 +59,13 @@ SITE=/tmp/site
 MODES_SITE=/tmp/modes-site
 RLK=/tmp/rl-kernel-h3
 M=$ROOT/.devpkgs-modes
+PKG=/tmp/h3bench-pkg  # this checkout as the h3bench package (no index there for pip install -e)
+bash "$ROOT/tools/link_package.sh" "$PKG"
 # PYTHONPATH per step: the full SGLang (small set) and the trimmed one (modes carry) must never meet.
-FULL_PATH=$ROOT:$RLK:$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages
-MODES_PATH=$ROOT:$RLK:$M/vllm-0.34.0:$M/sglang-0.5.23:$M/megatron-core-0.19.2:$MODES_SITE
+FULL_PATH=$PKG:$ROOT:$RLK:$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages
+MODES_PATH=$PKG:$ROOT:$RLK:$M/vllm-0.34.0:$M/sglang-0.5.23:$M/megatron-core-0.19.2:$MODES_SITE
 
-h3bench() { python3 -m reports.cli "$@"; }
+h3bench() { python3 -m h3bench.reports.cli "$@"; }
 
 big_pieces() { cat /root/devpkgs/PIECES 2>/dev/null || echo "?"; }
 
@@ -122,7 +124,7 @@ run_ops() {  # run_ops PATH OPS [args...]: one h3bench run, its wall time
   local path=$1 ops=$2; shift 2
   local t0
   t0=$(date +%s)
-  PYTHONPATH=$path timeout "$(left)" python3 -m reports.cli run --op "$ops" --device cuda --full --no-render --quiet "$@"
+  PYTHONPATH=$path timeout "$(left)" python3 -m h3bench.reports.cli run --op "$ops" --device cuda --full --no-render --quiet "$@"
   echo "h3bench run --op $ops $*: rc=$? wall $(( $(date +%s) - t0 )) s"
 }
 
@@ -215,11 +217,11 @@ step_bench-gemm() {
 
 step_probe-swap() {  # tools/probe_swap_ab.py: GEMM2's swapped candidates, bitwise and kernel time (H3BENCH_PROBE_ARGS)
   # shellcheck disable=SC2086  # the arguments are words
-  PYTHONPATH=$ROOT timeout "$(left)" python3 -m tools.probe_swap_ab ${H3BENCH_PROBE_ARGS:-} --json "$OUT/work/probe_swap_ab.json"
+  PYTHONPATH=$PKG:$ROOT timeout "$(left)" python3 -m tools.probe_swap_ab ${H3BENCH_PROBE_ARGS:-} --json "$OUT/work/probe_swap_ab.json"
 }
 
 step_probe-fp16x3() {
-  PYTHONPATH=$ROOT timeout "$(left)" python3 -m tools.probe_fp16x3 --budget "$(( $(left) - 60 ))" --out "$OUT/work"
+  PYTHONPATH=$PKG:$ROOT timeout "$(left)" python3 -m tools.probe_fp16x3 --budget "$(( $(left) - 60 ))" --out "$OUT/work"
 }
 
 mkdir -p "$OUT/work"
