@@ -181,6 +181,10 @@ def run(
                                                             "ids like 0,2,5; one worker per GPU."),
     ray: Optional[str] = typer.Option(None, "--ray", help="Run the (op, mode) jobs as Ray tasks (num_gpus=1): "
                                                           "a cluster address, or auto."),
+    require_invariant: Optional[str] = typer.Option(
+        None, "--require-invariant", help="ROW[,ROW] or all: exit 1, naming each, when a selected row is not "
+                                          "batch-invariant, its parameter gradients do not repeat, or it is "
+                                          "unavailable (for CI)."),
     in_process: bool = typer.Option(False, "--in-process", hidden=True,
                                     help="Run the one mode in this process (how a mode's child is called)."),
 ):
@@ -228,6 +232,7 @@ def run(
         requests[0].out = out or default_out_path(ops[0], dev, requests[0].config.quick)
     for request in requests:
         _check_writable(request.out)
+    required = _required(require_invariant, requests)
     console = Console(stderr=True, quiet=quiet)
     if gpus is not None or ray is not None:
         if in_process:
@@ -239,6 +244,40 @@ def run(
         for hook in RENDER_HOOKS:
             written += hook([r.out for r in requests], console)
     console.print(f"wrote {escape(', '.join(str(p) for p in written))}", highlight=False)
+    if required is not None:
+        _gate([r.out for r in requests], required)
+
+
+def _required(text: Optional[str], requests):
+    """--require-invariant's selection, checked against the rows the run will have before anything runs."""
+    from h3bench.harness import gate
+
+    if text is None:
+        return None
+    try:
+        selection = gate.parse_selection(text)
+    except ValueError as exc:
+        fail(str(exc))
+    rows = {a.name for r in requests for a in r.adapters}
+    unknown = gate.unknown_rows(selection, rows)
+    if unknown:
+        fail(f"--require-invariant names row(s) this run does not have: {', '.join(unknown)}; "
+             f"rows: {', '.join(sorted(rows))}")
+    return selection
+
+
+def _gate(paths: list[Path], selection) -> None:
+    """Exit 1 naming every selected row that breaks the reuse rule; print the verdict either way."""
+    from h3bench.harness import gate
+    from h3bench.harness.schema import load
+
+    lines = [line for path in paths for line in gate.failures(load(path), selection)]
+    for line in lines:
+        err.print(f"[red]required invariance failed:[/] {escape(line)}", highlight=False)
+    if lines:
+        raise typer.Exit(1)
+    err.print("required invariance: every selected row is batch-invariant with repeatable parameter "
+              "gradients", highlight=False)
 
 
 def _run_requests(requests, console: Console, quiet: bool, run_evidence, plan_note: bool) -> list[Path]:

@@ -1,0 +1,62 @@
+"""`h3bench run --require-invariant ROW[,ROW]|all`: the RFC's reuse rule as an exit code. A selected row
+fails when it is not batch-invariant, when its parameter gradients do not repeat bitwise, or when it is
+unavailable (a mode that is unavailable as a whole fails every selected row of it); each failure is one
+line naming the op, row, mode and the counts that failed."""
+from __future__ import annotations
+
+from typing import Iterable, Union
+
+from h3bench.harness.schema import BatchInvariance, Evidence, RowResult, UnavailableMode, UnavailableRow
+
+ALL = "all"
+Selection = Union[str, frozenset]
+
+
+def parse_selection(text: str) -> Selection:
+    """`all`, or a set of row names; ValueError on an empty list."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ValueError(f"--require-invariant {text!r}: name rows (ROW[,ROW]) or {ALL}")
+    return ALL if ALL in names else frozenset(names)
+
+
+def unknown_rows(selection: Selection, rows: Iterable[str]) -> list[str]:
+    """The selected names no row of the run has (always none for `all`)."""
+    return [] if selection == ALL else sorted(set(selection) - set(rows))
+
+
+def _what_failed(bi: BatchInvariance) -> list[str]:
+    found = []
+    for size, case in sorted(bi.all_rows.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
+        if case.fwd_differ or case.rowgrad_differ:
+            found.append(f"all_rows {size}: fwd {case.fwd_differ}, rowgrad {case.rowgrad_differ} of {case.rows} rows")
+    subs = bi.full_vs_sub_batches
+    if subs.fwd_differ or subs.rowgrad_differ:
+        found.append(f"full_vs_sub: fwd {subs.fwd_differ}, rowgrad {subs.rowgrad_differ} of {subs.sub_batches} "
+                     "sub-batches")
+    sweep = bi.batch_size_sweep
+    if sweep.differ:
+        found.append(f"sweep: {sweep.differ} of {sweep.comparisons} comparisons")
+    if bi.params_repeatable is False:
+        found.append("parameter gradients not repeatable")
+    return found
+
+
+def failures(evidence: Evidence, selection: Selection) -> list[str]:
+    """One line per selected row of `evidence` that breaks the reuse rule, in mode and row order."""
+    lines = []
+    for mode, rows in evidence.results.items():
+        if isinstance(rows, UnavailableMode):
+            lines.append(f"{evidence.op} [{mode}]: mode unavailable: {rows.unavailable}")
+            continue
+        for name, row in rows.items():
+            if selection != ALL and name not in selection:
+                continue
+            where = f"{evidence.op}/{name} [{mode}]"
+            if isinstance(row, UnavailableRow):
+                lines.append(f"{where}: unavailable: {row.unavailable}")
+            elif isinstance(row, RowResult):
+                failed = _what_failed(row.batch_invariance)
+                if failed or not row.batch_invariance.batch_invariant:
+                    lines.append(f"{where}: NOT batch-invariant: {'; '.join(failed) or 'verdict false'}")
+    return lines

@@ -1,0 +1,66 @@
+"""`h3bench run --require-invariant`: exit 1 naming each selected row that breaks the reuse rule (not
+batch-invariant, parameter gradients not repeatable, unavailable), 0 otherwise, 2 on a bad selection."""
+from __future__ import annotations
+
+import pytest
+
+from h3bench.harness import gate, schema
+from h3bench.harness.schema import UnavailableMode, UnavailableRow
+from tests.helpers import composition, even, require_prior_art
+
+
+def on_even_batches(x, w, sh, sc, idx):
+    """A planted fault: a row's output moves by one ulp-ish step when its batch has an even row count."""
+    y = composition(x, w, sh, sc, idx)
+    return y * (1 + 2 ** -7) if even(x) else y
+
+
+def test_the_prior_art_verdicts_become_failures():
+    ev = schema.load(require_prior_art())
+    lines = gate.failures(ev, gate.ALL)
+    failing = {line.split(" [")[0] for line in lines}
+    assert failing == {"norm_modulate/diffusers", "norm_modulate/liger"}, lines
+    assert any("parameter gradients not repeatable" in line for line in lines)
+    assert gate.failures(ev, frozenset({"torch_rms_norm", "rl_kernel"})) == []
+
+
+def test_unavailable_rows_and_modes_fail():
+    ev = schema.load(require_prior_art())
+    ev.results["plain"]["torch_rms_norm"] = UnavailableRow(unavailable="ImportError: planted")
+    ev.results["vllm"] = UnavailableMode(unavailable="child crashed")
+    lines = gate.failures(ev, frozenset({"torch_rms_norm"}))
+    assert lines == ["norm_modulate/torch_rms_norm [plain]: unavailable: ImportError: planted",
+                     "norm_modulate [vllm]: mode unavailable: child crashed"]
+
+
+@pytest.mark.parametrize("text,expected", [("all", gate.ALL), ("a, b", frozenset({"a", "b"})),
+                                           ("a,all", gate.ALL)])
+def test_selection(text, expected):
+    assert gate.parse_selection(text) == expected
+
+
+def test_an_empty_selection_is_refused():
+    with pytest.raises(ValueError, match="name rows"):
+        gate.parse_selection(" , ")
+
+
+def run(invoke, tmp_path, *extra):
+    return invoke("run", "--device", "cpu", "--quick", "--adapters", "torch_rms_norm", "--no-render",
+                  "--adapter", "tests.test_gate:on_even_batches", "--out", str(tmp_path / "x.json"), *extra)
+
+
+def test_exit_1_names_the_failing_row_and_0_for_the_clean_one(invoke, tmp_path):
+    result, text = run(invoke, tmp_path, "--require-invariant", "all")
+    assert result.exit_code == 1, text
+    assert "norm_modulate/on_even_batches [plain]: NOT batch-invariant" in text
+    assert "torch_rms_norm [plain]" not in text
+    result, text = run(invoke, tmp_path, "--require-invariant", "torch_rms_norm")
+    assert result.exit_code == 0 and "every selected row is batch-invariant" in text, text
+    result, text = run(invoke, tmp_path)  # no gate: the run's verdicts are in the file, exit 0
+    assert result.exit_code == 0, text
+
+
+def test_a_row_the_run_does_not_have_is_refused_before_running(invoke, tmp_path):
+    result, text = run(invoke, tmp_path, "--require-invariant", "torch_rms_norm,no_such_row")
+    assert result.exit_code == 2 and "no_such_row" in text and "on_even_batches" in text, text
+    assert not (tmp_path / "x.json").exists()
