@@ -21,9 +21,11 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+from h3bench.harness.console import make_console
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]},
                   help="Batch-invariance, accuracy and latency evidence for GPU kernels.")
-err = Console(stderr=True)
+err = make_console(stderr=True)
 ENTRY_POINT_GROUP = "h3bench.adapters"
 ALL_OPS = "all"
 
@@ -31,6 +33,22 @@ ALL_OPS = "all"
 # reports.cli registers the Markdown/HTML/plot renderers (per file) and the index page (for --op all).
 RenderHook = Callable[[list[Path], Console], list[Path]]
 RENDER_HOOKS: list[RenderHook] = []
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        try:
+            version = metadata.version("h3bench")
+        except metadata.PackageNotFoundError:  # a checkout on PYTHONPATH (tools/link_package.sh), not installed
+            version = "not installed"
+        print(f"h3bench {version}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                          help="Print h3bench's version and exit.")) -> None:
+    """Batch-invariance, accuracy and latency evidence for GPU kernels."""
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -196,6 +214,14 @@ def run(
 
     dev = _device(device)
     ops = _ops(op)
+    if mode_timeout is not None and not mode_timeout > 0:
+        fail(f"--mode-timeout {mode_timeout:g}: must be a positive number of seconds")
+    if ray is not None:
+        import importlib.util
+
+        from h3bench.harness.fanout_ray import RAY_MISSING
+        if importlib.util.find_spec("ray") is None:
+            fail(f"--ray {ray}: {RAY_MISSING}")
     out = Path(out_arg) if out_arg else None
     if out_arg and len(ops) == 1 and out_arg.endswith(("/", os.sep)):   # Path() would drop the slash
         fail(f"--out {out_arg}: names a folder; with one op --out is the evidence file "
@@ -233,7 +259,8 @@ def run(
     for request in requests:
         _check_writable(request.out)
     required = _required(require_invariant, requests)
-    console = Console(stderr=True, quiet=quiet)
+    # --quiet hides the progress bars only: the summary, the "wrote" line and errors still print
+    console = make_console(stderr=True)
     if gpus is not None or ray is not None:
         if in_process:
             fail("--in-process runs one mode here; it does not fan out")
@@ -296,7 +323,7 @@ def _run_requests(requests, console: Console, quiet: bool, run_evidence, plan_no
         else:
             with RichObserver(console) as observer:
                 evidence = run_evidence(request, observer)
-        Console(quiet=quiet).print(summary_table(evidence))
+        make_console().print(summary_table(evidence))
         console.print(f"{cfg.op}: {time.perf_counter() - started:.1f} s")
         written.append(request.out)
     return written
@@ -328,7 +355,7 @@ def _fan_out(requests, gpus: Optional[str], ray: Optional[str], console: Console
     started = time.perf_counter()
     found = run_suite(requests, devices, ray_address=ray, on_event=show)
     for evidence in found:
-        Console(quiet=console.quiet).print(summary_table(evidence))
+        make_console().print(summary_table(evidence))
     console.print(f"{len(found)} op(s), {sum(len(r.modes) for r in requests)} job(s) in "
                   f"{time.perf_counter() - started:.1f} s on {len(devices) or 'Ray'} worker(s)")
     return [r.out for r in requests]
@@ -345,7 +372,7 @@ def list_(device: str = typer.Option("auto", "--device", help="Where availabilit
     dev = _device(device)
     table = Table(title=f"h3bench on {dev}")
     for column in ("op", "adapter", "grads", "status", "source or reason"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # names are typed back: fold, never cut
     for op in OP_MODULES:
         spec = get_op(op)
         params = load_config(op).inputs
@@ -358,7 +385,7 @@ def list_(device: str = typer.Option("auto", "--device", help="Where availabilit
                           escape(loaded.source if ok else loaded))
         if not named_adapters(op):
             table.add_row(op, "-", ",".join(spec.differentiable), "", "no rows registered")
-    Console().print(table)
+    make_console().print(table)
 
 
 @app.command()

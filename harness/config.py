@@ -260,7 +260,8 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
     if origin is tuple:
         if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool)
                                                   for v in value):
-            raise ConfigError(f"{where}: expected a list of integers, got {value!r}")
+            raise ConfigError(f"{where}: expected a list of integers, got {value!r} (a TOML list: [64, 512]; "
+                              f"on a command line quoted, e.g. --set '{where.strip('[]')}=[64, 512]')")
         if any(v < 0 for v in value):
             raise ConfigError(f"{where}: must not hold negative numbers, got {value!r}")
         return tuple(value)

@@ -70,18 +70,22 @@ def _fmt(value: Optional[float], spec: str) -> str:
 
 
 def summary_table(evidence: Evidence) -> Table:
-    """One line per row at the largest row count: the columns a reader decides on, narrow enough for
-    an 80-column terminal (mode and size go in the title, the full detail in the rendered report).
-    Latencies in us: fwd and net fwd+bwd per-sample synchronized, and back to back ("st"); floor: the
-    back-to-back forward's fraction of its memory floor."""
+    """One line per row at the largest row count: the columns a reader decides on (mode and size go in
+    the title, the full detail in the rendered report). Relative errors against float64; latencies in us
+    (CUDA events, or "us (wall)" where the run timed with the host clock): fwd and net fwd+bwd
+    per-sample synchronized, and back to back ("st"); "of floor": the back-to-back forward's fraction of
+    its memory floor."""
     sizes = sizes_of(evidence)
     size = sizes[-1] if sizes else "-"
     table = Table(title=f"{evidence.op} on {evidence.environment.gpu or evidence.environment.device}"
                         f"{' (quick)' if evidence.quick else ''}, R = {size}", box=box.SIMPLE_HEAD,
                   padding=(0, 0), pad_edge=False, caption_justify="left")
-    for column in ("row", "invariant", "params", "fwd err", "grd err", "fwd", "fwd st", "net", "net st",
-                   "floor"):
-        table.add_column(column, justify="left" if column == "row" else "right", no_wrap=True)
+    timing = evidence.environment.timing
+    timer = "us (wall)" if timing is not None and timing.timer == "wall_clock" else "us"
+    for column in ("row", "invariant", "params repeat", "fwd rel err", "grad rel err", f"fwd {timer}",
+                   f"fwd st {timer}", f"net {timer}", f"net st {timer}", "of floor"):
+        # fold, never cut: a name or a number must be read whole at any terminal width
+        table.add_column(column, justify="left" if column == "row" else "right", overflow="fold")
     unavailable = []
     for mode, rows in evidence.results.items():
         if isinstance(rows, UnavailableMode):

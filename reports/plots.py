@@ -105,7 +105,9 @@ def plot_latency(evidence: Evidence, path: PathLike) -> Path:
         ax.set_ylabel("latency (µs, log scale)")
         ax.set_title(f"R = {size} rows", fontsize=11)
         ax.grid(axis="y", which="both", alpha=0.3)
-    fig.suptitle(_title(evidence, "latency (median CUDA-event time)"))
+    timing = evidence.environment.timing
+    clock = "wall-clock" if timing is not None and timing.timer == "wall_clock" else "CUDA-event"
+    fig.suptitle(_title(evidence, f"latency (median {clock} time)"))
     return _save(fig, path)
 
 

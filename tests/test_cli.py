@@ -282,3 +282,46 @@ def test_default_out_paths_do_not_overwrite_a_run_of_the_same_second(monkeypatch
     folder = runner.default_out_path("all", cpu, True).with_suffix("")  # --op all makes a folder of it
     folder.mkdir()
     assert runner.default_out_path("all", cpu, True) == Path("runs/all_cpu_quick_20261205-010203-2.json")
+
+
+def test_version_and_short_help(invoke):
+    from importlib import metadata
+    result, text = invoke("--version")
+    assert result.exit_code == 0 and text == f"h3bench {metadata.version('h3bench')}", text
+    result, text = invoke("-h")
+    assert result.exit_code == 0 and "run" in text and "compare" in text, text
+    result, text = invoke("run", "-h")
+    assert result.exit_code == 0 and "--require-invariant" in text, text
+
+
+@pytest.mark.parametrize("seconds", ["-1", "0"])
+def test_mode_timeout_must_be_positive(invoke, tmp_path, seconds):
+    result, text = invoke("run", "--device", "cpu", "--adapters", "torch_rms_norm", "--mode-timeout", seconds,
+                          "--out", str(tmp_path / "x.json"))
+    assert result.exit_code == 2 and "--mode-timeout" in text and "positive" in text, text
+
+
+def test_ray_without_ray_is_one_line(invoke, tmp_path, monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    result, text = invoke("run", "--device", "cpu", "--adapters", "torch_rms_norm", "--ray", "auto",
+                          "--out", str(tmp_path / "x.json"))
+    assert result.exit_code == 2 and "pip install 'h3bench[ray]'" in text and "Traceback" not in result.output, text
+
+
+def test_piped_output_is_never_cut(tmp_path):
+    """Not a terminal (a pipe, a CI log) and COLUMNS=80: every row name and figure printed whole."""
+    from typer.testing import CliRunner
+
+    from h3bench.reports.cli import app
+    runner = CliRunner()
+    listed = runner.invoke(app, ["list", "--device", "cpu"], env={"COLUMNS": "80"})
+    assert listed.exit_code == 0 and "…" not in listed.output
+    assert re.search(r"\bliger_rlk_gather\b", listed.output) and re.search(r"\btorch_rms_norm\b", listed.output)
+    out = tmp_path / "x.json"
+    ran = runner.invoke(app, ["run", "--device", "cpu", "--quick", "--adapters", "torch_rms_norm", "--no-render",
+                              "--quiet", "--out", str(out)], env={"COLUMNS": "80"})
+    assert ran.exit_code == 0 and "…" not in ran.output, ran.output
+    # --quiet hides progress only: the summary (with its units) and the "wrote" line are there
+    assert "torch_rms_norm" in ran.output and "fwd rel err" in ran.output and f"wrote {out}" in ran.output
