@@ -1,18 +1,23 @@
 """Pieces every h3bench Triton kernel uses: launching, rounding, and the fixed-order segmented reduction.
 
-Launching (`launch`): `kernel[grid](*args, **meta)` minus triton's per-call Python.
+Launching: three entry points, each `kernel[grid](*args, **meta)` minus triton's per-call Python, each
+falling back to that plain path whenever the fast one could differ (under the interpreter, with a launch
+hook installed (a profiler's), on a triton whose internals do not look as expected, or with
+H3BENCH_FAST_LAUNCH=0):
 
-On the lent H200 VM `kernel[grid](...)` costs 16 us of host time in a tight loop and ~58 us inside a
-forward+backward, where the norm_modulate backward is host-bound (kernels/NOTES.md, v12); calling the
-compiled kernel's own launcher costs 7 us. What is skipped: triton's option parsing, its cache-key
-string, the check of global values, grid canonicalization and launch metadata.
+* `launch(kernel, grid, *args, **meta)`: triton's binder runs on every call and the compiled kernel is
+  looked up by the specialization it returns (dtypes, 16-byte alignment of pointers, divisibility of
+  integers, constexpr values) plus the launch options, so nothing can launch a kernel compiled for other
+  arguments. What is skipped: triton's option parsing, its cache-key string, the check of global values,
+  grid canonicalization and launch metadata. Used by gate_residual, adaln_row_gather, row_gather, gemm.
+* `launch_ready`: no binder at all, for a kernel whose compiled code depends on dtypes only
+  (timestep_sinusoid).
+* `launch_keyed`: the binder once per key the caller names (norm_modulate, the GEMM ops).
 
-What is kept, so nothing can launch a kernel compiled for other arguments: triton's own binder runs on
-every call, and the compiled kernel is looked up by the specialization it returns (dtypes, 16-byte
-alignment of pointers, divisibility of integers, constexpr values) plus the launch options. A miss
-goes through `kernel[grid]`, which compiles if needed, and remembers the result. The plain path is
-taken whenever the fast one could differ: under the interpreter, with a launch hook installed (a
-profiler's), on a triton whose internals do not look as expected, or with H3BENCH_FAST_LAUNCH=0.
+Host time per launch on the H200 VM, commit 3c77436, `python -m tools.hostcost --sinusoid-only` (the
+timestep_sinusoid kernel, tight loop): `kernel[grid]` 9.96 us, `launch` 7.1, `launch_ready` 4.62 (the
+binder alone 1.47). A remembered compiled kernel is called through `runner` (below), which skips
+triton's launcher class.
 
 The fixed-order segmented reduction (parameter gradients of gathered tables): the rows are split into
 fixed chunks, one per program (`split_rows`: a function of the row count and the GPU's SM count only);
@@ -36,6 +41,8 @@ try:
 except ImportError:  # a triton without knobs: `_hooks_installed` then always sends launches the plain way
     _knobs = None
 
+# H3BENCH_FAST_LAUNCH=0: every launch through `kernel[grid]`, triton's own path (the reference the fast
+# paths are tested against bitwise; their host-time win is in the module docstring).
 ENABLED = os.environ.get("H3BENCH_FAST_LAUNCH", "1") != "0"
 # Read once, as triton does when it decorates a kernel: the interpreter cannot be switched on later.
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -44,7 +51,10 @@ if INTERPRETED:  # tl.dot in a fixed order, not the CPU's BLAS (kernels/interpre
 
     interpreted_dot.install()
 _COMPILED: dict = {}
-# Skip `CudaLauncher.__call__` (below: `runner`) unless H3BENCH_DIRECT_LAUNCH=0 (A/B timing).
+# `runner` skips `CudaLauncher.__call__` unless H3BENCH_DIRECT_LAUNCH=0. H200 VM, commit 3c77436,
+# `python -m tools.hostcost --sinusoid-only`: a launch through `compiled.run` 3.98 us, through the direct
+# call 3.52; timestep_sinusoid's whole call 6.38 / 6.77 us direct against 7.21 / 7.20 (two interleaved
+# rounds). The switch is what `tools.hostcost --switch direct` flips to measure that again.
 DIRECT = os.environ.get("H3BENCH_DIRECT_LAUNCH", "1") != "0"
 
 
@@ -65,15 +75,6 @@ def launch(kernel, grid: tuple[int, ...], *args, **meta) -> None:
         kernel[grid](*args, **meta)
         return
     _launch_fast(kernel, grid, torch.cuda.current_device(), args, meta)
-
-
-def launch_on(device: int, kernel, grid: tuple[int, ...], *args, **meta) -> None:
-    """`launch` for a caller that already knows the current CUDA device's index (one torch call less per
-    launch: a few us of host time on the H200 VM). `device` must be the current device."""
-    if not ENABLED or INTERPRETED:
-        kernel[grid](*args, **meta)
-        return
-    _launch_fast(kernel, grid, device, args, meta)
 
 
 def _launch_fast(kernel, grid, device: int, args, meta) -> None:
@@ -98,9 +99,9 @@ def _launch_fast(kernel, grid, device: int, args, meta) -> None:
 # --- calling a compiled kernel ---------------------------------------------------------------------------
 #
 # `compiled.run(g0, g1, g2, stream, function, packed_metadata, launch_metadata, enter_hook, exit_hook, *args)`
-# is triton's `CudaLauncher.__call__`: ~2 us of Python on the H200 VM (kernels/notes/timestep_sinusoid.md
-# v2: two closures, the scratch allocators) before its C `launch`. For a kernel that needs neither global
-# nor profile scratch memory, that Python only adds fixed arguments, so `runner` calls the C `launch` with
+# is triton's `CudaLauncher.__call__`: two closures and the scratch allocators in Python before its C
+# `launch` (0.46 us a launch on the H200 VM: see `DIRECT`). For a kernel that needs neither global nor
+# profile scratch memory, that Python only adds fixed arguments, so `runner` calls the C `launch` with
 # them itself. Only where its code was read: triton 3.6.0's `CudaLauncher.__call__(self, gridX, gridY,
 # gridZ, stream, function, *args)` calls `self.launch(gridX, gridY, gridZ, stream, function,
 # self.launch_cooperative_grid, self.launch_pdl, global_scratch, profile_scratch, *args)`, scratch None
@@ -134,9 +135,9 @@ def runner(compiled) -> tuple:
 # --- launching a kernel whose compiled code depends on dtypes only ----------------------------------------
 #
 # For an op whose whole cost is its host path (timestep_sinusoid: 2 MB at most), even triton's binder
-# (3.5 us on the H200 VM, tools/hostcost.py --sinusoid-only) is worth skipping. That is only safe for a
-# kernel whose compiled code cannot depend on an argument's value: every integer argument in
-# `do_not_specialize`, every pointer the caller does not allocate itself in
+# (1.47 us a call on the H200 VM, commit 3c77436, `python -m tools.hostcost --sinusoid-only`) is worth
+# skipping. That is only safe for a kernel whose compiled code cannot depend on an argument's value:
+# every integer argument in `do_not_specialize`, every pointer the caller does not allocate itself in
 # `do_not_specialize_on_alignment` (the others the caller guarantees 16-byte aligned: fresh torch
 # allocations). Its compiled kernel then depends on the caller's `key` (the tensors' dtypes), the device
 # and the constexprs only; `launch_ready` checks this once per key, through the binder's own
@@ -174,8 +175,9 @@ def ready_runner(kernel, device: int, key, meta: tuple) -> tuple | None:
     """(run, head, tail) of a `launch_ready` entry made for (kernel, device, key, meta), or None: for a
     caller that keeps it and launches with `run(g0, g1, g2, stream, *head, *args, *tail)` itself, e.g. with
     int pointers (the C launcher then skips each tensor's data_ptr() call and its cuPointerGetAttribute
-    check: ~0.3 us a pointer on the H200 VM, logs/session10-call-1). Such a caller must take the entry
-    only while `fast_launch_allowed()` and with every integer argument in int32, as `launch_ready` does."""
+    check: the sinusoid's three-pointer launch 3.52 -> 3.23 us on the H200 VM, commit 3c77436,
+    `python -m tools.hostcost --sinusoid-only`). Such a caller must take the entry only while
+    `fast_launch_allowed()` and with every integer argument in int32, as `launch_ready` does."""
     entry = _READY.get((kernel, device, key, meta))
     return None if entry is None else entry[:3]
 
@@ -246,7 +248,11 @@ def ready_specialization(kernel, names: list, specialization: list, n_args: int,
 # caller's fresh allocation, the constexprs and launch options (the caller's `meta`), the device.
 
 _KEYED: dict = {}
-KEYED = os.environ.get("H3BENCH_KEYED_LAUNCH", "1") != "0"   # off: `launch`'s binder on every call (A/B timing)
+# H3BENCH_KEYED_LAUNCH=0: `launch`'s binder on every call instead. H200 VM, commit b36d90f,
+# `python -m tools.hostcost --gemm-only` (host us a call, keyed against the binder, two interleaved
+# rounds): adaln_projection forward T = 1 77.3 / 142.0 against 99.0 / 207.1; timestep_mlp forward T = 1
+# 145.6 / 272.0 against 288.2 / 380.7. The switch is what `tools.hostcost --switch keyed` flips.
+KEYED = os.environ.get("H3BENCH_KEYED_LAUNCH", "1") != "0"
 
 
 def tensor_key(t: torch.Tensor) -> tuple:
@@ -366,7 +372,8 @@ def param_tile(programs: int, limit: int) -> int:
 def rounded(v, dtype: tl.constexpr, BY_HAND: tl.constexpr):
     """fp32 -> `dtype`, rounding to nearest even. The GPU's cast does that; the Triton interpreter's
     fp32 -> bf16 cast truncates, so there (BY_HAND) the rounding is done on the bits first and the
-    cast is exact. The hand version costs 17 us per forward on the H200 (kernels/NOTES.md)."""
+    cast is exact. Never on the GPU: there it cost norm_modulate's forward kernel 17 us (208 us against
+    191 on the H200, recorded in commit 100f3f7; kernels/notes/norm_modulate.md)."""
     if BY_HAND:
         if dtype == tl.bfloat16:
             bits = v.to(tl.uint32, bitcast=True)

@@ -30,9 +30,11 @@ Backward, two launches, no atomics:
 2. `kernels.common.table_from_partials`: per column, the partials of chunks 0, 1, ..., P-1 in tiles of
    PARAM_TILE (a fixed tl.sum tree per tile, tiles left to right), rounded once to the gate's dtype.
 
-dres: the kernel writes it (one more store per element) by default; `LaunchConfig.dres_from_kernel =
-False` returns dy itself instead, which costs nothing here but is cloned by autograd when it accumulates
-into a leaf whose upstream gradient is still referenced (the harness's case): a read and a write.
+dres is written by the backward kernel (one more store per element) rather than returned as dy itself:
+autograd clones a returned dy when it accumulates into a leaf whose upstream gradient is still referenced
+(the harness's case), a separate read and write of the same bytes. H200, commit 9fb680b, S = 32768,
+H = 5376: forward+backward 1036.3 / 858.6 us (sync / stream) writing it, 1146.2 / 961.5 returning dy
+(`python -m tools.bench_memory_ops --ops gate_residual --timeline`; kernels/notes/gate_residual.md).
 """
 from __future__ import annotations
 
@@ -50,8 +52,8 @@ from h3bench.kernels.common import (BY_HAND, INTERPRETED, cdiv, launch, local_or
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """How the kernels are launched for one H. The backward's split is part of the gate gradient's
-    summation order (a function of H and the device only); tools/bench_memory_ops.py passes variants."""
+    """How the kernels are launched for one H (`config_for`; tests pass smaller tiles and chunks). The
+    backward's split is part of the gate gradient's summation order (a function of H and the device only)."""
 
     block_c: int                 # columns per program, forward (and backward unless bwd_block_c)
     fwd_rows: int                # forward: rows per tile
@@ -61,11 +63,10 @@ class LaunchConfig:
     bwd_warps: int
     bwd_programs_per_sm: int     # backward: programs per SM in all (sets the row chunks)
     chunk_limit: int = 512       # backward: rows per chunk at most (its sort is a [chunk, M + 2] one-hot)
-    dres_from_kernel: bool = True
     reduce_cols: int = 64        # gate-gradient stage: columns per program
     param_tile: int = 256        # gate-gradient stage: partial rows per tl.sum, at most
-    # backward columns per program when they differ from the forward's (the H200 variants: 512-column
-    # backward steps were the fastest backward, 256-column tiles the fastest forward)
+    # backward columns per program when they differ from the forward's (`config_for`: 512-column backward
+    # steps under 256-column forward tiles from H = 512 up)
     bwd_block_c: Optional[int] = None
 
     @property
@@ -81,10 +82,12 @@ def launch_config(hidden: int) -> LaunchConfig:
 
 def config_for(hidden: int, interpreted: bool) -> LaunchConfig:
     """On a GPU: [16, 256] forward tiles, 8 per program (4 warps: 32 elements per thread, 16-byte
-    accesses); backward: [4, 512] steps from H = 512 up (v3 in kernels/notes/gate_residual.md, the H200's
-    variants `bwd512_r4` against [16, 256]), [16, 256] below; 16 programs per SM, chunks of at most 512
-    rows (v2: measured against [8, 256] with 8 per SM). The interpreter
-    runs programs and operations one after another at a fixed Python cost each: few, large tiles there."""
+    accesses); backward: [4, 512] steps from H = 512 up, [16, 256] below; 16 programs per SM, chunks of at
+    most 512 rows. H200, S = 32768, H = 5376, `python -m tools.bench_memory_ops --ops gate_residual
+    --timeline`: the backward kernel 407.6 us in [4, 512] steps against 514.6 in [16, 256] (commit
+    c7acaa3); [16, 256] steps at 16 programs per SM 518.6 us against 572.0 for [8, 256] at 8 (commit
+    9fb680b). Below H = 512 the [4, 512] steps are not measured. The interpreter runs programs and
+    operations one after another at a fixed Python cost each: few, large tiles there."""
     block_c = min(256, next_power_of_2(hidden))
     if interpreted:
         rows = max(1, min(256, 16384 // block_c))
@@ -92,7 +95,7 @@ def config_for(hidden: int, interpreted: bool) -> LaunchConfig:
                             bwd_warps=4, bwd_programs_per_sm=8, reduce_cols=min(4096, next_power_of_2(hidden)))
     rows = max(1, min(64, 4096 // block_c))
     common = dict(block_c=block_c, fwd_rows=rows, fwd_tiles=8, fwd_warps=4, bwd_warps=4, bwd_programs_per_sm=16)
-    if hidden >= 512:  # v3: 512-column backward steps of 4 rows (H200, H = 5376: backward kernel 408 us against 515)
+    if hidden >= 512:  # 512-column backward steps of 4 rows (H200, H = 5376: backward kernel 408 us against 515)
         return LaunchConfig(**common, bwd_rows=4, bwd_block_c=512)
     return LaunchConfig(**common, bwd_rows=rows)
 
@@ -125,7 +128,7 @@ def _fwd_kernel(RES, Y, GATE, IDX, OUT, n_rows, H: tl.constexpr, M, stride_res, 
 @triton.jit(do_not_specialize=["n_rows"])
 def _bwd_kernel(DY, Y, GATE, IDX, ORDER, DRES, DYO, PART, n_rows, H: tl.constexpr, M, NB, CHUNK, stride_dy,
                 stride_y, stride_g, stride_dres, stride_dyo, BLOCK_C: tl.constexpr, ROWS: tl.constexpr,
-                CMAX: tl.constexpr, K_P2: tl.constexpr, WRITE_DRES: tl.constexpr, BY_HAND: tl.constexpr):
+                CMAX: tl.constexpr, K_P2: tl.constexpr, BY_HAND: tl.constexpr):
     """Program (p, b): dres, dy_ and the gate partials of chunk p's rows, columns b*BLOCK_C .."""
     p = tl.program_id(0).to(tl.int64)  # int64 row arithmetic (the interpreter checks int32 overflow per op)
     b = tl.program_id(1)
@@ -153,12 +156,11 @@ def _bwd_kernel(DY, Y, GATE, IDX, ORDER, DRES, DYO, PART, n_rows, H: tl.constexp
             mask = ok[:, None] & col_ok[None, :]
             dy = tl.load(DY + r * stride_dy + cols[None, :], mask=mask, other=0.0)
             y = tl.load(Y + r * stride_y + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            if WRITE_DRES:
-                if DRES.dtype.element_ty == DY.dtype.element_ty:  # static: the same bits, no conversion
-                    tl.store(DRES + r * stride_dres + cols[None, :], dy, mask=mask)
-                else:  # res narrower than out: one rounding
-                    tl.store(DRES + r * stride_dres + cols[None, :],
-                             rounded(dy.to(tl.float32), DRES.dtype.element_ty, BY_HAND), mask=mask)
+            if DRES.dtype.element_ty == DY.dtype.element_ty:  # static: the same bits, no conversion
+                tl.store(DRES + r * stride_dres + cols[None, :], dy, mask=mask)
+            else:  # res narrower than out: one rounding
+                tl.store(DRES + r * stride_dres + cols[None, :],
+                         rounded(dy.to(tl.float32), DRES.dtype.element_ty, BY_HAND), mask=mask)
             dyf = dy.to(tl.float32)
             tl.store(DYO + r * stride_dyo + cols[None, :], rounded(g[None, :] * dyf, DYO.dtype.element_ty, BY_HAND),
                      mask=mask)
@@ -208,11 +210,7 @@ def backward(dy: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, idx: torch.T
     device = y.device
     table_rows = gate.shape[0]
     cfg = config or launch_config(hidden)
-    res_dtype = res_dtype or dy.dtype
-    if cfg.dres_from_kernel:
-        dres = torch.empty((rows, hidden), dtype=res_dtype, device=device)
-    else:
-        dres = dy if res_dtype == dy.dtype else dy.to(res_dtype)
+    dres = torch.empty((rows, hidden), dtype=res_dtype or dy.dtype, device=device)
     dyo = torch.empty((rows, hidden), dtype=y.dtype, device=device)
     if rows == 0:
         dgate = torch.zeros((table_rows, hidden), dtype=gate.dtype, device=device) if need_gate else None
@@ -226,8 +224,8 @@ def backward(dy: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, idx: torch.T
     partials = torch.empty((programs, table_rows, hidden), dtype=torch.float32, device=device)
     launch(_bwd_kernel, (programs, nb), dy, y, gate, idx, order, dres, dyo, partials, rows, hidden, table_rows, nb,
            chunk, dy.stride(0), y.stride(0), gate.stride(0), dres.stride(0), dyo.stride(0), BLOCK_C=cfg.bwd_columns,
-           ROWS=cfg.bwd_rows, CMAX=cmax, K_P2=next_power_of_2(table_rows + 2),
-           WRITE_DRES=cfg.dres_from_kernel, BY_HAND=BY_HAND, num_warps=cfg.bwd_warps)
+           ROWS=cfg.bwd_rows, CMAX=cmax, K_P2=next_power_of_2(table_rows + 2), BY_HAND=BY_HAND,
+           num_warps=cfg.bwd_warps)
     if not need_gate:
         return dres, dyo, None
     dgate = torch.empty((table_rows, hidden), dtype=gate.dtype, device=device)

@@ -14,9 +14,10 @@ angle 1, before the sine's own error.)
 Grid: one program per ROWS rows; each computes a [ROWS, BLOCK_K] block of angles and stores the cosines
 at columns k and the sines at half + k. Every element is one fixed sequence of operations on (t_r, f_k):
 bitwise the same alone or in any batch. float64 costs little here: 2 x 128 sin/cos per row, on an H200
-(~34 fp64 TFLOPS) ~1 us of arithmetic at T = 2048; at every T the cost is the host path (the H200 VM:
-33 us per call through `kernels.common.launch`, SGLang's JIT kernel 15 us; tools/hostcost.py
---sinusoid-only). So after the first call per (device, constants) a call is: one dictionary lookup,
+(~34 fp64 TFLOPS) ~1 us of arithmetic at T = 2048; at every T the cost is the host path (H200 VM,
+`python -m tools.hostcost --sinusoid-only`: 33.2 us a call at commit 9fb680b, 16.6 of them in
+`kernels.common.launch`, SGLang's JIT kernel 15.0; 6.77 us a call on the path below at commit 3c77436,
+SGLang's 7.87). So after the first call per (device, constants) a call is: one dictionary lookup,
 the dtype and rank of t, one allocation and `kernels.common.launch_ready` (no binder: the kernel's
 compiled code depends on t's dtype alone: its integers are not specialized, t's pointer not on
 alignment, and the frequencies and the output are our own fresh allocations). From the second call per
@@ -52,9 +53,8 @@ _I32_MAX = (1 << 31) - 1  # the kernel's ints are int32 (not specialized on thei
 @dataclass(frozen=True)
 class LaunchConfig:
     """The block shape: [rows, next_pow2(freq_dim / 2)] angles per program on `warps` warps (both powers of
-    two). Any shape gives the same bits (each element is one fixed float64 sequence); smaller blocks mean
-    more programs and fewer float64 cos/sin per thread (notes: version 3, tools/bench_memory_ops.py's
-    `rows2_w2`, `rows1_w2`, `rows1_w4`)."""
+    two). Any shape gives the same bits (each element is one fixed float64 sequence): tests pass small
+    blocks to check that."""
     rows: int    # rows per program
     warps: int
 
@@ -67,7 +67,11 @@ def launch_config(freq_dim: int) -> LaunchConfig:
 
 def config_for(freq_dim: int, interpreted: bool) -> LaunchConfig:
     """On a GPU: [8, 128] angle blocks (4 warps, 8 angles per thread) at the model's 256 features. The
-    interpreter runs programs one after another at a fixed Python cost each: large blocks there."""
+    per-sample latency is the host's at every T: on the H200 (commit 7ffb2da, `python -m
+    tools.bench_memory_ops --ops timestep_sinusoid`) blocks of [4|2|1, 128] on 2 or 4 warps came within
+    the host's 10-15 us jitter of this one at T = 1 and 2048, none measurably faster
+    (kernels/notes/timestep_sinusoid.md). The interpreter runs programs one after another at a fixed
+    Python cost each: large blocks there."""
     half_p2 = next_power_of_2(max(1, freq_dim // 2))
     return LaunchConfig(rows=max(1, (65536 if interpreted else 1024) // half_p2), warps=4)
 

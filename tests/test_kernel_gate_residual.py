@@ -156,16 +156,15 @@ def test_gate_gradient_repeats_bitwise_and_unused_rows_get_zero(device):
     assert torch.count_nonzero(first[5]) == 0 and torch.count_nonzero(first[4]) > 0
 
 
-@pytest.mark.parametrize("dres_from_kernel,bwd_block_c", [(True, None), (False, None), (True, 8), (True, 32)])
-def test_many_programs_agree_with_float64(device, dres_from_kernel, bwd_block_c):
+@pytest.mark.parametrize("bwd_block_c", [None, 8, 32])
+def test_many_programs_agree_with_float64(device, bwd_block_c):
     """Small chunks and narrow column blocks on the GPU's tile shapes: programs that hold no row of some
     table row, or only bad-index rows, still write their (zero) partials; the cross-program sum stays
-    fp32-accurate; dres is dy whether the kernel writes it or not; the backward's column blocks may
-    differ from the forward's (narrower, or one block wider than H)."""
+    fp32-accurate; dres is dy; the backward's column blocks may differ from the forward's (narrower, or
+    one block wider than H)."""
     t, dout = case(device, 24, 60, torch.float32)
     gpu = K.config_for(24, interpreted=False)
-    small = dataclasses.replace(gpu, block_c=16, chunk_limit=12, fwd_tiles=2, dres_from_kernel=dres_from_kernel,
-                                bwd_block_c=bwd_block_c)
+    small = dataclasses.replace(gpu, block_c=16, chunk_limit=12, fwd_tiles=2, bwd_block_c=bwd_block_c)
     programs, _ = K.backward_split(60, 24, small, device)
     assert programs >= 5
     t["idx"][7] = 9  # a bad row
@@ -185,8 +184,8 @@ def test_many_programs_agree_with_float64(device, dres_from_kernel, bwd_block_c)
 
 
 def test_the_gpu_default_for_wide_rows_agrees_with_float64(device):
-    """From H = 512 up the GPU default steps the backward through 512 columns and 4 sorted rows at a time
-    (v3), wider than the forward's 256-column tiles: with H = 600 the second column block is partial."""
+    """From H = 512 up the GPU default steps the backward through 512 columns and 4 sorted rows at a time,
+    wider than the forward's 256-column tiles: with H = 600 the second column block is partial."""
     t, dout = case(device, 600, 20, torch.float32)
     gpu = K.config_for(600, interpreted=False)
     assert (gpu.bwd_block_c, gpu.bwd_rows, gpu.block_c) == (512, 4, 256)

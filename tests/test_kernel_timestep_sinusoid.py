@@ -6,7 +6,7 @@ import torch
 from h3bench.harness.execute import as_bits
 from h3bench.harness.ops.timestep_sinusoid import TimestepSinusoidParams, sinusoid64
 from h3bench.harness.probes.accuracy_latency import rel_err
-from h3bench.kernels.timestep_sinusoid import LaunchConfig, timestep_sinusoid
+from h3bench.kernels.timestep_sinusoid import LaunchConfig, config_for, timestep_sinusoid
 from tests.helpers import gapped, run_quick_plan, within
 
 MODEL = TimestepSinusoidParams(freq_dim=256, max_period=10000, downscale_freq_shift=0.0)
@@ -70,19 +70,15 @@ def test_row_alone_equals_row_in_batch_and_many_programs(device):
 
 
 @pytest.mark.parametrize("rows", [1, 3, 777, 2048])
-def test_bench_variants_equal_the_default_bitwise(device, rows):
-    """Every launch shape tools/bench_memory_ops.py times, with its GPU block sizes ([8|4|16|2|1|1, 128]
-    rows per program), gives the default's bits: each element is the same float64 sequence on (t, f_k)."""
-    from tools.bench_memory_ops import variants
-
+def test_the_gpu_block_gives_the_same_bits(device, rows):
+    """The GPU's default block ([8, 128] angles on 4 warps at 256 features) gives the bits of the
+    interpreter's larger one: each element is the same float64 sequence on (t, f_k)."""
     t = sample_t(device, rows)[-rows:]
     t[1::2] *= 1000  # angles up to 1000 rad too
-    want = as_bits(timestep_sinusoid(t))
-    found = variants("timestep_sinusoid", MODEL, interpreted=False)
-    assert {"default", "rows2_w2", "rows1_w2", "rows1_w4"} <= set(found)
-    for name, fn in found.items():
-        out = fn(t)
-        assert out.shape == (rows, 256) and torch.equal(as_bits(out), want), name
+    gpu = config_for(256, interpreted=False)
+    assert (gpu.rows, gpu.warps) == (8, 4)
+    out = timestep_sinusoid(t, config=gpu)
+    assert out.shape == (rows, 256) and torch.equal(as_bits(out), as_bits(timestep_sinusoid(t)))
 
 
 @pytest.mark.parametrize("bad", [LaunchConfig(rows=3, warps=4), LaunchConfig(rows=0, warps=4),

@@ -1,16 +1,17 @@
-"""GPU check, timing and launch-config choice for h3bench's memory-bound Triton ops, in one call.
+"""GPU check, timing and launch-config choice for h3bench's memory-bound Triton ops, in one run.
 
     python -m tools.bench_memory_ops --out memory_ops.json            (an H200: a few minutes)
     python -m tools.bench_memory_ops --ops gate_residual --sizes 32768 --out gr.json
     TRITON_INTERPRET=1 python -m tools.bench_memory_ops --dry-run --out /tmp/x.json   (CPU: checks the script)
 
-For adaln_row_gather, gate_residual, final_adaln_out and timestep_sinusoid at the model's size (the op's
-default config) and each row count of its accuracy plan (token ops 4097 and 32768; timestep_sinusoid
-1, 3, 4, 64, 256, 2048), and for each row of the op (our kernel in 2-3 launch-config variants, the torch
-composition the `diffusers` adapter replays, and SGLang's kernel for timestep_sinusoid when it loads):
+For adaln_row_gather, gate_residual, final_adaln_out and timestep_sinusoid at the model's size and each
+row count of its accuracy plan (token ops 4097 and 32768; timestep_sinusoid 1, 3, 4, 64, 256, 2048), and
+for each row of the op (our kernel in its default launch configuration, final_adaln_out's also in its
+LaunchConfig alternatives; the torch composition the `diffusers` adapter replays; SGLang's kernel for
+timestep_sinusoid when it loads):
 
   1. errors against the op's float64 reference (output(s) and every gradient, max|err| / max|ref|);
-     the forward bitwise against our default variant's; parameter gradients twice, bitwise;
+     an alternative's forward bitwise against our default's; parameter gradients twice, bitwise;
   2. forward (no_grad), backward (autograd.backward of a kept graph) and forward+backward (the harness's
      fwd_bwd_net: leaves and upstream gradients made beforehand), CUDA events, median of --reps after
      --warmup, timed twice, each both per-sample synchronized (every sample from an idle GPU: the
@@ -19,8 +20,9 @@ composition the `diffusers` adapter replays, and SGLang's kernel for timestep_si
      their difference for the backward) over the copy bandwidth measured at the start (and again at
      the end, for the spread).
 
-Writes JSON to --out and prints a table per op and size. A variant that fails (compile error, wrong
-result) is recorded as its error and the others go on.
+Writes JSON to --out and prints a table per op and size. A row that fails (compile error, wrong result)
+is recorded as its error and the others go on. A launch configuration to try goes in as a row of
+`variants` beside "default", and comes out again unless its figures win.
 """
 from __future__ import annotations
 
@@ -71,7 +73,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--timeline", action="store_true",
                         help="also record each row's GPU kernels in one forward+backward (torch.profiler; CUDA)")
     parser.add_argument("--variants", default=None,
-                        help="comma-separated subset of our variants to run (default: all; `default` always runs)")
+                        help="comma-separated subset of our alternatives to run (final_adaln_out's LaunchConfig "
+                             "ones; default: all; `default` always runs)")
     args = parser.parse_args(argv)
     if args.warmup < 0 or args.reps < 1:
         parser.error("--warmup must be >= 0 and --reps >= 1")
@@ -98,44 +101,18 @@ def pick_device(dry_run: bool) -> torch.device:
 
 # --- the rows of each op ------------------------------------------------------------------------------
 
-def variants(op: str, params: Any, interpreted: bool) -> dict[str, Callable]:
-    """name -> callable with the op's signature, our kernel in launch-config variants worth comparing."""
+def variants(op: str, params: Any) -> dict[str, Callable]:
+    """name -> callable with the op's signature: our kernel at its default launch configuration
+    ("default") and, for final_adaln_out, its LaunchConfig alternatives."""
     if op == "adaln_row_gather":
-        from h3bench.kernels import adaln_row_gather as K
         from h3bench.kernels.adaln_row_gather_api import adaln_row_gather
 
-        base = K.config_for(params.hidden, interpreted)
-        configs = {
-            "default": base,
-            # wider column blocks (fewer index loads, 8-row tiles), 4 walk steps of 512 columns
-            "cols512": dataclasses.replace(base, block_c=512, fwd_rows=max(1, base.fwd_rows // 2),
-                                           bwd_rows=max(1, base.bwd_rows // 2)),
-            # taller tiles, 8 warps in the backward, half the walk programs (half the partials)
-            "rows32_bw8": dataclasses.replace(base, fwd_rows=2 * base.fwd_rows, fwd_tiles=4, bwd_rows=2 * base.bwd_rows,
-                                              bwd_warps=8, bwd_programs_per_sm=8),
-        }
         mods, chunks = params.modalities, params.chunks
-        return {name: (lambda cfg: lambda table, ti, tag: adaln_row_gather(
-            table, ti, tag, mods, chunks, check_index=False, config=cfg))(cfg) for name, cfg in configs.items()}
+        return {"default": lambda table, ti, tag: adaln_row_gather(table, ti, tag, mods, chunks, check_index=False)}
     if op == "gate_residual":
-        from h3bench.kernels import gate_residual as K
         from h3bench.kernels.gate_residual_api import gate_residual
 
-        base = K.config_for(params.hidden, interpreted)
-        configs = {
-            "default": base,
-            # dres = dy itself (autograd then clones it into the leaf's .grad)
-            "dres_is_dy": dataclasses.replace(base, dres_from_kernel=False),
-            "cols512": dataclasses.replace(base, block_c=512, fwd_rows=max(1, base.fwd_rows // 2),
-                                           bwd_rows=max(1, base.bwd_rows // 2)),
-            "bw8_pps8": dataclasses.replace(base, bwd_rows=max(1, base.bwd_rows // 2), bwd_programs_per_sm=8),
-            # 512-column backward steps (cols512's backward was the fastest) under 256-column forward tiles
-            "bwd512": dataclasses.replace(base, bwd_block_c=2 * base.block_c, bwd_rows=max(1, base.bwd_rows // 2)),
-            "bwd512_r4": dataclasses.replace(base, bwd_block_c=2 * base.block_c, bwd_rows=max(1, base.bwd_rows // 4)),
-        }
-        return {name: (lambda cfg: lambda res, y, gate, idx: gate_residual(res, y, gate, idx, check_index=False,
-                                                                         config=cfg))(cfg)
-                for name, cfg in configs.items()}
+        return {"default": lambda res, y, gate, idx: gate_residual(res, y, gate, idx, check_index=False)}
     if op == "final_adaln_out":
         from h3bench.kernels.final_adaln_out import LaunchConfig, final_adaln_out
 
@@ -145,25 +122,16 @@ def variants(op: str, params: Any, interpreted: bool) -> dict[str, Callable]:
                    "autograd_projection": LaunchConfig(False, one_node=False),
                    "triton_projection": LaunchConfig(triton_projection=True),
                    "torch_silu": LaunchConfig(triton_silu=False),
-                   # the projection's backward as torch's five calls (the default before
-                   # kernels/notes/final_adaln_out.md v5 took two gemm launches)
+                   # the projection's backward as torch's five calls instead of the default's two gemm
+                   # launches (H200, commit cf0e3c2: the default's fwd+bwd 3-4% faster at S = 4097)
                    "torch_grads": LaunchConfig(triton_grads=False)}
         return {name: (lambda cfg: lambda x, nw, temb, w, b, ti: final_adaln_out(
             x, nw, temb, w, b, ti, eps, check_index=False, config=cfg))(cfg) for name, cfg in configs.items()}
     if op == "timestep_sinusoid":
-        from h3bench.kernels import timestep_sinusoid as K
+        from h3bench.kernels.timestep_sinusoid import timestep_sinusoid
 
-        base = K.config_for(params.freq_dim, interpreted)
-        configs = {"default": base, "rows4_w2": K.LaunchConfig(rows=max(1, base.rows // 2), warps=2),
-                   "rows16_w4": K.LaunchConfig(rows=2 * base.rows, warps=4),
-                   # more programs and warps at large T, fewer float64 cos/sin per thread (notes, version 3):
-                   # 4, 2 and 1 angles per thread against the default's 8 (GPU: [2|1|1, 128] blocks)
-                   "rows2_w2": K.LaunchConfig(rows=max(1, base.rows // 4), warps=2),
-                   "rows1_w2": K.LaunchConfig(rows=max(1, base.rows // 8), warps=2),
-                   "rows1_w4": K.LaunchConfig(rows=max(1, base.rows // 8), warps=4)}
         dim, period, shift = params.freq_dim, params.max_period, params.downscale_freq_shift
-        return {name: (lambda cfg: lambda t: K.timestep_sinusoid(t, dim, period, shift, config=cfg))(cfg)
-                for name, cfg in configs.items()}
+        return {"default": lambda t: timestep_sinusoid(t, dim, period, shift)}
     raise ValueError(f"unknown op {op!r}")
 
 
@@ -326,7 +294,7 @@ def fractions(record: dict, floors: dict) -> dict:
     return out
 
 
-def bench_op(op_name: str, sizes: list[int], device: torch.device, args, interpreted: bool, bandwidth: float,
+def bench_op(op_name: str, sizes: list[int], device: torch.device, args, bandwidth: float,
              log: Callable[[str], None]) -> dict:
     from h3bench.harness.config import load_config
     from h3bench.harness.ops import get_op
@@ -338,7 +306,7 @@ def bench_op(op_name: str, sizes: list[int], device: torch.device, args, interpr
     if args.dry_run and not sizes:
         rows_list = rows_list[:2]
     result: dict[str, Any] = {"params": dataclasses.asdict(params), "sizes": {}}
-    ours = variants(op_name, params, interpreted)
+    ours = variants(op_name, params)
     if args.variants:
         keep = {"default"} | {v.strip() for v in args.variants.split(",")}
         ours = {name: fn for name, fn in ours.items() if name in keep}
@@ -359,7 +327,7 @@ def bench_op(op_name: str, sizes: list[int], device: torch.device, args, interpr
                 record, outputs = measure_row(op, params, fn, inputs, grad_outs, ref,
                                               default_out if name in ours else None, device, args.warmup,
                                               args.reps, timeline=args.timeline)
-            except Exception as exc:  # a failing variant is a line in the table, not the end of the call
+            except Exception as exc:  # a failing row is a line in the table, not the end of the run
                 size["rows"][label] = {"error": f"{type(exc).__name__}: {exc}"[-2000:],
                                        "traceback": traceback.format_exc()[-4000:]}
                 log(f"{op_name} S={rows} {label}: FAILED {type(exc).__name__}: {str(exc)[-300:]}")
@@ -444,11 +412,11 @@ def main(argv: Optional[list[str]] = None) -> dict:
     }
     for op_name in args.ops:
         try:
-            report["ops"][op_name] = bench_op(op_name, args.sizes, device, args, args.dry_run, bandwidth, log)
+            report["ops"][op_name] = bench_op(op_name, args.sizes, device, args, bandwidth, log)
         except Exception as exc:  # one op's failure keeps the others
             report["ops"][op_name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
             log(f"{op_name}: FAILED {type(exc).__name__}: {exc}")
-        with open(args.out, "w") as handle:  # written after every op: a killed call keeps what it measured
+        with open(args.out, "w") as handle:  # written after every op: a killed run keeps what it measured
             json.dump(report, handle, indent=1, default=str)
     report["bandwidth_end_gbps"] = measure_copy_bandwidth(device)[0]
     report["wall_s"] = round(time.time() - start, 1)
