@@ -29,11 +29,12 @@ from h3bench.harness.schema import size_key
 ERROR_GROWTH_FACTOR = 1.5
 
 # Allowed relative slow-down before a latency counts as a regression: new/old > 1 + LATENCY_NOISE.
-# Measured on the lent H200 (three full runs, 2026-12-02, reports/evidence/README.md): at R = 32768 the
-# same code's latencies spread by at most 1.5% between runs (torch_rms_norm fwd 215.1-218.1 us, liger
-# fwd+bwd 4172.6-4213.8 us), so 10% is far outside noise. At R = 4097 every row is bound by host launch
-# time on that VM and spread up to 1.8x even between the two timings of one run (liger fwd 140 vs 250 us),
-# so only the largest common size is judged, and each file contributes the better of its two timings.
+# Measured on the lent H200 (three full runs, 2026-12-02; their files are in git's history of
+# reports/evidence/): at R = 32768 the same code's latencies spread by at most 1.5% between runs
+# (torch_rms_norm fwd 215.1-218.1 us, liger fwd+bwd 4172.6-4213.8 us), so 10% is far outside noise. At
+# R = 4097 every row is bound by host launch time on that VM and spread up to 1.8x even between the two
+# timings of one run (liger fwd 140 vs 250 us), so only the largest common size is judged, and each file
+# contributes the better of its two timings.
 LATENCY_NOISE = 0.10
 
 # When both files carry their samples' spread (h3bench records p10/p90 per figure), the allowed slow-down

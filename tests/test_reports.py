@@ -243,6 +243,7 @@ def _assert_png(path: Path) -> None:
     assert data[:8] == PNG_MAGIC and data[12:16] == b"IHDR"
     width, height = struct.unpack(">II", data[16:24])
     assert width > 200 and height > 100
+    assert data[25] == 3  # colour type 3: a palette (reports/plots.py), not RGBA at four bytes a pixel
     assert mpimg.imread(path).shape[:2] == (height, width)  # decodes fully
 
 

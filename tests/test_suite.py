@@ -72,10 +72,18 @@ def test_plan_jobs_one_per_op_and_mode_with_the_mode_environment(tmp_path):
     assert fanout.longest_first(jobs) == [0, 1, 2]
 
 
-def test_estimated_cost_reads_the_committed_evidence(tmp_path):
-    (tmp_path / "gate_residual_h200.json").write_text(json.dumps({"wall_s": 120.0, "results": {"plain": {}, "x": {}}}))
-    assert suite.estimated_cost("gate_residual", tmp_path) == 60.0
-    assert suite.estimated_cost("timestep_mlp", tmp_path) == suite.DEFAULT_COST_S
+def test_every_builtin_op_has_a_cost_and_an_unknown_op_the_default():
+    """The cost table is code (no file read at run time): one entry per built-in op, the heaviest first."""
+    from h3bench.harness.ops import OP_MODULES
+
+    builtin = {op for op, module in OP_MODULES.items() if module.startswith("h3bench.harness.ops.")}
+    assert set(suite.RELATIVE_COST) == builtin
+    assert all(suite.estimated_cost(op) == cost > 0 for op, cost in suite.RELATIVE_COST.items())
+    assert suite.estimated_cost("toy") == suite.DEFAULT_COST
+    requests = [request(op, ["plain"], None) for op in ("timestep_sinusoid", "gate_residual", "norm_modulate")]
+    jobs = suite.plan_jobs(requests, Path("."))
+    assert [jobs[i].key for i in fanout.longest_first(jobs)] == \
+        ["norm_modulate/plain", "gate_residual/plain", "timestep_sinusoid/plain"]
 
 
 def test_suite_merges_each_ops_parts_and_retries_a_dead_worker_elsewhere(tmp_path, plain_parts):

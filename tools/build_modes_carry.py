@@ -1,5 +1,5 @@
 """Rebuild `.devpkgs-modes/`: what the global batch-invariant modes need on the GPU machine (no package
-index there), small enough for one call with the repository.
+index there), small enough to travel with the working tree (64 MiB in all).
 
     python tools/build_modes_carry.py [--dest .devpkgs-modes]
 

@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
 # Pack every wheel the GPU machine's rows need (the big set: Transformer Engine, the CuTe DSL; the small set:
-# SGLang, Liger and their imports) into .devpkgs/part-NN folders that each fit one device call beside the
-# working tree (a call carries 64 MiB in all; the tree with its committed evidence is ~30 MB):
+# SGLang, Liger and their imports) into .devpkgs/part-NN folders that each fit beside the working tree in
+# what one run takes to the GPU machine (64 MiB in all, the tracked tree included):
 #
-#   bash tools/pack_devpkgs.sh [LIMIT_MB]      (default 35: decimal MB per part, pieces and wheels together)
+#   DEVPKGS=/path/to/devpkgs bash tools/pack_devpkgs.sh [LIMIT_MB]
+#   bash tools/pack_devpkgs.sh --devpkgs /path/to/devpkgs [LIMIT_MB]
 #
-# Then one `run_h200.sh stash` call per part but the smallest, and the smallest with `.third_party` in the
-# call that runs `stash install ...` (adapters/COMPETITORS.md). Needs /work/shared/tools/devpkgs and PyPI.
+# LIMIT_MB (default 35): decimal MB per part, pieces and wheels together. Then `run_h200.sh stash` once per
+# part but the smallest, and the smallest with `.third_party` in the run of `stash install ...`
+# (adapters/COMPETITORS.md). Needs the devpkgs tool (it cuts wheels into pieces) and PyPI.
 set -euo pipefail
+if [ "${1:-}" = "--devpkgs" ]; then
+  DEVPKGS=${2:?--devpkgs needs a path: the devpkgs tool}
+  shift 2
+fi
+DEVPKGS=${DEVPKGS:-}
+[ -n "$DEVPKGS" ] || { echo "pack_devpkgs.sh: set DEVPKGS=/path/to/devpkgs or pass --devpkgs PATH" >&2; exit 2; }
+[ -x "$DEVPKGS" ] || { echo "pack_devpkgs.sh: $DEVPKGS is not an executable devpkgs tool" >&2; exit 2; }
 LIMIT_MB=${1:-35}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$ROOT/.devpkgs
 rm -rf "$DIR"
 # devpkgs cuts wheels into pieces of PART_MB MiB and groups small wheels into parts of their own
-PART_MB=$(( LIMIT_MB * 1000 * 1000 / 1048576 - 1 )) /work/shared/tools/devpkgs pack "$DIR" \
+PART_MB=$(( LIMIT_MB * 1000 * 1000 / 1048576 - 1 )) "$DEVPKGS" pack "$DIR" \
   transformer-engine-cu13==2.20.2 transformer-engine==2.20.2 nvdlfw-inspect==0.2.2 \
   nvidia-cutlass-dsl-libs-cu13==4.8.0 nvidia-cutlass-dsl==4.8.0 nvidia-cutlass-dsl-libs-base==4.8.0 \
   nvidia-cutlass-dsl-libs-core==4.8.0 apache-tvm-ffi==0.1.11 \
@@ -52,6 +61,6 @@ shutil.copy(sdist, parts[0] / sdist.name)
 pieces = sum(1 for p in parts for f in p.iterdir() if ".piece-" in f.name)
 for p in parts:
     (p / "PIECES").write_text(f"{pieces}\n")
-    print(f"{p.name} {size(p) / 1e6:.1f} MB" + ("  <- the last call's (stash install)" if p == parts[0] else ""))
+    print(f"{p.name} {size(p) / 1e6:.1f} MB" + ("  <- with the last run (stash install)" if p == parts[0] else ""))
 print(f"{len(parts)} parts, {pieces} pieces")
 EOF

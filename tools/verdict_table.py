@@ -2,6 +2,10 @@
 against ours): per mode and row, each file's verdict with its failing counts, and whether they agree.
 
     python -m tools.verdict_table PRIOR.json OURS.json [--prior-label B200] [--label H200]
+    python -m tools.verdict_table --summary PRIOR.json OURS.json [PRIOR.json OURS.json ...]
+
+With --summary, one line per pair: the rows whose verdicts both files have and how many agree, the rows
+unavailable in OURS (with the prior's verdict), and the rows only one file measures.
 """
 from __future__ import annotations
 
@@ -41,14 +45,50 @@ def table(prior: schema.Evidence, ours: schema.Evidence, prior_label: str, label
     return "\n".join(out)
 
 
-def main() -> None:
+def compared(prior: schema.Evidence, ours: schema.Evidence) -> dict[str, list[str]]:
+    """`mode/row` names: "same" and "differ" (both files have a verdict), "unavailable" (OURS has the row
+    unavailable, or its whole mode), "ours only" and "prior only" (the other file lacks the row)."""
+    found: dict[str, list[str]] = {"same": [], "differ": [], "unavailable": [], "ours only": [], "prior only": []}
+    for mode in list(prior.results) + [m for m in ours.results if m not in prior.results]:
+        a, b = prior.rows(mode), ours.rows(mode)
+        mode_gone = isinstance(ours.results.get(mode), UnavailableMode)
+        for name in list(a) + [n for n in b if n not in a]:
+            (va, _), (vb, _) = verdict(a.get(name)), verdict(b.get(name))
+            key = f"{mode}/{name}"
+            if va is not None and vb is not None:
+                found["same" if va == vb else "differ"].append(key)
+            elif name in b and name in a or mode_gone:
+                found["unavailable"].append(key)
+            else:
+                found["ours only" if name in b else "prior only"].append(key)
+    return found
+
+
+def summary(pairs: list[tuple[Path, Path]]) -> str:
+    out = ["| ours | verdicts in both | same | unavailable in ours | only in ours | only in the prior |",
+           "| --- | ---: | ---: | --- | --- | --- |"]
+    for prior_path, ours_path in pairs:
+        c = compared(schema.load(prior_path), schema.load(ours_path))
+        names = [", ".join(c[k]) or "-" for k in ("unavailable", "ours only", "prior only")]
+        same = f"{len(c['same'])}" + (f" (differ: {', '.join(c['differ'])})" if c["differ"] else "")
+        out.append(f"| {ours_path.name} | {len(c['same']) + len(c['differ'])} | {same} | " + " | ".join(names) + " |")
+    return "\n".join(out)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("prior", type=Path)
-    parser.add_argument("ours", type=Path)
+    parser.add_argument("files", nargs="+", type=Path, help="PRIOR OURS, or with --summary several such pairs")
+    parser.add_argument("--summary", action="store_true", help="one line per pair instead of the full table")
     parser.add_argument("--prior-label", default="B200 (RFC)")
     parser.add_argument("--label", default="H200 (h3bench)")
-    args = parser.parse_args()
-    print(table(schema.load(args.prior), schema.load(args.ours), args.prior_label, args.label))
+    args = parser.parse_args(argv)
+    if len(args.files) % 2 or (len(args.files) > 2 and not args.summary):
+        parser.error("give PRIOR OURS (one pair; several pairs with --summary)")
+    pairs = list(zip(args.files[::2], args.files[1::2]))
+    if args.summary:
+        print(summary(pairs))
+    else:
+        print(table(schema.load(pairs[0][0]), schema.load(pairs[0][1]), args.prior_label, args.label))
 
 
 if __name__ == "__main__":

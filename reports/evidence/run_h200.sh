@@ -1,51 +1,41 @@
 #!/usr/bin/env bash
-# The device calls that produce the committed H200 evidence, from the repo root on the lent H200:
+# The steps that produce the committed H200 evidence (reports/evidence/README.md), from the repo root on an
+# H200 machine:
 #
 #   H3BENCH_COMMIT=<sha> bash reports/evidence/run_h200.sh STEP [STEP ...]
 #
-# Steps (each logs to $OUT/<step>.log; everything it writes goes into $OUT/<step>.tar.gz, since a call
-# returns at most 8 files):
-#   stash          copy what the call carries of .devpkgs/part-NN (one big part per call) and .devpkgs-small
-#                  into /root/devpkgs: Transformer Engine and the CuTe DSL are too big for one call
-#                  (adapters/COMPETITORS.md); they live there while the machine stays warm
-#   install        the small wheel set (.devpkgs-small) and, when all the big set's pieces are stashed (each
-#                  part's PIECES file says how many: tools/pack_devpkgs.sh makes parts of <= 35 MB with the
-#                  small set folded in, so a part and the ~30 MB working tree fit one call's 64 MiB), the big set
-#                  into /tmp/site with TE's torch extension built; the modes carry (.devpkgs-modes) into
-#                  /tmp/modes-site; the RFC's rl-kernel reassembly (.third_party/rl-kernel-h3) built into
-#                  /tmp/rl-kernel-h3 (tools/build_rl_kernel.sh), in parallel with TE's build
+# Steps (each logs to $OUT/<step>.log; the files they write go into $OUT/results.tar.gz):
+#   stash          copy the .devpkgs/part-NN folders and .devpkgs-small present in the checkout into
+#                  /root/devpkgs (Transformer Engine and the CuTe DSL come in several parts:
+#                  tools/pack_devpkgs.sh, adapters/COMPETITORS.md); they stay there while the machine does
+#   install        the small wheel set (.devpkgs-small) and, once every piece of the big set is in /root/devpkgs
+#                  (each part's PIECES file says how many), the big set into /tmp/site with TE's torch extension
+#                  built; the modes carry (.devpkgs-modes) into /tmp/modes-site; the RFC's rl-kernel reassembly
+#                  (.third_party/rl-kernel-h3) built into /tmp/rl-kernel-h3 (tools/build_rl_kernel.sh), in
+#                  parallel with TE's build
 #   norm_modulate  `h3bench run --op norm_modulate`: full plan, mode plain, every row
 #   ops            the six other ops, full plan, mode plain, every row (one process and evidence file per op;
 #                  H3BENCH_OPS picks some)
 #   modes          timestep_mlp and adaln_projection under every global mode (the diffusers row: the modes
 #                  patch aten, which our Triton row does not use), each mode in its own child process;
 #                  H3BENCH_MODE_OPS picks one, H3BENCH_MODES some modes (the file then gets the suffix
-#                  H3BENCH_MODES_TAG; `h3bench merge` joins the parts of calls that split the modes)
+#                  H3BENCH_MODES_TAG; `h3bench merge` joins files that split the modes)
 #   all            `h3bench run --op all`: the seven ops in one process, full plan, mode plain, every row (the
 #                  suite's wall time), one evidence file per op under $OUT/work/all/
 #   kernel-tests   our kernels' tests on the GPU (H3BENCH_KERNEL_TESTS: test files, default every kernel's;
 #                  H3BENCH_TEST_TIMEOUT: seconds, default 200)
-#   sweep          tools/sweep_norm_modulate.py (norm_modulate over widths, table sizes, dtypes; H3BENCH_SWEEP_ARGS)
-#   sweep-variants its launch-config variants only (H3BENCH_SWEEP_ARGS: more arguments, e.g. --variants,
-#                  --variant-hidden, --variant-table-rows)
-#   bench-memory   tools/bench_memory_ops.py (H3BENCH_BENCH_ARGS: its arguments, e.g. --ops/--sizes/--timeline);
-#                  bench-memory2: a second one (H3BENCH_BENCH_ARGS2); bench-gemm: tools/bench_gemm.py
-#                  (H3BENCH_GEMM_ARGS: its arguments; H3BENCH_GEMM_BUDGET: seconds before candidates are skipped)
-#   hostcost       tools/hostcost.py --breakdown-only: a norm_modulate fwd+bwd's host time by piece
-#   hostcost-sinusoid  tools/hostcost.py --sinusoid-only: the host path of timestep_sinusoid's row and SGLang's
-#   hostcost-gemm  tools/hostcost.py --gemm-only: the GEMM ops' host paths, keyed launches on and off
-#   hostcost-keyed tools/hostcost.py --keyed-only: likewise for our rows of H3BENCH_KEYED_OPS (default: norm_modulate,
-#                  final_adaln_out and the two GEMM ops)
-#   hostcost-direct the same rows with kernels.common.runner's direct C launcher call on and off
-#   hostcost-profile torch.profiler's host-side table of those rows' fwd+bwd
-#   probe-swap     tools/probe_swap_ab.py: timestep_mlp's GEMM2 swapped candidates, bitwise against the default
-#                  tile and their kernel times (H3BENCH_PROBE_ARGS: its arguments)
-#   probe-fp16x3   tools/probe_fp16x3.py: timestep_mlp's large GEMMs as three fp16 products against tf32x3
-# `install` is idempotent: a later call on the same (warm) machine skips what is there already. With
-# H3BENCH_DEADLINE_S set, a step that would start after that many seconds of the call is skipped and the
-# tools get only the time left, so the call returns what it finished inside the device's command limit.
-# The machine gets the working tree without its history: H3BENCH_COMMIT names the commit in the files.
+#   sweep          tools/sweep_norm_modulate.py --variants= (norm_modulate over widths, table sizes and dtypes, no
+#                  launch variants: as the committed sweep file; H3BENCH_SWEEP_ARGS: more arguments)
+# `install` is idempotent: run again on the same machine it skips what is there already. With
+# H3BENCH_DEADLINE_S set, a step that would start after that many seconds of this script is skipped and
+# the tools get only the time left. H3BENCH_COMMIT names the commit in the files (the machine may get the
+# working tree without its history). The measuring tools (tools/bench_*.py, tools/hostcost.py,
+# tools/probe_*.py, tools/kernel_times.py) are not steps: run them with `python -m tools.NAME`.
 set -uo pipefail
+STEPS=" stash install norm_modulate ops modes all kernel-tests sweep "
+for step in "$@"; do
+  [[ $STEPS == *" $step "* ]] || { echo "run_h200.sh: no step '$step' (steps:$STEPS)" >&2; exit 2; }
+done
 export PYTHONUNBUFFERED=1 TVM_FFI_DISABLE_TORCH_C_DLPACK=1
 OUT=${OUT:-/tmp/h3bench-out}
 ROOT=$PWD
@@ -69,7 +59,7 @@ h3bench() { python3 -m h3bench.reports.cli "$@"; }
 
 big_pieces() { cat /root/devpkgs/PIECES 2>/dev/null || echo "?"; }
 
-step_stash() {  # whatever this call carries: big-set parts, the small set's wheels
+step_stash() {  # whatever the checkout holds: big-set parts, the small set's wheels
   mkdir -p /root/devpkgs
   for part in .devpkgs/part-*; do [ -d "$part" ] && cp -r "$part/." /root/devpkgs/; done
   [ -d .devpkgs-small ] && cp .devpkgs-small/*.whl /root/devpkgs/
@@ -160,68 +150,10 @@ step_kernel-tests() {
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/work/kernel_tests.log" | tail -30
 }
 
-sweep() {  # sweep OUT_NAME [ARGS...]: one tools/sweep_norm_modulate call, H3BENCH_SWEEP_ARGS after ARGS
-  local name=$1; shift
+step_sweep() {
   # shellcheck disable=SC2086  # the arguments are words
-  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.sweep_norm_modulate "$@" ${H3BENCH_SWEEP_ARGS:-} \
-    --out "$OUT/work/$name.json"
-}
-
-step_sweep() { sweep sweep_norm_modulate; }
-
-# the launch-config variants only (the sweep's last section), and R = 4097's host time
-step_sweep-variants() { sweep sweep_variants_norm_modulate --hidden '' --table-rows '' --no-dtypes; }
-
-bench_memory() {  # bench_memory OUT_NAME ARGS: one tools/bench_memory_ops call
-  local name=$1
-  # shellcheck disable=SC2086  # the arguments are words
-  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.bench_memory_ops $2 --out "$OUT/work/$name.json"
-}
-
-step_bench-memory() { bench_memory bench_memory_ops "${H3BENCH_BENCH_ARGS:-}"; }
-
-step_bench-memory2() { bench_memory bench_memory_ops_2 "${H3BENCH_BENCH_ARGS2:-}"; }  # other ops or sizes
-
-step_hostcost() {  # where a norm_modulate fwd+bwd's host time goes, piece by piece (R = 8)
-  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.hostcost --breakdown-only --out "$OUT/work"
-}
-
-step_hostcost-gemm() {  # the GEMM ops' host paths, keyed launches on and off
-  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.hostcost --gemm-only
-}
-
-step_hostcost-keyed() {  # our rows' host paths, keyed launches on and off (H3BENCH_KEYED_OPS: which ops)
-  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.hostcost \
-    --keyed-only "${H3BENCH_KEYED_OPS:-norm_modulate,final_adaln_out,timestep_mlp,adaln_projection}"
-}
-
-step_hostcost-direct() {  # our rows' host paths, the C launcher called directly and through CudaLauncher.__call__
-  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.hostcost --switch direct \
-    --keyed-only "${H3BENCH_KEYED_OPS:-norm_modulate,final_adaln_out,timestep_mlp,adaln_projection}"
-}
-
-step_hostcost-profile() {  # torch.profiler's host-side table of our rows' fwd+bwd (H3BENCH_KEYED_OPS)
-  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.hostcost \
-    --profile-rows "${H3BENCH_KEYED_OPS:-norm_modulate,final_adaln_out,timestep_mlp,adaln_projection}"
-}
-
-step_hostcost-sinusoid() {
-  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.hostcost --sinusoid-only
-}
-
-step_bench-gemm() {
-  # shellcheck disable=SC2086  # the arguments are words
-  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.bench_gemm --budget "${H3BENCH_GEMM_BUDGET:-$(( $(left) - 20 ))}" \
-    ${H3BENCH_GEMM_ARGS:-} --out "$OUT/work/bench_gemm.json"
-}
-
-step_probe-swap() {  # tools/probe_swap_ab.py: GEMM2's swapped candidates, bitwise and kernel time (H3BENCH_PROBE_ARGS)
-  # shellcheck disable=SC2086  # the arguments are words
-  PYTHONPATH=$PKG:$ROOT timeout "$(left)" python3 -m tools.probe_swap_ab ${H3BENCH_PROBE_ARGS:-} --json "$OUT/work/probe_swap_ab.json"
-}
-
-step_probe-fp16x3() {
-  PYTHONPATH=$PKG:$ROOT timeout "$(left)" python3 -m tools.probe_fp16x3 --budget "$(( $(left) - 60 ))" --out "$OUT/work"
+  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m tools.sweep_norm_modulate --variants= ${H3BENCH_SWEEP_ARGS:-} \
+    --out "$OUT/work/sweep_norm_modulate.json"
 }
 
 mkdir -p "$OUT/work"
