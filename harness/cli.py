@@ -401,28 +401,41 @@ def env(device: str = typer.Option("auto", "--device"),
 
 
 @app.command()
-def validate(files: List[Path] = typer.Argument(..., help="Evidence JSON file(s).")):
-    """Check evidence files against the contract (keys, nesting, types)."""
-    from h3bench.harness.schema import SchemaError, load
+def validate(files: List[Path] = typer.Argument(..., help="Evidence JSON file(s) (or norm_modulate sweep files).")):
+    """Check files against the contract (keys, nesting, types) and for meaning (figures, counts, verdicts,
+    plan totals); every file is checked and each problem named; exit 1 if any file fails."""
+    from h3bench.harness import semantics
+    from h3bench.harness.schema import SchemaError, from_json
 
     bad = 0
     for file in files:
         try:
-            evidence = load(file)
+            if file.is_dir():
+                raise SchemaError("a folder, not an evidence file")
+            data = json.loads(file.read_bytes().decode("utf-8"))
+            if semantics.is_sweep(data):
+                problems, what = semantics.sweep_problems(data), "norm_modulate sweep"
+            else:
+                evidence = from_json(data)
+                problems = semantics.problems(evidence)
+                rows = sum(len(r) for r in evidence.measured_modes().values())
+                what = f"{evidence.op}, {rows} rows, gpu {evidence.environment.gpu}"
         except FileNotFoundError:
-            err.print(f"[red]{escape(str(file))}: no such file[/]")
             bad += 1
+            err.print(f"[red]{escape(f'{file}: no such file')}[/]", highlight=False)
             continue
-        except IsADirectoryError as exc:
-            err.print(f"[red]{escape(f'{file}: {exc}')}[/]")
+        except UnicodeDecodeError:
+            problems, what = ["not a text file"], None
+        except json.JSONDecodeError as exc:
+            problems, what = [f"not JSON ({exc})"], None
+        except (SchemaError, OSError) as exc:
+            problems, what = [str(exc)], None
+        if problems:
             bad += 1
-            continue
-        except SchemaError as exc:
-            err.print(f"[red]{escape(f'{file}: invalid: {exc}')}[/]")
-            bad += 1
-            continue
-        rows = sum(len(r) for r in evidence.measured_modes().values())
-        print(f"{file}: valid ({evidence.op}, {rows} rows, gpu {evidence.environment.gpu})")
+            for problem in problems:
+                err.print(f"[red]{escape(f'{file}: invalid: {problem}')}[/]", highlight=False)
+        else:
+            print(f"{file}: valid ({what})")
     raise typer.Exit(1 if bad else 0)
 
 

@@ -1,0 +1,160 @@
+"""What `h3bench validate` checks beyond the contract's keys and types: that a file means what it says.
+
+- the op is one h3bench knows, and some mode has rows;
+- every figure is a finite, non-negative number (errors, latencies, floors, their fractions and spreads);
+- counts fit their totals (differing rows <= rows, first failures <= failures <= comparisons);
+- each verdict follows from its counts (batch_invariant is true exactly when nothing differed and the
+  parameter gradients did not fail to repeat);
+- where the file records its plan (`config`), the totals are the plan's (rows per case, sub-batches,
+  sweep comparisons).
+Each problem is one line naming its JSON path."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Iterator
+
+from h3bench.harness.schema import BatchInvariance, Evidence, RowResult, UnavailableMode
+
+
+
+def _numbers(obj: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """(path, value) for every number in a SizeResult (nested dicts and Spread records included)."""
+    if dataclasses.is_dataclass(obj):
+        for f in dataclasses.fields(obj):
+            yield from _numbers(getattr(obj, f.name), f"{path}.{f.name}")
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _numbers(value, f"{path}.{key}")
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        yield path, obj
+
+
+def _figure_problems(row: RowResult, where: str) -> list[str]:
+    found = []
+    for size, result in row.accuracy_latency.items():
+        for path, value in _numbers(result, f"{where}.accuracy_latency.{size}"):
+            if not math.isfinite(value) or value < 0:
+                found.append(f"{path}: {value!r} is not a finite non-negative number")
+    if row.wall_s is not None and not (math.isfinite(row.wall_s) and row.wall_s >= 0):
+        found.append(f"{where}.wall_s: {row.wall_s!r} is not a finite non-negative number")
+    return found
+
+
+def _count_problems(bi: BatchInvariance, where: str) -> list[str]:
+    found = []
+    for size, case in bi.all_rows.items():
+        if not (0 <= case.fwd_differ <= case.rows and 0 <= case.rowgrad_differ <= case.rows):
+            found.append(f"{where}.all_rows.{size}: differing rows ({case.fwd_differ}, {case.rowgrad_differ}) "
+                         f"not within 0..{case.rows}")
+    subs = bi.full_vs_sub_batches
+    if not (0 <= subs.fwd_differ <= subs.sub_batches and 0 <= subs.rowgrad_differ <= subs.sub_batches):
+        found.append(f"{where}.full_vs_sub_batches: differing sub-batches ({subs.fwd_differ}, {subs.rowgrad_differ}) "
+                     f"not within 0..{subs.sub_batches}")
+    sweep = bi.batch_size_sweep
+    if not 0 <= sweep.differ <= sweep.comparisons:
+        found.append(f"{where}.batch_size_sweep.differ: {sweep.differ} not within 0..{sweep.comparisons}")
+    if len(sweep.first_failures) > sweep.differ:
+        found.append(f"{where}.batch_size_sweep.first_failures: {len(sweep.first_failures)} listed, "
+                     f"{sweep.differ} counted")
+    clean = (all(c.fwd_differ == 0 and c.rowgrad_differ == 0 for c in bi.all_rows.values())
+             and subs.fwd_differ == 0 and subs.rowgrad_differ == 0 and sweep.differ == 0)
+    expected = clean and bi.params_repeatable is not False
+    if bi.batch_invariant != expected:
+        found.append(f"{where}.batch_invariant: {bi.batch_invariant} but the counts and params_repeatable="
+                     f"{bi.params_repeatable} say {expected}")
+    return found
+
+
+def _plan_totals(config: dict) -> dict[str, Any]:
+    """The totals the recorded plan implies, or {} when the file records no usable plan."""
+    from h3bench.harness.config import AllRowsPlan, SubBatchPlan, SweepPlan
+    from h3bench.harness.probes.batch_invariance import sub_batches_total, sweep_total
+
+    try:
+        all_rows = AllRowsPlan(**config["all_rows"])
+        subs = SubBatchPlan(**config["full_vs_sub"])
+        sweep = SweepPlan(**config["sweep"])
+        return {"all_rows": {str(n): len(all_rows.seeds) * n for n in all_rows.batch_sizes},
+                "sub_batches": sub_batches_total(subs), "full_batch": subs.full_batch,
+                "comparisons": sweep_total(sweep)}
+    except (KeyError, TypeError, ValueError):
+        return {}
+
+
+def _plan_problems(bi: BatchInvariance, totals: dict, where: str) -> list[str]:
+    if not totals:
+        return []
+    found = []
+    rows = {size: case.rows for size, case in bi.all_rows.items()}
+    if rows != totals["all_rows"]:
+        found.append(f"{where}.all_rows: rows {rows}, the recorded plan gives {totals['all_rows']}")
+    subs = bi.full_vs_sub_batches
+    if (subs.sub_batches, subs.full_batch) != (totals["sub_batches"], totals["full_batch"]):
+        found.append(f"{where}.full_vs_sub_batches: {subs.sub_batches} sub-batches of a {subs.full_batch}-row "
+                     f"batch, the recorded plan gives {totals['sub_batches']} of {totals['full_batch']}")
+    if bi.batch_size_sweep.comparisons != totals["comparisons"]:
+        found.append(f"{where}.batch_size_sweep.comparisons: {bi.batch_size_sweep.comparisons}, the recorded "
+                     f"plan gives {totals['comparisons']}")
+    return found
+
+
+def problems(evidence: Evidence) -> list[str]:
+    """Every way `evidence` contradicts itself or h3bench's ops; empty when it means what it says."""
+    from h3bench.harness.ops import OP_MODULES
+
+    found = []
+    if evidence.op not in OP_MODULES:
+        found.append(f"$.op: {evidence.op!r} is not an op h3bench knows ({', '.join(OP_MODULES)})")
+    measured = [rows for rows in evidence.results.values() if not isinstance(rows, UnavailableMode) and rows]
+    if not measured:
+        found.append("$.results: no mode has a row")
+    if evidence.wall_s is not None and not (math.isfinite(evidence.wall_s) and evidence.wall_s >= 0):
+        found.append(f"$.wall_s: {evidence.wall_s!r} is not a finite non-negative number")
+    totals = _plan_totals(evidence.config) if isinstance(evidence.config, dict) else {}
+    for mode, rows in evidence.measured_modes().items():
+        for name, row in rows.items():
+            if isinstance(row, RowResult):
+                where = f"$.results.{mode}.{name}"
+                found += _figure_problems(row, where)
+                found += _count_problems(row.batch_invariance, f"{where}.batch_invariance")
+                found += _plan_problems(row.batch_invariance, totals, f"{where}.batch_invariance")
+    return found
+
+
+
+
+
+# The norm_modulate sweep (tools/sweep_norm_modulate.py) writes its own format: timings over widths, table
+# sizes and dtypes, not an evidence file. It is recognised by these keys and checked for meaning alike.
+SWEEP_KEYS = ("hidden_sweep", "table_rows_sweep", "dtype_matrix")
+
+
+def is_sweep(data: Any) -> bool:
+    return isinstance(data, dict) and all(key in data for key in SWEEP_KEYS)
+
+
+def _raw_numbers(obj: Any, path: str) -> Iterator[tuple[str, Any]]:
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _raw_numbers(value, f"{path}.{key}")
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            yield from _raw_numbers(value, f"{path}[{i}]")
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        yield path, obj
+
+
+def sweep_problems(data: dict) -> list[str]:
+    """A sweep file's problems: it names its GPU, measured a bandwidth, has timed points, and every number
+    in it is finite and non-negative."""
+    found = []
+    if not isinstance(data.get("gpu"), str) or not data["gpu"]:
+        found.append("$.gpu: the sweep names no GPU")
+    if not (isinstance(data.get("bandwidth_gbps"), (int, float)) and data["bandwidth_gbps"] > 0):
+        found.append(f"$.bandwidth_gbps: {data.get('bandwidth_gbps')!r} is not a measured bandwidth")
+    if not data["hidden_sweep"] and not data["table_rows_sweep"]:
+        found.append("$: no timed point (hidden_sweep and table_rows_sweep are empty)")
+    found += [f"{path}: {value!r} is not a finite non-negative number"
+              for path, value in _raw_numbers(data, "$") if not math.isfinite(value) or value < 0]
+    return found
