@@ -4,6 +4,7 @@ Markdown tables and HTML, links relative to the page."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -76,3 +77,13 @@ def test_index_command_writes_both_pages_and_refuses_non_evidence(tmp_path):
     bad.write_text("{}")
     result = CliRunner().invoke(app, ["index", str(bad), "--out", str(tmp_path / "x")])
     assert result.exit_code == 2 and "bad.json" in result.output
+
+
+def test_the_evidence_folder_glob_indexes(tmp_path):
+    """`h3bench index reports/evidence/*_h200.json`: the sweep file among them is listed, not refused."""
+    from h3bench.reports.index import index_rows
+    evidence = Path(__file__).resolve().parents[1] / "reports" / "evidence"
+    rows = index_rows(sorted(evidence.glob("*_h200.json")), tmp_path)
+    sweeps = [r for r in rows if r.row == "shape sweep"]
+    assert len(sweeps) == 1 and sweeps[0].file.endswith("sweep_norm_modulate_h200.json")
+    assert {r.op for r in rows} >= {"norm_modulate", "gate_residual", "timestep_mlp"}
