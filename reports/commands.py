@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from h3bench.harness import schema
+from h3bench.harness.console import make_console
 from h3bench.reports import fmt
 from h3bench.reports.compare import (ERROR_GROWTH_FACTOR, LATENCY_NOISE, Comparison, Quantity, Thresholds, compare,
                              render_comparison)
@@ -39,7 +40,7 @@ def report(file: Path, out: Optional[Path] = None, quiet: bool = False,
     paths = render_all(file, out)
     if not quiet:
         evidence = load(file)
-        console = console or Console()
+        console = console or make_console()
         for mode in evidence.results:
             console.print(f"{escape(mode)}: {escape(mode_summary(evidence, mode))}", highlight=False)
     return paths
@@ -77,7 +78,7 @@ def compare_files(old: Path, new: Path, error_factor: float = ERROR_GROWTH_FACTO
     thresholds = Thresholds(error_factor=error_factor, latency_noise=latency_noise,
                             allow_missing_rows=allow_missing_rows)
     comparison = compare(load(old), load(new), thresholds)
-    console = console or Console()
+    console = console or make_console()
     console.print(comparison_table(comparison))
     for note in comparison.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
@@ -134,7 +135,7 @@ def compare_folders(old_dir: Path, new_dir: Path, allow_missing_rows: bool = Fal
     pairs, unmatched = pair_by_op(old_dir, new_dir)
     if not pairs:
         raise ValueError(f"no evidence file of {new_dir} has a file of its op in {old_dir}")
-    console = console or Console()
+    console = console or make_console()
     worst = 0
     for old, new in pairs:
         console.print(f"[bold]{escape(f'{old} -> {new}')}[/]", highlight=False)

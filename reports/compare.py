@@ -43,6 +43,12 @@ LATENCY_NOISE = 0.10
 # same net fwd+bwd took 626.6 us and then 550.2 us in one run (12%); its samples' p10-p90 showed it.
 MIN_LATENCY_NOISE = 0.03
 
+# Latency is judged only from CUDA-event timings with at least this many samples per figure in both files:
+# a quick CPU run times each figure once with the host clock (reps 1), and two such runs of the same code
+# differed up to 7.1x (diffusers' net fwd+bwd at 130 rows, 341.9 vs 2442.5 us: `h3bench run --device cpu
+# --quick` twice, then `h3bench compare`). The full plans take 100.
+MIN_JUDGED_SAMPLES = 20
+
 LATENCY_KEYS = ("fwd_us", "fwd_bwd_us", "fwd_bwd_net_us", "fwd_stream_us", "fwd_bwd_stream_us",
                 "fwd_bwd_net_stream_us")
 # What the latencies of files without a timing record mean (shared/prior-art/README.md: the RFC's script
@@ -257,6 +263,18 @@ def timing_method(evidence: Evidence) -> str:
     return RFC_SCRIPT_METHOD if evidence.h3bench_commit is None else OLD_H3BENCH_METHOD
 
 
+def _unjudgeable_timing(evidence: Evidence) -> Optional[str]:
+    """Why the file's latencies cannot be judged (host-clock timing, too few samples), or None."""
+    record = evidence.environment.timing
+    if record is None:  # the RFC's files: its script's CUDA events, 100 samples
+        return None
+    if record.timer != "cuda_events":
+        return f"latencies are {record.timer.replace('_', '-')} timings"
+    if record.reps < MIN_JUDGED_SAMPLES:
+        return f"latencies have {record.reps} sample(s) per figure (fewer than {MIN_JUDGED_SAMPLES})"
+    return None
+
+
 def compare(old: Evidence, new: Evidence, thresholds: Thresholds = Thresholds()) -> Comparison:
     if old.op != new.op:  # rows, sizes and errors of two operators have nothing to say about each other
         raise ValueError(f"cannot compare: op differs ({old.op!r} vs {new.op!r})")
@@ -265,12 +283,17 @@ def compare(old: Evidence, new: Evidence, thresholds: Thresholds = Thresholds())
     # latencies sampled by different methods are different quantities.
     same_gpu = old_gpu == new_gpu
     same_method = timing_method(old) == timing_method(new)
-    result = Comparison(old_gpu, new_gpu, thresholds, latency_compared=same_gpu and same_method)
+    unjudged = [f"the {label} file's {why}" for label, evidence in (("old", old), ("new", new))
+                for why in [_unjudgeable_timing(evidence)] if why]
+    result = Comparison(old_gpu, new_gpu, thresholds,
+                        latency_compared=same_gpu and same_method and not unjudged)
     if not same_gpu:
         result.notes.append(f"different GPUs ({old_gpu} vs {new_gpu}): latency ratios shown, not judged")
     if not same_method:
         result.notes.append(f"latencies sampled by different methods ({timing_method(old)} vs "
                             f"{timing_method(new)}): ratios shown, not judged")
+    for why in unjudged:
+        result.notes.append(f"{why}: latency ratios shown, not judged")
     if old.quick != new.quick:
         result.notes.append(f"quick differs (old {old.quick}, new {new.quick}): counts and timings "
                             "come from different plans")
