@@ -9,10 +9,15 @@ becomes an "unavailable" row instead of a crash.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
+import importlib.util
 import inspect
+import os
+import sys
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -81,25 +86,76 @@ def unavailable_adapter(name: str, op: str, grads: tuple[str, ...], reason: str)
     return Adapter(name=name, op=op, grads=grads, load=load, summary="could not be loaded")
 
 
-def from_function(fn: OpCallable, *, name: str, op: str, differentiable: tuple[str, ...],
-                  source: Optional[str] = None) -> Adapter:
-    """Wrap a plain function with the op's signature: its gradients come from autograd."""
-    label = source or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', name)} (autograd)"
+def accepted_constants(fn: Callable, constants: tuple[str, ...]) -> tuple[str, ...]:
+    """The op constants `fn` takes as keyword arguments (by name, or all of them through **kwargs)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return ()
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return constants
+    return tuple(c for c in constants if c in params and params[c].kind in (inspect.Parameter.KEYWORD_ONLY,
+                                                                             inspect.Parameter.POSITIONAL_OR_KEYWORD))
 
-    def load(_device: torch.device, _params: Any) -> Loaded:
-        return Loaded(fn=fn, source=label)
+
+def from_function(fn: OpCallable, *, name: str, op: str, differentiable: tuple[str, ...],
+                  source: Optional[str] = None, constants: tuple[str, ...] = ()) -> Adapter:
+    """Wrap a plain function with the op's signature: its gradients come from autograd. The op constants it
+    accepts (`accepted_constants`) are passed as keyword arguments from the run's parameters, so `--set
+    eps=...` reaches it."""
+    label = source or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', name)} (autograd)"
+    passed = accepted_constants(fn, constants)
+
+    def load(_device: torch.device, params: Any) -> Loaded:
+        if not passed:
+            return Loaded(fn=fn, source=label)
+        values = {c: getattr(params, c) for c in passed}
+        return Loaded(fn=functools.partial(fn, **values),
+                      source=f"{label}; constants {', '.join(f'{k}={v!r}' for k, v in values.items())}")
 
     return Adapter(name=name, op=op, grads=differentiable, load=load, summary="external function")
 
 
-def load_external(spec: str, *, op: str, differentiable: tuple[str, ...], n_inputs: int) -> Adapter:
-    """Resolve `module:attr` to an adapter. `attr` may be an Adapter or a plain function taking the op's
-    inputs in call order (`n_inputs` of them)."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"--adapter expects module:attr, got {spec!r}")
+def _import_target(module_name: str, spec: str):
+    """The module of `--adapter`: a path to a .py file, or a module name (the current directory included,
+    as `python -m` would have it, for the console script too)."""
+    if module_name.endswith(".py") or os.sep in module_name:
+        path = Path(module_name).expanduser().resolve()
+        if not path.is_file():
+            raise ValueError(f"--adapter {spec}: no such file {module_name!r}")
+        unique = f"h3bench_external_{abs(hash(str(path)))}_{path.stem}"
+        found = importlib.util.spec_from_file_location(unique, path)
+        module = importlib.util.module_from_spec(found)
+        sys.modules[unique] = module  # pickling and dataclasses look modules up by name
+        found.loader.exec_module(module)
+        return module
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
+    finally:
+        if added:
+            sys.path.remove(cwd)
+
+
+def load_external(spec: str, *, op: str, differentiable: tuple[str, ...], n_inputs: int,
+                  constants: tuple[str, ...] = (), forward_only: bool = False) -> Adapter:
+    """Resolve `[name=]module:attr` (module: a module name or a path to a .py file) to an adapter. `attr`
+    may be an Adapter or a plain function taking the op's inputs in call order (`n_inputs` of them) and,
+    as keyword arguments, whichever of the op's `constants` it names. `name` names the row (default: attr);
+    `forward_only`: the function has no backward (no gradients are asked of it)."""
+    row_name, eq, target = spec.partition("=")
+    if not eq:
+        row_name, target = "", spec
+    module_name, sep, attr = target.rpartition(":")
+    if not sep or not module_name or not attr or (eq and not row_name.strip()):
+        raise ValueError(f"--adapter expects [name=]module:attr or [name=]path/to/file.py:attr, got {spec!r}")
+    try:
+        module = _import_target(module_name, spec)
+    except ValueError:
+        raise
     except Exception as exc:
         raise ValueError(f"--adapter {spec}: cannot import module {module_name!r} "
                          f"({describe_exception(exc)})") from exc
@@ -110,26 +166,29 @@ def load_external(spec: str, *, op: str, differentiable: tuple[str, ...], n_inpu
     if isinstance(obj, Adapter):
         if obj.op != op:
             raise ValueError(f"--adapter {spec}: adapter is for op {obj.op!r}, not {op!r}")
-        return obj
+        return replace(obj, name=row_name.strip()) if row_name.strip() else obj
     if callable(obj):
-        _check_signature(obj, spec, n_inputs)
-        return from_function(obj, name=attr, op=op, differentiable=differentiable,
-                             source=f"{spec} (external function, autograd)")
+        _check_signature(obj, spec, n_inputs, accepted_constants(obj, constants))
+        return from_function(obj, name=row_name.strip() or attr, op=op,
+                             differentiable=() if forward_only else differentiable, constants=constants,
+                             source=f"{target} (external function, "
+                                    f"{'forward only' if forward_only else 'autograd'})")
     raise ValueError(f"--adapter {spec}: {attr!r} is neither an Adapter nor a callable")
 
 
-def _check_signature(fn: Callable, spec: str, expected: int) -> None:
+def _check_signature(fn: Callable, spec: str, expected: int, constants: tuple[str, ...] = ()) -> None:
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return  # builtins without a signature: let the first call tell
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                  and p.name not in constants]
     if any(p.kind == p.VAR_POSITIONAL for p in params):
         return
     required = [p for p in positional if p.default is p.empty]
     if len(positional) < expected or len(required) > expected:
         raise ValueError(f"--adapter {spec}: function takes {len(positional)} positional arguments, "
-                         f"the op passes {expected}")
+                         f"the op passes {expected} (`h3bench list --op NAME` shows the op's signature)")
 
 
 def replace(adapter: Adapter, **changes) -> Adapter:

@@ -90,7 +90,7 @@ def _entry_point_adapters(op: str) -> dict:
                     found.setdefault(obj.name, obj)
             elif target_op == op and row:
                 adapter = load_external(ep.value, op=op, differentiable=spec.differentiable,
-                                        n_inputs=len(spec.inputs))
+                                        n_inputs=len(spec.inputs), constants=spec.constants)
                 found.setdefault(row, dataclasses.replace(adapter, name=row))  # the row its entry point names
         except Exception as exc:  # another package's broken entry point is its row's reason, not our crash
             reason = f"entry point {ep.name} = {ep.value}: {describe_exception(exc)}"
@@ -111,7 +111,7 @@ def named_adapters(op: str) -> dict:
     return named
 
 
-def _select_adapters(op: str, selection: Optional[str], externals: List[str]) -> list:
+def _select_adapters(op: str, selection: Optional[str], externals: List[str], forward_only: bool = False) -> list:
     from h3bench.harness.adapter import load_external, replace
     from h3bench.harness.ops import get_op
 
@@ -129,7 +129,8 @@ def _select_adapters(op: str, selection: Optional[str], externals: List[str]) ->
     spec = get_op(op)
     for text in externals:
         try:
-            adapter = load_external(text, op=op, differentiable=spec.differentiable, n_inputs=len(spec.inputs))
+            adapter = load_external(text, op=op, differentiable=spec.differentiable, n_inputs=len(spec.inputs),
+                                    constants=spec.constants, forward_only=forward_only)
         except ValueError as exc:
             fail(str(exc))
         if adapter.name in {a.name for a in chosen}:
@@ -165,9 +166,11 @@ def _ops(op: str) -> list[str]:
 
 
 def _child_args(op: str, device, config: Optional[Path], sets: List[str], quick: bool,
-                selection: Optional[str], externals: List[str]) -> tuple[str, ...]:
+                selection: Optional[str], externals: List[str], forward_only: bool = False) -> tuple[str, ...]:
     """The arguments that make a mode's child process run the same op, plan and rows."""
     args = ["--op", op, "--device", device.type, "--quick" if quick else "--full"]
+    if forward_only:
+        args.append("--forward-only")
     if selection is not None:
         args += ["--adapters", selection]
     if config is not None:
@@ -189,7 +192,10 @@ def run(
                                          help="Quick or full plan. Default: full on CUDA, quick on CPU."),
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
     adapters: Optional[str] = typer.Option(None, "--adapters", help="Built-in rows to run (a,b), or none."),
-    adapter: List[str] = typer.Option([], "--adapter", help="Extra implementation module:attr (repeatable)."),
+    adapter: List[str] = typer.Option([], "--adapter", help="Extra implementation [name=]module:attr or "
+                                                            "[name=]path/file.py:attr (repeatable); `h3bench "
+                                                            "list --op NAME` shows the signature it must have."),
+    forward_only: bool = typer.Option(False, "--forward-only", help="The --adapter functions have no backward."),
     mode: List[str] = typer.Option(["plain"], "--mode", help="Global mode(s): NAME[,NAME], or all."),
     out_arg: Optional[str] = typer.Option(None, "--out", help="Evidence JSON path (a folder with --op all)."),
     render: bool = typer.Option(True, "--render/--no-render", help="Write tables and plots beside the JSON."),
@@ -226,6 +232,8 @@ def run(
     if out_arg and len(ops) == 1 and out_arg.endswith(("/", os.sep)):   # Path() would drop the slash
         fail(f"--out {out_arg}: names a folder; with one op --out is the evidence file "
              f"(e.g. {out / (ops[0] + '.json')})")
+    if forward_only and not adapter:
+        fail("--forward-only declares --adapter functions without a backward: name one with --adapter")
     if len(ops) > 1 and (config is not None or adapters is not None or adapter):
         fail("--config, --adapters and --adapter name one op's file and rows; with several ops each op runs "
              "its built-in config and rows")
@@ -242,11 +250,11 @@ def run(
             cfg = load_config(name, config, plan_quick, tuple(set_))
         except (ConfigError, ValueError) as exc:
             fail(f"{name}: {exc}" if len(ops) > 1 else str(exc))
-        chosen = _select_adapters(name, adapters, adapter)
+        chosen = _select_adapters(name, adapters, adapter, forward_only)
         requests.append(RunRequest(
             config=cfg, device=dev, adapters=chosen, modes=modes, out=None,
             command=shlex.join(["h3bench", *sys.argv[1:]]), mode_timeout_s=mode_timeout, in_process=in_process,
-            child_args=_child_args(name, dev, config, set_, cfg.quick, adapters, adapter)))
+            child_args=_child_args(name, dev, config, set_, cfg.quick, adapters, adapter, forward_only)))
     folder = None
     if len(ops) > 1:
         if out is not None and (out.suffix.lower() == ".json" or out.is_file()):
@@ -361,19 +369,48 @@ def _fan_out(requests, gpus: Optional[str], ray: Optional[str], console: Console
     return [r.out for r in requests]
 
 
+def signature(op: str) -> str:
+    """The call an external function must accept for `op`: inputs in order (per row or not, which get
+    gradients), the outputs it returns, and the constants it may take as keyword arguments."""
+    from h3bench.harness.config import load_config
+    from h3bench.harness.ops import get_op
+
+    spec = get_op(op)
+    params = load_config(op).inputs
+    inputs = ", ".join(spec.input_names)
+    constants = ", ".join(f"{c}={getattr(params, c)!r}" for c in spec.constants)
+    outputs = ", ".join(spec.outputs)
+    lines = [f"def my_{op}({inputs}{', *, ' + constants if constants else ''}):  # -> "
+             f"{outputs if len(spec.outputs) == 1 else '(' + outputs + ')'}"]
+    for i in spec.inputs:
+        kind = "per row (dim 0 is the row)" if i.per_row else "shared by every row"
+        lines.append(f"    {i.name}: {kind}; {'gets a gradient' if i.differentiable else 'no gradient'}")
+    if spec.constants:
+        lines.append(f"    constants (keyword arguments, from the config: --set NAME=VALUE): {constants}")
+    lines.append(f"    returns: {outputs}; gradients come from autograd (--forward-only: a function without a "
+                 "backward)")
+    return "\n".join(lines)
+
+
 @app.command("list")
-def list_(device: str = typer.Option("auto", "--device", help="Where availability is judged.")):
-    """Ops with their rows, each available or not, with the reason."""
+def list_(device: str = typer.Option("auto", "--device", help="Where availability is judged."),
+          op: Optional[str] = typer.Option(None, "--op", help="One op: its call signature, then its rows.")):
+    """Ops with their rows, each available or not, with the reason; with --op, the op's call signature."""
     from rich.table import Table
 
     from h3bench.harness.config import load_config
     from h3bench.harness.ops import OP_MODULES, get_op
 
     dev = _device(device)
+    ops = list(OP_MODULES)
+    if op is not None:
+        ops = _ops(op)
+        for name in ops:
+            print(signature(name))
     table = Table(title=f"h3bench on {dev}")
     for column in ("op", "adapter", "grads", "status", "source or reason"):
         table.add_column(column, overflow="fold")  # names are typed back: fold, never cut
-    for op in OP_MODULES:
+    for op in ops:
         spec = get_op(op)
         params = load_config(op).inputs
         table.add_section()

@@ -45,6 +45,8 @@ def index_rows(paths: Sequence[Path], out_dir: Path) -> list[IndexRow]:
     for path in paths:
         link = os.path.relpath(Path(path).resolve(), Path(out_dir).resolve())
         try:
+            if Path(path).is_dir():
+                raise schema.SchemaError(schema.FOLDER_NOT_FILE)
             data = json.loads(Path(path).read_text())
             if is_sweep(data):  # the norm_modulate shape sweep: timings only, listed with a link
                 rows.append(IndexRow("norm_modulate", "-", "shape sweep", "timings only (not an audit)", None,

@@ -56,6 +56,7 @@ class AdaLNRowGather(Op):
     outputs = CHUNK_NAMES
     params_type = AdaLNRowGatherParams
     plan_set = "token"
+    constants = ("modalities", "chunks")
 
     def make_inputs(self, params: AdaLNRowGatherParams, rows: int, seed: int, device: torch.device) -> OpInputs:
         table = adaln_table(params.table_rows, params.chunks * params.hidden, generator(device, PARAM_SEED), device,

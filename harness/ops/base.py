@@ -66,6 +66,9 @@ class Op:
     params_type: type
     plan_set: str                     # configs/plans/<plan_set>.toml holds the default probe plans
     references: tuple[str, ...] = ()  # extra reference variants (rows implementing part of the op)
+    # The fields of `params_type` the op's math takes besides its tensors (eps, a table's layout, the
+    # sinusoid's period): an external function that names them as keyword arguments gets the run's values.
+    constants: tuple[str, ...] = ()
     # Rows whose evidence name carries the mode, as the RFC's files name them (`diffusers[vllm]` in the GEMM
     # ops, where the same composition is measured under every global mode).
     mode_tagged_rows: tuple[str, ...] = ()

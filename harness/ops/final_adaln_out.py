@@ -71,6 +71,7 @@ class FinalAdaLNOut(Op):
     outputs = ("out",)
     params_type = FinalAdaLNOutParams
     plan_set = "token"
+    constants = ("eps",)
 
     def make_inputs(self, params: FinalAdaLNOutParams, rows: int, seed: int, device: torch.device) -> OpInputs:
         h, d, dtype = params.hidden, params.temb_dim, params.torch_dtype

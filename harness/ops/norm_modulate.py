@@ -48,6 +48,7 @@ class NormModulate(Op):
     references = ("rms_norm",)  # rows that implement the norm alone (torch_rms_norm, transformer_engine)
     params_type = NormModulateParams
     plan_set = "token"
+    constants = ("eps",)
 
     def layout(self, params: NormModulateParams, rows: int, seed: int) -> torch.Tensor:
         return table_index(params, rows, seed)

@@ -60,6 +60,7 @@ class TimestepSinusoid(Op):
     outputs = ("out",)
     params_type = TimestepSinusoidParams
     plan_set = "sinusoid"
+    constants = ("freq_dim", "max_period", "downscale_freq_shift")
 
     def make_inputs(self, params: TimestepSinusoidParams, rows: int, seed: int, device: torch.device) -> OpInputs:
         t = torch.rand(rows, generator=generator(device, seed), device=device, dtype=DTYPE)
