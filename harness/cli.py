@@ -387,8 +387,12 @@ def signature(op: str) -> str:
         lines.append(f"    {i.name}: {kind}; {'gets a gradient' if i.differentiable else 'no gradient'}")
     if spec.constants:
         lines.append(f"    constants (keyword arguments, from the config: --set NAME=VALUE): {constants}")
-    lines.append(f"    returns: {outputs}; gradients come from autograd (--forward-only: a function without a "
-                 "backward)")
+    import torch
+    shapes = ", ".join(f"{n} {list(g.shape)} {str(g.dtype).replace('torch.', '')}"
+                       for n, g in zip(spec.outputs, spec.make_grad_outs(params, 2, 0, torch.device("cpu"))))
+    lines.append(f"    returns: {shapes} for 2 rows at the default config (the contract: another shape, dtype "
+                 "or device makes the row unavailable); gradients come from autograd (--forward-only: a "
+                 "function without a backward)")
     return "\n".join(lines)
 
 

@@ -74,11 +74,18 @@ def as_outputs(result, expected: int) -> tuple[torch.Tensor, ...]:
     return tuple(found)
 
 
-def check_like(outputs: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]) -> None:
+def check_like(outputs: Sequence[torch.Tensor], expected: Sequence[torch.Tensor],
+               names: Optional[Sequence[str]] = None) -> None:
+    """The op's output contract: each output has the shape, dtype and device of the upstream gradient the
+    op makes for it (`Op.make_grad_outs` builds those by the op's rule, e.g. [rows, H] in x's dtype). A
+    float32 result for bf16 inputs would otherwise be judged more accurate than every real bf16 row.
+    (Gradients need no check here: autograd gives each leaf's gradient the leaf's shape and dtype.)"""
     for i, (out, ref) in enumerate(zip(outputs, expected)):
-        if out.shape != ref.shape:
-            raise ImplementationError(f"implementation returned shape {tuple(out.shape)} for output {i}, "
-                                      f"expected {tuple(ref.shape)}")
+        name = f"output {names[i]!r}" if names is not None and i < len(names) else f"output {i}"
+        for what, got, want in (("shape", tuple(out.shape), tuple(ref.shape)), ("dtype", out.dtype, ref.dtype),
+                                ("device", out.device, ref.device)):
+            if got != want:
+                raise ImplementationError(f"contract: {name} has {what} {got}, the op's is {want}")
 
 
 def settle(tensors: Sequence) -> None:
@@ -119,7 +126,7 @@ def backward(outputs: Sequence[torch.Tensor], grad_outs: Sequence[torch.Tensor])
 
 
 def execute(fn, inputs: OpInputs, grad_outs: Optional[Sequence[torch.Tensor]], grads: tuple[str, ...],
-            n_outputs: int) -> Outcome:
+            n_outputs: int, output_names: Optional[Sequence[str]] = None) -> Outcome:
     """Forward, then (when the row has gradients and `grad_outs` is given) backward with `grad_outs`."""
     run_backward = bool(grads) and grad_outs is not None
     names = list(inputs.tensors)
@@ -127,7 +134,7 @@ def execute(fn, inputs: OpInputs, grad_outs: Optional[Sequence[torch.Tensor]], g
         leaves = make_leaves(inputs, grads if run_backward else ())
         outputs = call(fn, leaves, n_outputs)
         if grad_outs is not None:
-            check_like(outputs, grad_outs)
+            check_like(outputs, grad_outs, output_names)
         found: dict[str, torch.Tensor] = {}
         if run_backward:
             backward(outputs, grad_outs)

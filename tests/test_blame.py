@@ -50,6 +50,11 @@ def wrong_shape(x, w, sh, sc, idx):
     return composition(x, w, sh, sc, idx)[:, :-1]
 
 
+def returns_float32(x, w, sh, sc, idx):
+    """bf16 inputs, a float32 result: more accurate than any bf16 row could be, and not the op's output."""
+    return composition(x.float(), w.float(), sh.float(), sc.float(), idx)
+
+
 def returns_a_list_of_two(x, w, sh, sc, idx):
     y = composition(x, w, sh, sc, idx)
     return [y, y]
@@ -67,7 +72,8 @@ def fails_only_while_timed(x, w, sh, sc, idx):
 
 @pytest.mark.parametrize("fn,probe,reason", [
     (fails_in_backward, "all_rows", "RuntimeError: planted failure in the implementation's backward"),
-    (wrong_shape, "all_rows", "implementation returned shape (3, 63) for output 0, expected (3, 64)"),
+    (wrong_shape, "all_rows", "contract: output 'y' has shape (3, 63), the op's is (3, 64)"),
+    (returns_float32, "all_rows", "contract: output 'y' has dtype torch.float32, the op's is torch.bfloat16"),
     (returns_a_list_of_two, "all_rows", "implementation returned 2 tensors, the op has 1 outputs"),
 ])
 def test_implementation_failures_are_its_rows_reason(fn, probe, reason):

@@ -48,7 +48,7 @@ class ProbeContext:
         return self.op.make_grad_outs(self.params, rows, seed, self.device)
 
     def run(self, inputs: OpInputs, grad_outs: tuple[torch.Tensor, ...]) -> Outcome:
-        return execute(self.fn, inputs, grad_outs, self.grads, self.n_outputs)
+        return execute(self.fn, inputs, grad_outs, self.grads, self.n_outputs, self.op.outputs)
 
     def run_rows(self, inputs: OpInputs, grad_outs: tuple[torch.Tensor, ...]) -> Outcome:
         """`run`, keeping only the outputs and the per-row gradients: for outcomes a probe holds on to.
