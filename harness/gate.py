@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Iterable, Union
 
+from h3bench.harness.probes.difference import describe
 from h3bench.harness.schema import BatchInvariance, Evidence, RowResult, UnavailableMode, UnavailableRow
 
 ALL = "all"
@@ -25,20 +26,27 @@ def unknown_rows(selection: Selection, rows: Iterable[str]) -> list[str]:
     return [] if selection == ALL else sorted(set(selection) - set(rows))
 
 
+def _at(difference) -> str:
+    return f" (first: {describe(difference)})" if difference is not None else ""
+
+
 def _what_failed(bi: BatchInvariance) -> list[str]:
     found = []
     for size, case in sorted(bi.all_rows.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
         if case.fwd_differ or case.rowgrad_differ:
-            found.append(f"all_rows {size}: fwd {case.fwd_differ}, rowgrad {case.rowgrad_differ} of {case.rows} rows")
+            found.append(f"all_rows {size}: fwd {case.fwd_differ}, rowgrad {case.rowgrad_differ} of {case.rows} rows"
+                         f"{_at(case.first_difference)}")
     subs = bi.full_vs_sub_batches
     if subs.fwd_differ or subs.rowgrad_differ:
         found.append(f"full_vs_sub: fwd {subs.fwd_differ}, rowgrad {subs.rowgrad_differ} of {subs.sub_batches} "
-                     "sub-batches")
+                     f"sub-batches{_at(subs.first_difference)}")
     sweep = bi.batch_size_sweep
     if sweep.differ:
-        found.append(f"sweep: {sweep.differ} of {sweep.comparisons} comparisons")
+        first = sweep.first_failures[0].difference if sweep.first_failures else None
+        found.append(f"sweep: {sweep.differ} of {sweep.comparisons} comparisons{_at(first)}")
     if bi.params_repeatable is False:
-        found.append("parameter gradients not repeatable")
+        found.append("parameter gradients not repeatable" + "".join(
+            f"; {p.param}: {p.elements}/{p.numel} elements, up to {p.max_ulp} ULP" for p in bi.params_differences or ()))
     return found
 
 

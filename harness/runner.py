@@ -176,6 +176,7 @@ class _Measured:
     probes: dict = field(default_factory=dict)
     probe_wall: dict[str, float] = field(default_factory=dict)
     sizes: dict[str, SizeResult] = field(default_factory=dict)
+    params_differences: list = field(default_factory=list)  # all_rows fills it: parameter gradients that moved
 
 
 def measure_rows(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, bandwidth: Optional[float],
@@ -211,13 +212,13 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
     ctx = ProbeContext(op=op, params=cfg.inputs, fn=loaded.fn, grads=adapter.grads, device=request.device,
                        reference_variant=adapter.reference or op.name, progress=observer.advance,
                        reference_guard=active.reference_off if spec.reference_with_mode_off else contextlib.nullcontext)
+    measured = _Measured(adapter=adapter, name=name, loaded=loaded, load_s=time.perf_counter() - started)
     steps = {
-        "all_rows": lambda: bi.all_rows(ctx, cfg.all_rows),
+        "all_rows": lambda: bi.all_rows(ctx, cfg.all_rows, measured.params_differences),
         "full_vs_sub_batches": lambda: bi.full_vs_sub_batches(ctx, cfg.full_vs_sub),
         "batch_size_sweep": lambda: bi.batch_size_sweep(ctx, cfg.sweep),
         "accuracy_latency": lambda: acc.accuracy(ctx, cfg.accuracy),
     }
-    measured = _Measured(adapter=adapter, name=name, loaded=loaded, load_s=time.perf_counter() - started)
     current = PROBES[0]
     try:
         for current in PROBES:
@@ -279,7 +280,7 @@ def _row_result(m: _Measured, device: torch.device) -> RowResult | UnavailableRo
     return RowResult(
         source=m.loaded.source, has_backward=m.adapter.has_backward,
         batch_invariance=bi.verdict(cases, repeatable, m.probes["full_vs_sub_batches"],
-                                    m.probes["batch_size_sweep"]),
+                                    m.probes["batch_size_sweep"], m.params_differences),
         accuracy_latency=m.sizes, wall_s=wall, probe_wall_s=m.probe_wall, timer=timer_for(device),
     )
 

@@ -29,10 +29,40 @@ def additive(default: Any = None, **kwargs):
 # --- batch invariance -------------------------------------------------------------------------------
 
 @dataclass
+class Difference:
+    """Where two results of the same row first differ and how far (h3bench's own, beside the counts): the
+    tensor (an output's name, or `grad NAME`), the batch it rode in (its size, the row's position in it;
+    `seed`: the plan's input seed), the row and the element within the row (flat index) of the first
+    differing element, the largest absolute difference and the largest distance in units in the last
+    place of the tensor's own dtype over the compared rows (-1: a NaN on one side only)."""
+
+    tensor: str
+    seed: int
+    batch: int
+    position: int
+    row: int
+    element: int
+    max_abs: float
+    max_ulp: int
+
+
+@dataclass
+class ParamDifference:
+    """A parameter gradient that did not repeat bitwise: how many elements differ, and how far."""
+
+    param: str
+    elements: int
+    numel: int
+    max_abs: float
+    max_ulp: int
+
+
+@dataclass
 class AllRowsCase:
     rows: int
     fwd_differ: int
     rowgrad_differ: int
+    first_difference: Optional[Difference] = additive()
 
 
 @dataclass
@@ -42,6 +72,7 @@ class FullVsSubBatches:
     sub_batches: int
     fwd_differ: int
     rowgrad_differ: int
+    first_difference: Optional[Difference] = additive()
 
 
 @dataclass
@@ -50,6 +81,7 @@ class SweepFailure:
     batch: int
     position: int
     row: int
+    difference: Optional[Difference] = additive()
 
 
 @dataclass
@@ -68,6 +100,7 @@ class BatchInvariance:
     full_vs_sub_batches: FullVsSubBatches
     batch_size_sweep: BatchSizeSweep
     batch_invariant: bool
+    params_differences: Optional[list[ParamDifference]] = additive()
 
 
 # --- accuracy and latency ---------------------------------------------------------------------------

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Optional
 
-from h3bench.harness.schema import RowResult
+from h3bench.harness.probes.difference import describe
+from h3bench.harness.schema import Difference, ParamDifference, RowResult
 
 
 class Status(str, Enum):
@@ -42,6 +44,23 @@ def _count(differ: int, total: int, unit: str) -> str:
     return f"{differ}/{total} {unit} differ"
 
 
+def where(d: Optional[Difference]) -> str:
+    """Where and how far a difference is, for a detail cell; empty without a record."""
+    return f"; first: {describe(d)}" if d is not None else ""
+
+
+def _first_all_rows(cases) -> Optional[Difference]:
+    return next((c.first_difference for c in cases if c.first_difference is not None), None)
+
+
+def params_detail(differences: Optional[list[ParamDifference]]) -> str:
+    if not differences:
+        return "parameter gradients differ run to run"
+    return "parameter gradients differ run to run: " + ", ".join(
+        f"{p.param} {p.elements}/{p.numel} elements, "
+        f"{'a NaN on one side' if p.max_ulp < 0 else f'up to {p.max_ulp} ULP'}" for p in differences)
+
+
 def checks(row: RowResult) -> list[Check]:
     """The five checks in `CHECKS` order."""
     bi = row.batch_invariance
@@ -49,28 +68,32 @@ def checks(row: RowResult) -> list[Check]:
     rows = sum(c.rows for c in cases)
     fwd = sum(c.fwd_differ for c in cases)
     rowgrad = sum(c.rowgrad_differ for c in cases)
-    out = [Check("all_rows fwd", Status.FAIL if fwd else Status.PASS, _count(fwd, rows, "rows"), f"{fwd}/{rows}")]
+    first = where(_first_all_rows(cases))
+    out = [Check("all_rows fwd", Status.FAIL if fwd else Status.PASS, _count(fwd, rows, "rows") + (first if fwd else ""),
+                 f"{fwd}/{rows}")]
     # A forward-only row records rowgrad counts of 0 without measuring anything: that is not a pass.
     if not row.has_backward and rowgrad == 0:
         out.append(Check("all_rows rowgrad", Status.NA, "no backward"))
     else:
         out.append(Check("all_rows rowgrad", Status.FAIL if rowgrad else Status.PASS,
-                         _count(rowgrad, rows, "rows"), f"{rowgrad}/{rows}"))
+                         _count(rowgrad, rows, "rows") + (first if rowgrad and not fwd else ""), f"{rowgrad}/{rows}"))
     if bi.params_repeatable is None:
         out.append(Check("params repeatable", Status.NA, "no parameter gradients measured"))
     else:
         out.append(Check("params repeatable", Status.PASS if bi.params_repeatable else Status.FAIL,
                          "bitwise equal run to run" if bi.params_repeatable
-                         else "parameter gradients differ run to run"))
+                         else params_detail(bi.params_differences)))
     fvs = bi.full_vs_sub_batches
     out.append(Check("full_vs_sub", Status.FAIL if (fvs.fwd_differ or fvs.rowgrad_differ) else Status.PASS,
-                     f"fwd {fvs.fwd_differ}, rowgrad {fvs.rowgrad_differ} of {fvs.sub_batches} sub-batches",
+                     f"fwd {fvs.fwd_differ}, rowgrad {fvs.rowgrad_differ} of {fvs.sub_batches} sub-batches"
+                     f"{where(fvs.first_difference)}",
                      f"{fvs.fwd_differ}+{fvs.rowgrad_differ}/{fvs.sub_batches}"))
     sweep = bi.batch_size_sweep
     detail = _count(sweep.differ, sweep.comparisons, "comparisons")
     if sweep.first_failures:
         f = sweep.first_failures[0]
-        detail += f", first at seed {f.seed}, batch {f.batch}, position {f.position}, row {f.row}"
+        detail += (where(f.difference) if f.difference is not None
+                   else f", first at seed {f.seed}, batch {f.batch}, position {f.position}, row {f.row}")
     out.append(Check("sweep", Status.FAIL if sweep.differ else Status.PASS, detail,
                      f"{sweep.differ}/{sweep.comparisons}"))
     return out
@@ -92,7 +115,8 @@ def failure_summary(row: RowResult) -> str:
     parts = []
     for c in failed(row):
         label = FAILED_LABEL[c.name]
-        parts.append(label if c.name == "params repeatable" else f"{label}: {c.detail}")
+        parts.append(c.detail if c.name == "params repeatable" and "elements" in c.detail
+                     else label if c.name == "params repeatable" else f"{label}: {c.detail}")
     if not row.batch_invariance.batch_invariant and not parts:
         # The recorded verdict is the contract; say so rather than invent a reason.
         parts.append("recorded not invariant, no failing count")

@@ -7,7 +7,10 @@ gradients are compared one by one and their counts summed into `rowgrad_differ`;
 differs when any output or per-row gradient of the probe row differs.
 
 Comparisons stay on the device as bool tensors and are read back once per case, so a probe costs
-the implementation's runs, not a host sync per row.
+the implementation's runs, not a host sync per row. A failing check is then located (harness/probes/
+difference.py: the first differing tensor, row and element, the largest ULP distance): all_rows from the
+results at hand, the first differing sub-batch and the first `max_failures` sweep comparisons by running
+them again, so a clean row pays nothing for it.
 """
 from __future__ import annotations
 
@@ -18,8 +21,9 @@ import torch
 from h3bench.harness.config import AllRowsPlan, SubBatchPlan, SweepPlan
 from h3bench.harness.execute import Outcome, any_rows_differ, bitwise_equal, rows_differ
 from h3bench.harness.probes.context import ProbeContext, select_grad_outs
-from h3bench.harness.schema import (AllRowsCase, BatchInvariance, BatchSizeSweep, FullVsSubBatches,
-                            SweepFailure)
+from h3bench.harness.probes.difference import first_difference, param_difference
+from h3bench.harness.schema import (AllRowsCase, BatchInvariance, BatchSizeSweep, Difference, FullVsSubBatches,
+                                    ParamDifference, SweepFailure)
 
 
 def all_rows_total(plan: AllRowsPlan) -> int:
@@ -48,52 +52,93 @@ def _rowgrads_differ(ctx: ProbeContext, a: Outcome, b_grads: dict[str, torch.Ten
     return [rows_differ(a.grads[g], b_grads[g]) for g in ctx.row_grads]
 
 
-def all_rows(ctx: ProbeContext, plan: AllRowsPlan) -> tuple[dict[str, AllRowsCase], Optional[bool]]:
-    """Each row of a batch of n against the same row alone; the batch twice for parameter repeatability."""
+def _pairs(ctx: ProbeContext, got: Outcome, want_outputs, want_grads: dict[str, torch.Tensor]) -> list:
+    """(tensor name, got, expected) for every output, then every per-row gradient: what `first_difference`
+    looks through, in that order."""
+    return ([(name, g, w) for name, g, w in zip(ctx.op.outputs, got.outputs, want_outputs)]
+            + [(f"grad {g}", got.grads[g], want_grads[g]) for g in ctx.row_grads])
+
+
+def all_rows(ctx: ProbeContext, plan: AllRowsPlan,
+             params_differences: Optional[list[ParamDifference]] = None) -> tuple[dict[str, AllRowsCase], Optional[bool]]:
+    """Each row of a batch of n against the same row alone; the batch twice for parameter repeatability
+    (each parameter gradient that does not repeat is added to `params_differences`, once)."""
     cases: dict[str, AllRowsCase] = {}
     repeatable: Optional[bool] = True if ctx.param_grads else None
     for n in plan.batch_sizes:
         fwd = rowgrad = 0
+        first: Optional[Difference] = None
         for seed in plan.seeds:
             inputs, grad_outs = ctx.inputs(n, seed), ctx.grad_outs(n, seed)
             full = ctx.run(inputs, grad_outs)
             again = ctx.run(inputs, grad_outs)
-            if any(not bitwise_equal(full.grads[g], again.grads[g]) for g in ctx.param_grads):
-                repeatable = False
+            for g in ctx.param_grads:
+                if not bitwise_equal(full.grads[g], again.grads[g]):
+                    repeatable = False
+                    if params_differences is not None and g not in {d.param for d in params_differences}:
+                        params_differences.append(param_difference(g, full.grads[g], again.grads[g]))
             alone = []
             for r in range(n):
                 index = ctx.rows_index([r])
                 alone.append(ctx.run_rows(inputs.select_rows(index), select_grad_outs(grad_outs, index)))
             ctx.progress(n)
-            fwd += int(_outputs_differ(full.outputs, _cat_outputs(alone)).sum())
+            alone_outputs = _cat_outputs(alone)
+            seed_fwd = int(_outputs_differ(full.outputs, alone_outputs).sum())
             stacked = {g: torch.cat([a.grads[g] for a in alone]) for g in ctx.row_grads}
-            rowgrad += sum(int(f.sum()) for f in _rowgrads_differ(ctx, full, stacked))
-        cases[str(n)] = AllRowsCase(rows=n * len(plan.seeds), fwd_differ=fwd, rowgrad_differ=rowgrad)
+            seed_rowgrad = sum(int(f.sum()) for f in _rowgrads_differ(ctx, full, stacked))
+            if (seed_fwd or seed_rowgrad) and first is None:
+                first = first_difference(_pairs(ctx, full, alone_outputs, stacked), seed=seed, batch=n,
+                                         positions=range(n), rows=range(n))
+            fwd, rowgrad = fwd + seed_fwd, rowgrad + seed_rowgrad
+        cases[str(n)] = AllRowsCase(rows=n * len(plan.seeds), fwd_differ=fwd, rowgrad_differ=rowgrad,
+                                    first_difference=first)
     return cases, repeatable
+
+
+def _locate_sub_batch(ctx: ProbeContext, inputs, grad_outs, full: Outcome, rows: range,
+                      seed: int) -> Optional[Difference]:
+    """Where the sub-batch `rows` differs from the same rows of the full batch (run again; None if this
+    time it does not: a nondeterministic implementation)."""
+    index = ctx.rows_index(rows)
+    sub = ctx.run_rows(inputs.select_rows(index), select_grad_outs(grad_outs, index))
+    picked = tuple(o.index_select(0, index) for o in full.outputs)
+    picked_grads = {g: full.grads[g].index_select(0, index) for g in ctx.row_grads}
+    return first_difference(_pairs(ctx, sub, picked, picked_grads), seed=seed, batch=len(rows),
+                            positions=range(len(rows)), rows=rows)
 
 
 def full_vs_sub_batches(ctx: ProbeContext, plan: SubBatchPlan) -> FullVsSubBatches:
     """Contiguous sub-batches of one large batch against the large batch; counts sub-batches that differ."""
     count = fwd = rowgrad = 0
+    first: Optional[Difference] = None
     for seed in plan.seeds:
         inputs, grad_outs = ctx.inputs(plan.full_batch, seed), ctx.grad_outs(plan.full_batch, seed)
         full = ctx.run(inputs, grad_outs)
-        fwd_flags, grad_flags = [], []
+        fwd_flags, grad_flags, any_flags, tried = [], [], [], []
         for size in plan.sub_batch_sizes:
             for start in plan.starts(size):
-                index = ctx.rows_index(range(start, min(start + size, plan.full_batch)))
+                rows = range(start, min(start + size, plan.full_batch))
+                index = ctx.rows_index(rows)
                 sub = ctx.run_rows(inputs.select_rows(index), select_grad_outs(grad_outs, index))
                 picked = tuple(o.index_select(0, index) for o in full.outputs)
+                picked_grads = {g: full.grads[g].index_select(0, index) for g in ctx.row_grads}
                 fwd_flags.append(_outputs_differ(picked, sub.outputs).any())
-                for g in ctx.row_grads:
-                    grad_flags.append(rows_differ(full.grads[g].index_select(0, index), sub.grads[g]).any())
+                found = [rows_differ(picked_grads[g], sub.grads[g]).any() for g in ctx.row_grads]
+                grad_flags += found
+                any_flags.append(torch.stack([fwd_flags[-1], *found]).any())
+                tried.append(rows)
                 count += 1
                 ctx.progress(1)
+        if first is None and any_flags:  # one read-back a seed; the first differing sub-batch run again
+            differing = torch.stack(any_flags).nonzero()
+            if differing.numel():
+                rows = tried[int(differing[0, 0])]
+                first = _locate_sub_batch(ctx, inputs, grad_outs, full, rows, seed)
         del full
         fwd += int(torch.stack(fwd_flags).sum())
         rowgrad += int(torch.stack(grad_flags).sum()) if grad_flags else 0
     return FullVsSubBatches(full_batch=plan.full_batch, sub_batch_sizes=list(plan.sub_batch_sizes),
-                            sub_batches=count, fwd_differ=fwd, rowgrad_differ=rowgrad)
+                            sub_batches=count, fwd_differ=fwd, rowgrad_differ=rowgrad, first_difference=first)
 
 
 def batch_size_sweep(ctx: ProbeContext, plan: SweepPlan) -> BatchSizeSweep:
@@ -103,6 +148,7 @@ def batch_size_sweep(ctx: ProbeContext, plan: SweepPlan) -> BatchSizeSweep:
     n = plan.rows
     labels: list[tuple[int, int, int, int]] = []  # (seed, batch, position, row) per comparison
     flags: list[torch.Tensor] = []
+    orders: list[list[int]] = []  # each comparison's batch, to run a failing one again and locate it
     for seed in plan.seeds:
         inputs, grad_outs = ctx.inputs(n, seed), ctx.grad_outs(n, seed)
         gen = torch.Generator().manual_seed(seed)
@@ -120,6 +166,7 @@ def batch_size_sweep(ctx: ProbeContext, plan: SweepPlan) -> BatchSizeSweep:
             pairs += [(out.grads[g][at], alone[row].grads[g]) for g in ctx.row_grads]
             flags.append(any_rows_differ(pairs).any())
             labels.append((seed, len(order), position, row))
+            orders.append(order)
 
         for m in sizes:
             for r in probes:
@@ -134,14 +181,33 @@ def batch_size_sweep(ctx: ProbeContext, plan: SweepPlan) -> BatchSizeSweep:
         ctx.progress(len(probes))
     differ = torch.stack(flags).cpu() if flags else torch.zeros(0, dtype=torch.bool)
     failed = differ.nonzero().flatten().tolist()
-    first = [SweepFailure(*labels[i]) for i in failed[:plan.max_failures]]
+    first = [SweepFailure(*labels[i], difference=_locate_sweep(ctx, n, labels[i], orders[i]))
+             for i in failed[:plan.max_failures]]
     return BatchSizeSweep(batch_sizes=sizes, probe_rows=probes, comparisons=len(labels),
                           differ=len(failed), first_failures=first)
 
 
+def _locate_sweep(ctx: ProbeContext, n: int, label: tuple[int, int, int, int],
+                  order: list[int]) -> Optional[Difference]:
+    """A failing sweep comparison run again (the batch and the probe row alone) and located."""
+    seed, _batch, position, row = label
+    inputs, grad_outs = ctx.inputs(n, seed), ctx.grad_outs(n, seed)
+
+    def run_rows(rows: list[int]) -> Outcome:
+        index = ctx.rows_index(rows)
+        return ctx.run_rows(inputs.select_rows(index), select_grad_outs(grad_outs, index))
+
+    out, alone = run_rows(order), run_rows([row])
+    at = slice(position, position + 1)
+    pairs = ([(name, o[at], a) for name, o, a in zip(ctx.op.outputs, out.outputs, alone.outputs)]
+             + [(f"grad {g}", out.grads[g][at], alone.grads[g]) for g in ctx.row_grads])
+    return first_difference(pairs, seed=seed, batch=len(order), positions=[position], rows=[row])
+
+
 def verdict(cases: dict[str, AllRowsCase], repeatable: Optional[bool], subs: FullVsSubBatches,
-            sweep: BatchSizeSweep) -> BatchInvariance:
+            sweep: BatchSizeSweep, params_differences: Optional[list[ParamDifference]] = None) -> BatchInvariance:
     clean = (all(c.fwd_differ == 0 and c.rowgrad_differ == 0 for c in cases.values())
              and subs.fwd_differ == 0 and subs.rowgrad_differ == 0 and sweep.differ == 0)
     return BatchInvariance(all_rows=cases, params_repeatable=repeatable, full_vs_sub_batches=subs,
-                           batch_size_sweep=sweep, batch_invariant=clean and repeatable is not False)
+                           batch_size_sweep=sweep, batch_invariant=clean and repeatable is not False,
+                           params_differences=params_differences or None)
