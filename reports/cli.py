@@ -37,12 +37,17 @@ harness_cli.RENDER_HOOKS.append(render_after_run)
 @app.command()
 def report(file: Path = typer.Argument(..., help="Evidence JSON."),
            out: Optional[Path] = typer.Option(None, "--out", help="Folder for the rendered files."),
+           csv: bool = typer.Option(False, "--csv", help="Also write <name>.csv: one line per figure (op, mode, "
+                                                          "row, check, size, figure, value)."),
            quiet: bool = typer.Option(False, "--quiet")):
-    """Render Markdown, HTML and plots from an evidence file."""
+    """Render Markdown, HTML and plots (and with --csv a long CSV table) from an evidence file."""
     from h3bench.reports.commands import report as render_report
 
     try:
         paths = render_report(file, out, quiet)
+        if csv:
+            from h3bench.reports.long_csv import write_csv
+            paths.append(write_csv(file, out))
     except Exception as exc:
         fail(f"{file}: {exc}", 1)
     if not quiet:
