@@ -197,7 +197,7 @@ def _one_node_forward(x, nw, temb, w, b, ti, eps, kind, training):
     x2d, nw, proj, sc, ti = as_rows(x, nw, proj, proj.narrow(1, hidden, hidden), ti)
     cfg = NM.launch_config(hidden)
     table_rows = proj.shape[0]
-    plan = global_plan(ti, table_rows, hidden, table_rows * hidden * 2 * proj.element_size(), cfg, training)
+    plan = global_plan(ti, table_rows, cfg, training)
     y, rstd = NM.forward(x2d, nw, proj, sc, ti, eps, save_rstd=training, config=cfg, plan=plan)
     return (y if x.dim() == 2 else y.view(x.shape)), temb, a, x2d, nw, ti, sc, rstd, plan, cfg
 

@@ -1,9 +1,9 @@
 """`norm_modulate(x, w, sh, sc, idx)`: argument checks and autograd around the Triton kernels.
 
 The host path is kept short on purpose: on the H200 VM a call's Python costs as much as a small
-kernel (kernels/NOTES.md v12, v18). A call whose arguments are all well formed on one CUDA device passes
-one predicate of attribute reads (`_fast_ok`); only when that fails do the detailed checks run, to name
-the argument at fault in the error.
+kernel (kernels/notes/norm_modulate.md, "Host path"). A call whose arguments are all well formed on one
+CUDA device passes one predicate of attribute reads (`_fast_ok`); only when that fails do the detailed
+checks run, to name the argument at fault in the error.
 """
 from __future__ import annotations
 
@@ -75,33 +75,32 @@ def _unit_inner(t: torch.Tensor) -> torch.Tensor:
 
 def as_rows(x, w, sh, sc, idx):
     """The launchers' layout: x as [R, H] rows, idx flat, unit inner strides. No tensor call where the
-    caller already passes rows (each costs a few us of host time on the H200 VM: kernels/NOTES.md).
+    caller already passes rows (each costs a few us of host time on the H200 VM: kernels/notes/norm_modulate.md,
+    "Host path").
     (`t.stride()[i]`, not `t.stride(i)`: the argument parser makes the latter ~0.1 us dearer.)"""
     x2d = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
     return (_unit_inner(x2d), w if w.stride()[0] == 1 else w.contiguous(), _unit_inner(sh), _unit_inner(sc),
             idx if idx.dim() == 1 and idx.stride()[0] == 1 else idx.reshape(-1).contiguous())
 
 
-def global_plan(idx1d, table_rows: int, hidden: int, table_bytes: int, cfg, training: bool):
+def global_plan(idx1d, table_rows: int, cfg, training: bool):
     """The global plan (rows sorted once by table row) when M > local_max, else None: always when a
-    backward will follow (the forward and the backward share it), for inference only when `K.wants_plan`
-    says the sorted walk pays for the sort (`table_bytes`: sh's and sc's bytes, unused when training)."""
-    if table_rows <= cfg.local_max:
-        return None
-    if training or K.wants_plan(table_rows, hidden, table_bytes, False, cfg):
+    backward will follow (the forward and the backward share it), for inference when the forward walks
+    it (`K.wants_plan`)."""
+    if K.wants_plan(table_rows, training, cfg):
         return K.make_plan(idx1d, table_rows)
     return None
 
 
 class _NormModulate(torch.autograd.Function):
     # The host path is kept short on purpose: on the H200 VM the backward is host-bound and each
-    # tensor call or saved tensor costs microseconds (kernels/NOTES.md, v12).
+    # tensor call or saved tensor costs microseconds (kernels/notes/norm_modulate.md, "Host path").
     @staticmethod
     def forward(ctx, x, w, sh, sc, idx, eps):
         x2d, w_, sh_, sc_, idx1d = as_rows(x, w, sh, sc, idx)
         cfg = K.launch_config(x2d.shape[1])
         table_rows = sh.shape[0]
-        plan = global_plan(idx1d, table_rows, x2d.shape[1], 0, cfg, training=True)
+        plan = global_plan(idx1d, table_rows, cfg, training=True)
         y, rstd = K.forward(x2d, w_, sh_, sc_, idx1d, eps, config=cfg, plan=plan)
         ctx.save_for_backward(x2d, w_, sc_, idx1d)
         # intermediates, not inputs or outputs (no version check), as one attribute: one ctx write, one read
@@ -150,9 +149,7 @@ def norm_modulate(x: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.
     # Inference: no autograd node and no saved rstd (each costs host time, the rstd store 5 us).
     x2d, w_, sh_, sc_, idx1d = as_rows(x, w, sh, sc, idx)
     cfg = K.launch_config(x2d.shape[1])
-    table_rows = sh.shape[0]
-    table_bytes = table_rows * x2d.shape[1] * (sh.element_size() + sc.element_size())
-    plan = global_plan(idx1d, table_rows, x2d.shape[1], table_bytes, cfg, training=False)
+    plan = global_plan(idx1d, sh.shape[0], cfg, training=False)
     if plan is None and GRAPHS.usable(x2d):
         y = _replayed(x2d, w_, sh_, sc_, idx1d, eps, cfg)
     else:
@@ -161,11 +158,11 @@ def norm_modulate(x: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.
 
 
 # The inference forward's launch as a CUDA graph (kernels/graph_replay.py), on unless H3BENCH_GRAPHS=0: a
-# loop's calls with their tensors where the previous call's were replay it. Small but measured twice, in both
-# timings, at R = 4097 on the H200 (synchronized / stream us, off -> on): 49.3 / 36.5 -> 48.0 / 33.8 (session 18
-# call 1) and 63.2 / 59.1 -> 58.6 / 56.1 (session 19 call 1), the bits the same; where the per-sample forward
-# is a few us behind torch's (kernels/NOTES.md v44). The graph holds the one launch and nothing else (y and
-# every input come from outside: their addresses are the key).
+# loop's calls with their tensors where the previous call's were replay it. Small but measured on two H200
+# hosts, in both timings, at R = 4097, H = 5376 (synchronized / stream us, off -> on): 49.3 / 36.5 -> 48.0 /
+# 33.8 and 63.2 / 59.1 -> 58.6 / 56.1 (`python -m tools.probe_graph_host`), the bits the same; it serves where
+# the per-sample forward is a few us behind torch's (kernels/notes/norm_modulate.md, "Host path"). The graph
+# holds the one launch and nothing else (y and every input come from outside: their addresses are the key).
 GRAPHS = graph_replay.GraphCache(on_by_default=True)
 
 

@@ -6,7 +6,8 @@ order lists the rows grouped by table row and ascending within each group, bad i
 last (>= M) as groups of their own; keys[i] is order[i]'s table row clamped to [-1, M] (int64, both).
 For good indices this is torch.sort(idx, stable=True), whose CUDA path is ~25 launches (cub's onesweep
 radix sort over 64-bit keys: 8 passes, memsets, copies): on the H200 VM their host time, ~330 us a call
-with ~60 us of GPU work, set the pace of a whole fwd+bwd at M = 64 (kernels/NOTES.md v31).
+with ~60 us of GPU work, set the pace of a whole fwd+bwd at M = 64 (kernels/notes/norm_modulate.md, "The
+global plan").
 
 Launches, over blocks of BLOCK rows (P = ceil(R / BLOCK) programs), with bucket b = the clamped table row
 + 1 (0 .. M + 1) and one int32 workspace [RANKS: R | COUNTS: P x (M + 2), block-major | WITHIN: M + 2 |
@@ -25,12 +26,10 @@ Integer arithmetic only, no atomics: the plan is a function of idx and M. BLOCK 
 counters (M + 2) * P would pass COUNTERS, then doubled up to MAX_BLOCK; beyond that, or where a place
 program's chunk sums (ceil((M + 2) / SCAN_BUCKETS) * BLOCK) would pass PLACE_WORK (M in the millions),
 torch's stable sort of the clamped indices makes the same plan. Scratch: 4 * (R + (M + 2) * (P + 1) +
-ceil((M + 2) / SCAN_BUCKETS)) bytes (at most ~16 MB of counters). Versions (kernels/NOTES.md v31, v34):
-tl.sort per block (2.5 s a call under the interpreter: its bitonic network) and COUNTS scanned in one
-program (87 us at M = 4096); 512-row blocks (176 us of comparisons); four launches and torch.cumsum (a
-zeroed COUNTS, counts, cub's scan as two kernels, placement: five launches and five allocations a call,
-the host time of every M > local_max call); a first three-launch version whose place programs summed
-every bucket's total (O(M) a program: 75 us at M = 4096 on the H200).
+ceil((M + 2) / SCAN_BUCKETS)) bytes (at most ~16 MB of counters). H200, R = 32768, M = 64-4096 (commit
+468acb0, `python -m tools.kernel_times`): count 5.8-6.3 us, scan 4.8-5.3, place 2.6-5.2. The other ways
+measured (per-block tl.sort, one program's scan, 512-row blocks, torch.cumsum between four launches,
+place programs summing every bucket): kernels/notes/norm_modulate.md, "Variants tried and rejected".
 """
 from __future__ import annotations
 

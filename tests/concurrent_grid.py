@@ -1,13 +1,15 @@
-"""Triton's interpreter with a launch's programs run at once, in threads: for kernels whose programs wait
-for each other (norm_modulate's `split_dots="exchange"`, its fused backward), which the interpreter's own
-loop, one program after another, cannot run (the first to wait would wait forever).
+"""Triton's interpreter with a launch's programs run at once, in threads, or one after another in reverse
+grid order: for kernels whose programs depend on each other, which the interpreter's own loop, one program
+after another in grid order, cannot exercise (a program that waits for a later one would wait forever; a
+last-arriving program is always the grid's last, as in the GEMMs' split-K reduction).
 
 `concurrent_programs(workers)` patches `triton.runtime.interpreter` for the duration of a `with` block:
 
-* a launch's programs are taken in grid order by `workers` threads, each running one program to its end
-  before taking the next, as a GPU fills its free slots: with fewer workers than programs, a program that
-  waits for one not yet started holds its worker meanwhile (so `workers` plays the programs that fit on the
-  GPU at once, and a kernel that needs more of them resident than that hangs here as it would there);
+* a launch's programs are taken in grid order (`reverse`: the last first) by `workers` threads, each
+  running one program to its end before taking the next, as a GPU fills its free slots: with fewer
+  workers than programs, a program that waits for one not yet started holds its worker meanwhile (so
+  `workers` plays the programs that fit on the GPU at once, and a kernel that needs more of them resident
+  than that hangs here as it would there);
 * each thread's `tl.program_id` is its own (the builder's grid index is thread-local);
 * every atomic lets the other threads run after it (a poll is an atomic: `tl.atomic_add(p, 0)`), and raises
   `ProgramsHung` once the block's deadline has passed, so a hang ends the launch instead of the test run.
@@ -15,8 +17,8 @@ loop, one program after another, cannot run (the first to wait would wait foreve
 What it checks and what it does not: each of the interpreter's loads, stores and atomics is one numpy call
 under the GIL, so memory here is sequentially consistent and the acquire / release semantics of the
 kernel's atomics and `.cg` loads are not exercised (the GPU tests are for that). What it does exercise is
-the protocol in the kernel's own source: tickets, counts, which step a program waits for, which partials it
-reads, whether every wait ends with a given number of programs resident, and the values that result.
+the protocol in the kernel's own source: its counters, which program adds which partials and in what order,
+whether every wait ends with a given number of programs resident, and the values that result.
 
 Written against triton 3.9.0's interpreter (`GridExecutor.__call__`); `require()` skips with the reason
 where its parts are missing.
@@ -31,6 +33,10 @@ from dataclasses import dataclass
 
 import pytest
 
+# at import, not in a test: importing kernels.common under the interpreter installs its fixed-order tl.dot
+# (kernels/interpreted_dot.py), which conftest would count as a change left by the first test that did it
+from h3bench.kernels.common import interpreter_active
+
 _PARTS = ("GridExecutor", "InterpreterBuilder", "interpreter_builder", "_patch_lang", "_implicit_cvt", "_ir")
 
 
@@ -40,7 +46,6 @@ class ProgramsHung(RuntimeError):
 
 def require():
     """triton's interpreter module, or pytest.skip naming what is missing."""
-    from h3bench.kernels.common import interpreter_active
     if not interpreter_active():
         pytest.skip("concurrent programs are an interpreter feature (TRITON_INTERPRET=1, the CPU tests)")
     from triton.runtime import interpreter
@@ -73,9 +78,6 @@ class _Run:
         self.most_running = 0
         self._running = 0
         self._lock = threading.Lock()
-
-    def of(self, kernel: str) -> list[Launch]:
-        return [launch for launch in self.launches if launch.kernel == kernel]
 
     def started(self) -> None:
         with self._lock:

@@ -277,7 +277,7 @@ def test_wide_rows_path(device, hidden, rows):
     """Wide H: whole rows in registers, one or two rows per backward step (prefetched; two programs an
     SM up to 4096 lanes a row); the per-row forward (head + tail blocks; x read again above 4096)."""
     from h3bench.kernels.norm_modulate import launch_config
-    assert launch_config(hidden).bwd_rows <= 2 and not launch_config(hidden).bwd_chunk
+    assert launch_config(hidden).bwd_rows <= 2 and not launch_config(hidden).bwd_cols
     params, inputs, grad_out = case(device, hidden, rows)
     y, grads = run(inputs, grad_out)
     assert_bf16_matches_float64(params, inputs, grad_out, y, grads)
@@ -336,7 +336,7 @@ def test_many_backward_programs_agree_with_float64(device, monkeypatch):
 
 
 
-@pytest.mark.parametrize("hidden", [5376, 12288])   # whole rows and the chunked backward
+@pytest.mark.parametrize("hidden", [5376, 12288])   # whole rows and the split backward
 def test_fast_launch_matches_triton_launch(device, monkeypatch, hidden):
     """kernels/common.py's keyed launches skip triton's per-call Python (the binder too, after the first
     call per key); outputs and gradients must not change a bit against triton's own launch or the binder's."""
@@ -449,23 +449,13 @@ def _with_idx(inputs, idx):
     return OP.bundle({**inputs.tensors, "idx": idx})
 
 
-# Three kernel sets: walk forward + whole-row backward, per-row forward + chunked backward (3 chunks),
-# per-row forward + split backward (c first, then column blocks of 8: 3 blocks at H = 20, 2 at 16).
-KERNEL_SETS = {"walk+rows": dict(fwd_kernel="walk", fwd_rows=4, bwd_rows=2, bwd_chunk=0, bwd_cols=0),
-               # the per-row forward under the global plan too (plan_walk_rows=0); gather+split walks there
-               "gather+chunked": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_chunk=8, bwd_cols=0,
-                                      plan_walk_rows=0),
-               "gather+split": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_cols=8, bwd_chunk=0),
-               # the split backward's two passes in one launch (producers and column blocks, v39)
-               "gather+fused": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_cols=8, bwd_chunk=0, bwd_fused=True,
-                                    dots_rows=2, dots_chunk=8),
-               # the split backward without its first pass, c from the blocks' partials (v41; on the CPU the
-               # recompute path, the same partials)
-               "gather+exchange": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_cols=8, bwd_chunk=0,
-                                       split_dots="exchange"),
-               # and each step's dx a step late (v42): steps held across segment ends and drained
-               "gather+exchange-ahead": dict(fwd_kernel="rows", fwd_rows=2, bwd_rows=2, bwd_cols=8, bwd_chunk=0,
-                                             split_dots="exchange", dots_ahead=True)}
+# Three kernel sets at H = 20: the per-row forward (under the global plan too) + the whole-row backward; the
+# plan walk forward (M > local_max) + the whole-row backward; the per-row forward + the split backward (c
+# first in three chunks of 8, the last one short, each loaded a chunk ahead; then column blocks of 8: 3
+# blocks at H = 20, 2 at 16).
+KERNEL_SETS = {"rows+rows": dict(fwd_rows=4, plan_walk_rows=0, bwd_rows=2, bwd_cols=0),
+               "walk+rows": dict(fwd_rows=2, plan_walk_rows=2, plan_walk_warps=2, bwd_rows=2, bwd_cols=0),
+               "rows+split": dict(fwd_rows=2, plan_walk_rows=0, bwd_rows=2, bwd_cols=8, dots_rows=2, dots_chunk=8)}
 
 
 @pytest.mark.parametrize("kernels", KERNEL_SETS)
@@ -543,7 +533,7 @@ def test_local_plan_for_more_table_rows(device, monkeypatch):
     the batch."""
     from h3bench.kernels import norm_modulate as K
     cfg = _config(monkeypatch, 20, chunk_limit=4, local_max=64)
-    assert not K.wants_plan(40, 20, 0, True, cfg)
+    assert not K.wants_plan(40, True, cfg)
     params, inputs, grad_out = _table_case(device, 20, 26, 40)
     y, grads = _matches_float64_zero_unused_repeats(params, inputs, grad_out, 40)
     y1, g1 = run(inputs.select_rows(torch.tensor([9], device=device)), grad_out[9:10])
@@ -561,35 +551,22 @@ def test_many_table_rows_row_alone_equals_row_in_batch(device, monkeypatch):
 
 
 def test_partial_memory_is_bounded():
-    """Partial sums: [programs, 2M + 1, H] fp32 up to local_max, then [programs, 5, H] whatever M is
-    (+ 2 workspace rows for the chunked backward)."""
-    import dataclasses
-
+    """Partial sums: [programs, 2M + 1, H] fp32 up to local_max, then [programs, 5, H] whatever M is."""
     from h3bench.kernels import norm_modulate as K
-    cfg = K.launch_config(5376)
-    assert K.partial_rows(9, cfg, global_plan=False) == 19
+    assert K.partial_rows(9, global_plan=False) == 19
     for table_rows in (17, 1024, 4096, 10 ** 6):
-        assert K.partial_rows(table_rows, cfg, global_plan=True) == 5
-    assert K.partial_rows(4096, K.launch_config(12288), global_plan=True) == 5   # the split backward: none
-    chunked = dataclasses.replace(K.launch_config(12288), bwd_cols=0, bwd_chunk=2048)
-    assert K.partial_rows(4096, chunked, global_plan=True) == 7   # its 2 workspace rows
+        assert K.partial_rows(table_rows, global_plan=True) == 5
 
 
-# --- wide H: the chunked backward (issue 13) --------------------------------------------------------------
+# --- wide H: the split backward (issue 13) ----------------------------------------------------------------
 
 @pytest.mark.parametrize("hidden,rows", [(12288, 3), (32768, 2)])
 def test_wide_rows_default_backward(device, hidden, rows):
     """Above SPLIT_ABOVE the default is the split backward: within bf16's bounds of float64, the last row
     alone bitwise as in the batch."""
     from h3bench.kernels.norm_modulate import launch_config
-    assert launch_config(hidden).bwd_cols and not launch_config(hidden).bwd_chunk
+    assert launch_config(hidden).bwd_cols == 4096
     _wide_rows_match_float64_and_row_alone(device, hidden, rows)
-
-
-def test_chunked_backward_wide_rows(device, monkeypatch):
-    """The chunked backward (the default above 8192 before v30, now a variant) at H = 12288."""
-    _config(monkeypatch, 12288, bwd_chunk=2048, bwd_cols=0, bwd_rows=4, bwd_prefetch=True)
-    _wide_rows_match_float64_and_row_alone(device, 12288, 3)
 
 
 def _wide_rows_match_float64_and_row_alone(device, hidden, rows):
@@ -601,15 +578,6 @@ def _wide_rows_match_float64_and_row_alone(device, hidden, rows):
     assert torch.equal(as_bits(g1["x"][0]), as_bits(grads["x"][rows - 1]))
 
 
-@pytest.mark.parametrize("split_dots", ["exchange", "recompute"])
-def test_block_dots_backward_wide_rows(device, monkeypatch, split_dots):
-    """The split backward without its first pass at H = 12288 in the default's blocks of 4096 (three a range):
-    within bf16's bounds of float64, the last row alone bitwise as in the batch."""
-    cfg = _config(monkeypatch, 12288, split_dots=split_dots)
-    assert cfg.bwd_cols == 4096
-    _wide_rows_match_float64_and_row_alone(device, 12288, 3)
-
-
 def test_split_backward_wide_rows(device, monkeypatch):
     """The split backward at H = 12288 in blocks of 2048 (the default's are 4096): c over six chunks of
     DOTS_CHUNK, then six column blocks of four rows a step."""
@@ -619,158 +587,14 @@ def test_split_backward_wide_rows(device, monkeypatch):
     _wide_rows_match_float64_and_row_alone(device, 12288, 3)
 
 
-def _split_then_variant(device, monkeypatch, table_rows, hidden=20, cols=8, **variant):
-    """The split backward (column blocks of `cols`, its first pass in chunks as wide) at H = `hidden`, R = 26,
-    float32 (a bf16 dx would hide most one-ulp changes of c), then the same inputs through the split with
-    `variant`'s changes, checked against float64 (zeros for unused table rows, parameter gradients repeating).
-    Returns (split config, the split's (y, grads), the variant's y and grads, the variant's `_bwd_kernel`
-    launches as (grid, constexprs), every launch's kernel)."""
-    import dataclasses
-
-    from h3bench.kernels import norm_modulate as K
-    split = _config(monkeypatch, hidden, chunk_limit=4, local_max=16, fwd_kernel="rows", fwd_rows=2, bwd_rows=2,
-                    bwd_chunk=0, bwd_cols=cols, dots_rows=2, dots_chunk=cols)
-    params, inputs, grad_out = _table_case(device, hidden, 26, table_rows, dtype="float32")
-    plain = run(inputs, grad_out)
-    changed = dataclasses.replace(split, **variant)
-    monkeypatch.setattr(K, "launch_config", lambda h: changed)
-    launches = []
-    real = K.launch_keyed
-    monkeypatch.setattr(K, "launch_keyed", lambda kernel, grid, *a: (launches.append((kernel, grid, a[-1])),
-                                                                       real(kernel, grid, *a))[1])
-    y, grads = _matches_float64_zero_unused_repeats(params, inputs, grad_out, table_rows)
-    rows_kernels = [(grid, meta) for kernel, grid, meta in launches if kernel is K._bwd_kernel]
-    return split, plain, (y, grads), rows_kernels, [kernel for kernel, _, _ in launches]
-
-
-def _same_bits(got, want):
-    assert torch.equal(as_bits(got[0]), as_bits(want[0]))
-    for name in NAMES:
-        assert torch.equal(as_bits(got[1][name]), as_bits(want[1][name])), name
-
-
-@pytest.mark.parametrize("producers", [1, 3])
-@pytest.mark.parametrize("table_rows", [9, 40])   # the local plan and the global one
-def test_fused_backward_is_one_launch_with_the_split_values(device, monkeypatch, table_rows, producers):
-    """bwd_fused: the split backward's first pass made by producer programs of the same launch (a 1-D grid of
-    ranges x (1 + column blocks), no `_bwd_dots_kernel` launch). Its c is `_row_dots` of the same tile and
-    chunks as the split's first pass, so under the interpreter (tl.sum is numpy's whatever the warps) every
-    output is the split's bits; on a GPU the producers' warps are the column blocks' (another tree): there
-    the float64 bounds and repeats. Several ranges (chunk_limit 4): consumers wait on their own producers
-    (one, or three taking the range's steps in turn)."""
-    from h3bench.kernels import common, norm_modulate as K
-    _, plain, got, rows_kernels, kernels = _split_then_variant(device, monkeypatch, table_rows, bwd_fused=True,
-                                                              fused_producers=producers)
-    assert rows_kernels and all(meta["FUSED"] and len(grid) == 1 for grid, meta in rows_kernels)
-    assert K._bwd_dots_kernel not in kernels
-    if device.type == "cpu":
-        assert rows_kernels[0][0] == (common.cdiv(26, 4) * (producers + K.cdiv(20, 8)),)
-        _same_bits(got, plain)
-
-
-@pytest.mark.parametrize("ahead", [False, True])
-@pytest.mark.parametrize("split_dots", ["exchange", "recompute"])
-@pytest.mark.parametrize("table_rows", [9, 40])   # the local plan and the global one
-def test_block_dots_backward_is_one_launch_with_the_split_values(device, monkeypatch, table_rows, split_dots, ahead):
-    """split_dots "exchange" / "recompute": no first pass; c of a step's rows is the column blocks' partial
-    dots added block 0 first (a 1-D grid of ranges x NB blocks). With the first pass's chunk as wide as a
-    block, that is the split's order chunk for chunk, so under the interpreter (tl.sum is numpy's) every
-    output is the split's bits; on a GPU (other warps, another tl.sum tree) the float64 bounds, the repeats,
-    and "exchange" bitwise "recompute" (the same partials, posted and read back instead of made again).
-    `dots_ahead`: each step's dx made a step late (held across the next step's post, the segment's last one
-    after the walk): the same values."""
-    import dataclasses
-
-    from h3bench.kernels import common, norm_modulate as K
-    split, plain, got, rows_kernels, kernels = _split_then_variant(device, monkeypatch, table_rows,
-                                                                   split_dots=split_dots, dots_ahead=ahead)
-    assert rows_kernels and all(meta["BLOCK_DOTS"] and meta["AHEAD"] == ahead and not meta["FUSED"]
-                                and len(grid) == 1 for grid, meta in rows_kernels)
-    # three blocks a range: the interpreter's own loop cannot run programs that wait for each other (module
-    # docstring); tests/test_concurrent_programs.py runs this exchange with its programs at once
-    assert all(meta["EXCHANGE"] == (split_dots == "exchange" and device.type == "cuda") for _, meta in rows_kernels)
-    assert K._bwd_dots_kernel not in kernels
-    if device.type == "cpu":
-        assert rows_kernels[0][0] == (common.cdiv(26, 4) * K.cdiv(20, 8),)
-        _same_bits(got, plain)
-    else:
-        other = dataclasses.replace(split, split_dots="recompute" if split_dots == "exchange" else "exchange",
-                                    dots_ahead=not ahead)
-        monkeypatch.setattr(K, "launch_config", lambda h: other)
-        _, inputs, grad_out = _table_case(device, 20, 26, table_rows, dtype="float32")
-        _same_bits(run(inputs, grad_out), got)
-
-
-@pytest.mark.parametrize("ahead", [False, True])
-@pytest.mark.parametrize("table_rows", [9, 40])
-def test_exchange_posts_and_waits_with_one_block_a_range(device, monkeypatch, table_rows, ahead):
-    """split_dots "exchange" where a range is one block (H <= bwd_cols): its program posts each step's
-    partial, publishes how far it is and waits on that count, under the interpreter too (the tickets, the
-    [NB, R] partials and the counts as on a GPU). c is then that one partial over H: the split's bits with its
-    first pass's chunk as wide as the block."""
-    _, plain, got, rows_kernels, _ = _split_then_variant(device, monkeypatch, table_rows, hidden=16, cols=16,
-                                                         split_dots="exchange", dots_ahead=ahead)
-    assert rows_kernels and all(meta["EXCHANGE"] and meta["AHEAD"] == ahead for _, meta in rows_kernels)
-    _same_bits(got, plain)
-
-
-def test_config_takes_one_backward():
-    """bwd_chunk and bwd_cols name two different backwards: a config with both is refused, not resolved
-    by a precedence the caller cannot see."""
-    import dataclasses
-
-    from h3bench.kernels import norm_modulate as K
-    with pytest.raises(ValueError, match="bwd_chunk .* and bwd_cols"):
-        dataclasses.replace(K.launch_config(12288), bwd_chunk=2048)
-    with pytest.raises(ValueError, match="bwd_fused .* needs bwd_cols"):
-        dataclasses.replace(K.launch_config(5376), bwd_fused=True)
-    with pytest.raises(ValueError, match="split_dots='exchange' .* needs bwd_cols > 0 and bwd_fused off"):
-        dataclasses.replace(K.launch_config(5376), split_dots="exchange")
-    with pytest.raises(ValueError, match="needs bwd_cols > 0 and bwd_fused off"):
-        dataclasses.replace(K.launch_config(12288), split_dots="recompute", bwd_fused=True)
-    with pytest.raises(ValueError, match="split_dots must be one of pass, exchange, recompute, got 'mates'"):
-        dataclasses.replace(K.launch_config(12288), split_dots="mates")
-    with pytest.raises(ValueError, match="dots_ahead .* needs split_dots 'exchange' or 'recompute'"):
-        dataclasses.replace(K.launch_config(12288), dots_ahead=True)
-
-
-
-@pytest.mark.parametrize("table_rows", [9, 40])   # the local plan and the global one
-@pytest.mark.parametrize("backward,flag", [(dict(bwd_chunk=8, bwd_cols=0), "bwd_prefetch"),
-                                           (dict(bwd_chunk=0, bwd_cols=8, dots_rows=2, dots_chunk=8), "dots_prefetch")])
-def test_prefetch_changes_no_bit(device, monkeypatch, table_rows, backward, flag):
-    """A prefetch flag loads each chunk one chunk ahead (the last load masked off): the chunked backward's
-    `bwd_prefetch`, and `dots_prefetch` for the split backward's first pass (three chunks of 8 at H = 20,
-    the last one short). The sums and their order are the same: outputs and every gradient bitwise equal
-    to those without it."""
-    import dataclasses
-
-    from h3bench.kernels import norm_modulate as K
-    cfg = _config(monkeypatch, 20, chunk_limit=4, local_max=16, fwd_kernel="rows", fwd_rows=2, bwd_rows=2, **backward)
-    params, inputs, grad_out = _table_case(device, 20, 26, table_rows)
-    plain = run(inputs, grad_out)
-    monkeypatch.setattr(K, "launch_config", lambda h: dataclasses.replace(cfg, **{flag: True}))
-    ahead = run(inputs, grad_out)
-    assert torch.equal(as_bits(ahead[0]), as_bits(plain[0]))
-    for name in NAMES:
-        assert torch.equal(as_bits(ahead[1][name]), as_bits(plain[1][name])), name
-
-
-@pytest.mark.parametrize("changes", [dict(fwd_kernel="rows", fwd_rows=4, fwd_l1_tables=True),
-                                     dict(fwd_kernel="walk", fwd_rows=2, bwd_rows=4),
+@pytest.mark.parametrize("changes", [dict(fwd_rows=4, fwd_l1_tables=True),
+                                     dict(fwd_rows=2, fwd_reload=True),
                                      dict(bwd_cols=16, bwd_rows=4),   # the split backward, 3 column blocks
-                                     # its first pass 4 rows a program in 16-column chunks, prefetched
-                                     dict(bwd_cols=16, bwd_rows=4, dots_rows=4, dots_chunk=16, dots_prefetch=True),
-                                     # both passes in one launch, the producers 4 rows a step
-                                     dict(bwd_cols=16, bwd_rows=4, dots_rows=4, dots_chunk=16, bwd_fused=True),
-                                     # no first pass: c from the three blocks' partials (kernels/NOTES.md v41)
-                                     dict(bwd_cols=16, bwd_rows=4, split_dots="exchange"),
-                                     dict(bwd_cols=16, bwd_rows=4, split_dots="recompute"),
-                                     dict(bwd_cols=16, bwd_rows=4, split_dots="exchange", dots_ahead=True)],
-                         ids=["rows-l1", "walk", "split", "split-dots-prefetch", "fused", "exchange", "recompute",
-                              "exchange-ahead"])
-def test_variants_are_batch_invariant(device, monkeypatch, changes):
-    """Every LaunchConfig variant keeps a row's bits independent of the batch around it."""
+                                     # its first pass 4 rows a program in 16-column chunks
+                                     dict(bwd_cols=16, bwd_rows=4, dots_rows=4, dots_chunk=16)],
+                         ids=["rows-l1", "rows-reload", "split", "split-dots-r4c16"])
+def test_launch_shapes_are_batch_invariant(device, monkeypatch, changes):
+    """The defaults' kernels at other shapes keep a row's bits independent of the batch around it."""
     _config(monkeypatch, 40, chunk_limit=8, **changes)
     params, inputs, grad_out = case(device, 40, 37)
     y, grads = run(inputs, grad_out)
@@ -782,35 +606,20 @@ def test_variants_are_batch_invariant(device, monkeypatch, changes):
         assert torch.equal(as_bits(g1["x"][0]), as_bits(grads["x"][r]))
 
 
-@pytest.mark.parametrize("table_rows", [9, 40])
-def test_forward_row_order_equals_plan_order(device, monkeypatch, table_rows):
-    """fwd_ordered=False (the per-row forward in row order under the global plan, M = 40 > local_max)
-    gives the plan-ordered forward's bits; at M = 9 (no plan) it is the same launch."""
-    from h3bench.kernels import norm_modulate as K
-    params, inputs, grad_out = _table_case(device, 24, 30, table_rows)
-    outs = []
-    for ordered in (True, False):
-        _config(monkeypatch, 24, chunk_limit=6, local_max=16, fwd_kernel="rows", fwd_rows=2, fwd_ordered=ordered,
-                plan_walk_rows=0)
-        outs.append(run(inputs, grad_out))
-        assert K.launch_config(24).fwd_ordered is ordered
-    assert_same_bits(*outs)
-    assert_bf16_matches_float64(params, inputs, grad_out, *outs[1])
-
-
-@pytest.mark.parametrize("hidden,first,reload", [(24, True, False), (24, False, True), (40, True, True)])
-def test_forward_load_timing_keeps_the_bits(device, monkeypatch, hidden, first, reload):
-    """fwd_tables_first / fwd_reload move loads, not arithmetic: y and every gradient are the default's
-    bits, in row order (M = 9) and in the plan's order (M = 40); H = 40 has a tail block (32 + 8)."""
+@pytest.mark.parametrize("hidden", [24, 40])
+def test_forward_reload_keeps_the_bits(device, monkeypatch, hidden):
+    """fwd_reload (x read again for y, the default above 4096 lanes a row) moves loads, not arithmetic: y
+    and every gradient are the bits of x held in registers, in row order under both plans (M = 9 and 40,
+    plan_walk_rows 0), bad indices too; H = 40 has a tail block (32 + 8)."""
     for table_rows in (9, 40):
         params, inputs, grad_out = _table_case(device, hidden, 30, table_rows)
-        base = dict(chunk_limit=6, local_max=16, fwd_kernel="rows", fwd_rows=2, fwd_ordered=True, plan_walk_rows=0)
+        base = dict(chunk_limit=6, local_max=16, fwd_rows=2, plan_walk_rows=0)
         bad = inputs.tensors["idx"].clone()
         bad[[3, 17]] = torch.tensor([-1, table_rows + 2], device=bad.device)  # NaN rows, no gradient share
         for idx in (None, bad):
             outs = []
-            for extra in ({}, dict(fwd_tables_first=first, fwd_reload=reload)):
-                _config(monkeypatch, hidden, **base, **extra)
+            for reload in (False, True):
+                _config(monkeypatch, hidden, **base, fwd_reload=reload)
                 outs.append(run(inputs, grad_out, idx=idx, check_index=idx is None))
             assert_same_bits(*outs)
             y1, g1 = outs[1]
@@ -826,12 +635,11 @@ def test_plan_walk_forward(device, monkeypatch, hidden):
     give the same y bits; bad indices give NaN rows; the result is within bf16 of float64."""
     from h3bench.kernels import norm_modulate as K
     from h3bench.kernels.norm_modulate_api import norm_modulate
-    cfg = _config(monkeypatch, hidden, chunk_limit=6, local_max=16, fwd_kernel="rows", fwd_rows=2, plan_walk_rows=2,
-                  plan_walk_warps=2)
+    cfg = _config(monkeypatch, hidden, chunk_limit=6, local_max=16, fwd_rows=2, plan_walk_rows=2, plan_walk_warps=2)
     params, inputs, grad_out = _table_case(device, hidden, 30, 40)
     assert K._fwd_recipe(30, hidden, 40, True, True, cfg, -1)[0] is K._fwd_walk_kernel
     assert K._fwd_recipe(30, hidden, 9, False, True, cfg, -1)[0] is K._fwd_rows_kernel
-    assert K.wants_plan(40, hidden, 0, False, cfg) and not K.wants_plan(9, hidden, 0, False, cfg)
+    assert K.wants_plan(40, False, cfg) and not K.wants_plan(9, False, cfg)
     y, grads = run(inputs, grad_out)
     assert_bf16_matches_float64(params, inputs, grad_out, y, grads)
     t = inputs.tensors
@@ -856,7 +664,8 @@ def test_sweep_tool_arguments_floors_and_refusal(monkeypatch):
     assert sweep.parse_args(["--variants", ""]).variants == []
     with pytest.raises(SystemExit):
         sweep.parse_args(["--variants", "no-such-preset"])
-    # floors: 4RH and 10RH bytes over the bandwidth (kernels/NOTES.md: 165.8 and 414.5 us at 4250 GB/s)
+    # floors: 4RH and 10RH bytes over the bandwidth (kernels/notes/norm_modulate.md: 165.8 and 414.5 us at
+    # 4250 GB/s)
     assert sweep.floor_us(5376, 32768, False, 4250) == pytest.approx(165.8, abs=0.1)
     assert sweep.floor_us(5376, 32768, True, 4250) == pytest.approx(414.5, abs=0.1)
     from h3bench.kernels.norm_modulate import launch_config
@@ -865,7 +674,7 @@ def test_sweep_tool_arguments_floors_and_refusal(monkeypatch):
         assert config.block_h == triton.next_power_of_2(hidden) and table_rows in (9, 64)
         # a preset equal to the default is timed only when it is asked for as "default"
         assert name == "default" or config != launch_config(hidden)
-    assert {(name, m) for name, _, m, _ in grid} >= {("default", 9), ("default", 64), ("fwd-plan-order", 64)}
+    assert {(name, m) for name, _, m, _ in grid} >= {("default", 9), ("default", 64), ("fwd-plan-rows", 64)}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         sweep.main(["--out", "unused.json"])
@@ -918,7 +727,4 @@ def test_every_sweep_preset_is_a_valid_config_at_every_width():
     from tools.sweep_norm_modulate import _variant, _variant_names
     for hidden in (1024, 2048, 3072, 4096, 5376, 8192, 12288):
         for name in _variant_names():
-            cfg = _variant(name, hidden)
-            assert not name.startswith("fused") or (cfg.bwd_fused and cfg.bwd_cols), (name, hidden)
-            for way in ("exchange", "recompute"):
-                assert not name.startswith(f"dots-{way}") or cfg.split_dots == way, (name, hidden)
+            assert _variant(name, hidden).block_h == triton.next_power_of_2(hidden), (name, hidden)

@@ -23,7 +23,7 @@ from h3bench.kernels import norm_modulate as K
 
 POINTERS = {"X": "bf16", "DY": "bf16", "DX": "bf16", "Y": "bf16", "W": "bf16", "SH": "bf16", "SC": "bf16",
             "IDX": "i64", "ORDER": "i64", "KEYS": "i64", "SCRATCH": "i32", "RSTD": "fp32", "PART": "fp32",
-            "DSH": "bf16", "DSC": "bf16", "DW": "bf16", "C": "fp32", "WORK": "i32", "PROG": "i32"}
+            "DSH": "bf16", "DSC": "bf16", "DW": "bf16", "C": "fp32", "WORK": "i32"}
 
 
 def _signature(kernel, constexprs: dict) -> dict:
@@ -58,41 +58,26 @@ def resources(kernel, constexprs: dict, num_warps: int, arch: int = 90) -> dict:
 
 
 def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9) -> list[tuple[str, object, dict, int]]:
-    """(label, kernel, constexprs, warps) of every launch `forward` and `backward` can make for `hidden`."""
+    """(label, kernel, constexprs, warps) of every launch `forward` and `backward` can make for `hidden`
+    (CMAX 256: R = 32768 on 132 SMs)."""
     head, tail = K._head_tail(hidden)
-    out = []
+    out = [("fwd rows", K._fwd_rows_kernel,
+            dict(H=hidden, ROWS=cfg.fwd_rows, HEAD=head, TAIL=tail, L1_TABLES=cfg.fwd_l1_tables, RELOAD=cfg.fwd_reload,
+                 SAVE_RSTD=True, BY_HAND=False), cfg.fwd_warps)]
+    if K.walks_plan(cfg):   # under the global plan
+        out.append(("fwd plan walk", K._fwd_walk_kernel,
+                    dict(H=hidden, BLOCK_H=cfg.block_h, ROWS=cfg.plan_walk_rows, CMAX=256, K_P2=2, SAVE_RSTD=True,
+                         BY_HAND=False), cfg.plan_walk_warps))
     for plan in (False, True):
         k_p2 = 2 if plan else triton.next_power_of_2(table_rows + 2)
-        if cfg.fwd_kernel == "rows" and plan and cfg.plan_walk_rows:   # the plan walk (kernels/NOTES.md v33)
-            out.append(("fwd plan walk", K._fwd_walk_kernel,
-                        dict(H=hidden, BLOCK_H=cfg.block_h, ROWS=cfg.plan_walk_rows, CMAX=256, K_P2=k_p2, GLOBAL=True,
-                             SAVE_RSTD=True, BY_HAND=False), cfg.plan_walk_warps))
-        elif cfg.fwd_kernel == "rows":
-            out.append((f"fwd rows ordered={plan}", K._fwd_rows_kernel,
-                        dict(H=hidden, ROWS=cfg.fwd_rows, HEAD=head, TAIL=tail, ORDERED=plan,
-                             L1_TABLES=cfg.fwd_l1_tables, TABLES_FIRST=cfg.fwd_tables_first,
-                             RELOAD=cfg.fwd_reload, SAVE_RSTD=True, BY_HAND=False), cfg.fwd_warps))
-        else:
-            out.append((f"fwd walk global={plan}", K._fwd_walk_kernel,
-                        dict(H=hidden, BLOCK_H=cfg.block_h, ROWS=cfg.fwd_rows, CMAX=256, K_P2=k_p2, GLOBAL=plan,
-                             SAVE_RSTD=True, BY_HAND=False), cfg.fwd_warps))
         common = dict(H=hidden, CMAX=256, K_P2=k_p2, GLOBAL=plan, PARAMS=True, BY_HAND=False)
         if cfg.bwd_cols:
-            label = "bwd fused" if cfg.bwd_fused else ("bwd split" if cfg.split_dots == "pass" else
-                                                        f"bwd split {cfg.split_dots}")
-            out.append((f"{label} global={plan}", K._bwd_kernel,
-                        dict(common, BLOCK_H=cfg.bwd_cols, ROWS=cfg.bwd_rows, COLS=True, **K.fused_meta(cfg, hidden)),
-                        cfg.bwd_warps))
-        elif cfg.bwd_chunk:
-            out.append((f"bwd chunked global={plan}", K._bwd_chunked_kernel,
-                        dict(common, CB=cfg.bwd_chunk, N_CB=triton.cdiv(hidden, cfg.bwd_chunk), G=cfg.bwd_rows,
-                             PREFETCH=cfg.bwd_prefetch),
-                        cfg.bwd_warps))
+            out.append((f"bwd split global={plan}", K._bwd_kernel,
+                        dict(common, BLOCK_H=cfg.bwd_cols, ROWS=cfg.bwd_rows, COLS=True), cfg.bwd_warps))
         else:
             out.append((f"bwd global={plan}", K._bwd_kernel,
-                        dict(common, BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows, COLS=False, **K.fused_meta(cfg, hidden)),
-                        cfg.bwd_warps))
-    if cfg.bwd_cols and not cfg.bwd_fused and cfg.split_dots == "pass":
+                        dict(common, BLOCK_H=cfg.block_h, ROWS=cfg.bwd_rows, COLS=False), cfg.bwd_warps))
+    if cfg.bwd_cols:
         dots = K.dots_meta(hidden, cfg)
         warps = dots.pop("num_warps")
         out.append(("bwd split dots", K._bwd_dots_kernel, dots, warps))
@@ -117,15 +102,14 @@ def main() -> None:
     parser.add_argument("--hidden", default="1024,2048,3072,4096,5376,8192,12288,32768")
     parser.add_argument("--arch", type=int, default=90)
     parser.add_argument("--set", action="append", default=[],
-                        help="override a LaunchConfig field for every H, e.g. --set bwd_chunk=2048")
+                        help="override a LaunchConfig field for every H, e.g. --set bwd_cols=2048")
     args = parser.parse_args()
     for hidden in (int(v) for v in args.hidden.split(",")):
         cfg = K.launch_config(hidden)
         for item in args.set:
             name, value = item.split("=")
             field_type = type(getattr(cfg, name))
-            cfg = dataclasses.replace(cfg, **{name: value if field_type is str else
-                                              (value == "True" if field_type is bool else int(value))})
+            cfg = dataclasses.replace(cfg, **{name: value == "True" if field_type is bool else int(value)})
         for label, kernel, constexprs, warps in kernels_for(hidden, cfg):
             print(f"H={hidden:6d} {label:28s} {resources(kernel, constexprs, warps, args.arch)}", flush=True)
 

@@ -9,7 +9,7 @@ after `--warmup` steps, under torch.profiler with CUDA activity, and reports eac
 per step (the profiler's CUDA time of that kernel name, divided by the steps) and the sum. Device times
 only: launch gaps and the host are not in them (the
 harness's stream timing has those), so the sum is what the kernels cost, the floor arithmetic's
-counterpart (kernels/NOTES.md). Beside it, without the profiler: the wall time per step of `--steps`
+counterpart (kernels/notes/norm_modulate.md). Beside it, without the profiler: the wall time per step of `--steps`
 steps queued back to back (one synchronize at the end: what a stream timing sees), the host
 synchronizations one step makes (torch.cuda.set_sync_debug_mode, each warning's first line): a wall
 time far above the kernels' sum means the host or a synchronization sets the pace; `--trace` writes

@@ -3,7 +3,8 @@
     python -m tools.sweep_norm_modulate --out sweep.json            # everything, < 5 min on an H200
     python -m tools.sweep_norm_modulate --out s.json --hidden 1024,5376 --table-rows 9 --variants ''
 
-What it measures, bf16, in this order (issue 13; kernels/NOTES.md v14-v18 hold the predictions):
+What it measures, bf16, in this order (issue 13; kernels/notes/norm_modulate.md holds the floors and
+the figures of earlier runs):
 1. H sweep: every H in --hidden at R = --rows (32768), M = 9;
 2. M sweep: every M in --table-rows at H = 5376, R = --rows (idx uniform over the M table rows);
 3. variants: each LaunchConfig preset in --variants at each H in --variant-hidden (our kernel only);
@@ -49,7 +50,7 @@ ERROR_BOUND = {torch.bfloat16: 4.5e-3 * 1.2, torch.float16: 1e-3 * 1.2, torch.fl
 
 
 def _variant(name: str, hidden: int):
-    """The LaunchConfig preset `name` for `hidden` (kernels/NOTES.md v16 says what each tests)."""
+    """The LaunchConfig preset `name` for `hidden`: the default's kernels at another shape (`_presets`)."""
     from h3bench.kernels import norm_modulate as K
     base = K.launch_config(hidden)
     presets = _presets(base)
@@ -59,118 +60,53 @@ def _variant(name: str, hidden: int):
 
 
 def _presets(base) -> dict:
-    """{preset name: LaunchConfig fields it changes from `base`, the default config of one H}."""
+    """{preset name: LaunchConfig fields it changes from `base`, the default config of one H}. Each is a
+    shape of the shipped kernels that a default was chosen against; kernels/notes/norm_modulate.md,
+    "Launch configuration by width", gives the H200 figures of each comparison."""
     from h3bench.kernels import norm_modulate as K
     block_h = base.block_h
-    one_sm_rows, one_sm_warps = K.whole_row_tile(block_h)   # the whole-row backward before v33
-    old_rows, old_warps = K.row_tile(block_h)   # v13's narrow tile / wide row shape
-    whole_rows = dict(bwd_chunk=0, bwd_cols=0, bwd_rows=max(1, 4096 // block_h), bwd_programs_per_sm=1)
-    split = {} if base.bwd_cols else dict(bwd_cols=2048, bwd_chunk=0, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1)
-    # the fused presets as measured in session 18 (producers without the first pass's prefetch, which became
-    # the default above H = 8192 after: with it fused-p3r4 spills 64-112 B at sm_90)
-    split["dots_prefetch"] = False
+    one_sm_rows, one_sm_warps = K.whole_row_tile(block_h)   # the whole-row backward as one program an SM
+    old_rows, old_warps = K.row_tile(block_h)   # the narrow per-row tile / one wide row
+    whole_rows = dict(bwd_cols=0, bwd_rows=max(1, 4096 // block_h), bwd_programs_per_sm=1)
     presets = {
         "default": {},
-        "gather": dict(fwd_kernel="rows", fwd_rows=old_rows, fwd_warps=old_warps, fwd_l1_tables=False),
-        "gather-l1": dict(fwd_kernel="rows", fwd_rows=old_rows, fwd_warps=old_warps, fwd_l1_tables=True),
-        "walk": dict(fwd_kernel="walk", fwd_rows=max(1, min(64, 8192 // block_h)) if block_h <= 2048 else 1,
-                     fwd_warps=8, fwd_programs_per_sm=2),
-        "walk-1sm": dict(fwd_kernel="walk", fwd_rows=max(1, min(64, 16384 // block_h)) if block_h <= 2048 else 1,
-                         fwd_warps=8, fwd_programs_per_sm=1),
-        "bwd-chunked": dict(bwd_chunk=2048, bwd_cols=0, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=False),
+        # the per-row forward with the tables through L2 like x, or kept in L1 (the default up to 4096)
+        "gather": dict(fwd_rows=old_rows, fwd_warps=old_warps, fwd_l1_tables=False),
+        "gather-l1": dict(fwd_rows=old_rows, fwd_warps=old_warps, fwd_l1_tables=True),
+        # wide H: whole rows in registers (the default up to 8192; spills above), 8 or 16 warps
         "bwd-registers": dict(whole_rows, bwd_warps=8),
-        # wide H: whole rows with 16 warps (half the registers a thread, so fewer spilled), or wider chunks
         "bwd-registers-w16": dict(whole_rows, bwd_warps=16),
-        "bwd-chunk4096": dict(bwd_chunk=4096, bwd_cols=0, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=False),
-        # the chunked backward (H > 8192) is latency-bound: two programs an SM of 2 rows on 4 warps (239
-        # registers at sm_90: both fit, so one loads while the other waits); 8 rows of 1024-column chunks on
-        # 8 warps (the same tile, half the groups, twice the chunks; 184 B spilled). Both measured slower
-        # (kernels/NOTES.md v26)
-        "bwd-chunked-w4-2sm": dict(bwd_chunk=2048, bwd_cols=0, bwd_rows=2, bwd_warps=4, bwd_programs_per_sm=2, bwd_prefetch=False),
-        "bwd-chunk1024-g8": dict(bwd_chunk=1024, bwd_cols=0, bwd_rows=8, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=False),
-        # each chunk's x and dy loaded one chunk ahead in both passes (kernels/NOTES.md v27): the default above
-        # H = 8192 from v27 to v30 (the same bits; 312 B spilled at sm_90), 2 rows a group (241 registers),
-        # 1024-column chunks
-        "bwd-prefetch": dict(bwd_chunk=2048, bwd_cols=0, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=True),
-        "bwd-prefetch-g2": dict(bwd_chunk=2048, bwd_cols=0, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=True),
-        "bwd-prefetch-c1024": dict(bwd_chunk=1024, bwd_cols=0, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1, bwd_prefetch=True),
-        # the split backward (every row's c first, `_bwd_dots_kernel`, then (program, column block) walks
-        # with c given, the next step's rstd and c prefetched with its x and dy): 10RH bytes instead of 6RH,
-        # but many programs in flight. 512-column blocks were 1.3-2.4x slower than the defaults (v26, a
-        # block's step moved 4 KB a tensor); here blocks of 1024-4096 columns (kernels/NOTES.md v30; r2c4096
-        # is the default above H = 8192)
-        "bwd-split-r4c2048": dict(bwd_cols=2048, bwd_chunk=0, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1),
-        "bwd-split-r2c4096": dict(bwd_cols=4096, bwd_chunk=0, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1),
-        "bwd-split-r4c1024": dict(bwd_cols=1024, bwd_chunk=0, bwd_rows=4, bwd_warps=4, bwd_programs_per_sm=1),
-        "bwd-split-r4c2048-2sm": dict(bwd_cols=2048, bwd_chunk=0, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=2),
-        # the split backward's first pass (c: 4RH bytes read, 3.64 TB/s at H = 12288 in v30; 128 registers on 4
-        # warps, ~16 KB of loads in flight a program): each chunk loaded one chunk ahead (the same bits), and
-        # other tiles (another order for c: kernels/NOTES.md v37)
-        "dots-prefetch": dict(dots_prefetch=True),   # the default above H = 8192 since v40
-        "dots-no-prefetch": dict(dots_prefetch=False),   # the default before v40
+        # the split backward's column blocks (r2c4096 is the default above H = 8192)
+        "bwd-split-r4c2048": dict(bwd_cols=2048, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=1),
+        "bwd-split-r2c4096": dict(bwd_cols=4096, bwd_rows=2, bwd_warps=8, bwd_programs_per_sm=1),
+        "bwd-split-r4c1024": dict(bwd_cols=1024, bwd_rows=4, bwd_warps=4, bwd_programs_per_sm=1),
+        "bwd-split-r4c2048-2sm": dict(bwd_cols=2048, bwd_rows=4, bwd_warps=8, bwd_programs_per_sm=2),
+        # the split backward's first pass at other tiles (another order for c)
         "dots-r4w8": dict(dots_rows=4, dots_warps=8),
-        "dots-r4w8-prefetch": dict(dots_rows=4, dots_warps=8, dots_prefetch=True),
         "dots-r1w2": dict(dots_rows=1, dots_warps=2),
         "dots-c4096w8": dict(dots_chunk=4096, dots_warps=8),
-        # both passes in one launch (kernels/NOTES.md v39): per range of rows one producer program makes c
-        # ([dots_rows, dots_chunk] tiles on the column blocks' 8 warps) while the range's column blocks
-        # consume it, x and dy read the second time from L2 while they are there; ranges of 1 + NB programs
-        # about one an SM in all (33 ranges at H = 12288 on 132 SMs)
-        # (at H <= 8192, whose default is not the split backward, the split's [4, 2048] steps first)
-        "fused": dict(split, bwd_fused=True),
-        "fused-r8": dict(split, bwd_fused=True, dots_rows=8),
-        "fused-r4c4096": dict(split, bwd_fused=True, dots_rows=4, dots_chunk=4096),
-        # one producer a range can hold ~16-64 KB of loads in flight, too few for 2/3 of the DRAM reads from a
-        # quarter of the programs (NOTES v39): three producers a range taking its steps in turn (22 ranges of
-        # 3 + 3 programs at H = 12288)
-        "fused-p3r8": dict(split, bwd_fused=True, fused_producers=3, dots_rows=8),
-        "fused-p3r4": dict(split, bwd_fused=True, fused_producers=3, dots_rows=4),
-        # no first pass (kernels/NOTES.md v41): c from the column blocks' partial dots, posted and waited for by
-        # a range's NB programs ("exchange": 6RH of DRAM, a round trip inside each step) or each program making
-        # every block's partial from the whole rows ("recompute": 3x the row reads, 2/3 of them from L2 while a
-        # range's programs run together). sm_90 (triton 3.6) at H = 12288, local / global plan: exchange [2, 4096]
-        # on 8 warps 255 registers, 32 / 64 B spilled; [1, 4096] 246 / 252, none; [4, 2048] 252 / 255, none / 48 B;
-        # recompute [2, 4096] 344 / 248 B spilled, [1, 4096] 24 B / none
-        "dots-exchange": dict(split, split_dots="exchange"),
-        "dots-exchange-r1": dict(split, split_dots="exchange", bwd_rows=1),
-        "dots-exchange-c2048": dict(split, split_dots="exchange", bwd_cols=2048, bwd_rows=4),
-        # each step's dx a step late, after the next step's post (kernels/NOTES.md v42): sm_90 [1, 4096] 245 / 245
-        # registers, [2, 2048] 227 / 234, no spills
-        "dots-exchange-ahead-r1": dict(split, split_dots="exchange", dots_ahead=True, bwd_rows=1),
-        "dots-exchange-ahead-c2048": dict(split, split_dots="exchange", dots_ahead=True, bwd_cols=2048, bwd_rows=2),
-        "dots-recompute": dict(split, split_dots="recompute"),
-        "dots-recompute-r1": dict(split, split_dots="recompute", bwd_rows=1),
         # the local plan up to M = 64 (no sort, no position -> row loads, no combine launch; partials
-        # 4 P (2M + 1) H bytes: 366 MB at M = 64, H = 5376, P = 132; sm_90: 56 B spilled, 132 KB shared)
+        # 4 P (2M + 1) H bytes: 366 MB at M = 64, H = 5376, P = 132)
         "local-max-64": dict(local_max=64),
-        # the per-row forward under the global plan in the plan's order (v15; row order is v22's default,
-        # and with the tables in L1 it is `gather-l1`, timed as fwd-row-order-l1 before v22)
-        "fwd-plan-order": dict(fwd_ordered=True),
-        # when the per-row forward issues its loads (kernels/NOTES.md v33; the same bits): the tables before
-        # x, x read again for y (fewer registers held, more programs an SM), both, and with the plan's order
-        "fwd-tables-first": dict(fwd_tables_first=True),
+        # x read again for y (the default above 4096 lanes a row) or held in registers; on 4 warps
         "fwd-reload": dict(fwd_reload=True),
-        "fwd-first-reload": dict(fwd_tables_first=True, fwd_reload=True),
-        "fwd-plan-order-first": dict(fwd_ordered=True, fwd_tables_first=True),
-        # under the global plan the per-row forward in row order (the default before v33), or the plan walk
-        # on 4 warps, 4 programs an SM; the per-row forward without x read again (the default before v33)
-        "fwd-plan-rows": dict(plan_walk_rows=0),
-        "plan-walk-w4": dict(plan_walk_warps=4, fwd_programs_per_sm=4),
         "fwd-no-reload": dict(fwd_reload=False),
         "fwd-reload-w4": dict(fwd_reload=True, fwd_warps=4),
+        # under the global plan the per-row forward (the default up to 4096) instead of the plan walk (the
+        # default above), or the plan walk at every width, or on 4 warps, 4 programs an SM
+        "fwd-plan-rows": dict(plan_walk_rows=0),
+        "plan-walk": dict(plan_walk_rows=1, plan_walk_warps=8),
+        "plan-walk-w4": dict(plan_walk_warps=4, plan_walk_programs_per_sm=4),
         # the per-row forward's warps (H = 12288: 80 registers on 8 warps, 3 programs an SM)
         "fwd-w4": dict(fwd_warps=4),
         "fwd-w16": dict(fwd_warps=16),
-        # narrow H: the whole-row backward as one program an SM of the full tile (the default before v33)
+        # narrow H: the whole-row backward as one program an SM of the full tile, or as two programs an SM
+        # of half the tile on half the warps (the default up to 4096 lanes a row), or three programs an SM
         "bwd-1sm": dict(bwd_rows=one_sm_rows, bwd_warps=one_sm_warps, bwd_programs_per_sm=1),
-        # narrow H: the whole-row backward as two programs an SM, half those rows a step on half the warps
-        # (the default up to 4096 lanes a row since v33-v34)
         "bwd-w4-2sm": dict(bwd_rows=max(1, one_sm_rows // 2), bwd_warps=max(1, one_sm_warps // 2),
                            bwd_programs_per_sm=2),
-        # the default's backward tile as three programs an SM (H = 2048: 168 registers on 4 warps, three fit
-        # the register file; more partial rows for the parameter stage)
         "bwd-3sm": dict(bwd_programs_per_sm=3),
-        # the parameter stage's columns per program (no sum's order changes)
+        # the parameter stage's columns per program (16 is the default up to 2048 lanes a row, 32 above)
         "param-c8": dict(param_cols=8),
         "param-c16": dict(param_cols=16),
         "param-c64": dict(param_cols=64),
@@ -196,12 +132,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--hidden", type=_ints, default=list(HIDDENS), help="H sweep (M = 9)")
     parser.add_argument("--table-rows", type=_ints, default=list(TABLE_ROWS), help="M sweep (at --table-hidden)")
     parser.add_argument("--table-hidden", type=int, default=MODEL_HIDDEN, help="the M sweep's H")
-    parser.add_argument("--variants", default="gather,gather-l1,walk-1sm,bwd-chunked,bwd-registers",
+    parser.add_argument("--variants", default="gather,gather-l1,bwd-registers",
                         help=f"LaunchConfig presets timed beside the default at each --variant-hidden (presets "
                              f"identical to the default there are skipped): {', '.join(_variant_names())}; '' for none")
     parser.add_argument("--variant-hidden", type=_ints, default=[1024, 4096, 8192])
     parser.add_argument("--variant-table-rows", type=_ints, default=[9],
-                        help="table rows M of the variants' cases (fwd-plan-order differs from the default above 16)")
+                        help="table rows M of the variants' cases (fwd-plan-rows differs from the default above 16)")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--reps", type=int, default=100)
     parser.add_argument("--small-rows", type=int, default=SMALL_ROWS, help="step 4's R")
