@@ -15,7 +15,7 @@ def test_stub_replaces_every_launcher_binding_and_restore_puts_them_back():
     import h3bench.kernels.timestep_sinusoid  # noqa: F401
 
     launchers = hostcost_cpu.launchers()
-    assert {common.launch, common.launch_on, common.launch_keyed, common.launch_ready} <= launchers
+    assert {common.launch, common.launch_keyed, common.launch_ready} <= launchers
 
     def bound():
         return [(name, attr) for name, module in list(sys.modules.items())
@@ -60,7 +60,7 @@ def test_stubbed_calls_reach_no_kernel(monkeypatch):
 
 def test_hostcost_breakdown_times_pieces_that_exist():
     """tools/hostcost.py's in-place breakdown (a GPU tool) wraps attributes by name: a renamed one
-    (norm_modulate's launch_on, gone with the keyed launches) must fail here, not on the GPU."""
+    must fail here, not on the GPU."""
     from tools import hostcost
 
     pieces = hostcost.breakdown_pieces()

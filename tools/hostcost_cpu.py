@@ -9,7 +9,7 @@ machine without a GPU only under the interpreter.)
 
 What it measures: the Python and torch host path of a call, the part that on the lent H200 VM costs
 tens of microseconds per operation and makes small and medium sizes host-bound. Every launch the
-launchers make (every `kernels.common.launch*`: `launch`, `launch_on`, `launch_ready`, `launch_keyed`,
+launchers make (every `kernels.common.launch*`: `launch`, `launch_ready`, `launch_keyed`,
 wherever a kernels module bound them) is replaced by a no-op; allocations, views, checks, recipe lookups, the autograd Function and
 every torch call stay real. Each case is timed as the best of `--blocks` blocks of `--calls` calls
 (time.perf_counter around the block, the garbage collector off as in timeit), in microseconds per call:
@@ -53,7 +53,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def launchers() -> set:
-    """Every launcher kernels.common has (launch, launch_on, launch_ready, launch_keyed, ...): one missed by
+    """Every launcher kernels.common has (launch, launch_ready, launch_keyed, ...): one missed by
     `stub_launches` lets its kernels run under the interpreter and the figures measure that instead."""
     from h3bench.kernels import common
     return {value for name, value in vars(common).items() if name.startswith("launch") and callable(value)}
