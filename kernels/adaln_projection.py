@@ -10,18 +10,18 @@
               dW = dy^T a, db = colsum(dy)          `gemm.weight_grad` (db = the ones column of a)
 
 Reduction orders: kernels/gemm.py. bf16 dots have no proof that two tile configs sum alike, so each
-of the three GEMMs computes ONE tile config for every T (tiles, k step, K chunks, warps), chosen by the GPU
-bench among candidates that are each batch-invariant by themselves. What may change with T is only how
-the same tiles are fetched, walked and stored (`HOW_FIELDS`: TMA descriptors or pointers, one program a
-tile or one an SM, pipeline stages, tile grouping): the same products and sums, bitwise the same on the
-H200 (kernels/notes/gemm.md v15), and `ProjectionConfigs` refuses tiers that differ in anything else.
-The silu is elementwise (no order).
+of the three GEMMs computes ONE tile config for every T (tiles, k step, K chunks, warps). What may change
+with T is only how the same tiles are fetched, walked and stored (`HOW_FIELDS`: TMA descriptors or
+pointers, one program a tile or one an SM, pipeline stages, tile grouping): the same products and sums,
+measured bitwise the same on the H200 (commits 6d8fd82 and 5bc9e71: every such candidate against the
+pointer kernel's output at T = 1 to 2048), and `ProjectionConfigs` refuses tiers that differ in anything
+else. The silu is elementwise (no order).
 
-Why the silu is a separate launch and not in the GEMM's A-operand load (`gemm.forward(a_silu=True)`
-does that): at T = 2048 every one of the 378 column tiles would redo 2048 x 2688 silus (ex2 + rcp on
-the SFU, ~1000 cycles per 128 x 64 tile step against ~1400 of MMA) and read the fp32 temb (2x the
-bytes of the bf16 a); the separate pass costs ~3 us and writes a (11 MB at T = 2048), which the
-weight gradient needs anyway. The fused variant is one of the bench's forward candidates.
+Why the silu is a separate launch and not in the GEMM's A-operand load: at T = 2048 every one of the 378
+column tiles would redo 2048 x 2688 silus (ex2 + rcp on the SFU, ~1000 cycles per 128 x 64 tile step
+against ~1400 of MMA) and read the fp32 temb (2x the bytes of the bf16 a); the separate pass moves 33 MB at
+T = 2048 (~8 us at the copy rate) and writes a, which the weight gradient needs anyway (H200, commit 9fb680b:
+the forward with the silu in its A load 241.3 / 3671.4 us at T = 1 / 2048 against 148.5 / 2165.9).
 """
 from __future__ import annotations
 
@@ -46,11 +46,9 @@ BIG = 1 << 62
 _HOW_DEFAULTS = {name: C.__dataclass_fields__[name].default for name in HOW_FIELDS}
 
 
-def _order(cfg: C) -> tuple[C, bool]:
-    """What decides the GEMM's bits: `cfg` with its HOW_FIELDS at LaunchConfig's defaults, and whether its K
-    loop is warp-specialized (kept apart until the H200 shows that loop's bits are the plain one's; a
-    warp-specialized config is a tma one, so it cannot take HOW_FIELDS' defaults itself)."""
-    return dataclasses.replace(cfg, **_HOW_DEFAULTS, warp_specialize=False), cfg.warp_specialize
+def _order(cfg: C) -> C:
+    """What decides the GEMM's bits: `cfg` with its HOW_FIELDS at LaunchConfig's defaults."""
+    return dataclasses.replace(cfg, **_HOW_DEFAULTS)
 
 
 class ProjectionLaunch(NamedTuple):
@@ -66,7 +64,6 @@ class ProjectionConfigs:
     fwd: Tiers
     dx: Tiers
     dw: Tiers
-    fuse_silu: bool = False   # silu + cast in the forward GEMM's A load instead of `gemm.silu_cast`
 
     def __post_init__(self):
         for name in ("fwd", "dx", "dw"):
@@ -84,68 +81,36 @@ class ProjectionConfigs:
         return ProjectionLaunch(pick(self.fwd, rows), pick(self.dx, rows), pick(self.dw, rows))
 
     @classmethod
-    def uniform(cls, fwd: C, dx: C, dw: C, fuse_silu: bool = False) -> "ProjectionConfigs":
+    def uniform(cls, fwd: C, dx: C, dw: C) -> "ProjectionConfigs":
         """One config per GEMM for every T."""
-        return cls(fwd=((BIG, fwd),), dx=((BIG, dx),), dw=((BIG, dw),), fuse_silu=fuse_silu)
+        return cls(fwd=((BIG, fwd),), dx=((BIG, dx),), dw=((BIG, dw),))
 
 
-# v4's defaults: the fastest of tools/bench_gemm.py's candidates on the H200 (kernels/notes/gemm.md, v2 and
-# v4): 4 pipeline stages for dW (3 before: -56 us at T = 2048); the forward persistent (v4: 1593.8 us at
-# T = 2048 against 2108.8, 133.0 against 140.4 at T = 1). Every GEMM through pointers.
-POINTER = ProjectionConfigs.uniform(
-    fwd=C(128, 256, 64, num_warps=8, num_stages=4, group_m=16, persistent=True),
-    dx=C(128, 128, 64, num_warps=8, num_stages=4, group_m=8, split_k=DX_SPLIT),
-    dw=C(128, 256, 64, num_warps=8, num_stages=4, group_m=8),
-)
-_P = POINTER.at(1)
-# The forward and dW persistent (v4 candidate: dW persistent measured slower, 1994 us against 1839).
-PERSISTENT = ProjectionConfigs.uniform(
-    fwd=_P.fwd, dx=_P.dx, dw=C(128, 256, 64, num_warps=8, num_stages=3, group_m=8, persistent=True))
-# The pointer set's tiles, steps and K chunks with A and B read through TMA descriptors, every GEMM one
-# program per SM over its (tile, K chunk) items (kernels/notes/gemm.md v15): the same bits as POINTER's
-# (kernels/gemm.py `_gemm_tma_kernel`), checked on the GPU by tools/bench_gemm.py's candidates.
-TMA = ProjectionConfigs.uniform(
-    fwd=dataclasses.replace(_P.fwd, tma=True),
-    dx=dataclasses.replace(_P.dx, tma=True, persistent=True),
-    dw=dataclasses.replace(_P.dw, tma=True, persistent=True),
-)
-# TMA and the forward's and dW's tiles stored through a descriptor as well (`tma_store`: the stores run under
-# the next tile's MMAs); dx keeps its split (its partials are fp32 sums)
-TMA_STORE = ProjectionConfigs.uniform(
-    fwd=dataclasses.replace(TMA.at(1).fwd, tma_store=True),
-    dx=TMA.at(1).dx,
-    dw=dataclasses.replace(TMA.at(1).dw, tma_store=True),
-)
-# The default, v16 (kernels/notes/gemm.md): POINTER's tiles, steps and chunks at every T, fetched as measured
-# fastest on the H200 (tools/bench_gemm.py `--ada-same-tiles`, stream us, every candidate bitwise POINTER's;
-# session 18 call 2 and session 19 call 1, logs/session19-call-1/bench_ada_switch.json):
-#   dW   TMA, persistent, 3 stages, TMA stores at every T: T = 1 246.6 / 245.6 against 330.3 / 331.4, T = 256
-#        357.9 against 456.8, T = 2048 1755.8 / 1739.5 against 1852.9 / 1872.9;
-#   dx   pointers below TMA_FROM (T <= 64 134-142 us against TMA's 163-205; even at 128-512), TMA persistent
-#        from it (T = 1024 896.5 against 914.5, T = 2048 1800.3 / 1767.1 against 1836.3 / 1820.4);
-#   fwd  likewise (T <= 64 129-136 against 146-178; 256-512 even), TMA, 3 stages, TMA stores from TMA_FROM
-#        (T = 1024 798.8 against 810.2, T = 2048 1574.6 / 1574.8 against 1613.5 / 1592.5).
+# Each GEMM's tile, k step and K chunks, one for every T (the order), with the choices the H200 measured
+# (tools/bench_gemm.py's candidates; kernels/notes/gemm.md has the table):
+# - fwd: 128 x 256 x 64, 8 warps (two warp groups of m64n256k16 wgmma), persistent: 1593.8 us at T = 2048
+#   against 2108.8 one program a tile (commit 7ffb2da);
+# - dx: 128 x 128 x 64, 8 warps, dtemb's K = 96768 in DX_SPLIT fixed chunks: 126 programs stream W at T = 1;
+# - dw: 128 x 256 x 64, 8 warps.
+_FWD = C(128, 256, 64, num_warps=8, num_stages=4, group_m=16, persistent=True)
+_DX = C(128, 128, 64, num_warps=8, num_stages=4, group_m=8, split_k=DX_SPLIT)
+_DW = C(128, 256, 64, num_warps=8, num_stages=3, group_m=8, tma=True, tma_store=True, persistent=True)
+# How each is fetched, by T (H200, commit 5bc9e71, `python -m tools.bench_gemm` stream us at T = 1 / 64 / 256
+# / 1024 / 2048, every candidate bitwise the pointer kernel's output):
+#   dW   TMA, one program an SM, 3 stages, stores through a descriptor at every T: 245.6 / 252.8 / 357.9 /
+#        944.9 / 1739.5 against pointers' 331.4 / 335.4 / 456.8 / 1045.9 / 1872.9;
+#   dx   pointers below TMA_FROM (133.9 / 142.3 / 235.7 against TMA's 202.2 / 175.1 / 239.4), TMA with one
+#        program an SM from it (896.5 / 1767.1 against 914.5 / 1820.4);
+#   fwd  pointers below TMA_FROM (128.7 / 136.0 / 203.7 against TMA's 179.1 / 149.5 / 226.3), TMA, 3 stages,
+#        descriptor stores from it (798.8 / 1574.8 against 810.2 / 1592.5).
 TMA_FROM = 1024
 DEFAULT = ProjectionConfigs(
-    fwd=((TMA_FROM - 1, _P.fwd), (BIG, dataclasses.replace(TMA_STORE.at(1).fwd, num_stages=3))),
-    dx=((TMA_FROM - 1, _P.dx), (BIG, TMA.at(1).dx)),
-    dw=((BIG, dataclasses.replace(TMA_STORE.at(1).dw, num_stages=3)),),
+    fwd=((TMA_FROM - 1, _FWD), (BIG, dataclasses.replace(_FWD, num_stages=3, tma=True, tma_store=True))),
+    dx=((TMA_FROM - 1, _DX), (BIG, dataclasses.replace(_DX, tma=True, persistent=True))),
+    dw=((BIG, _DW),),
 )
 # One config per GEMM for every T there too (the interpreter steps through programs one by one: large tiles).
 INTERPRETER = ProjectionConfigs.uniform(fwd=C(32, 64, 32), dx=C(32, 64, 32, split_k=DX_SPLIT), dw=C(32, 64, 32))
-# TMA's tiles, steps and chunks with the K loop warp-specialized (kernels/notes/gemm.md v17): one producer warp
-# group issues the TMA loads, two consumer groups (64 rows of the tile each, as TMA's 8 warps split it) issue
-# the wgmmas. A variant for every T until measured: its 4 warps are not a tier's difference (`HOW_FIELDS`)
-# until the H200 shows its bits are TMA's (tools/bench_gemm.py `bitwise_equal_default`). sm_90 (triton 3.6):
-# 168 registers on 12 warps, no spills; 180 KB of shared memory (fwd, dW at 3 stages), 197 KB (dx, 4 stages)
-WS = ProjectionConfigs.uniform(
-    fwd=dataclasses.replace(TMA.at(1).fwd, num_warps=4, num_stages=3, warp_specialize=True),
-    dx=dataclasses.replace(TMA.at(1).dx, num_warps=4, warp_specialize=True),
-    dw=dataclasses.replace(TMA.at(1).dw, num_warps=4, num_stages=3, warp_specialize=True))
-# WS with dtemb's K in 3 chunks instead of 6 (another order for dtemb, one for every T): at T = 2048 528 items of
-# 128 x 128 split 3, 4 an SM exactly, where split 6 pays twice the partials (session 19 call 1: the split-3 tma
-# candidate 1660 us against 1767-1820 at T = 2048, ~170 us more at T <= 8, where half the programs stream W)
-WS_DX3 = dataclasses.replace(WS, dx=((BIG, dataclasses.replace(WS.at(1).dx, split_k=3)),))
 _CONFIGS: list[ProjectionConfigs] = [DEFAULT]
 
 
@@ -175,14 +140,8 @@ def _check(temb, w, b) -> None:
 
 
 def _forward(temb, w, b, keep_a: bool):
-    cfg = configs()
-    fwd = pick(cfg.fwd, temb.shape[0])
-    if cfg.fuse_silu:
-        table, _ = gemm.forward(temb, w, b, fwd, out_dtype=w.dtype, a_silu=True)
-        a = gemm.silu_cast(temb, w.dtype, ones_column=True) if keep_a else None
-        return table, a
     a = gemm.silu_cast(temb, w.dtype, ones_column=keep_a)
-    table, _ = gemm.forward(a, w, b, fwd, out_dtype=w.dtype)
+    table, _ = gemm.forward(a, w, b, pick(configs().fwd, temb.shape[0]), out_dtype=w.dtype)
     return table, a
 
 

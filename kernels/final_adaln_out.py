@@ -1,4 +1,4 @@
-"""final_adaln_out: the 3-row AdaLN projection in torch, then our norm_modulate Triton kernel.
+"""final_adaln_out: the 3-row AdaLN projection (F.linear), then our norm_modulate Triton kernel.
 
     [shift | scale] = (W bf16(silu(temb)) + b).chunk(2)          temb: [T, D], W (`w`): [2H, D], b: [2H]
     out = rms_norm(x, nw, eps) * (1 + scale[ti]) + shift[ti]      x: [S, H], nw: [H], ti: [S]
@@ -11,26 +11,29 @@ rows: its forward and dx are batch-invariant and its parameter gradients (dnw, d
 summed in a fixed order without atomics (kernels/norm_modulate.py documents the order). shift and scale
 are the two column halves of the projection, passed as row-strided views (no copy).
 
-The projection is plain torch (`F.linear`). Its input has T = 3 rows whatever S is, so it is
+The projection's GEMM is torch's `F.linear`. Its input has T = 3 rows whatever S is, so it is
 batch-invariant by construction: the same GEMM on the same [3, D] operand for every batch. Its
 gradients have shapes fixed by (T, D, H), independent of S: dW = dproj^T a (a [2H, 3] x [3, D] GEMM),
-da = dproj W, db = dproj summed over the T rows, dtemb = silu'(temb) da; cuBLAS and torch's reductions
-repeat bitwise run to run for fixed shapes on one GPU, so the parameter gradients repeat. Only dproj
-carries S, and it comes from norm_modulate's fixed-order reduction.
+da = dproj W, db = dproj summed over the T rows, dtemb = silu'(temb) da, each one kernels/gemm.py config for
+every T and S (`PROJECTION_DX`, `PROJECTION_DW`: fixed split-K chunks, t-ascending chains), so the
+parameter gradients repeat bitwise. Only dproj carries S, and it comes from norm_modulate's fixed-order
+reduction.
 
-The projection is one autograd node (`_Projection`: F.silu, cast, F.linear forward; three torch
-matmul/sum calls and silu_backward backward) instead of the four autograd makes of the composition
-(silu, cast, linear, transpose): the same kernels, fewer host-side nodes, since at S = 32768 the
-forward+backward is close to host-bound (kernels/NOTES.md). `LaunchConfig.projection_node = False`
-takes the plain autograd composition (for tools/bench_memory_ops.py to compare).
+By default (`LaunchConfig.one_node`) the whole op is one autograd node (`_FinalAdaLNOut`) whose forward
+runs the projection (a = `gemm.silu_cast(temb)`, then F.linear) and then norm_modulate's forward launcher
+directly (the arguments were checked here once; shift is passed as the whole [T, 2H] projection, whose row
+stride the kernel takes, scale as a view of its second half), and whose backward has norm_modulate's
+backward launcher write dshift and dscale straight into the halves of one [T, 2H] dproj buffer (no
+torch.cat), then runs the projection's backward as two kernels/gemm.py launches (`triton_grads`). At
+S = 32768 a forward+backward is host-bound on the H200 VMs (kernels/notes/final_adaln_out.md): every
+default here removes host work, not GPU work.
 
-`LaunchConfig.one_node` (the default since the H200 timed it, v3 in the notes) goes further: the whole
-op is one autograd node (`_FinalAdaLNOut`) whose forward runs the projection and then norm_modulate's forward launcher directly
-(the arguments were checked here once; shift is passed as the whole [T, 2H] projection, whose row stride
-the kernel takes, scale as a view of its second half), and whose backward has norm_modulate's backward
-launcher write dshift and dscale straight into the halves of one [T, 2H] dproj buffer (no torch.cat),
-then runs the projection's backward on it. The same kernels in the same order: the same bits as the
-two-node path (tests/test_kernel_final_adaln_out.py compares them).
+The other `LaunchConfig` switches are the variants tools/bench_memory_ops.py and tools/hostcost_cpu.py time
+against the default (kernels/notes/final_adaln_out.md has their H200 figures): two autograd nodes
+(`one_node=False`: `_Projection`, then norm_modulate's public function), autograd's own composition
+(`projection_node=False`), torch's silu and cast (`triton_silu=False`), torch's backward calls
+(`triton_grads=False`), the forward as one gemm launch (`triton_projection`). The one- and two-node paths
+run the same kernels in the same order: the same bits (tests/test_kernel_final_adaln_out.py compares them).
 """
 from __future__ import annotations
 
@@ -53,29 +56,31 @@ class LaunchConfig:
 
     projection_node: bool = True  # one autograd Function for silu + cast + linear (False: autograd's four)
     # the projection's forward as one launch of kernels/gemm.py (silu and the cast fused into its A load)
-    # instead of torch's three (silu, cast, F.linear): the H200 timeline shows the GPU idle while the host
-    # issues those (kernels/notes/final_adaln_out.md); off until timed there (`triton_projection` variant)
+    # instead of silu_cast and F.linear. Off: H200, commit 3c77436, net fwd+bwd at S = 32768 785.5 / 679.5 us
+    # sync / stream against the default's 718.0 / 670.7 (at commit c7acaa3 its 47 us launch took more GPU
+    # time than torch's 18 us of kernels)
     triton_projection: bool = False
-    # torch's F.linear, with a = cast(silu(temb)) made by `gemm.silu_cast` (one Triton launch, silu in fp32
-    # and one rounding to W's dtype) instead of torch's F.silu and .to: on the H200 VM aten::silu alone took
-    # ~150 us of host per call under torch.profiler (`tools.hostcost --profile-rows` in session 10, whose log
-    # was lost; with silu_cast, logs/session11-call-4 has no aten::silu); `torch_silu` is the old way as a
-    # variant. For a bf16/fp16 temb torch rounds silu to temb's dtype first: here only once.
-    # (With triton_projection the gemm launch fuses the silu itself and this is not used.)
+    # a = cast(silu(temb)) made by `gemm.silu_cast` (one Triton launch, silu in fp32 and one rounding to W's
+    # dtype) instead of torch's F.silu and .to, whose aten::silu took ~150 us of host a call under
+    # torch.profiler on a slow-host H200 VM; with it the net fwd+bwd at S = 32768 was 718.0 / 670.7 us sync /
+    # stream against 851.7 / 647.7 (H200, commit 3c77436: the stream figures within one round's jitter). For
+    # a bf16/fp16 temb torch rounds silu to temb's dtype first: here only once. (With triton_projection the
+    # gemm launch fuses the silu itself and this is not used.)
     triton_silu: bool = True
     # the projection's backward as two launches of kernels/gemm.py (`PROJECTION_DX`, `PROJECTION_DW`)
-    # instead of torch's five calls (mm, cast, silu_backward, mm, sum), each tens of us of host on the H200
-    # VM (kernels/NOTES.md v29): H200 fwd+bwd 3-4% faster at S = 4097 in two runs, equal at S = 32768
-    # (kernels/notes/final_adaln_out.md v5; `torch_grads` is the old way as a variant). dtemb keeps
-    # dproj W in fp32 up to its one rounding (torch's path rounds it to W's dtype first), so its bits differ
-    # from torch's. (With projection_node=False autograd's composition makes that backward: not used.)
+    # instead of torch's five calls (mm, cast, silu_backward, mm, sum), ~220 us of host a step under the
+    # profiler on a slow-host VM: H200, commit cf0e3c2, net fwd+bwd 3-4% faster at S = 4097 in two runs,
+    # equal at S = 32768 (779.9 / 639.8 us against 806.2 / 638.9); on a slower host (commit e56dc3f) 894.0 /
+    # 834.4 against 904.6 / 876.9. dtemb keeps dproj W in fp32 up to its one rounding (torch's path rounds it
+    # to W's dtype first), so its bits differ from torch's. (With projection_node=False autograd's
+    # composition makes that backward: not used.)
     triton_grads: bool = True
     # the whole op as ONE autograd node (`_FinalAdaLNOut`): the projection, then norm_modulate's launchers
     # called directly (no second argument check, no chunk views, no second node, no torch.cat of dshift
     # and dscale: the backward writes them into the halves of one dproj buffer). The same kernels in the
-    # same order, so the same bits; fewer host operations per forward+backward, which is what the H200
-    # timeline is short of (kernels/notes/final_adaln_out.md v3: H200 fwd+bwd stream 1043 us against 1528,
-    # host per step 1308 against 1443; both still host-bound).
+    # same order, so the same bits; fewer host operations per forward+backward: H200, commit c7acaa3, net
+    # fwd+bwd stream 1043.2 us against 1528.4 with two nodes, host per step 1308.0 against 1442.9 (both
+    # host-bound)
     one_node: bool = True
 
     def __post_init__(self):

@@ -2,8 +2,8 @@
 (and its TMA-fed twin for 16-bit operands, `tma` below).
 
     forward      C[m, n]  = epi( sum_k act(A[m, k]) * W[n, k] + bias[n] )          `forward`
-    input grad   dX[m, k] = ( sum_n dY[m, n] * W[n, k] ) * silu'(Z[m, k])          `backward`
-    weight grad  dW[n, k] = sum_t dY[t, n] * A[t, k],   db[n] = sum_t dY[t, n]     `backward`
+    input grad   dX[m, k] = ( sum_n dY[m, n] * W[n, k] ) * silu'(Z[m, k])          `input_grad`
+    weight grad  dW[n, k] = sum_t dY[t, n] * A[t, k],   db[n] = sum_t dY[t, n]     `weight_grad`
 
 All three are `_gemm_kernel` on strided views: C[M, N] = A'[M, K] @ B'[K, N] with A' and B' given by
 their strides (the forward reads W as B' = W^T, the input gradient W as it is, the weight gradient dY
@@ -26,7 +26,8 @@ invariance checks rerun):
   default `enable_fp_fusion`. So an element's value is the single fma chain over k = 0 .. K-1 from +0,
   whatever BLOCK_M, BLOCK_N, BLOCK_K or num_warps are: the tile shape decides only which thread runs
   the chain. That is the proof that licenses different fp32 tile configs for different row counts
-  (`pick`); the GPU bench checks it bitwise (one row alone against 2048, each with its own config).
+  (`pick`); `python -m tools.bench_gemm` checks it bitwise on the GPU (rows alone against the same rows
+  of T = 2048, each with its own tier's config).
   Zero padding (masked k beyond K) adds fma(0, 0, acc) = acc, exact since a chain started at +0 never
   holds -0.
 * bf16 operands (adaln_projection) use wgmma (Hopper's warpgroup MMA, m64nNk16): each step adds the
@@ -47,8 +48,8 @@ invariance checks rerun):
   is then added to the fp32 total on the CUDA cores (round to nearest); the total is scaled back
   (exact). Hopper's tensor cores keep fewer bits than fp32 when they carry a long accumulation: the
   same products accumulated across steps in the MMA's accumulator measured 2.2e-5 of error against
-  the per-step sum's 4.9e-7 (tools/probe_fp16x3.py on the H200, 1a5da06). The scales: a row of an
-  activation operand gets its own (from that row's max|v|: batch-invariant), a weight's rows their own
+  the per-step sum's 4.9e-7 (H200, timestep_mlp's GEMM2 at T = 2048, commit 1a5da06). The scales: a row
+  of an activation operand gets its own (from that row's max|v|: batch-invariant), a weight's rows their own
   in the forward, and where the scaled axis would be the batch (weight gradients) or the reduction,
   one scale for the whole tensor (`row_maxima` gives the maxima; `_pow2_scale` the scale). Magnitudes
   below 2^-24 of the scaled maximum (fp16 subnormals' spacing) lose bits: an absolute error of at most
@@ -63,12 +64,15 @@ invariance checks rerun):
   scales) launches C^T = W A^T instead: W's rows the MMA's M, a few rows of A a narrow N tile (no
   64-row tile padded with zeros at small T); the same scales, products (the two small ones taken back
   in the unswapped order), scale-backs and adds, so each element is the same fp32 expression; the
-  tensor core's per-step sum was checked bitwise the same whichever operand holds W and whatever the
-  tile (tools/probe_swap_ab.py on the H200), which lets a forward's tiers swap by row count.
+  tensor core's per-step sum measured bitwise the same whichever operand holds W and whatever the tile
+  (H200, commits a328a83, 281764f and 6d8fd82: wgmma m64n16 / m64n32 / m64n64 and mma.sync m16n8k16
+  tiles, swapped or not, paired or not, T = 1-16, four data sets, alone and as rows of T = 2048), which
+  lets a forward's tiers swap by row count. `pair_steps` issues two steps' products before either's
+  scale-back: the same values added in the same order.
 * A persistent config (LaunchConfig.persistent) runs the same per-tile loop for tiles pid, pid + P,
   ... (P programs): which program computes a tile changes, the tile's arithmetic does not.
-* `k_major` (input and weight gradients) multiplies K-contiguous copies of the operands: the same
-  values in the same order, only the memory layout the kernel reads differs.
+* `k_major` (input gradients) multiplies a K-contiguous copy of W: the same values in the same order,
+  only the memory layout the kernel reads differs.
 * `tma` (16-bit operands) launches `_gemm_tma_kernel`: the same tiles, K chunks, steps and epilogues,
   with A and B loaded through TMA descriptors (their bounds give the masked loads' zeros), so only how a
   tile reaches shared memory differs; operands a descriptor cannot read take `_gemm_kernel` with the
@@ -77,10 +81,7 @@ invariance checks rerun):
   `k_chunk` (a function of K and S only: ceil(K / S) rounded up to KALIGN, which every BLOCK_K
   divides), each chunk s is accumulated as above from +0 into an fp32 partial P[s], and the last
   program of a tile to finish (an acq_rel atomic counter per tile decides who, not what) adds
-  P[0] + P[1] + ... + P[S-1] in that order and runs the epilogue. The order depends on K and S only:
-  with `walk_chunks_above` one program per tile computes P[0], P[1], ... in turn and adds them in the
-  same order (the same bits, no partials in memory), so how many programs share a tile's chunks may
-  follow T while the order does not.
+  P[0] + P[1] + ... + P[S-1] in that order and runs the epilogue. The order depends on K and S only.
 * Weight gradients reduce over the rows: dW's K dimension is T, so dW = dY^T A repeats bitwise run
   to run (one program per output tile, t ascending) but depends on T by nature. db is the extra
   column of the same GEMM: B's column K_a is all ones (in memory for adaln's prepared operand,
@@ -93,7 +94,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import weakref
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -121,52 +121,37 @@ class LaunchConfig:
     num_stages: int = 3
     group_m: int = 8
     split_k: int = 1
-    # forward only, fp32 only: multiply by a transposed copy of W (w.t().contiguous(), [K, N]) so B
-    # is N-contiguous in shared memory. Triton's FMA dot reads B as 4-element k-vectors per column and
-    # its FMA shared layouts are unswizzled, so a K-contiguous B (W as stored) puts all 32 lanes of a
-    # warp on the same banks (32-way conflicts); the copy costs one read and write of W (~27 us for
-    # timestep_mlp's W2), worth it only at large T. It changes no arithmetic (the chain is the same).
-    transpose_w: bool = False
     # fp32 only: "ieee" (the FMA chains above) or "tf32x3" (tensor cores: each operand split as
     # hi = tf32(v), lo = tf32(v - hi), and the dot taken as hi*hi + hi*lo + lo*hi in fp32; the products
     # are exact to ~2^-22 relative, the sums fp32). tf32x3 has no tile-independence proof, so a kernel
     # on it takes ONE config for every row count, as bf16 does (`MLPConfigs` enforces it).
     precision: str = "ieee"   # or "fp64": float64 products and sums, one rounding at the store (above)
-    # input and weight gradients: multiply transposed copies (W^T for dx; dY^T and A^T for dW) so both
-    # operands are K-contiguous. Hopper's tf32 wgmma reads its shared operands K-major only; an
-    # N-contiguous B goes through a transposing shuffle (measured: dh 1920 us against fwd2's 781 for the
-    # same FLOPs). Each copy is one read and write of the tensor; no arithmetic changes.
+    # input gradients only: multiply a transposed copy of W (W^T, [K, N]) so both operands are K-contiguous.
+    # Hopper's tf32 wgmma reads its shared operands K-major only; an N-contiguous B goes through a
+    # transposing shuffle (H200, commits 7ffb2da and c7acaa3: timestep_mlp's tf32x3 dz1 at T = 2048 took
+    # 1919.9 us with W as stored, 1031.7 on the copy). The copy is one read and write of W; no arithmetic
+    # changes.
     k_major: bool = False
     # one program per SM slot looping over output tiles (tl.range(..., flatten=True): the next tile's
     # loads are software-pipelined under this tile's epilogue); each tile's arithmetic is unchanged, so
-    # the order of every element is the non-persistent one. split_k == 1 only.
+    # the order of every element is the non-persistent one. split_k == 1 only (unless tma).
     persistent: bool = False
     # fp16x3 only: each step's operand scales from that step's own tiles (module docstring), no maxima
     local_scales: bool = False
-    # with split_k > 1: above this many rows (M) one program per tile walks the K chunks in turn, adding
-    # the chunk sums in chunk order as the split launch's last program does (the same bits: the chunks
-    # are the order, not how many programs share them); at or below it, a program per chunk (small M:
-    # the K chunks fill the machine, their partials are small)
-    walk_chunks_above: int = 1 << 62
     # forward only, fp16x3 with local scales: the launch computes C^T = W A^T (W's rows the MMA's M, the
     # rows of A its N), so a few rows of A are a narrow N tile instead of a 64-row M tile padded with
     # zeros. The steps' products, scales and sums are the unswapped launch's, in its order (the two small
     # products and the two scale-backs taken in the unswapped order, `_mainloop`): each output element
     # is the same fp32 expression; that the tensor core sums a step's products the same whichever operand
-    # holds W is the hardware's, checked bitwise on the GPU (tools/probe_swap_ab.py, the harness's probes)
+    # holds W is the hardware's, measured bitwise on the H200 (module docstring). timestep_mlp's GEMM2 at
+    # T = 1-16: 28.3-31.0 us swapped on 64 x 16 x 32 tiles against 40.3-41.0 on 64 x 128 x 32 (commit a328a83)
     swap_ab: bool = False
-    # forward only, fp16x3 with local scales: the weight comes split once per weight version (`presplit`:
-    # fp16 hi and lo halves and each (row, step)'s inverse scale, by the formulas the kernel would use), so
-    # a step loads W's halves instead of splitting its tile: the same values, products and sums
-    presplit: bool = False
-    # fp16x3 with local scales, W as stored: two steps a loop iteration, both split before either's
-    # products are issued and their sums added in step order (the same values, products and sums as one
-    # step an iteration): one step's MMAs run while the next step's split is made. Taken only where every
-    # K chunk has an even number of full steps (`_plan`); elsewhere one step an iteration, the same bits
+    # fp16x3 with local scales: two steps a loop iteration, both split before either's products are issued
+    # and their sums added in step order (the same values, products and sums as one step an iteration):
+    # one step's MMAs run while the next step's split is made. Taken only where every K chunk has an even
+    # number of full steps (`_plan`); elsewhere one step an iteration, the same bits. GEMM2 swapped on
+    # 64 x 16 x 32 tiles at T = 1-16: 28.1-30.0 us paired against 29.3-31.3 (H200, commit 6d8fd82)
     pair_steps: bool = False
-    # with pair_steps: a step's two small products as one dot over [hi | lo] against [lo ; hi] (K twice the
-    # step's): the same MMA instructions in the same order into the same fresh accumulator, one wait fewer
-    merge_products: bool = False
     # 16-bit operands: A and B through TMA tensor descriptors made in the kernel (`_gemm_tma_kernel`), the
     # same tiles, K chunks, steps and epilogues, so the same bits as without; with `persistent` one program
     # per SM walks the (tile, K chunk) items, split-K included. Operands a descriptor cannot take (no unit
@@ -176,11 +161,6 @@ class LaunchConfig:
     # so a tile's stores run under the next tile's MMAs; the same rounded values (C without a unit column
     # stride or with a row stride not a multiple of 8 elements: the pointer stores)
     tma_store: bool = False
-    # with tma: the K loop warp-specialized (`tl.range(warp_specialize=True)`: triton 3.6's Hopper pass gives
-    # the TMA loads a producer warp group and splits the tile's rows between two consumer groups, 12 warps
-    # from num_warps 4, each consumer's wgmma over k ascending as before; kernels/notes/gemm.md v17). With 8
-    # warps the pass leaves the loop as it is, and it fails on the descriptor-store epilogue: both refused
-    warp_specialize: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "block_k"):
@@ -195,49 +175,34 @@ class LaunchConfig:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.precision == "fp64" and self.split_k > 1:
             raise ValueError("an fp64 config takes no split-K (its partials would be rounded to fp32)")
-        if self.walk_chunks_above < 0:
-            raise ValueError(f"walk_chunks_above must be >= 0, got {self.walk_chunks_above}")
         if self.persistent and self.split_k > 1 and not self.tma:
             raise ValueError("a persistent config takes no split-K (unless tma: its items are (tile, K chunk))")
-        if self.tma and (self.precision != "ieee" or self.k_major or self.transpose_w or self.local_scales
-                         or self.walk_chunks_above < (1 << 62)):
-            raise ValueError("tma is a 16-bit operands option: no precision, k_major, transpose_w, local-scale or "
-                             "walked-chunk settings")
+        if self.tma and (self.precision != "ieee" or self.k_major or self.local_scales):
+            raise ValueError("tma is a 16-bit operands option: no precision, k_major or local-scale settings")
         if self.tma_store and not (self.tma and self.split_k == 1):
             raise ValueError("tma_store is a tma option without split-K (a split's partials are fp32 sums)")
-        if self.warp_specialize and not (self.tma and not self.tma_store and self.num_warps == 4):
-            raise ValueError("warp_specialize is a tma option without tma_store, on num_warps 4 (the compiler "
-                             "adds the producer and the second consumer group)")
         sides = (self.block_m, self.block_n, self.block_k)
         if self.tma and (min(sides) < 16 or max(sides) > 256):
             raise ValueError("a tma config's tiles are 16 to 256 on each side (a TMA box and a 16-bit wgmma)")
-        if self.precision == SCALED and (self.k_major or self.transpose_w):
-            raise ValueError("an fp16x3 config reads its operands as they are (no k_major / transpose_w copies)")
+        if self.precision == SCALED and self.k_major:
+            raise ValueError("an fp16x3 config reads its operands as they are (no k_major copies)")
         if self.local_scales and self.precision != SCALED:
             raise ValueError(f"local_scales is an {SCALED} option, got precision {self.precision!r}")
         if self.swap_ab and not self.local_scales:
             raise ValueError(f"swap_ab is an {SCALED} option with local_scales (the order it mirrors)")
-        if self.presplit and not self.local_scales:
-            raise ValueError(f"presplit is an {SCALED} option with local_scales (the split it makes once)")
-        if self.pair_steps and (not self.local_scales or self.presplit):
-            raise ValueError(f"pair_steps is an {SCALED} option with local_scales on W as stored (not presplit)")
-        if self.merge_products and not self.pair_steps:
-            raise ValueError("merge_products is a pair_steps option (its loop's products)")
+        if self.pair_steps and not self.local_scales:
+            raise ValueError(f"pair_steps is an {SCALED} option with local_scales (the steps it pairs)")
         if self.swap_ab and self.persistent:
             raise ValueError("swap_ab takes no persistent programs (a small-T launch: one program a tile)")
-        if self.k_major and self.transpose_w:
-            raise ValueError("transpose_w is the forward's k_major for FMA dots: set one of them")
 
     def short(self) -> str:
         s = f"{self.block_m}x{self.block_n}x{self.block_k}/w{self.num_warps}/s{self.num_stages}"
-        return (s + (f"/k{self.split_k}" if self.split_k > 1 else "") + ("/wT" if self.transpose_w else "")
+        return (s + (f"/k{self.split_k}" if self.split_k > 1 else "")
                 + (f"/{self.precision}" if self.precision != "ieee" else "") + ("/P" if self.persistent else "")
                 + ("/KM" if self.k_major else "") + ("/L" if self.local_scales else "")
-                + ("/S" if self.swap_ab else "") + ("/PS" if self.presplit else "")
-                + ("/P2" if self.pair_steps else "") + ("/M" if self.merge_products else "")
+                + ("/S" if self.swap_ab else "") + ("/P2" if self.pair_steps else "")
                 + ("/TMA" if self.tma else "") + ("/TS" if self.tma_store else "")
-                + ("/WS" if self.warp_specialize else "")
-                + (f"/W{self.walk_chunks_above}" if self.split_k > 1 and self.walk_chunks_above < (1 << 62) else ""))
+                + (f"/g{self.group_m}" if self.group_m != 8 else ""))
 
 
 Tiers = Sequence[tuple[int, LaunchConfig]]   # (largest row count, config), ascending; last = the rest
@@ -342,60 +307,15 @@ def _split_cols(v):
 
 
 @triton.jit
-def _k_cat(a, b):
-    """[M, K] and [M, K] -> [M, 2K]: a's columns, then b's."""
-    m: tl.constexpr = a.shape[0]
-    k: tl.constexpr = a.shape[1]
-    return tl.reshape(tl.permute(tl.join(a, b), (0, 2, 1)), (m, 2 * k))
-
-
-@triton.jit
-def _k_stack(a, b):
-    """[K, N] and [K, N] -> [2K, N]: a's rows, then b's."""
-    k: tl.constexpr = a.shape[0]
-    n: tl.constexpr = a.shape[1]
-    return tl.reshape(tl.permute(tl.join(a, b), (2, 0, 1)), (2 * k, n))
-
-
-@triton.jit
-def _step_products(a_hi, a_lo, b_hi, b_lo, SWAP: tl.constexpr, MERGE: tl.constexpr):
-    """A step's three products into a fresh accumulator, in `_mainloop`'s order. MERGE: the two small ones
-    as one dot over K twice as long ([hi | lo] against [lo ; hi]): the same MMA instructions in the same
-    order into the same accumulator, one wait fewer."""
-    if MERGE and SWAP:
-        step = tl.dot(_k_cat(a_hi, a_lo), _k_stack(b_lo, b_hi))
-    elif MERGE:
-        step = tl.dot(_k_cat(a_lo, a_hi), _k_stack(b_hi, b_lo))
-    elif SWAP:
+def _step_products(a_hi, a_lo, b_hi, b_lo, SWAP: tl.constexpr):
+    """A step's three products into a fresh accumulator, in `_mainloop`'s order."""
+    if SWAP:
         step = tl.dot(a_hi, b_lo)
         step = tl.dot(a_lo, b_hi, step)
     else:
         step = tl.dot(a_lo, b_hi)
         step = tl.dot(a_hi, b_lo, step)
     return tl.dot(a_hi, b_hi, step)
-
-
-@triton.jit
-def _presplit_kernel(W, HI, LO, INV, n_rows, K, stride_wn, stride_wk, steps, ROWS: tl.constexpr,
-                     BLOCK_K: tl.constexpr):
-    """Block (tile, step) of W, [ROWS, BLOCK_K]: each row's scale pair from its max over the block
-    (`_mainloop`'s local scales), HI = fp16(W s), LO = fp16(W s - HI), INV = 1 / s: the values a local-scale
-    step makes of W's tile, made once, stored tile-major (the block's ROWS x BLOCK_K halves contiguous at
-    block (tile * steps + step), its ROWS inverse scales likewise; rows and k past W's zeros)."""
-    tile = tl.program_id(0)
-    step = tl.program_id(1)
-    r = tl.arange(0, ROWS)
-    rows = tile * ROWS + r
-    ks = step * BLOCK_K + tl.arange(0, BLOCK_K)
-    row_ok = rows < n_rows
-    mask = row_ok[:, None] & (ks < K)[None, :]
-    w = tl.load(W + rows.to(tl.int64)[:, None] * stride_wn + ks[None, :] * stride_wk, mask=mask, other=0.0)
-    hi, lo, inverse = _split_rows(w)
-    block_rows = (tile.to(tl.int64) * steps + step) * ROWS + r
-    offs = block_rows[:, None] * BLOCK_K + tl.arange(0, BLOCK_K)[None, :]
-    tl.store(HI + offs, hi)
-    tl.store(LO + offs, lo)
-    tl.store(INV + block_rows, inverse)
 
 
 @triton.jit
@@ -470,39 +390,24 @@ def _tile_coords(tile, num_m, num_n, GROUP_M: tl.constexpr):
 
 @triton.jit
 def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
-              SA, SB, WLO, n_sa, n_sb,
+              SA, SB, n_sa, n_sb,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
               PRECISION: tl.constexpr, DOT_F32: tl.constexpr, A_SILU: tl.constexpr, ONES: tl.constexpr,
               SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, LOCAL: tl.constexpr, SWAP: tl.constexpr,
-              PRESPLIT: tl.constexpr, PAIR: tl.constexpr, MERGE: tl.constexpr, BY_HAND: tl.constexpr):
+              PAIR: tl.constexpr, BY_HAND: tl.constexpr):
     """The accumulator of one tile over k in [k_lo, k_hi), ascending, BLOCK_K a step (the order): fp32, or
     float64 for PRECISION "fp64". fp16x3: SA / SB hold the maxima its scales come from (A's rows, B's
     columns; SA_ALL / SB_ALL: one scale from all n_sa / n_sb of them); with LOCAL, each step's tiles.
-    PRESPLIT (LOCAL): the weight operand (A with SWAP, else B) comes split already (`presplit`, tile-major
-    in blocks of the weight's tile rows, BLOCK_M with SWAP, else BLOCK_N, by BLOCK_K; n_sa / n_sb blocks a
-    tile): its hi halves where its values would be, its lo halves at WLO, each block's inverse scales in
-    SA / SB: the values, products and sums of the split made here, read as one contiguous block a step.
-    PAIR (LOCAL, W as stored, EVEN_K, an even number of steps in [k_lo, k_hi)): two steps an iteration,
-    both split first, then both steps' products, then their scale-backs added in step order."""
+    PAIR (LOCAL, EVEN_K, an even number of steps in [k_lo, k_hi)): two steps an iteration, both split
+    first, then both steps' products, then their scale-backs added in step order."""
     if PRECISION == "fp16x3" and not LOCAL:
         sa = _operand_scale(SA, rm, row_ok, n_sa, SA_ALL, BLOCK_M)
         sb = _operand_scale(SB, rn, load_ok, n_sb, SB_ALL, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     a_offs = rm.to(tl.int64)[:, None] * stride_am + (k_lo + rk).to(tl.int64)[None, :] * stride_ak
     b_offs = (k_lo + rk).to(tl.int64)[:, None] * stride_bk + rn.to(tl.int64)[None, :] * stride_bn
-    if PRESPLIT and SWAP:   # block row of (tile, step) in `presplit`'s tile-major layout
-        w_row = ((rm // BLOCK_M).to(tl.int64) * n_sa + k_lo // BLOCK_K) * BLOCK_M + rm % BLOCK_M
-        a_offs = w_row[:, None] * BLOCK_K + rk[None, :]
-        inv_ptrs = SA + w_row
-        w_step = BLOCK_M * BLOCK_K
-    elif PRESPLIT:
-        w_row = ((rn // BLOCK_N).to(tl.int64) * n_sb + k_lo // BLOCK_K) * BLOCK_N + rn % BLOCK_N
-        b_offs = rk[:, None] + w_row[None, :] * BLOCK_K
-        inv_ptrs = SB + w_row
-        w_step = BLOCK_N * BLOCK_K
     a_ptrs = A + a_offs
     b_ptrs = B + b_offs
-    lo_ptrs = WLO + (a_offs if SWAP else b_offs)   # PRESPLIT only
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64 if PRECISION == "fp64" else tl.float32)
     if PAIR:
         for _ in range(k_lo, k_hi, 2 * BLOCK_K):
@@ -514,8 +419,8 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
             b0_hi, b0_lo, ib0 = _split_cols(b0)
             a1_hi, a1_lo, ia1 = _split_rows(a1)
             b1_hi, b1_lo, ib1 = _split_cols(b1)
-            step0 = _step_products(a0_hi, a0_lo, b0_hi, b0_lo, SWAP, MERGE)
-            step1 = _step_products(a1_hi, a1_lo, b1_hi, b1_lo, SWAP, MERGE)
+            step0 = _step_products(a0_hi, a0_lo, b0_hi, b0_lo, SWAP)
+            step1 = _step_products(a1_hi, a1_lo, b1_hi, b1_lo, SWAP)
             if SWAP:
                 acc += (step0 * ib0[None, :]) * ia0[:, None]
                 acc += (step1 * ib1[None, :]) * ia1[:, None]
@@ -533,14 +438,6 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
                 k_ok = (k0 + rk) < k_hi
                 a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
                 b = tl.load(b_ptrs, mask=k_ok[:, None] & load_ok[None, :], other=0.0)
-            if PRESPLIT:
-                if EVEN_K:
-                    w_lo = tl.load(lo_ptrs, mask=row_ok[:, None] if SWAP else load_ok[None, :], other=0.0)
-                elif SWAP:
-                    w_lo = tl.load(lo_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-                else:
-                    w_lo = tl.load(lo_ptrs, mask=k_ok[:, None] & load_ok[None, :], other=0.0)
-                lo_ptrs += w_step
             if A_SILU:
                 af = a.to(tl.float32)
                 a = rounded(af * _sigmoid(af), B.dtype.element_ty, BY_HAND)
@@ -554,29 +451,20 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
             elif PRECISION == "fp64":
                 acc = tl.dot(a.to(tl.float64), b.to(tl.float64), acc, input_precision="ieee", out_dtype=tl.float64)
             elif PRECISION == "fp16x3":
-                if PRESPLIT and SWAP:   # A: W's halves and inverse scales, made once (`presplit`)
-                    a_hi, a_lo = a, w_lo
-                    ia = tl.load(inv_ptrs, mask=row_ok, other=1.0)
-                    inv_ptrs += BLOCK_M
-                    b_hi, b_lo, ib = _split_cols(b)
-                elif PRESPLIT:   # B: W's halves and inverse scales, made once
-                    a_hi, a_lo, ia = _split_rows(a)
-                    b_hi, b_lo = b, w_lo
-                    ib = tl.load(inv_ptrs, mask=load_ok, other=1.0)
-                    inv_ptrs += BLOCK_N
-                else:   # spelled out, not `_split_rows` / `_split_cols`: this order is the one the H200 evidence ran
-                    if LOCAL:   # a max rounds nothing: the scales are the step's values' own
-                        sa, ia = _pow2_scale_pair(tl.max(tl.abs(a), 1))
-                        sb, ib = _pow2_scale_pair(tl.max(tl.abs(b), 0))
-                    a = a * sa[:, None]   # powers of two: exact
-                    b = b * sb[None, :]
-                    a_hi = a.to(tl.float16)
-                    a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)
-                    b_hi = b.to(tl.float16)
-                    b_lo = (b - b_hi.to(tl.float32)).to(tl.float16)
+                # spelled out, not `_split_rows` / `_split_cols`: the H200 measurements of this kernel ran
+                # this order (a helper's inlining scope can move ptxas's schedule)
+                if LOCAL:   # a max rounds nothing: the scales are the step's values' own
+                    sa, ia = _pow2_scale_pair(tl.max(tl.abs(a), 1))
+                    sb, ib = _pow2_scale_pair(tl.max(tl.abs(b), 0))
+                a = a * sa[:, None]   # powers of two: exact
+                b = b * sb[None, :]
+                a_hi = a.to(tl.float16)
+                a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)
+                b_hi = b.to(tl.float16)
+                b_lo = (b - b_hi.to(tl.float32)).to(tl.float16)
                 # a fresh accumulator per step, the small terms first: lo(rows of T) hi(W), hi(rows) lo(W), hi hi;
                 # SWAP (A holds W, B the rows of T): the same products in the same order
-                step = _step_products(a_hi, a_lo, b_hi, b_lo, SWAP, False)
+                step = _step_products(a_hi, a_lo, b_hi, b_lo, SWAP)
                 if SWAP:   # exact either way unless a product leaves fp32's normal range: the rows' inverse first
                     acc += (step * ib[None, :]) * ia[:, None]
                 elif LOCAL:
@@ -585,14 +473,8 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
                     acc += step
             else:
                 acc = tl.dot(a, b, acc, input_precision=PRECISION)
-            if PRESPLIT and SWAP:
-                a_ptrs += w_step
-            else:
-                a_ptrs += BLOCK_K * stride_ak
-            if PRESPLIT and not SWAP:
-                b_ptrs += w_step
-            else:
-                b_ptrs += BLOCK_K * stride_bk
+            a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
     if PRECISION == "fp16x3" and not LOCAL:
         acc = acc * (1.0 / sa)[:, None]   # exact: 1 / 2^j
         acc = acc * (1.0 / sb)[None, :]
@@ -600,7 +482,7 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
 
 
 @triton.jit(do_not_specialize=["M", "K", "chunk", "plane", "n_sa", "n_sb"])
-def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB, WLO,
+def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
                  M, N, K, n_main, n_load, chunk, plane, n_sa, n_sb,
                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                  stride_zm, stride_zn, stride_om, stride_on,
@@ -609,12 +491,11 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB, WLO,
                  PRECISION: tl.constexpr, DOT_F32: tl.constexpr, PERSISTENT: tl.constexpr,
                  A_SILU: tl.constexpr, ONES: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr,
                  OUT_SILU: tl.constexpr, SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr,
-                 SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, LOCAL: tl.constexpr, WALK_CHUNKS: tl.constexpr,
-                 SWAP: tl.constexpr, PRESPLIT: tl.constexpr, PAIR: tl.constexpr, MERGE: tl.constexpr,
-                 BY_HAND: tl.constexpr):
+                 SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, LOCAL: tl.constexpr,
+                 SWAP: tl.constexpr, PAIR: tl.constexpr, BY_HAND: tl.constexpr):
     """One [BLOCK_M, BLOCK_N] tile of C (or, with SPLIT_K > 1, one K chunk of it; or, PERSISTENT, the
     tiles pid, pid + programs, ...). Columns n_load .. N - 1 of B are not read: with ONES they are ones
-    (the db column), else zeros. WALK_CHUNKS: one program a tile adds its SPLIT_K chunks itself."""
+    (the db column), else zeros."""
     pid = tl.program_id(0)
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = tl.cdiv(N, BLOCK_N)
@@ -623,37 +504,25 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB, WLO,
             rm, rn, row_ok, load_ok = _tile_of(tile, M, n_load, num_m, num_n, BLOCK_M, BLOCK_N, GROUP_M, MASK_M,
                                                MASK_N)
             acc = _mainloop(A, B, rm, rn, 0, K, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
-                            SA, SB, WLO, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
-                            SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, PAIR, MERGE, BY_HAND)
+                            SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
+                            SA_ALL, SB_ALL, LOCAL, SWAP, PAIR, BY_HAND)
             _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm,
                       stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, SWAP, BY_HAND)
         return
     tile = pid % (num_m * num_n)   # split-major: all tiles of chunk 0 first (its operands share L2)
     split = pid // (num_m * num_n)
     rm, rn, row_ok, load_ok = _tile_of(tile, M, n_load, num_m, num_n, BLOCK_M, BLOCK_N, GROUP_M, MASK_M, MASK_N)
-    if WALK_CHUNKS:
-        # this program's tile, its K chunks in turn: each chunk's sum from +0, the chunk sums added in
-        # chunk order, as the split launch's last program adds them: the same bits, no partials in memory
-        acc = _mainloop(A, B, rm, rn, 0, tl.minimum(K, chunk), n_main, row_ok, load_ok, stride_am, stride_ak,
-                        stride_bk, stride_bn, SA, SB, WLO, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
-                        DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, PAIR, MERGE, BY_HAND)
-        for s in range(1, SPLIT_K):
-            k_lo = tl.multiple_of(s * chunk, _KALIGN)
-            acc += _mainloop(A, B, rm, rn, k_lo, tl.minimum(K, k_lo + chunk), n_main, row_ok, load_ok, stride_am,
-                             stride_ak, stride_bk, stride_bn, SA, SB, WLO, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
-                             PRECISION, DOT_F32, A_SILU, ONES, SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, PAIR, MERGE, BY_HAND)
-    else:
-        if SPLIT_K == 1:
-            k_lo = 0
-            k_hi = K
-        else:  # chunk is a multiple of KALIGN: saying so keeps the loads vectorized
-            k_lo = tl.multiple_of(split * chunk, _KALIGN)
-            k_hi = tl.minimum(K, k_lo + chunk)
-        acc = _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
-                        SA, SB, WLO, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
-                        SA_ALL, SB_ALL, LOCAL, SWAP, PRESPLIT, PAIR, MERGE, BY_HAND)
+    if SPLIT_K == 1:
+        k_lo = 0
+        k_hi = K
+    else:  # chunk is a multiple of KALIGN: saying so keeps the loads vectorized
+        k_lo = tl.multiple_of(split * chunk, _KALIGN)
+        k_hi = tl.minimum(K, k_lo + chunk)
+    acc = _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
+                    SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
+                    SA_ALL, SB_ALL, LOCAL, SWAP, PAIR, BY_HAND)
 
-    if SPLIT_K == 1 or WALK_CHUNKS:
+    if SPLIT_K == 1:
         _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm, stride_zn,
                   stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, SWAP, BY_HAND)
     else:
@@ -692,7 +561,7 @@ def _gemm_tma_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
                      SPLIT_K: tl.constexpr, MASK_M: tl.constexpr, A_T: tl.constexpr,
                      B_T: tl.constexpr, DOT_F32: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr,
                      OUT_SILU: tl.constexpr, SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr, C_DESC: tl.constexpr,
-                     BY_HAND: tl.constexpr, WS: tl.constexpr = False):
+                     BY_HAND: tl.constexpr):
     """`_gemm_kernel`'s 16-bit tiles with A and B read through TMA descriptors (`LaunchConfig.tma`): the
     same output, tiles, K chunks and epilogues, and per tile the same dots over k in [k_lo, k_hi),
     ascending, BLOCK_K a step (so each element the same sum in the same order: the pointer kernel's
@@ -702,8 +571,7 @@ def _gemm_tma_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
     (A_T) along M; B [K, n_load] with unit stride along n, or (B_T) along K. Each program walks the work
     items pid, pid + programs, ... (item = chunk * tiles + tile: all tiles of chunk 0 first); with one
     program per item that is one item. C_DESC (`tma_store`, no split): C written through a descriptor in
-    two column halves, its bounds (M rows, n_main columns) the pointer stores' mask. WS (`warp_specialize`):
-    the K loop split by the compiler into a TMA producer and MMA consumers (the same dots in the same order)."""
+    two column halves, its bounds (M rows, n_main columns) the pointer stores' mask."""
     if C_DESC:
         c_desc = tl.make_tensor_descriptor(C, shape=[M, n_main], strides=[stride_cm, 1],
                                            block_shape=[BLOCK_M, BLOCK_N // 2])
@@ -727,7 +595,7 @@ def _gemm_tma_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS,
         k_lo = split * chunk
         k_hi = tl.minimum(K, k_lo + chunk)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in tl.range(k_lo, k_hi, BLOCK_K, warp_specialize=WS):
+        for k0 in tl.range(k_lo, k_hi, BLOCK_K):
             if A_T:
                 a = a_desc.load([k0, m0]).T
             else:
@@ -817,6 +685,8 @@ def column_sums(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         raise ValueError(f"column_sums writes float32 sums (the fp32 op's bias gradients), got {dtype}")
     rows, cols = x.shape
     out = torch.empty((cols,), dtype=dtype, device=x.device)
+    if not rows:
+        return out.zero_()
     if cols:
         block = 64 if not INTERPRETED else next_power_of_2(cols)
         launch(_colsum_kernel, (cdiv(cols, block),), x, out, rows, cols, x.stride(0), ROWS=COLSUM_ROWS,
@@ -867,53 +737,6 @@ def needs_maxima(cfg: LaunchConfig) -> bool:
 
 def _maxima(t: torch.Tensor, given: Optional[torch.Tensor]) -> torch.Tensor:
     return given if given is not None else row_maxima(t if t.stride(-1) == 1 else t.contiguous())[0]
-
-
-@dataclass(frozen=True, eq=False)
-class Presplit:
-    """A weight [N, K] split for fp16x3 local-scale steps of `block_k` on tiles of `rows` of its rows,
-    tile-major so that a step reads one contiguous block: hi, lo [tiles, steps, rows, block_k] fp16 and
-    inv [tiles, steps, rows] fp32, each (row, k block)'s inverse scale (rows and k past W's: zeros)."""
-    hi: torch.Tensor
-    lo: torch.Tensor
-    inv: torch.Tensor
-    steps: int
-    rows: int
-
-
-def presplit(w: torch.Tensor, block_k: int, rows: int) -> Presplit:
-    """W's halves and inverse scales as a local-scale fp16x3 step of `block_k` makes them, for a GEMM whose
-    tiles hold `rows` of W's rows (BLOCK_M swapped, else BLOCK_N): one launch."""
-    if w.dim() != 2 or w.dtype != torch.float32:
-        raise ValueError(f"presplit takes an fp32 [N, K] weight, got {w.dtype} {tuple(w.shape)}")
-    n, k = w.shape
-    steps, tiles = cdiv(k, block_k), cdiv(n, rows)
-    hi = torch.empty((tiles, steps, rows, block_k), dtype=torch.float16, device=w.device)
-    lo = torch.empty_like(hi)
-    inv = torch.empty((tiles, steps, rows), dtype=torch.float32, device=w.device)
-    if n and k:
-        launch(_presplit_kernel, (tiles, steps), w, hi, lo, inv, n, k, w.stride(0), w.stride(1), steps,
-               ROWS=rows, BLOCK_K=block_k, num_warps=4)
-    return Presplit(hi, lo, inv, steps, rows)
-
-
-# Split weights kept per weight tensor (by identity, a weak reference: a freed weight's address reused by
-# another tensor is not a hit) and version (an in-place update, an optimizer step, bumps it: a miss makes
-# the split again). A few entries: the no-grad forward of a model's timestep MLP has one GEMM2 weight.
-_PRESPLITS: dict = {}
-
-
-def presplit_of(w: torch.Tensor, block_k: int, rows: int) -> Presplit:
-    """`presplit(w, block_k, rows)`, made once per (weight, version)."""
-    key = (w.data_ptr(), tuple(w.shape), w.stride(), w.device, block_k, rows)
-    found = _PRESPLITS.get(key)
-    if found is not None and found[0]() is w and found[1] == w._version:
-        return found[2]
-    if len(_PRESPLITS) >= 8:
-        _PRESPLITS.pop(next(iter(_PRESPLITS)))
-    made = presplit(w, block_k, rows)
-    _PRESPLITS[key] = (weakref.ref(w), w._version, made)
-    return made
 
 
 def _torch_scratch(size: int, alignment: int, stream) -> torch.Tensor:
@@ -970,12 +793,11 @@ class _Plan:
     """Everything a `_gemm_kernel` launch takes from the shapes, strides, config and flags (not from the
     tensors' addresses): built once per such combination (`_plan`)."""
     programs: int
-    split: int    # programs per tile (1: one program a tile, with or without walked K chunks)
+    split: int    # programs per tile (the config's split_k)
     num_tiles: int
     ints: tuple   # the kernel's int arguments, in its order
     meta: dict
     swap: bool     # the config's swap_ab: A is the weight, B the rows (`run_forward_plan` passes them so)
-    presplit: bool  # the config's presplit: the weight's `Presplit` comes at launch (`run_forward_plan`)
     token: object  # the launch key's shape part (`_plan`'s `key`): one object per distinct key, so every T
                    # shares it, hashed by identity
     kernel: object = None   # `_gemm_kernel`, or `_gemm_tma_kernel` for a tma config's plan
@@ -991,7 +813,7 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
           programs_per_device: int) -> _Plan:
     a_silu, ones, out_silu, m_fixed, has_bias, has_zin, has_zout, has_extra, sa_all, sb_all = flags
     if cfg.tma:
-        pointer_cfg = dataclasses.replace(cfg, tma=False, tma_store=False, warp_specialize=False,
+        pointer_cfg = dataclasses.replace(cfg, tma=False, tma_store=False,
                                           persistent=cfg.persistent and cfg.split_k == 1)
         fallback = _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M, N, K, pointer_cfg,
                          n_main, n_load, fp32, flags, n_sa, n_sb, programs_per_device)
@@ -1007,8 +829,7 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
     mask_n = column_mask_needed(N, n_load, cfg.block_n)
     mask_m = not (m_fixed and M % cfg.block_m == 0)   # M of T rows: always masked (one kernel for all T)
     num_tiles = cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n)
-    walk = split > 1 and M > cfg.walk_chunks_above
-    programs = min(num_tiles, programs_per_device) if cfg.persistent else num_tiles * (1 if walk else split)
+    programs = min(num_tiles, programs_per_device) if cfg.persistent else num_tiles * split
     strides = a_strides + b_strides + c_strides + z_strides + o_strides
     ints = (M, N, K, n_main, n_load, chunk, M * N, n_sa, n_sb) + strides   # the kernel's order
     meta = dict(
@@ -1016,9 +837,8 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
         EVEN_K=even_k, MASK_M=mask_m, MASK_N=mask_n, PRECISION=cfg.precision if fp32 else "tf32",
         DOT_F32=INTERPRETED and not fp32, PERSISTENT=cfg.persistent,
         A_SILU=a_silu, ONES=ones, HAS_BIAS=has_bias, MUL_DSILU=has_zin, OUT_SILU=out_silu,
-        SAVE_PRE=has_zout, EXTRA_COL=has_extra, SA_ALL=sa_all, SB_ALL=sb_all, LOCAL=cfg.local_scales, WALK_CHUNKS=walk,
-        SWAP=cfg.swap_ab, PRESPLIT=cfg.presplit, PAIR=pair, MERGE=pair and cfg.merge_products,
-        BY_HAND=BY_HAND, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        SAVE_PRE=has_zout, EXTRA_COL=has_extra, SA_ALL=sa_all, SB_ALL=sb_all, LOCAL=cfg.local_scales,
+        SWAP=cfg.swap_ab, PAIR=pair, BY_HAND=BY_HAND, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     # The specialization's key (kernels.common.launch_keyed): every int above, the constexprs, and (added
     # at launch) c's dtype and the dtype and 16-byte alignment of each tensor from outside (c, the
     # partials, the counters and the maxima are fresh allocations here or in `row_maxima`, or the
@@ -1027,8 +847,8 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
     unspecialized = (M, K, chunk, M * N, n_sa, n_sb)
     key = (_gemm_kernel, device_index, tuple(sorted(meta.items())), (N, K, n_main, n_load) + strides,
            all(v < _I32_LIMIT for v in unspecialized))
-    return _Plan(programs, 1 if walk else split, num_tiles, ints, meta, cfg.swap_ab, cfg.presplit,
-                 _TOKENS.setdefault(key, object()), _gemm_kernel)
+    return _Plan(programs, split, num_tiles, ints, meta, cfg.swap_ab, _TOKENS.setdefault(key, object()),
+                 _gemm_kernel)
 
 
 def _tma_layout(a_strides, b_strides) -> Optional[tuple[bool, int, bool, int]]:
@@ -1066,11 +886,11 @@ def _tma_plan(device_index, layout, c_strides, z_strides, o_strides, M: int, N: 
         MASK_M=not (m_fixed and M % cfg.block_m == 0), A_T=a_t, B_T=b_t, DOT_F32=INTERPRETED,
         HAS_BIAS=has_bias, MUL_DSILU=has_zin, OUT_SILU=out_silu, SAVE_PRE=has_zout, EXTRA_COL=has_extra,
         C_DESC=cfg.tma_store and c_strides[1] == 1 and c_strides[0] % 8 == 0,   # 16-byte rows for 2- and 4-byte C
-        BY_HAND=BY_HAND, WS=cfg.warp_specialize, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        BY_HAND=BY_HAND, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     unspecialized = (M, K, chunk, M * N)   # `do_not_specialize`, as `_plan`'s
     key = (_gemm_tma_kernel, device_index, tuple(sorted(meta.items())), (N, K, n_main, n_load) + strides,
            all(v < _I32_LIMIT for v in unspecialized))
-    return _Plan(programs, split, num_tiles, ints, meta, False, False, _TOKENS.setdefault(key, object()),
+    return _Plan(programs, split, num_tiles, ints, meta, False, _TOKENS.setdefault(key, object()),
                  _gemm_tma_kernel, fallback)
 
 
@@ -1078,7 +898,7 @@ def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_stride
           c: torch.Tensor, c_strides: tuple[int, int], M: int, N: int, K: int, cfg: LaunchConfig, *,
           n_main: Optional[int] = None, n_load: Optional[int] = None, bias=None, zin=None, zout=None,
           extra=None, a_silu=False, ones=False, out_silu=False, m_fixed: bool = False,
-          scales: Optional["Scales"] = None, split: Optional[Presplit] = None) -> None:
+          scales: Optional["Scales"] = None) -> None:
     """Launch `_gemm_kernel` for C[M, N] = A'[M, K] @ B'[K, N] (views given by pointer + strides);
     an fp16x3 config needs `scales`, unless its scales are local (`local_scales`). c, zout and extra
     must be the caller's fresh allocations (16-byte aligned: the launch's key takes them so)."""
@@ -1090,13 +910,10 @@ def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_stride
     if scales is not None and not all(m.dtype == torch.float32 and m.dim() == 1 and m.stride(0) == 1
                                       for m in (scales.a, scales.b)):
         raise ValueError("the maxima of an fp16x3 GEMM are fp32 vectors with unit stride (`row_maxima`'s)")
-    if cfg.presplit != (split is not None):
-        raise ValueError(f"a presplit config launches with its weight's `presplit`, others without: {cfg.short()}")
-    b_dtype = torch.float32 if split is not None else b.dtype   # the split weight stands for an fp32 one
-    plan = _plan_for(c.device, a_strides, b_strides, c_strides, M, N, K, cfg, b_dtype, n_main=n_main, n_load=n_load,
+    plan = _plan_for(c.device, a_strides, b_strides, c_strides, M, N, K, cfg, b.dtype, n_main=n_main, n_load=n_load,
                      bias=bias, zin=zin, zout=zout, extra=extra, a_silu=a_silu, ones=ones, out_silu=out_silu,
                      m_fixed=m_fixed, scales=scales)
-    run_plan(plan, a, b, c, bias=bias, zin=zin, zout=zout, extra=extra, scales=scales, split=split)
+    run_plan(plan, a, b, c, bias=bias, zin=zin, zout=zout, extra=extra, scales=scales)
 
 
 def _plan_for(device: torch.device, a_strides, b_strides, c_strides, M: int, N: int, K: int, cfg: LaunchConfig,
@@ -1111,20 +928,11 @@ def _plan_for(device: torch.device, a_strides, b_strides, c_strides, M: int, N: 
                  b_dtype == torch.float32,
                  (a_silu, ones, out_silu, m_fixed, bias is not None, zin is not None, zout is not None,
                   extra is not None, scales is not None and scales.a_all, scales is not None and scales.b_all),
-                 *_scale_lengths(cfg, K, scales), persistent_programs(device) if cfg.persistent else 0)
+                 *((scales.a.numel(), scales.b.numel()) if scales is not None else (0, 0)),
+                 persistent_programs(device) if cfg.persistent else 0)
 
 
-def _scale_lengths(cfg: LaunchConfig, K: int, scales) -> tuple[int, int]:
-    """(n_sa, n_sb): the maxima's lengths, or with `presplit` the weight's k blocks on its side (the row
-    stride of its inverse scales)."""
-    if cfg.presplit:
-        steps = cdiv(K, cfg.block_k)
-        return (steps, 0) if cfg.swap_ab else (0, steps)
-    return (scales.a.numel(), scales.b.numel()) if scales is not None else (0, 0)
-
-
-def run_plan(plan: _Plan, a, b, c, *, bias=None, zin=None, zout=None, extra=None, scales=None,
-             split: Optional[Presplit] = None) -> None:
+def run_plan(plan: _Plan, a, b, c, *, bias=None, zin=None, zout=None, extra=None, scales=None) -> None:
     """Launch a `_plan` on these tensors (the ones its shape, strides and flags were taken from; split-K
     partials made here, the counters from `split_counters`)."""
     device = c.device
@@ -1140,11 +948,7 @@ def run_plan(plan: _Plan, a, b, c, *, bias=None, zin=None, zout=None, extra=None
         part = counts = dummy
     user = (tensor_key(a), tensor_key(b), None if bias is None else tensor_key(bias),
             None if zin is None else tensor_key(zin))
-    wlo = dummy
-    if split is not None:   # the weight's halves (a or b is its hi) and inverse scales: `presplit`'s allocations
-        sa, sb = (split.inv, dummy) if plan.swap else (dummy, split.inv)
-        wlo = split.lo
-    elif scales is None:
+    if scales is None:
         sa = sb = dummy
     else:   # the maxima may be the caller's: their dtype and alignment count too
         sa, sb = scales.a, scales.b
@@ -1155,7 +959,7 @@ def run_plan(plan: _Plan, a, b, c, *, bias=None, zin=None, zout=None, extra=None
         tma_scratch_allocator()
         args += plan.ints
     else:
-        args += (sa, sb, wlo) + plan.ints
+        args += (sa, sb) + plan.ints
     launch_keyed(plan.kernel, (plan.programs,), device.index, (plan.token, c.dtype, user), args, plan.meta)
 
 
@@ -1183,33 +987,27 @@ def silu_cast(x: torch.Tensor, dtype: torch.dtype, ones_column: bool = False) ->
 
 def run_forward_plan(plan: _Plan, a: torch.Tensor, w: torch.Tensor, y: torch.Tensor, bias=None) -> None:
     """Launch a `forward_plan` as `forward(a, w, bias, ...)` would, into a fresh contiguous y."""
-    split = None
-    if plan.presplit:
-        m = plan.meta
-        split = _weight_split(w, m["BLOCK_K"], m["BLOCK_M"], m["BLOCK_N"], m["SWAP"])
-        w = split.hi
     if plan.swap:
-        run_plan(plan, w, a, y, bias=bias, split=split)
+        run_plan(plan, w, a, y, bias=bias)
     else:
-        run_plan(plan, a, w, y, bias=bias, split=split)
-
-
-def _weight_split(w: torch.Tensor, block_k: int, block_m: int, block_n: int, swap: bool) -> Presplit:
-    """W's `presplit` for a launch of these tiles: blocks of the weight's rows a tile holds (BLOCK_M with W
-    as A, swapped; else BLOCK_N), made once per weight version."""
-    return presplit_of(w, block_k, block_m if swap else block_n)
+        run_plan(plan, a, w, y, bias=bias)
 
 
 def _forward_only(cfg: LaunchConfig) -> None:
-    if cfg.swap_ab or cfg.presplit:
-        raise ValueError(f"swap_ab and presplit are forward options (GEMM2's small-T launch), got one for a "
-                         f"gradient: {cfg.short()}")
+    if cfg.swap_ab:
+        raise ValueError(f"swap_ab is a forward option (GEMM2's small-T launch), got it for a gradient: "
+                         f"{cfg.short()}")
+
+
+def _input_grad_only(cfg: LaunchConfig) -> None:
+    if cfg.k_major:
+        raise ValueError(f"k_major is an input-gradient option (a K-major copy of W), got it elsewhere: {cfg.short()}")
 
 
 def _refuse_fused_silu(cfg: LaunchConfig, fused: bool) -> None:
-    if fused and (cfg.swap_ab or cfg.presplit):
-        raise ValueError("a swap_ab or presplit config is GEMM2's forward: no fused silu (GEMM1's epilogue; a "
-                         "swapped one would need C^T's z)")
+    if fused and cfg.swap_ab:
+        raise ValueError("a swap_ab config is GEMM2's forward: no fused silu (GEMM1's epilogue; a swapped one "
+                         "would need C^T's z)")
 
 
 def forward_plan(rows: int, a_strides: tuple[int, int], w: torch.Tensor, bias: Optional[torch.Tensor],
@@ -1219,12 +1017,11 @@ def forward_plan(rows: int, a_strides: tuple[int, int], w: torch.Tensor, bias: O
     bias, rows and K present), for a caller that launches it itself (`run_forward_plan`, on a fresh contiguous
     [rows, N] output); else None."""
     N, K = w.shape
-    if (rows == 0 or N == 0 or K == 0 or cfg.transpose_w or needs_maxima(cfg)
-            or (bias is not None and bias.stride(0) != 1)):
+    if rows == 0 or N == 0 or K == 0 or needs_maxima(cfg) or (bias is not None and bias.stride(0) != 1):
         return None
     _refuse_fused_silu(cfg, out_silu)
-    # a split weight's strides stand for a contiguous W: the kernel walks the tile-major split
-    w_strides = (K, 1) if cfg.presplit else (w.stride(0), w.stride(1))
+    _input_grad_only(cfg)
+    w_strides = (w.stride(0), w.stride(1))
     if cfg.swap_ab:
         return _plan_for(w.device, w_strides, (a_strides[1], a_strides[0]), (1, N), N, rows, K, cfg,
                          w.dtype, bias=bias, m_fixed=True)
@@ -1253,25 +1050,15 @@ def forward(a: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], cfg:
         raise ValueError("forward needs K >= 1")
     if bias is not None and bias.stride(0) != 1:
         bias = bias.contiguous()   # the epilogue reads bias[n] at n: a strided view would be read wrong
-    if cfg.transpose_w:
-        w = w.t().contiguous()   # [K, N]: B = w as it now is
-        b_strides = (w.stride(0), w.stride(1))
-    else:
-        b_strides = (w.stride(1), w.stride(0))
     scales = Scales(_maxima(a, a_max), _maxima(w, w_max)) if needs_maxima(cfg) else None
     _refuse_fused_silu(cfg, out_silu or a_silu)
-    split = None
-    if cfg.presplit:   # W's halves and inverse scales, made once per weight version
-        split = _weight_split(w, cfg.block_k, cfg.block_m, cfg.block_n, cfg.swap_ab)
-        w = split.hi
-        b_strides = (1, K)   # stands for a contiguous [N, K] W in the plan: the kernel walks the tile-major split
+    _input_grad_only(cfg)
     if cfg.swap_ab:   # y^T = w a^T: W's rows are the launch's M (a multiple of its tiles: m_fixed)
-        w_strides = (K, 1) if split is not None else (w.stride(0), w.stride(1))
-        _gemm(w, w_strides, a, (a.stride(1), a.stride(0)), y, (y.stride(1), y.stride(0)), N, M, K, cfg, bias=bias,
-              m_fixed=True, split=split)
+        _gemm(w, (w.stride(0), w.stride(1)), a, (a.stride(1), a.stride(0)), y, (y.stride(1), y.stride(0)), N, M, K,
+              cfg, bias=bias, m_fixed=True)
         return y, pre
-    _gemm(a, (a.stride(0), a.stride(1)), w, b_strides, y, (y.stride(0), y.stride(1)), M, N, K, cfg,
-          bias=bias, zout=pre, a_silu=a_silu, out_silu=out_silu, scales=scales, split=split)
+    _gemm(a, (a.stride(0), a.stride(1)), w, (w.stride(1), w.stride(0)), y, (y.stride(0), y.stride(1)), M, N, K, cfg,
+          bias=bias, zout=pre, a_silu=a_silu, out_silu=out_silu, scales=scales)
     return y, pre
 
 
@@ -1302,20 +1089,17 @@ def input_grad(dy: torch.Tensor, w: torch.Tensor, cfg: LaunchConfig, *, dsilu_of
 
 
 def weight_grad(dy: torch.Tensor, a: torch.Tensor, cfg: LaunchConfig, *, a_ones: str = "virtual",
-                dw_dtype: torch.dtype, db_dtype: Optional[torch.dtype], db_blocks: bool = False,
+                dw_dtype: torch.dtype, db_dtype: Optional[torch.dtype],
                 dy_max: Optional[torch.Tensor] = None, a_max: Optional[torch.Tensor] = None
                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """dW = dy^T @ a ([N, K_a]) and db = column sums of dy ([N], when `db_dtype` is given), both
     summed over the rows t = 0, 1, ... in one chain per element. db is the GEMM's extra column
     K_a, a column of ones: `a_ones="stored"` reads it from a's buffer (a is a view of
-    `silu_cast(..., ones_column=True)`), "virtual" makes it in the kernel. With `db_blocks`, db is
-    `column_sums(dy)` instead (fp32 output only: float64 sums rounded once, one launch more).
-    fp16x3 (db as column sums only): dy and a each scaled by its whole max (their rows are the
-    reduction axis; a weight gradient's order is one per T anyway); `dy_max` / `a_max`: `row_maxima`."""
+    `silu_cast(..., ones_column=True)`), "virtual" makes it in the kernel.
+    fp16x3 (no db: the caller takes `column_sums`): dy and a each scaled by its whole max (their rows are
+    the reduction axis; a weight gradient's order is one per T anyway); `dy_max` / `a_max`: `row_maxima`."""
     _forward_only(cfg)
-    if db_blocks and db_dtype is not None and dy.shape[0] and dy.shape[1]:
-        dw, _ = weight_grad(dy, a, cfg, a_ones=a_ones, dw_dtype=dw_dtype, db_dtype=None, dy_max=dy_max, a_max=a_max)
-        return dw, column_sums(dy if dy.stride(1) == 1 else dy.contiguous(), db_dtype)
+    _input_grad_only(cfg)
     T, N = dy.shape
     K_a = a.shape[1]
     dw = torch.empty((N, K_a), dtype=dw_dtype, device=dy.device)
@@ -1329,38 +1113,17 @@ def weight_grad(dy: torch.Tensor, a: torch.Tensor, cfg: LaunchConfig, *, a_ones:
         return dw, db
     with_db = db is not None
     cols = K_a + 1 if with_db else K_a
-    stored = with_db and a_ones == "stored" and not cfg.k_major   # k_major copies a: its ones made in-kernel
+    stored = with_db and a_ones == "stored"
     if stored and (a.stride(1) != 1 or a.stride(0) < K_a + 1):
         raise ValueError("a_ones='stored' needs a from silu_cast(..., ones_column=True)")
     # stored: load B up to the buffer's 16-aligned width (its pad columns are zeros, never stored), so
     # the column mask is constant over each 16-element vector and the loads stay vectorized
-    if cfg.k_major:  # both operands T-contiguous (K = T here)
-        dyt, at = dy.t().contiguous(), a.t().contiguous()
-        a_op, a_strides, b_op, b_strides = dyt, (dyt.stride(0), dyt.stride(1)), at, (at.stride(1), at.stride(0))
-    else:
-        a_op, a_strides, b_op, b_strides = dy, (dy.stride(1), dy.stride(0)), a, (a.stride(0), a.stride(1))
     scales = None
     if cfg.precision == SCALED and with_db:
-        raise ValueError(f"an {SCALED} weight gradient takes db as column sums (db_blocks=True)")
+        raise ValueError(f"an {SCALED} weight gradient makes no db column (take `column_sums` of dy)")
     if needs_maxima(cfg):
         scales = Scales(_maxima(dy, dy_max), _maxima(a, a_max), a_all=True, b_all=True)
-    _gemm(a_op, a_strides, b_op, b_strides, dw, (dw.stride(0), dw.stride(1)),
+    _gemm(dy, (dy.stride(1), dy.stride(0)), a, (a.stride(0), a.stride(1)), dw, (dw.stride(0), dw.stride(1)),
           N, cols, T, cfg, n_main=K_a, n_load=a.stride(0) if stored else K_a, extra=db, ones=with_db and not stored,
           m_fixed=True, scales=scales)
     return dw, db
-
-
-def backward(dy: torch.Tensor, w: torch.Tensor, a: torch.Tensor, cfg_dx: LaunchConfig, cfg_dw: LaunchConfig, *,
-             need_dx: bool, need_dw: bool, need_db: bool, dsilu_of: Optional[torch.Tensor] = None,
-             a_ones: str = "virtual", dx_dtype: torch.dtype = torch.float32
-             ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]]:
-    """Gradients of y = act(a) @ w^T + b given dy: (dx, dW, db), each None when not needed.
-
-    dx = (dy @ w) * silu'(dsilu_of) (`input_grad`); dW = dy^T @ a and db = colsum(dy)
-    (`weight_grad`, a being the operand the forward multiplied: for a prologue silu, its output)."""
-    dx = input_grad(dy, w, cfg_dx, dsilu_of=dsilu_of, out_dtype=dx_dtype) if need_dx else None
-    dw = db = None
-    if need_dw or need_db:
-        dw, db = weight_grad(dy, a, cfg_dw, a_ones=a_ones, dw_dtype=w.dtype,
-                             db_dtype=w.dtype if need_db else None)
-    return dx, (dw if need_dw else None), db

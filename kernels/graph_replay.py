@@ -1,11 +1,12 @@
 """A no-grad call's launches replayed as one CUDA graph where its tensors sit where they did last time.
 
 Used by timestep_mlp's and norm_modulate's inference paths. At small T a timestep_mlp forward's kernels
-take ~37 us and its Python launches 32-90 us of host time, depending on the host (logs/session16-call-2,
-logs/session15-call-16): a loop that calls it is paced by the host; norm_modulate's per-sample forward
-at R = 4097 likewise (its kernel ~28 us, the call 22-33 us of host: kernels/NOTES.md v25). A CUDA graph replays the same launches for ~2.4 us of host time (logs/session16-call-2,
-tools/probe_graph_host.py). A graph reads and writes fixed addresses, so it stands for a call only when
-every tensor the call touches is where it was at capture; its contents may differ (the graph reads them at
+take ~37 us and its Python launches 32-90 us of host time, depending on the host (H200 VMs, commits
+281764f and e23d96f): a loop that calls it is paced by the host; norm_modulate's per-sample forward at
+R = 4097 likewise (kernels/notes/norm_modulate.md). A CUDA graph replays the same launches for ~2.4 us of
+host time (H200, commit e23d96f: 2.41 / 2.30 us a call at T = 1 / 8 against 32.2 / 33.6 for the plain
+launches, bitwise the same outputs). A graph reads and writes fixed addresses, so it stands for a call only
+when every tensor the call touches is where it was at capture; its contents may differ (the graph reads them at
 replay). `GraphCache.run(key, launch)`:
   - key: everything the launches depend on besides the tensors' contents: the caller's launch recipe
     (shapes, strides, dtypes, configs), the device, the current stream, and the address of every tensor

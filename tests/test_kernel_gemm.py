@@ -2,10 +2,11 @@
 float64, their batch invariance, the repeatability of their weight gradients, their argument errors,
 and one quick plan through the runner per op.
 
-On the CPU the kernels run under Triton's interpreter, where a dot is numpy's matmul: the tests check
-the kernels' structure (masks, strides, epilogues, split-K, the db column, one tile order for every
-T), not the GPU's FMA chains or wgmma, which the GPU bench checks (tools/bench_gemm.py: one row alone
-against 2048 rows, bitwise, with the configs each row count really gets)."""
+On the CPU the kernels run under Triton's interpreter, where a dot is a fixed-order chain of fused
+multiply-adds (kernels/interpreted_dot.py): the tests check the kernels' structure (masks, strides,
+epilogues, split-K, the db column, one tile order for every T), not the GPU's FMA chains or wgmma, which
+the GPU bench checks (tools/bench_gemm.py: one row alone against 2048 rows, bitwise, with the configs each
+row count really gets)."""
 from __future__ import annotations
 
 import dataclasses
@@ -70,17 +71,16 @@ def test_timestep_mlp_matches_float64(device, rows):
         assert rel_err(grads[name], ref.grads[name]) <= FP32_TOL, name
 
 
-@pytest.mark.parametrize("configs", ["DEFAULT", "FP16X3_LOCAL_V8", "FP16X3_LOCAL_V7", "FP16X3_V6", "TF32X3_V5", "FMA_FWD1", "FWD2_WALK_128K11"])
-@pytest.mark.parametrize("rows", [1, 70])
-def test_timestep_mlp_gpu_default_plumbing_matches_float64(device, monkeypatch, rows, configs):
-    """The GPU's default configs (v6: GEMM2, dz1 and dW2 in fp16x3 with the row maxima shared by forward
-    and backward; v5: those in tf32x3; v4: GEMM1 as FMA tiers) run through the launchers (the
-    interpreter's dots stand in for tf32x3 and fp64 MMA): GEMM1 in float64, GEMM2's and dz1's fixed K
-    chunks, K-major copies, persistent programs, the float64 column sums, the T <= 64 / > 64
-    weight-gradient tiers. Values against float64, weight gradients twice."""
+@pytest.mark.parametrize("rows", [1, 16, 17, 70])
+def test_timestep_mlp_gpu_default_plumbing_matches_float64(device, monkeypatch, rows):
+    """The GPU's default configs run through the launchers (the interpreter's dots stand in for tf32x3 and
+    fp64 MMA): GEMM1 in float64, GEMM2 in fp16x3 with each step's scales (swapped and paired up to 16 rows),
+    dz1 in fp16x3 with the row maxima shared by forward and backward, the fixed K chunks, dx's K-major
+    copies, the float64 column sums, the T <= 16 / <= 64 / > 64 weight-gradient tiers. Values against
+    float64, weight gradients twice, the no-grad forward's bits."""
     from h3bench.kernels import timestep_mlp as TM
 
-    monkeypatch.setattr(TM, "configs", lambda: getattr(TM, configs))
+    monkeypatch.setattr(TM, "configs", lambda: TM.DEFAULT)
     inputs, dy = mlp_case(device, rows)
     y, grads = run_op(timestep_mlp, MLP_NAMES, inputs, dy)
     ref = MLP.reference(MLP_PARAMS, inputs, (dy,), MLP_NAMES, MLP.name)
@@ -170,26 +170,28 @@ def test_strided_inputs_give_the_contiguous_bits(device, op):
 
 def test_default_no_grad_forward_is_two_launches(device, monkeypatch):
     """Under the GPU's default configs a no-grad timestep_mlp call takes the two-launch recipe (GEMM1, GEMM2
-    with local scales, not through `gemm.forward`): no `row_maxima`, no other launch; a config that needs
-    maxima (v6) falls back to the general path with its maxima launch. The same bits as the autograd path
-    either way."""
+    with local scales, not through `gemm.forward`): no `row_maxima`, no other launch; a strided bias falls
+    back to the general path (`gemm.forward`, which reads it contiguous), with the same two GEMM launches.
+    The same bits as the autograd path either way."""
     from h3bench.kernels import timestep_mlp as TM
     from h3bench.kernels.gemm import _gemm_kernel
+    monkeypatch.setattr(TM, "configs", lambda: TM.DEFAULT)
     inputs, dy = mlp_case(device, 3)
-    for name, launches in (("DEFAULT", 2), ("FP16X3_V6", 3)):
-        monkeypatch.setattr(TM, "configs", lambda name=name: getattr(TM, name))
+    for strided in (False, True):
+        args = [inputs.tensors[n] for n in MLP_NAMES]
+        if strided:
+            args[4] = gapped(args[4])
         seen, general = [], []
         real, real_forward = gemm.launch_keyed, gemm.forward
         monkeypatch.setattr(gemm, "launch_keyed", lambda kernel, *a, **k: (seen.append(kernel), real(kernel, *a, **k)))
         monkeypatch.setattr(gemm, "forward", lambda *a, **k: (general.append(1), real_forward(*a, **k))[1])
         with torch.no_grad():
-            y = timestep_mlp(*(inputs.tensors[n] for n in MLP_NAMES))
+            y = timestep_mlp(*args)
         monkeypatch.setattr(gemm, "launch_keyed", real)
         monkeypatch.setattr(gemm, "forward", real_forward)
-        assert len(seen) == launches and (name == "DEFAULT") == (not general), (name, seen, general)
-        assert (seen.count(_gemm_kernel) == 2) and (name == "DEFAULT") == (gemm._rowmax_kernel not in seen)
+        assert seen == [_gemm_kernel, _gemm_kernel] and bool(general) == strided, (strided, seen, general)
         y_grad, _ = run_op(timestep_mlp, MLP_NAMES, inputs, dy)
-        assert torch.equal(as_bits(y), as_bits(y_grad)), name
+        assert torch.equal(as_bits(y), as_bits(y_grad)), strided
 
 
 def test_inference_path_matches_autograd_path(device):
@@ -237,8 +239,8 @@ def test_split_k_adds_its_chunks_in_order(device):
 
 
 def test_fused_silu_load_equals_the_separate_pass(device):
-    """gemm.forward(a_silu=True) casts silu(a) to W's dtype as it loads A: the same bits as
-    silu_cast then forward (the bench's fused forward candidate for adaln_projection)."""
+    """gemm.forward(a_silu=True) casts silu(a) to W's dtype as it loads A (final_adaln_out's
+    `triton_projection`): the same bits as silu_cast then forward."""
     inputs, _ = ada_case(device, 23)
     t = inputs.tensors
     cfg = gemm.LaunchConfig(16, 32, 16)
@@ -266,16 +268,16 @@ def test_weight_grad_db_column_virtual_and_stored_agree(device):
 
 
 def test_column_sums_bias_gradient_is_close_to_float64_and_repeats(device):
-    """db_blocks: db summed in float64 (128-row tl.sum trees added in order) and rounded once: the
-    correctly rounded sum, where a one-chain db (the GPU's ones column, written out here as the
-    sequential sum it is there) errs ~1.2e-6 at T = 2048. dW is the same GEMM either way; both repeat
-    bitwise. 16-bit outputs are refused (one rounding from float64 is not what `rounded` does)."""
+    """timestep_mlp's bias gradients: dy's column sums in float64 (128-row tl.sum trees added in order) and
+    rounded once: the correctly rounded sum, where a one-chain db (the dW GEMM's ones column on the GPU,
+    written out here as the sequential sum it is there) errs ~1.2e-6 at T = 2048. Repeats bitwise; a
+    strided dy gives the same bits; zero rows give zeros; 16-bit outputs are refused (one rounding from
+    float64 is not what `rounded` does)."""
+    from h3bench.kernels.timestep_mlp import _bias_grad
+
     g = torch.Generator().manual_seed(5)
     dy = (torch.randn(2048, 48, generator=g) + 0.5).to(device)   # a non-zero mean: the sums grow
-    a = torch.randn(2048, 8, generator=g).to(device)
-    cfg = gemm.LaunchConfig(32, 64, 32)
-    dw_chain, _ = gemm.weight_grad(dy, a, cfg, dw_dtype=torch.float32, db_dtype=torch.float32)
-    dw, db = gemm.weight_grad(dy, a, cfg, dw_dtype=torch.float32, db_dtype=torch.float32, db_blocks=True)
+    db = gemm.column_sums(dy, torch.float32)
     ref = dy.double().sum(0)
     chain = torch.zeros(48, dtype=torch.float32, device=device)
     for row in dy:  # one rounding per row, as the ones column's fma chain on the GPU
@@ -286,30 +288,9 @@ def test_column_sums_bias_gradient_is_close_to_float64_and_repeats(device):
     assert torch.equal(as_bits(db), as_bits(ref.float()))
     with pytest.raises(ValueError, match="float32"):
         gemm.column_sums(dy, torch.bfloat16)
-    assert torch.equal(as_bits(dw), as_bits(dw_chain))
-    again = gemm.weight_grad(dy, a, cfg, dw_dtype=torch.float32, db_dtype=torch.float32, db_blocks=True)[1]
-    assert torch.equal(as_bits(db), as_bits(again))
-    strided = gemm.weight_grad(dy.t().contiguous().t(), a, cfg, dw_dtype=torch.float32, db_dtype=torch.float32,
-                               db_blocks=True)[1]
-    assert torch.equal(as_bits(strided), as_bits(db))
-
-
-def test_timestep_mlp_with_block_bias_gradients(device, monkeypatch):
-    """The `db_blocks` config changes db1 and db2 only, and they still match float64."""
-    from h3bench.kernels import timestep_mlp as TM
-
-    inputs, dy = mlp_case(device, 70)
-    _, base = run_op(timestep_mlp, MLP_NAMES, inputs, dy)
-    for name in ("INTERPRETER", "DEFAULT"):
-        monkeypatch.setattr(TM, name, dataclasses.replace(getattr(TM, name), db_blocks=True))
-    monkeypatch.setattr(TM, "_CONFIGS", [TM.DEFAULT])
-    _, grads = run_op(timestep_mlp, MLP_NAMES, inputs, dy)
-    ref = MLP.reference(MLP_PARAMS, inputs, (dy,), MLP_NAMES, MLP.name)
-    for name in MLP_NAMES:
-        if name in ("b1", "b2"):
-            assert rel_err(grads[name], ref.grads[name]) <= FP32_TOL, name
-        else:
-            assert torch.equal(as_bits(grads[name]), as_bits(base[name])), name
+    assert torch.equal(as_bits(gemm.column_sums(dy, torch.float32)), as_bits(db))
+    assert torch.equal(as_bits(_bias_grad(dy.t().contiguous().t())), as_bits(db))
+    assert torch.equal(gemm.column_sums(dy[:0], torch.float32), torch.zeros(48, device=device))
 
 
 def test_tiers_and_configs_are_checked():
@@ -334,8 +315,6 @@ def test_tensor_core_and_persistent_configs_are_checked():
         gemm.LaunchConfig(64, 64, 32, precision="tf32")
     with pytest.raises(ValueError, match="persistent"):
         gemm.LaunchConfig(64, 64, 32, split_k=2, persistent=True)
-    with pytest.raises(ValueError, match="k_major"):
-        gemm.LaunchConfig(64, 64, 32, transpose_w=True, k_major=True)
     t3 = gemm.LaunchConfig(64, 64, 32, precision="tf32x3")
     other = gemm.LaunchConfig(64, 128, 32, precision="tf32x3")
     dx = ((1 << 40, gemm.LaunchConfig(64, 64, 32, split_k=DX_SPLIT, precision="tf32x3")),)
@@ -344,7 +323,7 @@ def test_tensor_core_and_persistent_configs_are_checked():
         MLPConfigs(fwd1=((4, other), (1 << 40, t3)), fwd2=one, dh=one, dw2=one, dw1=one, dx=dx)
     # weight gradients reduce over T by nature: their tiers may differ
     MLPConfigs(fwd1=one, fwd2=one, dh=one, dw2=((4, other), (1 << 40, t3)), dw1=one, dx=dx)
-    assert TM.TF32X3_KM.fwd2[0][1].precision == "tf32x3" and len(TM.TF32X3_KM_P.dh) == 1
+    assert {cfg.precision for _, cfg in TM.DEFAULT.dx} == {"tf32x3"} and len(TM.DEFAULT.dh) == 1
     split = gemm.LaunchConfig(64, 64, 32, split_k=8)
     MLPConfigs(fwd1=one, fwd2=((1 << 40, split),), dh=one, dw2=one, dw1=one, dx=dx)
     with pytest.raises(ValueError, match="fwd2's split_k"):   # a split is part of the order, like a tile
@@ -386,14 +365,14 @@ def test_fp64_gemm_rounds_once_from_float64(device):
     assert rel_err(dw, dy.double().T @ x.double()) <= U32
     with pytest.raises(ValueError, match="fp64 config takes no split-K"):
         gemm.LaunchConfig(64, 64, 32, split_k=2, precision="fp64")
-    # fp64 tiers may differ in tile, warps and stages (the MMA's k-ordered chain: bitwise on the H200, v13),
-    # never in the step (block_k) or the precision
+    # fp64 tiers may differ in tile, warps and stages (the MMA's k-ordered chain: bitwise on the H200 at
+    # commit 6d8fd82), never in the step (block_k) or the precision
     dataclasses.replace(TM.DEFAULT, fwd1=((4, gemm.LaunchConfig(16, 8, 32, num_warps=1, precision="fp64")),
                                           (1 << 40, gemm.LaunchConfig(64, 64, 32, precision="fp64"))))
     for other in (gemm.LaunchConfig(64, 64, 64, precision="fp64"), gemm.LaunchConfig(64, 64, 32)):
         with pytest.raises(ValueError, match="one config for every row count"):
             dataclasses.replace(TM.DEFAULT, fwd1=((4, cfg), (1 << 40, other)))
-    assert all(c.precision == "fp64" for _, c in TM.DEFAULT.fwd1) and TM.FMA_FWD1.fwd1 == TM.IEEE.fwd1
+    assert all(c.precision == "fp64" for _, c in TM.DEFAULT.fwd1)
 
 
 FP16X3 = gemm.LaunchConfig(32, 64, 32, precision="fp16x3")
@@ -422,9 +401,8 @@ def test_fp16x3_gemms_match_float64_and_a_row_alone(device, split_k, local):
     assert rel_err(dx, (dy.double() @ w.double()) * (s * (1 + z.double() * (1 - s)))) <= FP32_TOL
     dx1 = gemm.input_grad(dy[3:4], w, cfg, dsilu_of=z[3:4])
     assert torch.equal(as_bits(dx1[0]), as_bits(dx[3]))
-    dw, db = gemm.weight_grad(dy, a, cfg, dw_dtype=torch.float32, db_dtype=torch.float32, db_blocks=True)
+    dw, _ = gemm.weight_grad(dy, a, cfg, dw_dtype=torch.float32, db_dtype=None)
     assert rel_err(dw, dy.double().T @ a.double()) <= FP32_TOL
-    assert rel_err(db, dy.double().sum(0)) <= U32
     dw2, _ = gemm.weight_grad(dy, a, cfg, dw_dtype=torch.float32, db_dtype=None)
     assert torch.equal(as_bits(dw2), as_bits(dw))
 
@@ -476,31 +454,6 @@ def test_local_scales_need_no_maxima_and_only_fp16x3_takes_them(device, monkeypa
                    5, 9, 70, cfg, scales=gemm.Scales(a.abs().amax(1), w.abs().amax(1)))
 
 
-@pytest.mark.parametrize("precision", ["ieee", "fp16x3"])
-def test_walked_chunks_give_the_split_launch_bits(device, precision):
-    """`walk_chunks_above`: above that many rows one program per tile adds its K chunks in turn instead of a
-    program per chunk; the chunks' sums and their order are the same, so are the bits (forward with its
-    epilogue, input gradient with silu'), while the launch has split_k times fewer programs and no partials."""
-    more = {"local_scales": True} if precision == "fp16x3" else {}
-    split = gemm.LaunchConfig(32, 32, 32, split_k=3, precision=precision, **more)
-    walk = dataclasses.replace(split, walk_chunks_above=0)
-    g = torch.Generator().manual_seed(10)
-    a = torch.randn(40, 400, generator=g).to(device)
-    w = torch.randn(70, 400, generator=g).to(device)
-    b = torch.randn(70, generator=g).to(device)
-    y_split, z_split = gemm.forward(a, w, b, split, out_dtype=torch.float32, out_silu=True, save_pre=True)
-    y_walk, z_walk = gemm.forward(a, w, b, walk, out_dtype=torch.float32, out_silu=True, save_pre=True)
-    assert torch.equal(as_bits(y_walk), as_bits(y_split)) and torch.equal(as_bits(z_walk), as_bits(z_split))
-    assert rel_err(z_walk, a.double() @ w.double().T + b.double()) <= FP32_TOL
-    dy = torch.randn(40, 70, generator=g).to(device)
-    z = torch.randn(40, 400, generator=g).to(device)
-    assert torch.equal(as_bits(gemm.input_grad(dy, w, walk, dsilu_of=z)),
-                       as_bits(gemm.input_grad(dy, w, split, dsilu_of=z)))
-    plans = [gemm.forward_plan(40, a.stride(), w, b, cfg) for cfg in (split, walk)]
-    assert plans[0].programs == 3 * plans[1].programs and plans[0].split == 3 and plans[1].split == 1
-    assert "/W0" in walk.short() and "/W" not in split.short()
-
-
 def test_split_k_counters_are_left_zeroed_and_reused(device):
     """The split-K tile counters (one buffer per device and stream) are back at 0 after every launch, so the
     next launch finds them ready: two launches in a row give the same bits, the buffer is not reallocated."""
@@ -517,16 +470,15 @@ def test_split_k_counters_are_left_zeroed_and_reused(device):
 
 
 def test_fp16x3_configs_and_row_maxima(device):
-    """fp16x3 reads its operands as they are (no K-major or transposed copies), takes db only as column
-    sums, no prologue silu; `row_maxima` is exact, for one tensor or two in one launch."""
-    for copy in ({"k_major": True}, {"transpose_w": True}):
-        with pytest.raises(ValueError, match="reads its operands as they are"):
-            gemm.LaunchConfig(64, 64, 32, precision="fp16x3", **copy)
+    """fp16x3 reads its operands as they are (no K-major copies), makes no db column (its caller takes column
+    sums), no prologue silu; `row_maxima` is exact, for one tensor or two in one launch."""
+    with pytest.raises(ValueError, match="reads its operands as they are"):
+        gemm.LaunchConfig(64, 64, 32, precision="fp16x3", k_major=True)
     g = torch.Generator().manual_seed(7)
     a = torch.randn(9, 50, generator=g).to(device)
     w = torch.randn(12, 50, generator=g).to(device)
     dy = torch.randn(9, 12, generator=g).to(device)
-    with pytest.raises(ValueError, match="db as column sums"):
+    with pytest.raises(ValueError, match="makes no db column"):
         gemm.weight_grad(dy, a, FP16X3, dw_dtype=torch.float32, db_dtype=torch.float32)
     with pytest.raises(ValueError, match="no prologue silu"):
         gemm.forward(a, w, None, FP16X3, out_dtype=torch.float32, a_silu=True)
@@ -595,18 +547,17 @@ def test_input_grad_split_with_dsilu(device, k_major):
     assert torch.equal(as_bits(one[0]), as_bits(dz[20]))
 
 
-@pytest.mark.parametrize("db_blocks", [False, True])
-def test_weight_grad_split_over_t(device, db_blocks):
+def test_weight_grad_split_over_t(device):
     """A weight gradient split over T (chunks of 128 rows, the last one short): within fp32's bound of
-    float64 with the db column made in the kernel's last chunk or by column sums; repeats bitwise."""
+    float64 with the db column made in the kernel's last chunk; repeats bitwise."""
     g = torch.Generator().manual_seed(6)
     dy = torch.randn(300, 45, generator=g).to(device)
     a = torch.randn(300, 33, generator=g).to(device)
     cfg = gemm.LaunchConfig(32, 64, 32, split_k=3)
-    dw, db = gemm.weight_grad(dy, a, cfg, dw_dtype=torch.float32, db_dtype=torch.float32, db_blocks=db_blocks)
+    dw, db = gemm.weight_grad(dy, a, cfg, dw_dtype=torch.float32, db_dtype=torch.float32)
     assert rel_err(dw, dy.double().T @ a.double()) <= FP32_TOL
     assert rel_err(db, dy.double().sum(0)) <= FP32_TOL
-    again = gemm.weight_grad(dy, a, cfg, dw_dtype=torch.float32, db_dtype=torch.float32, db_blocks=db_blocks)
+    again = gemm.weight_grad(dy, a, cfg, dw_dtype=torch.float32, db_dtype=torch.float32)
     assert torch.equal(as_bits(again[0]), as_bits(dw)) and torch.equal(as_bits(again[1]), as_bits(db))
 
 
@@ -615,7 +566,8 @@ def test_weight_grad_split_over_t(device, db_blocks):
 def test_persistent_launch_equals_the_plain_one(device, dtype, precision):
     """A persistent launch (programs looping over the tiles: 3 under the interpreter) computes every tile
     as the one-tile-a-program launch does, bitwise: forward (bias, masked rows and columns), input
-    gradient with silu', weight gradient with the db column; tf32x3 stays within fp32's bound of float64."""
+    gradient with silu' (also on a K-major copy of W), weight gradient with the db column; tf32x3 stays
+    within fp32's bound of float64."""
     g = torch.Generator().manual_seed(5)
     a = torch.randn(37, 100, generator=g).to(dtype).to(device)
     w = torch.randn(70, 100, generator=g).to(dtype).to(device)
@@ -623,9 +575,9 @@ def test_persistent_launch_equals_the_plain_one(device, dtype, precision):
     dy = torch.randn(37, 70, generator=g).to(dtype).to(device)
     z = torch.randn(37, 100, generator=g).to(device)
 
-    def outputs(cfg):
+    def outputs(cfg, k_major=False):
         y, _ = gemm.forward(a, w, b, cfg, out_dtype=torch.float32)
-        dx = gemm.input_grad(dy, w, cfg, dsilu_of=z)
+        dx = gemm.input_grad(dy, w, dataclasses.replace(cfg, k_major=k_major), dsilu_of=z)
         dw, db = gemm.weight_grad(dy, a, cfg, dw_dtype=dtype, db_dtype=dtype)
         return y, dx, dw, db
 
@@ -636,24 +588,21 @@ def test_persistent_launch_equals_the_plain_one(device, dtype, precision):
     s = torch.sigmoid(z.double())
     dx_expect = (dy.double() @ w.double()) * (s * (1 + z.double() * (1 - s)))
     assert rel_err(plain[1], dx_expect) <= (FP32_TOL if dtype == torch.float32 else BF16_U)
-    for variant in (dict(persistent=True), dict(k_major=True), dict(persistent=True, k_major=True)):
-        for got, want in zip(outputs(gemm.LaunchConfig(**tile, **variant)), plain):
-            assert torch.equal(as_bits(got), as_bits(want)), variant
+    for persistent, k_major in ((True, False), (False, True), (True, True)):
+        for got, want in zip(outputs(gemm.LaunchConfig(**tile, persistent=persistent), k_major), plain):
+            assert torch.equal(as_bits(got), as_bits(want)), (persistent, k_major)
 
 
-def test_k_major_weight_grad_with_a_stored_ones_column(device):
-    """k_major copies a (the silu_cast buffer's view loses its ones column): db is made in-kernel then,
-    and equals the stored column's result bitwise."""
-    g = torch.Generator().manual_seed(9)
-    temb = torch.randn(21, 30, generator=g).to(device)
-    dy = torch.randn(21, 50, generator=g).to(torch.bfloat16).to(device)
-    a = gemm.silu_cast(temb, torch.bfloat16, ones_column=True)
-    cfg = gemm.LaunchConfig(64, 32, 32)
-    want = gemm.weight_grad(dy, a, cfg, a_ones="stored", dw_dtype=torch.bfloat16, db_dtype=torch.bfloat16)
-    got = gemm.weight_grad(dy, a, dataclasses.replace(cfg, k_major=True), a_ones="stored",
-                           dw_dtype=torch.bfloat16, db_dtype=torch.bfloat16)
-    for g_, w_ in zip(got, want):
-        assert torch.equal(as_bits(g_), as_bits(w_))
+def test_k_major_is_an_input_gradient_option(device):
+    """k_major copies W for `input_grad`; the forward and the weight gradient refuse it (no copy made there)."""
+    cfg = gemm.LaunchConfig(32, 32, 32, precision="tf32x3", k_major=True)
+    a, w, dy = torch.randn(3, 40).to(device), torch.randn(20, 40).to(device), torch.randn(3, 20).to(device)
+    with pytest.raises(ValueError, match="input-gradient option"):
+        gemm.forward(a, w, None, cfg, out_dtype=torch.float32)
+    with pytest.raises(ValueError, match="input-gradient option"):
+        gemm.forward_plan(3, a.stride(), w, None, cfg)
+    with pytest.raises(ValueError, match="input-gradient option"):
+        gemm.weight_grad(dy, a, cfg, dw_dtype=torch.float32, db_dtype=None)
 
 
 def _record_launches(monkeypatch) -> list[dict]:
@@ -683,16 +632,16 @@ def test_unmasked_loads_stay_inside_b(device, monkeypatch, op):
         params = TimestepMLPParams(freq_dim=64, hidden=128, temb_dim=64)
         inputs = MLP.make_inputs(params, 40, 3, device)
         dy = MLP.make_grad_outs(params, 40, 103, device)[0]
-        run_op(timestep_mlp, MLP_NAMES, inputs, dy)
-        # the default's bias gradients are column sums (no db column on the GPU): the ones column too
-        monkeypatch.setattr(TM, "_CONFIGS", [dataclasses.replace(TM.DEFAULT, db_blocks=False)])
+        monkeypatch.setattr(TM, "configs", lambda: TM.DEFAULT)
         run_op(timestep_mlp, MLP_NAMES, inputs, dy)
     else:
         from h3bench.kernels import adaln_projection as AP
 
-        # the pointer kernel's loads (the default's dW reads through TMA descriptors on the GPU, which bound
-        # every load themselves: tests/test_kernel_gemm_tma.py)
-        monkeypatch.setattr(AP, "_CONFIGS", [AP.POINTER])
+        # the pointer kernel's loads, with the GPU's tiles (the default's dW reads through TMA descriptors
+        # on the GPU, which bound every load themselves: tests/test_kernel_gemm_tma.py)
+        pointer = AP.ProjectionConfigs.uniform(*(dataclasses.replace(cfg, tma=False, tma_store=False)
+                                                 for cfg in AP.DEFAULT.at(1)))
+        monkeypatch.setattr(AP, "configs", lambda: pointer)
         params = AdaLNProjectionParams(hidden=16, temb_dim=64, chunks=6, modalities=1)
         inputs = ADA.make_inputs(params, 40, 3, device)
         dy = ADA.make_grad_outs(params, 40, 103, device)[0]
@@ -701,7 +650,8 @@ def test_unmasked_loads_stay_inside_b(device, monkeypatch, op):
     for launch in seen:
         reach = -(-launch["N"] // launch["BLOCK_N"]) * launch["BLOCK_N"]
         assert launch["MASK_N"] or reach <= launch["n_load"], launch
-    assert any(launch["N"] > launch["n_main"] for launch in seen), "no launch with the db column"
+    # adaln_projection's dW carries the db column (timestep_mlp's bias gradients are column sums)
+    assert (op == "timestep_mlp") != any(launch["N"] > launch["n_main"] for launch in seen), "the db column"
 
 
 def test_column_mask_needed():
@@ -774,7 +724,8 @@ def test_swapped_forward_gives_the_unswapped_bits(device, rows):
     """out^T = W a^T with the same steps, products and sums as the unswapped tile (bias added per row of
     C^T, the two small products and the scale-backs in the unswapped order): the same bits at every T,
     rows of the batch alone too, and within fp32's bound of float64. Under the interpreter the dots are
-    numpy's; on the GPU this is the tensor core's claim (tools/probe_swap_ab.py checks it at the op's size)."""
+    fixed-order FMA chains; on the GPU this is the tensor core's claim (measured bitwise on the H200 at the
+    op's size, commits a328a83, 281764f; `python -m tools.bench_gemm` rechecks rows alone against T = 2048)."""
     unswapped = dataclasses.replace(SWAP, block_m=16, block_n=32, swap_ab=False)
     g = torch.Generator().manual_seed(rows)
     a = (torch.randn(rows, 300, generator=g) * torch.exp2(torch.randint(-8, 9, (rows, 300), generator=g))).to(device)
@@ -821,17 +772,15 @@ def test_fwd2_tiers_may_differ_only_outside_the_order():
     unscaled = dataclasses.replace(big, local_scales=False)
     with pytest.raises(ValueError, match="one config for every row count"):
         dataclasses.replace(base, fwd2=((16, dataclasses.replace(unscaled, block_m=128)), (1 << 62, unscaled)))
-    assert TM.FWD2_SWAP_M64.fwd2[0][1].swap_ab and not TM.FWD2_SWAP_M64.fwd2[-1][1].swap_ab
+    assert TM.DEFAULT.fwd2[0][1].swap_ab and not TM.DEFAULT.fwd2[-1][1].swap_ab
 
 
-@pytest.mark.parametrize("configs", ["DEFAULT", "V11", "FWD2_SWAP_M128", "FWD2_PRESPLIT", "FWD2_PAIR", "FWD2_PAIR_ALL",
-                                     "FWD2_PAIR_MERGE"])
-def test_swapped_config_sets_no_grad_and_autograd_agree(device, monkeypatch, configs):
-    """The swap sets through the op: the no-grad recipe (swapped plan, operands passed the other way round)
-    and the autograd path give the same bits at T = 3 (swapped) and T = 20 (the default's tile), both
-    within fp32's bound; a row alone equals it within T = 20's batch (swapped against unswapped)."""
+def test_swapped_default_no_grad_and_autograd_agree(device, monkeypatch):
+    """The default's GEMM2 tiers through the op: the no-grad recipe (swapped plan, operands passed the other
+    way round) and the autograd path give the same bits at T = 3 (swapped, paired) and T = 20 (the unswapped
+    tile), both within fp32's bound; the first 3 rows alone equal them within T = 20's batch."""
     from h3bench.kernels import timestep_mlp as TM
-    monkeypatch.setattr(TM, "configs", lambda: getattr(TM, configs))
+    monkeypatch.setattr(TM, "configs", lambda: TM.DEFAULT)
     inputs, dy = mlp_case(device, 20)
     x = inputs.tensors["x"]
     rest = [inputs.tensors[n] for n in MLP_NAMES[1:]]
@@ -843,18 +792,6 @@ def test_swapped_config_sets_no_grad_and_autograd_agree(device, monkeypatch, con
     assert torch.equal(as_bits(y_grad), as_bits(y20))
     ref = MLP.reference(MLP_PARAMS, inputs, (dy,), MLP_NAMES, MLP.name)
     assert rel_err(y20, ref.outputs[0]) <= FP32_TOL
-
-
-# --- the weight split once (presplit) -------------------------------------------------------------------
-
-@pytest.mark.parametrize("swap", [False, True], ids=["b_is_w", "a_is_w"])
-@pytest.mark.parametrize("k", [300, 256])
-def test_presplit_gives_the_local_split_bits(device, swap, k):
-    """W's halves and inverse scales made once (`gemm.presplit`) by the formulas a local-scale step uses:
-    the same bits as splitting W's tile in each step, swapped or not, with a K tail (300) and split K."""
-    local = gemm.LaunchConfig(16, 32, 32, num_warps=4, num_stages=3, split_k=3, precision="fp16x3", local_scales=True)
-    cfg = dataclasses.replace(local, presplit=True, **({"block_m": 32, "block_n": 16, "swap_ab": True} if swap else {}))
-    assert_same_forward_bits(device, local, cfg, k, seed=k)
 
 
 def assert_same_forward_bits(device, ref_cfg, cfg, k, seed):
@@ -872,48 +809,6 @@ def assert_same_forward_bits(device, ref_cfg, cfg, k, seed):
         y2 = torch.empty_like(y)
         gemm.run_forward_plan(plan, a, w, y2, bias=b)
         assert torch.equal(as_bits(y2), as_bits(ref)), rows
-
-
-def test_presplit_is_made_once_per_weight_version(device):
-    """`presplit_of` keeps a weight's split while the same tensor comes back unchanged; an in-place update
-    (a new version) or another tensor at another address makes it again, with the new values."""
-    w = torch.randn(40, 64).to(device)
-    first = gemm.presplit_of(w, 32, 16)
-    assert gemm.presplit_of(w, 32, 16) is first
-    assert first.hi.dtype == torch.float16 and first.hi.shape == (3, 2, 16, 32) and first.inv.shape == (3, 2, 16)
-    assert gemm.presplit_of(w, 32, 64) is not first   # another tile height: another layout
-    assert torch.equal(first.hi[2, :, 8:], torch.zeros_like(first.hi[2, :, 8:]))   # rows 40-47: padding
-    assert torch.equal(first.hi[1, 1].float(), (w[16:32, 32:] * (1 / first.inv[1, 1])[:, None]).half().float())
-    w.mul_(2.0)
-    second = gemm.presplit_of(w, 32, 16)
-    assert second is not first
-    def inv_rows(split):   # [40, steps]: W's own rows (a padding row's scale is that of zeros)
-        return split.inv.permute(0, 2, 1).reshape(-1, split.steps)[:40]
-    assert torch.equal(second.hi, first.hi) and torch.equal(inv_rows(second), inv_rows(first) * 2)   # powers of two
-    other = w.clone()
-    assert gemm.presplit_of(other, 32, 16) is not second
-    fresh = gemm.presplit(w, 32, 16)
-    assert torch.equal(second.hi, fresh.hi) and torch.equal(second.lo, fresh.lo) and torch.equal(second.inv, fresh.inv)
-
-
-def test_presplit_is_a_forward_option_of_local_fp16x3(device):
-    with pytest.raises(ValueError, match="presplit"):
-        gemm.LaunchConfig(64, 16, 32, precision="fp16x3", presplit=True)
-    cfg = gemm.LaunchConfig(32, 16, 32, precision="fp16x3", local_scales=True, presplit=True)
-    w = torch.randn(40, 64).to(device)
-    with pytest.raises(ValueError, match="forward options"):
-        gemm.input_grad(torch.randn(3, 40).to(device), w, cfg)
-    with pytest.raises(ValueError, match="silu"):
-        gemm.forward(torch.randn(3, 64).to(device), w, None, cfg, out_dtype=torch.float32, out_silu=True)
-    with pytest.raises(ValueError, match="presplit"):
-        gemm.presplit(w.double(), 32, 16)
-    a, y = torch.randn(3, 64).to(device), torch.empty(3, 40).to(device)
-    with pytest.raises(ValueError, match="presplit"):   # a presplit config launched without its split, and back
-        gemm._gemm(a, a.stride(), w, (w.stride(1), w.stride(0)), y, y.stride(), 3, 40, 64, cfg)
-    split = gemm.presplit(w, 32, 16)
-    with pytest.raises(ValueError, match="presplit"):
-        gemm._gemm(a, a.stride(), split.hi, (64, 1)[::-1], y, y.stride(), 3, 40, 64,
-                   dataclasses.replace(cfg, presplit=False), split=split)
 
 
 # --- two steps an iteration (pair_steps) -----------------------------------------------------------------
@@ -940,17 +835,3 @@ def test_pair_steps_are_taken_only_where_every_chunk_has_an_even_step_count():
     assert not paired(32 * 9)  # chunks of 128 and a last one of 32: one step
     with pytest.raises(ValueError, match="pair_steps"):
         gemm.LaunchConfig(16, 32, 32, precision="fp16x3", pair_steps=True)
-    with pytest.raises(ValueError, match="pair_steps"):
-        gemm.LaunchConfig(16, 32, 32, precision="fp16x3", local_scales=True, presplit=True, pair_steps=True)
-
-
-@pytest.mark.parametrize("swap", [False, True], ids=["b_is_w", "a_is_w"])
-def test_merged_products_give_the_three_dots_bits(device, swap):
-    """A step's two small products as one dot over K twice as long (`merge_products`): on the GPU the same
-    MMA instructions in the same order (bitwise, checked by tools/probe_swap_ab.py on the H200 as well)."""
-    tile = {"block_m": 32, "block_n": 16, "swap_ab": True} if swap else {"block_m": 16, "block_n": 32}
-    paired = gemm.LaunchConfig(block_k=32, num_warps=4, num_stages=3, split_k=3, precision="fp16x3",
-                               local_scales=True, pair_steps=True, **tile)
-    assert_same_forward_bits(device, paired, dataclasses.replace(paired, merge_products=True), 384, seed=9)
-    with pytest.raises(ValueError, match="merge_products"):
-        dataclasses.replace(paired, pair_steps=False, merge_products=True)

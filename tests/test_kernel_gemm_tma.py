@@ -50,16 +50,14 @@ def assert_bits(got, want, what):
         assert torch.equal(as_bits(g_), as_bits(w_)), what
 
 
-@pytest.mark.parametrize("tma_store,warp_specialize", [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("tma_store", [False, True])
 @pytest.mark.parametrize("persistent", [False, True])
-def test_tma_forward_and_weight_grad_give_the_pointer_bits(device, monkeypatch, persistent, tma_store, warp_specialize):
+def test_tma_forward_and_weight_grad_give_the_pointer_bits(device, monkeypatch, persistent, tma_store):
     """Forward (bias; bf16 and fp32 out), dW with the stored db column; with `tma_store` C goes out through a
-    descriptor in two column halves (its bounds the stores' mask: 37 rows, 80 columns of 64-wide tiles); with
-    `warp_specialize` the K loop is split between a TMA producer and MMA consumers (on a GPU: the tensor
-    core's claim, as for TMA itself)."""
+    descriptor in two column halves (its bounds the stores' mask: 37 rows, 80 columns of 64-wide tiles)."""
     temb, a, w, b, dy = operands(device)
     pointer = LaunchConfig(**TILE, persistent=persistent)
-    tma = dataclasses.replace(pointer, tma=True, tma_store=tma_store, warp_specialize=warp_specialize)
+    tma = dataclasses.replace(pointer, tma=True, tma_store=tma_store)
 
     def run(cfg):
         return (gemm.forward(a, w, b, cfg, out_dtype=BF16)[0], gemm.forward(a, w, b, cfg, out_dtype=torch.float32)[0],
@@ -71,15 +69,15 @@ def test_tma_forward_and_weight_grad_give_the_pointer_bits(device, monkeypatch, 
     assert_bits(got, want, tma.short())
 
 
-@pytest.mark.parametrize("persistent,warp_specialize", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("split", [1, 2, 3])
-def test_tma_input_grad_gives_the_pointer_bits(device, monkeypatch, persistent, warp_specialize, split):
+def test_tma_input_grad_gives_the_pointer_bits(device, monkeypatch, persistent, split):
     """dtemb's GEMM: K chunks (each a whole number of steps, the last one short and ending past K, where the
     descriptor reads zeros), the last chunk's program adding them in chunk order, silu' in the epilogue;
     persistent programs walk (tile, chunk) items."""
     temb, a, w, b, dy = operands(device, k=96, n=400)   # K = 400: chunks of 256 (KALIGN) at split 2, 3 (one empty)
     pointer = LaunchConfig(**TILE, split_k=split)
-    tma = dataclasses.replace(pointer, tma=True, persistent=persistent, warp_specialize=warp_specialize)
+    tma = dataclasses.replace(pointer, tma=True, persistent=persistent)
     want = gemm.input_grad(dy, w, pointer, dsilu_of=temb)
     seen = launched_kernels(monkeypatch)
     got = gemm.input_grad(dy, w, tma, dsilu_of=temb)
@@ -140,16 +138,10 @@ def test_tma_configs_are_checked():
     with pytest.raises(ValueError, match="persistent config takes no split-K"):
         LaunchConfig(**TILE, split_k=2, persistent=True)
     assert LaunchConfig(**TILE, split_k=2, persistent=True, tma=True).short() == "32x64x32/w4/s3/k2/P/TMA"
-    for bad in (dict(), dict(tma=True, tma_store=True), dict(tma=True, num_warps=8)):
-        with pytest.raises(ValueError, match="warp_specialize is a tma option without tma_store, on num_warps 4"):
-            LaunchConfig(**{**TILE, **bad}, warp_specialize=True)
-    assert LaunchConfig(**TILE, tma=True, warp_specialize=True).short() == "32x64x32/w4/s3/TMA/WS"
-    pointer = AP.POINTER.at(1)
-    for configs in (AP.TMA, AP.TMA_STORE, AP.DEFAULT):   # the pointer set's tiles and chunks at every T
-        for name in ("fwd", "dx", "dw"):
-            for _, cfg in getattr(configs, name):
-                assert AP._order(cfg) == AP._order(getattr(pointer, name)), name
+    for name in ("fwd", "dx", "dw"):   # one tile, step and chunking for every T
+        assert len({AP._order(cfg) for _, cfg in getattr(AP.DEFAULT, name)}) == 1, name
     assert any(cfg.tma for _, cfg in AP.DEFAULT.fwd) and not AP.DEFAULT.fwd[0][1].tma   # the T switch
+    assert AP.DEFAULT.at(AP.TMA_FROM - 1).dx.tma is False and AP.DEFAULT.at(AP.TMA_FROM).dx.tma
 
 
 def _tiers(**by_name):
@@ -169,11 +161,6 @@ def test_projection_tiers_may_differ_only_in_how_tiles_are_fetched():
             _tiers(dw=((7, base), (AP.BIG, other)))
     with pytest.raises(ValueError, match="tiers may differ only"):
         _tiers(dx=((7, dataclasses.replace(base, split_k=6)), (AP.BIG, dataclasses.replace(base, split_k=3))))
-    # a warp-specialized K loop is not (yet) a way of fetching the same tiles: its bits wait for the H200
-    with pytest.raises(ValueError, match="tiers may differ only"):
-        _tiers(fwd=((7, dataclasses.replace(base, tma=True)),
-                    (AP.BIG, dataclasses.replace(base, tma=True, warp_specialize=True))))
-    _tiers(fwd=((AP.BIG, dataclasses.replace(base, tma=True, warp_specialize=True)),))
     for bad in (((7, base),), ((AP.BIG, base), (7, base)), ()):
         with pytest.raises(ValueError, match="tiers must ascend and end with BIG"):
             _tiers(fwd=bad)
@@ -182,12 +169,12 @@ def test_projection_tiers_may_differ_only_in_how_tiles_are_fetched():
 
 
 def test_tma_projection_configs_give_the_default_bits(device, monkeypatch):
-    """The op at T = 1 and 37 with widths a descriptor can read (temb 64, table 96: 16-byte rows): AP.TMA's,
-    AP.TMA_STORE's, AP.DEFAULT's and AP.WS's outputs and gradients bitwise AP.POINTER's, their GEMMs launched through
-    the tma kernel where their tier says (DEFAULT: dW at every T, the forward and dx from TMA_FROM rows; also
-    with the switch moved to 2 rows, so that T = 37 takes the TMA tiers). On the GPU that is the tensor
-    core's claim; on the CPU the interpreter runs the GPU's config sets (their 128 x 256 tiles), which it
-    otherwise swaps for INTERPRETER's."""
+    """The op at T = 1 and 37 with widths a descriptor can read (temb 64, table 96: 16-byte rows): AP.DEFAULT's
+    outputs and gradients bitwise those of its tiles through pointers alone, its GEMMs launched through the
+    tma kernel where their tier says (dW at every T, the forward and dx from TMA_FROM rows; also with the
+    switch moved to 2 rows, so that T = 37 takes the TMA tiers). On the GPU that is the tensor core's claim;
+    on the CPU the interpreter runs the GPU's config set (its 128 x 256 tiles), which it otherwise swaps
+    for INTERPRETER's."""
     from h3bench.harness.ops.adaln_projection import AdaLNProjectionParams
     from h3bench.kernels.adaln_projection import adaln_projection
 
@@ -196,13 +183,14 @@ def test_tma_projection_configs_give_the_default_bits(device, monkeypatch):
     switched_at_2 = AP.ProjectionConfigs(**{name: tuple((1 if limit < AP.BIG else limit, cfg)
                                                         for limit, cfg in getattr(AP.DEFAULT, name))
                                             for name in ("fwd", "dx", "dw")})
+    pointer = AP.ProjectionConfigs.uniform(*(dataclasses.replace(cfg, tma=False, tma_store=False)
+                                             for cfg in AP.DEFAULT.at(1)))
     params = AdaLNProjectionParams(hidden=16, temb_dim=64, chunks=6, modalities=1)
     for rows in (1, 37):
         inputs = ADA.make_inputs(params, rows, 3, device)
         dy = ADA.make_grad_outs(params, rows, 103, device)[0]
         results = []
-        for configs, tma_launches in ((AP.POINTER, 0), (AP.TMA, 3), (AP.TMA_STORE, 3), (AP.DEFAULT, 1),
-                                      (switched_at_2, 1 if rows == 1 else 3), (AP.WS, 3)):
+        for configs, tma_launches in ((pointer, 0), (AP.DEFAULT, 1), (switched_at_2, 1 if rows == 1 else 3)):
             monkeypatch.setattr(AP, "_CONFIGS", [configs])
             seen = launched_kernels(monkeypatch)
             results.append(run_op(adaln_projection, ADA_NAMES, inputs, dy))

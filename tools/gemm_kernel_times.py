@@ -1,9 +1,9 @@
 """Where a timestep_mlp call's time goes at small T, kernel by kernel (a GPU measuring tool, not a probe).
 
-    python -m tools.gemm_kernel_times --rows 1,8 --configs DEFAULT,FWD2_LOCAL_64K6 --json out.json
+    python -m tools.gemm_kernel_times --rows 1,8 --configs default,cublas --json out.json
 
-For each (config set of kernels/timestep_mlp.py, or `cublas`: the diffusers composition F.linear,
-F.silu, F.linear in fp32 with TF32 off; row count T; step: `fwd` under no_grad or `fwd_bwd`) it runs
+For each (`default`: kernels/timestep_mlp.py with its config set, or `cublas`: the diffusers composition
+F.linear, F.silu, F.linear in fp32 with TF32 off; row count T; step: `fwd` under no_grad or `fwd_bwd`) it runs
 `--steps` steps after `--warmup` under torch.profiler with CUDA activity and reports each kernel's device
 time per step and their sum; then, without the profiler, the wall time per step of `--steps` steps queued
 back to back (one synchronize at the end: the harness's stream timing) and the host time per step (the
@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from tools.kernel_times import per_kernel_us, profile_steps
 
 CUBLAS = "cublas"
+OURS = "default"
 
 
 @dataclass
@@ -50,7 +51,6 @@ def _call(configs: str):
     if configs == CUBLAS:
         return lambda x, w1, b1, w2, b2: F.linear(F.silu(F.linear(x, w1, b1)), w2, b2)
     from h3bench.kernels import timestep_mlp as TM
-    TM.use_configs(getattr(TM, configs))
     return TM.timestep_mlp
 
 
@@ -90,15 +90,20 @@ def launch_means(events, steps: int) -> list:
             for i in range(per)]
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default="1,8")
-    parser.add_argument("--configs", default="DEFAULT")
+    parser.add_argument("--rows", default="1,8", help="T (comma-separated)")
+    parser.add_argument("--configs", default=OURS, help=f"{OURS} (our op), {CUBLAS} (the composition), or both")
     parser.add_argument("--steps-of", default="fwd,fwd_bwd")
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    unknown = set(args.configs.split(",")) - {OURS, CUBLAS}
+    if unknown:
+        parser.error(f"--configs: unknown {', '.join(sorted(unknown))} ({OURS}, {CUBLAS})")
+    if not torch.cuda.is_available():
+        raise SystemExit("tools.gemm_kernel_times needs a CUDA GPU (it reads the kernels' device times)")
     from h3bench.harness.environment import measure_copy_bandwidth
     from h3bench.harness.ops import get_op
     from tools.bench_gemm import tf32_off
