@@ -1,7 +1,7 @@
 """h3bench's Triton kernels, one public function per operator, each batch-invariant by construction (a
 row's output and gradients do not depend on the batch it rides in; parameter gradients repeat bitwise):
 
-    from h3bench.kernels import norm_modulate, timestep_sinusoid, timestep_mlp, adaln_projection, \\
+    from h3bench.kernels import norm_modulate_kernel as norm_modulate, timestep_sinusoid_kernel as timestep_sinusoid, timestep_mlp_kernel as timestep_mlp, adaln_projection_kernel as adaln_projection, \\
         adaln_row_gather, gate_residual, final_adaln_out
 
 Each is a plain function with autograd (timestep_sinusoid: forward only); its docstring gives inputs, shapes

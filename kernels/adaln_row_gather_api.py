@@ -1,11 +1,11 @@
-"""`adaln_row_gather(table, ti, tag)`: argument checks and autograd around kernels/adaln_row_gather.py."""
+"""`adaln_row_gather(table, ti, tag)`: argument checks and autograd around kernels/adaln_row_gather_kernel.py."""
 from __future__ import annotations
 
 from typing import Optional
 
 import torch
 
-from h3bench.kernels import adaln_row_gather as K
+from h3bench.kernels import adaln_row_gather_kernel as K
 from h3bench.kernels import checks
 
 
@@ -69,7 +69,7 @@ def adaln_row_gather(table: torch.Tensor, ti: torch.Tensor, tag: torch.Tensor, m
     table: [T * modalities, chunks * H] bf16/fp16/fp32, any row stride; ti, tag: [S] int32/int64 with ti
     in [0, T) and tag in [0, modalities). The outputs are contiguous (slices of one [chunks, S, H] buffer)
     and bitwise equal to index_select's. The table gradient is summed in a fixed order without atomics
-    (kernels/adaln_row_gather.py). `check_index=False` skips the range check (a host sync); a row with
+    (kernels/adaln_row_gather_kernel.py). `check_index=False` skips the range check (a host sync); a row with
     an index out of range then comes out as NaN and adds nothing to the gradient.
     """
     _check(table, ti, tag, modalities, chunks)

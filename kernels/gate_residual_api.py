@@ -1,4 +1,4 @@
-"""`gate_residual(res, y, gate, idx)`: argument checks and autograd around kernels/gate_residual.py."""
+"""`gate_residual(res, y, gate, idx)`: argument checks and autograd around kernels/gate_residual_kernel.py."""
 from __future__ import annotations
 
 from typing import Optional
@@ -6,7 +6,7 @@ from typing import Optional
 import torch
 
 from h3bench.kernels import checks
-from h3bench.kernels import gate_residual as K
+from h3bench.kernels import gate_residual_kernel as K
 
 
 def _check(res, y, gate, idx) -> None:

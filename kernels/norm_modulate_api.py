@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from h3bench.kernels import checks, graph_replay
-from h3bench.kernels import norm_modulate as K
+from h3bench.kernels import norm_modulate_kernel as K
 
 
 def _fast_ok(x, w, sh, sc, idx) -> bool:

@@ -3,7 +3,7 @@
 index_select's backward scatter-adds the row gradients into the table with atomics, so the table
 gradient's fp32 summation order, and with it its bits, change run to run: that alone makes the RFC's
 diffusers and liger rows fail parameter repeatability. Here the backward is norm_modulate's fixed-order
-reduction (kernels/norm_modulate.py): the rows are split into fixed chunks, one per program; a program
+reduction (kernels/norm_modulate_kernel.py): the rows are split into fixed chunks, one per program; a program
 sorts its chunk by table row (`local_order`) and, for each table row m, sums its rows of m in
 ascending row order into one fp32 partial row; then, per column, m's partials are added in program
 order in tiles of PARAM_TILE (`sum_partials`), and the sum is rounded once. No atomics.
@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from h3bench.kernels import norm_modulate as K
+from h3bench.kernels import norm_modulate_kernel as K
 from h3bench.kernels.common import BY_HAND, cdiv, launch, next_power_of_2, param_tile, pick, program_rows, rounded, sum_partials
 
 

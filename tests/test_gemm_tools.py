@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
-from h3bench.kernels import adaln_projection as AP
+from h3bench.kernels import adaln_projection_kernel as AP
 from h3bench.kernels import gemm
-from h3bench.kernels import timestep_mlp as TM
+from h3bench.kernels import timestep_mlp_kernel as TM
 from h3bench.kernels.common import INTERPRETED
 
 

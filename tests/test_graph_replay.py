@@ -95,14 +95,14 @@ def test_the_ops_defaults_are_as_measured():
     """Both no-grad forwards replay by default: timestep_mlp's (15-16 us a call at T <= 8 on the H200) and
     norm_modulate's (1-5 us at R = 4097, in two runs); H3BENCH_GRAPHS, when set at import, overrides both (the
     test above)."""
-    from h3bench.kernels import norm_modulate_api, timestep_mlp
+    from h3bench.kernels import norm_modulate_api, timestep_mlp_kernel as timestep_mlp
     assert (timestep_mlp.GRAPHS.on_by_default, norm_modulate_api.GRAPHS.on_by_default) == (True, True)
     assert timestep_mlp.GRAPH_MAX_ROWS == 64
 
 
 def test_no_graph_above_the_row_limit(device, monkeypatch):
     """Above GRAPH_MAX_ROWS the no-grad forward launches plainly (a graph would keep its intermediates)."""
-    from h3bench.kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp_kernel as TM
     seen = []
     monkeypatch.setattr(TM.GRAPHS, "usable", lambda t: True)
     monkeypatch.setattr(TM.GRAPHS, "run", lambda key, launch: (seen.append(key), launch()))
@@ -131,7 +131,7 @@ def _plain(monkeypatch, cache, op, *args, **kwargs):
 @cuda
 @pytest.mark.parametrize("rows", [1, 8])
 def test_replayed_forward_gives_the_plain_bits_and_follows_its_inputs(rows, monkeypatch):
-    from h3bench.kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp_kernel as TM
     monkeypatch.setattr(TM.GRAPHS, "on", True)
     inputs, _ = mlp_case(torch.device("cuda"), rows)
     x, w1, b1, w2, b2 = (inputs.tensors[n].detach() for n in MLP_NAMES)
@@ -161,7 +161,7 @@ def test_replayed_forward_gives_the_plain_bits_and_follows_its_inputs(rows, monk
 
 @cuda
 def test_inside_a_callers_capture_the_launches_join_its_graph(monkeypatch):
-    from h3bench.kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp_kernel as TM
     monkeypatch.setattr(TM.GRAPHS, "on", True)
     inputs, _ = mlp_case(torch.device("cuda"), 3)
     x, w1, b1, w2, b2 = (inputs.tensors[n].detach() for n in MLP_NAMES)

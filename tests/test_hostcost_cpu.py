@@ -10,9 +10,9 @@ from tools import hostcost_cpu
 
 
 def test_stub_replaces_every_launcher_binding_and_restore_puts_them_back():
-    import h3bench.kernels.final_adaln_out  # noqa: F401  (the modules whose bindings are checked must be loaded)
-    import h3bench.kernels.norm_modulate  # noqa: F401
-    import h3bench.kernels.timestep_sinusoid  # noqa: F401
+    import h3bench.kernels.final_adaln_out_kernel  # noqa: F401  (the modules whose bindings are checked must be loaded)
+    import h3bench.kernels.norm_modulate_kernel  # noqa: F401
+    import h3bench.kernels.timestep_sinusoid_kernel  # noqa: F401
 
     launchers = hostcost_cpu.launchers()
     assert {common.launch, common.launch_keyed, common.launch_ready} <= launchers
@@ -23,7 +23,7 @@ def test_stub_replaces_every_launcher_binding_and_restore_puts_them_back():
                 for attr, value in list(vars(module).items()) if callable(value) and value in launchers]
 
     before = bound()
-    assert ("h3bench.kernels.norm_modulate", "launch_keyed") in before
+    assert ("h3bench.kernels.norm_modulate_kernel", "launch_keyed") in before
     restore = hostcost_cpu.stub_launches()
     try:
         assert bound() == []
@@ -35,7 +35,7 @@ def test_stub_replaces_every_launcher_binding_and_restore_puts_them_back():
 def test_stubbed_calls_reach_no_kernel(monkeypatch):
     """A fwd+bwd of each case with the launches stubbed never indexes a kernel (`kernel[grid]`, which the
     interpreter would run); the control, without the stub, does."""
-    from h3bench.kernels import final_adaln_out, gemm, norm_modulate
+    from h3bench.kernels import final_adaln_out_kernel as final_adaln_out, gemm, norm_modulate_kernel as norm_modulate
 
     def boom(self, grid):
         raise AssertionError(f"a kernel was launched: {self}")

@@ -276,7 +276,7 @@ def test_fast_predicate_only_where_the_detailed_check_passes(device, monkeypatch
 def test_wide_rows_path(device, hidden, rows):
     """Wide H: whole rows in registers, one or two rows per backward step (prefetched; two programs an
     SM up to 4096 lanes a row); the per-row forward (head + tail blocks; x read again above 4096)."""
-    from h3bench.kernels.norm_modulate import launch_config
+    from h3bench.kernels.norm_modulate_kernel import launch_config
     assert launch_config(hidden).bwd_rows <= 2 and not launch_config(hidden).bwd_cols
     params, inputs, grad_out = case(device, hidden, rows)
     y, grads = run(inputs, grad_out)
@@ -321,7 +321,7 @@ def test_many_backward_programs_agree_with_float64(device, monkeypatch):
     write their (zero) partials, and the cross-program sum stays fp32-accurate."""
     import dataclasses
 
-    from h3bench.kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate_kernel as K
     params, inputs, grad_out = case(device, 24, 40)
     small_chunks = dataclasses.replace(K.launch_config(24), chunk_limit=3)
     assert K.backward_split(40, small_chunks, device)[0] >= 14
@@ -363,7 +363,7 @@ def test_a_launch_key_tells_aligned_from_unaligned_tensors(device, table_rows):
     the shapes and strides of aligned ones, must not take the aligned launches' kernels (their vector loads would fault or read
     wrong data). Each layout twice (the second call through the key); same values, same order: the
     outputs and gradients bitwise equal, and within bf16's bounds of float64."""
-    from h3bench.kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate_kernel as K
     params, aligned, grad_out = _table_case(device, 64, 40, table_rows)
     assert (table_rows > K.launch_config(64).local_max) == (table_rows == 40)
     t = aligned.tensors
@@ -431,7 +431,7 @@ def _config(monkeypatch, hidden, **changes):
     """Use launch_config(hidden) with `changes` (small chunks give many backward programs on the CPU)."""
     import dataclasses
 
-    from h3bench.kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate_kernel as K
     cfg = dataclasses.replace(K.launch_config(hidden), **changes)
     monkeypatch.setattr(K, "launch_config", lambda h: cfg)
     return cfg
@@ -479,7 +479,7 @@ def test_table_sizes_match_float64(device, monkeypatch, kernels, table_rows, lay
     """M from 1 to M > R; all rows on one table row (its segment spans every backward program); rows
     sorted by table row (segments cut exactly at program ends). Unused table rows get exact zeros, and
     the parameter gradients repeat bitwise."""
-    from h3bench.kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate_kernel as K
     cfg = _config(monkeypatch, 20, chunk_limit=4, local_max=16, **KERNEL_SETS[kernels])
     params, inputs, grad_out = _table_case(device, 20, 26, table_rows)
     if layout == "one row":
@@ -531,7 +531,7 @@ def test_local_plan_for_more_table_rows(device, monkeypatch):
     """local_max raised above M (the sweep's local-max-64 preset): the local plan at M = 40 matches
     float64, gives unused table rows exact zeros, repeats bitwise, and keeps a row alone equal to it in
     the batch."""
-    from h3bench.kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate_kernel as K
     cfg = _config(monkeypatch, 20, chunk_limit=4, local_max=64)
     assert not K.wants_plan(40, True, cfg)
     params, inputs, grad_out = _table_case(device, 20, 26, 40)
@@ -552,7 +552,7 @@ def test_many_table_rows_row_alone_equals_row_in_batch(device, monkeypatch):
 
 def test_partial_memory_is_bounded():
     """Partial sums: [programs, 2M + 1, H] fp32 up to local_max, then [programs, 5, H] whatever M is."""
-    from h3bench.kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate_kernel as K
     assert K.partial_rows(9, global_plan=False) == 19
     for table_rows in (17, 1024, 4096, 10 ** 6):
         assert K.partial_rows(table_rows, global_plan=True) == 5
@@ -564,7 +564,7 @@ def test_partial_memory_is_bounded():
 def test_wide_rows_default_backward(device, hidden, rows):
     """Above SPLIT_ABOVE the default is the split backward: within bf16's bounds of float64, the last row
     alone bitwise as in the batch."""
-    from h3bench.kernels.norm_modulate import launch_config
+    from h3bench.kernels.norm_modulate_kernel import launch_config
     assert launch_config(hidden).bwd_cols == 4096
     _wide_rows_match_float64_and_row_alone(device, hidden, rows)
 
@@ -581,7 +581,7 @@ def _wide_rows_match_float64_and_row_alone(device, hidden, rows):
 def test_split_backward_wide_rows(device, monkeypatch):
     """The split backward at H = 12288 in blocks of 2048 (the default's are 4096): c over six chunks of
     DOTS_CHUNK, then six column blocks of four rows a step."""
-    from h3bench.kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate_kernel as K
     cfg = _config(monkeypatch, 12288, bwd_cols=2048, bwd_rows=4)
     assert K.cdiv(12288, K.DOTS_CHUNK) > 1 and K.cdiv(12288, cfg.bwd_cols) == 6
     _wide_rows_match_float64_and_row_alone(device, 12288, 3)
@@ -633,7 +633,7 @@ def test_forward_reload_keeps_the_bits(device, monkeypatch, hidden):
 def test_plan_walk_forward(device, monkeypatch, hidden):
     """M > local_max: the forward walks the plan (plan_walk_rows) in training and inference alike, so both
     give the same y bits; bad indices give NaN rows; the result is within bf16 of float64."""
-    from h3bench.kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate_kernel as K
     from h3bench.kernels.norm_modulate_api import norm_modulate
     cfg = _config(monkeypatch, hidden, chunk_limit=6, local_max=16, fwd_rows=2, plan_walk_rows=2, plan_walk_warps=2)
     params, inputs, grad_out = _table_case(device, hidden, 30, 40)
@@ -668,7 +668,7 @@ def test_sweep_tool_arguments_floors_and_refusal(monkeypatch):
     # 4250 GB/s)
     assert sweep.floor_us(5376, 32768, False, 4250) == pytest.approx(165.8, abs=0.1)
     assert sweep.floor_us(5376, 32768, True, 4250) == pytest.approx(414.5, abs=0.1)
-    from h3bench.kernels.norm_modulate import launch_config
+    from h3bench.kernels.norm_modulate_kernel import launch_config
     grid = sweep.variant_grid(list(sweep._variant_names()), [1024, 8192], [9, 64])
     for name, hidden, table_rows, config in grid:
         assert config.block_h == triton.next_power_of_2(hidden) and table_rows in (9, 64)

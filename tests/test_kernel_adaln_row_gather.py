@@ -1,4 +1,4 @@
-"""Our Triton adaln_row_gather (kernels/adaln_row_gather.py) against index_select and float64, its
+"""Our Triton adaln_row_gather (kernels/adaln_row_gather_kernel.py) against index_select and float64, its
 invariance, its table gradient's order, and its argument errors."""
 import dataclasses
 
@@ -7,7 +7,7 @@ import torch
 
 from h3bench.harness.execute import as_bits
 from h3bench.harness.probes.accuracy_latency import rel_err
-from h3bench.kernels import adaln_row_gather as K
+from h3bench.kernels import adaln_row_gather_kernel as K
 from h3bench.kernels import common
 from h3bench.kernels.adaln_row_gather_api import adaln_row_gather
 from tests.helpers import STRIDED, run_quick_plan

@@ -1,4 +1,4 @@
-"""Our final_adaln_out (kernels/final_adaln_out.py: torch projection + Triton norm_modulate) against
+"""Our final_adaln_out (kernels/final_adaln_out_kernel.py: torch projection + Triton norm_modulate) against
 float64, its invariance, its parameter gradients' repeatability, and its argument errors."""
 import dataclasses
 
@@ -9,8 +9,8 @@ from h3bench.harness.config import load_config
 from h3bench.harness.execute import as_bits
 from h3bench.harness.ops.final_adaln_out import OP
 from h3bench.harness.probes.accuracy_latency import rel_err
-from h3bench.kernels import final_adaln_out as FA
-from h3bench.kernels.final_adaln_out import LaunchConfig, final_adaln_out
+from h3bench.kernels import final_adaln_out_kernel as FA
+from h3bench.kernels.final_adaln_out_kernel import LaunchConfig, final_adaln_out
 from tests.helpers import STRIDED, assert_same_bits, run_quick_plan
 
 NAMES = ("x", "nw", "temb", "w", "b")
@@ -287,7 +287,7 @@ def test_parameter_gradients_repeat_and_unused_timestep_gets_zero(device):
 def test_many_backward_programs_agree_with_float64(device, monkeypatch):
     """norm_modulate's backward in small chunks (programs that hold no row of some timestep still write
     zero partials): the gradients stay within the bound and repeat."""
-    from h3bench.kernels import norm_modulate as NM
+    from h3bench.kernels import norm_modulate_kernel as NM
 
     p, t, dout = case(device, 24, 40, "float32")
     small = dataclasses.replace(NM.launch_config(24), chunk_limit=3)

@@ -1,4 +1,4 @@
-"""Our Triton gate_residual (kernels/gate_residual.py) against float64, its invariance, its gate
+"""Our Triton gate_residual (kernels/gate_residual_kernel.py) against float64, its invariance, its gate
 gradient's order, and its argument errors."""
 import dataclasses
 
@@ -7,7 +7,7 @@ import torch
 
 from h3bench.harness.execute import as_bits
 from h3bench.harness.probes.accuracy_latency import rel_err
-from h3bench.kernels import gate_residual as K
+from h3bench.kernels import gate_residual_kernel as K
 from h3bench.kernels.gate_residual_api import gate_residual
 from tests.helpers import STRIDED, run_quick_plan
 

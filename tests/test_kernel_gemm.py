@@ -1,4 +1,4 @@
-"""Our Triton GEMM ops (kernels/gemm.py, kernels/timestep_mlp.py, kernels/adaln_projection.py) against
+"""Our Triton GEMM ops (kernels/gemm.py, kernels/timestep_mlp_kernel.py, kernels/adaln_projection_kernel.py) against
 float64, their batch invariance, the repeatability of their weight gradients, their argument errors,
 and one quick plan through the runner per op.
 
@@ -21,8 +21,8 @@ from h3bench.harness.ops.timestep_mlp import OP as MLP
 from h3bench.harness.ops.timestep_mlp import TimestepMLPParams
 from h3bench.harness.probes.accuracy_latency import rel_err
 from h3bench.kernels import gemm
-from h3bench.kernels.adaln_projection import adaln_projection
-from h3bench.kernels.timestep_mlp import DX_SPLIT, MLPConfigs, timestep_mlp
+from h3bench.kernels.adaln_projection_kernel import adaln_projection
+from h3bench.kernels.timestep_mlp_kernel import DX_SPLIT, MLPConfigs, timestep_mlp
 from tests.helpers import gapped, run_quick_plan, within
 
 # Odd widths: no K or N is a multiple of the interpreter's tiles (32 x 64 x 32).
@@ -78,7 +78,7 @@ def test_timestep_mlp_gpu_default_plumbing_matches_float64(device, monkeypatch, 
     dz1 in fp16x3 with the row maxima shared by forward and backward, the fixed K chunks, dx's K-major
     copies, the float64 column sums, the T <= 16 / <= 64 / > 64 weight-gradient tiers. Values against
     float64, weight gradients twice, the no-grad forward's bits."""
-    from h3bench.kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp_kernel as TM
 
     monkeypatch.setattr(TM, "configs", lambda: TM.DEFAULT)
     inputs, dy = mlp_case(device, rows)
@@ -173,7 +173,7 @@ def test_default_no_grad_forward_is_two_launches(device, monkeypatch):
     with local scales, not through `gemm.forward`): no `row_maxima`, no other launch; a strided bias falls
     back to the general path (`gemm.forward`, which reads it contiguous), with the same two GEMM launches.
     The same bits as the autograd path either way."""
-    from h3bench.kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp_kernel as TM
     from h3bench.kernels.gemm import _gemm_kernel
     monkeypatch.setattr(TM, "configs", lambda: TM.DEFAULT)
     inputs, dy = mlp_case(device, 3)
@@ -273,7 +273,7 @@ def test_column_sums_bias_gradient_is_close_to_float64_and_repeats(device):
     written out here as the sequential sum it is there) errs ~1.2e-6 at T = 2048. Repeats bitwise; a
     strided dy gives the same bits; zero rows give zeros; 16-bit outputs are refused (one rounding from
     float64 is not what `rounded` does)."""
-    from h3bench.kernels.timestep_mlp import _bias_grad
+    from h3bench.kernels.timestep_mlp_kernel import _bias_grad
 
     g = torch.Generator().manual_seed(5)
     dy = (torch.randn(2048, 48, generator=g) + 0.5).to(device)   # a non-zero mean: the sums grow
@@ -309,7 +309,7 @@ def test_tiers_and_configs_are_checked():
 
 
 def test_tensor_core_and_persistent_configs_are_checked():
-    from h3bench.kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp_kernel as TM
 
     with pytest.raises(ValueError, match="precision"):
         gemm.LaunchConfig(64, 64, 32, precision="tf32")
@@ -344,7 +344,7 @@ def test_fp64_gemm_rounds_once_from_float64(device):
     output: z and silu(z) within half an ulp of the float64 reference (bitwise equal to it rounded, but
     for the rare sum within ~2^-50 of a rounding tie), a row alone bitwise equal to it in the batch, the
     weight gradient within fp32's bound. fp64 takes no split-K; one config for every row count."""
-    from h3bench.kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp_kernel as TM
 
     g = torch.Generator().manual_seed(4)
     x = torch.randn(37, 256, generator=g).to(device)
@@ -627,7 +627,7 @@ def test_unmasked_loads_stay_inside_b(device, monkeypatch, op):
     never stored. So the launches are checked, at widths the tiles divide."""
     seen = _record_launches(monkeypatch)
     if op == "timestep_mlp":
-        from h3bench.kernels import timestep_mlp as TM
+        from h3bench.kernels import timestep_mlp_kernel as TM
 
         params = TimestepMLPParams(freq_dim=64, hidden=128, temb_dim=64)
         inputs = MLP.make_inputs(params, 40, 3, device)
@@ -635,7 +635,7 @@ def test_unmasked_loads_stay_inside_b(device, monkeypatch, op):
         monkeypatch.setattr(TM, "configs", lambda: TM.DEFAULT)
         run_op(timestep_mlp, MLP_NAMES, inputs, dy)
     else:
-        from h3bench.kernels import adaln_projection as AP
+        from h3bench.kernels import adaln_projection_kernel as AP
 
         # the pointer kernel's loads, with the GPU's tiles (the default's dW reads through TMA descriptors
         # on the GPU, which bound every load themselves: tests/test_kernel_gemm_tma.py)
@@ -677,7 +677,7 @@ def test_column_mask_needed():
 def test_timestep_mlp_bad_input_names_the_argument(device, change, error, match):
     inputs, _ = mlp_case(device, 5)
     args = {**inputs.tensors}
-    from h3bench.kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp_kernel as TM
     assert TM._fast_ok(*(inputs.tensors[n] for n in MLP_NAMES))   # the good call takes the cheap check
     args.update(change(args))
     assert not TM._fast_ok(*(args[n] for n in MLP_NAMES))   # a bad one never does: `_check` names it
@@ -761,7 +761,7 @@ def test_swap_ab_is_a_forward_option_of_local_fp16x3_only(device):
 def test_fwd2_tiers_may_differ_only_outside_the_order():
     """fp16x3 local-scale tiers of GEMM2 may change tiles, warps, stages and swap_ab with T (each output is
     the same fp32 expression of its steps), never the step (block_k), the split or the precision."""
-    from h3bench.kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp_kernel as TM
     base = TM.DEFAULT
     big = base.fwd2[-1][1]
     dataclasses.replace(base, fwd2=((16, dataclasses.replace(SWAP, split_k=big.split_k)), (1 << 62, big)))
@@ -779,7 +779,7 @@ def test_swapped_default_no_grad_and_autograd_agree(device, monkeypatch):
     """The default's GEMM2 tiers through the op: the no-grad recipe (swapped plan, operands passed the other
     way round) and the autograd path give the same bits at T = 3 (swapped, paired) and T = 20 (the unswapped
     tile), both within fp32's bound; the first 3 rows alone equal them within T = 20's batch."""
-    from h3bench.kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp_kernel as TM
     monkeypatch.setattr(TM, "configs", lambda: TM.DEFAULT)
     inputs, dy = mlp_case(device, 20)
     x = inputs.tensors["x"]

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from h3bench.harness.execute import as_bits
-from h3bench.kernels import adaln_projection as AP
+from h3bench.kernels import adaln_projection_kernel as AP
 from h3bench.kernels import gemm
 from h3bench.kernels.gemm import LaunchConfig
 from tests.helpers import shifted
@@ -176,7 +176,7 @@ def test_tma_projection_configs_give_the_default_bits(device, monkeypatch):
     on the CPU the interpreter runs the GPU's config set (its 128 x 256 tiles), which it otherwise swaps
     for INTERPRETER's."""
     from h3bench.harness.ops.adaln_projection import AdaLNProjectionParams
-    from h3bench.kernels.adaln_projection import adaln_projection
+    from h3bench.kernels.adaln_projection_kernel import adaln_projection
 
     if device.type != "cuda":
         monkeypatch.setattr(AP, "interpreter_active", lambda: False)

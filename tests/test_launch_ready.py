@@ -140,7 +140,7 @@ def test_sinusoid_kernel_depends_on_t_dtype_alone():
     specializes it the same way for one dtype, and `ready_specialization` accepts it."""
     from triton.runtime.jit import JITFunction
 
-    from h3bench.kernels import timestep_sinusoid as S
+    from h3bench.kernels import timestep_sinusoid_kernel as S
 
     kernel = S._sinusoid_kernel
     jit = kernel if hasattr(kernel, "params") else JITFunction(kernel.fn, **kernel.kwargs)

@@ -119,7 +119,7 @@ def test_on_the_gpu_the_direct_path_is_active_and_computes_the_same(device):
     if common.triton.__version__ not in common.DIRECT_VERSIONS or not common.DIRECT:
         pytest.skip(f"triton {common.triton.__version__} keeps CudaLauncher.__call__ (direct path for "
                     f"{common.DIRECT_VERSIONS} only)")
-    from h3bench.kernels import timestep_sinusoid as S
+    from h3bench.kernels import timestep_sinusoid_kernel as S
 
     base = torch.linspace(0, 999, 154, device=device)
     for t in (base[:77], base[1::2], base.half()[3:80], base.double(), base[5:6]):

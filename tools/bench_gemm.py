@@ -54,9 +54,9 @@ from h3bench.harness.execute import as_bits  # noqa: E402
 from h3bench.harness.ops import get_op  # noqa: E402
 from h3bench.harness.probes.accuracy_latency import rel_err  # noqa: E402
 from h3bench.harness.timing import STREAM, SYNCHRONIZED, median, take  # noqa: E402
-from h3bench.kernels import adaln_projection as AP  # noqa: E402
+from h3bench.kernels import adaln_projection_kernel as AP  # noqa: E402
 from h3bench.kernels import gemm  # noqa: E402
-from h3bench.kernels import timestep_mlp as TM  # noqa: E402
+from h3bench.kernels import timestep_mlp_kernel as TM  # noqa: E402
 from h3bench.kernels.gemm import LaunchConfig as C  # noqa: E402
 from tools.kernel_times import summed_kernel_us  # noqa: E402
 

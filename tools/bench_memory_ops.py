@@ -114,7 +114,7 @@ def variants(op: str, params: Any) -> dict[str, Callable]:
 
         return {"default": lambda res, y, gate, idx: gate_residual(res, y, gate, idx, check_index=False)}
     if op == "final_adaln_out":
-        from h3bench.kernels.final_adaln_out import LaunchConfig, final_adaln_out
+        from h3bench.kernels.final_adaln_out_kernel import LaunchConfig, final_adaln_out
 
         eps = params.eps
         # default: the whole op as one autograd node; two_nodes: the projection's node + norm_modulate's
@@ -128,7 +128,7 @@ def variants(op: str, params: Any) -> dict[str, Callable]:
         return {name: (lambda cfg: lambda x, nw, temb, w, b, ti: final_adaln_out(
             x, nw, temb, w, b, ti, eps, check_index=False, config=cfg))(cfg) for name, cfg in configs.items()}
     if op == "timestep_sinusoid":
-        from h3bench.kernels.timestep_sinusoid import timestep_sinusoid
+        from h3bench.kernels.timestep_sinusoid_kernel import timestep_sinusoid
 
         dim, period, shift = params.freq_dim, params.max_period, params.downscale_freq_shift
         return {"default": lambda t: timestep_sinusoid(t, dim, period, shift)}

@@ -26,7 +26,7 @@ from h3bench.harness.execute import as_bits
 from h3bench.harness.probes.accuracy_latency import rel_err
 from h3bench.harness.timing import SYNCHRONIZED, median, take
 from h3bench.kernels import common
-from h3bench.kernels import norm_modulate as K
+from h3bench.kernels import norm_modulate_kernel as K
 from h3bench.kernels.norm_modulate_api import norm_modulate
 from tools.sweep_norm_modulate import _variant, _variant_names, make_case, using_config
 

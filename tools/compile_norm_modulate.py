@@ -19,7 +19,7 @@ import tempfile
 
 import triton
 
-from h3bench.kernels import norm_modulate as K
+from h3bench.kernels import norm_modulate_kernel as K
 
 POINTERS = {"X": "bf16", "DY": "bf16", "DX": "bf16", "Y": "bf16", "W": "bf16", "SH": "bf16", "SC": "bf16",
             "IDX": "i64", "ORDER": "i64", "KEYS": "i64", "SCRATCH": "i32", "RSTD": "fp32", "PART": "fp32",

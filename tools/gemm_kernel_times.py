@@ -2,7 +2,7 @@
 
     python -m tools.gemm_kernel_times --rows 1,8 --configs default,cublas --json out.json
 
-For each (`default`: kernels/timestep_mlp.py with its config set, or `cublas`: the diffusers composition
+For each (`default`: kernels/timestep_mlp_kernel.py with its config set, or `cublas`: the diffusers composition
 F.linear, F.silu, F.linear in fp32 with TF32 off; row count T; step: `fwd` under no_grad or `fwd_bwd`) it runs
 `--steps` steps after `--warmup` under torch.profiler with CUDA activity and reports each kernel's device
 time per step and their sum; then, without the profiler, the wall time per step of `--steps` steps queued
@@ -50,7 +50,7 @@ def _inputs(rows: int, device: torch.device) -> tuple:
 def _call(configs: str):
     if configs == CUBLAS:
         return lambda x, w1, b1, w2, b2: F.linear(F.silu(F.linear(x, w1, b1)), w2, b2)
-    from h3bench.kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp_kernel as TM
     return TM.timestep_mlp
 
 

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from h3bench.harness.timing import STREAM, SYNCHRONIZED, median, take
-from h3bench.kernels import norm_modulate as K
+from h3bench.kernels import norm_modulate_kernel as K
 from h3bench.kernels.norm_modulate_api import norm_modulate
 from tools.sweep_norm_modulate import make_case
 
@@ -164,7 +164,7 @@ def timeline(dev, rows: int) -> list[str]:
 def sinusoid_pieces(dev) -> dict[str, float]:
     """Host us per call of the timestep_sinusoid row and of each piece of its path, next to SGLang's row
     (when it loads): the op moves at most 2 MB, so its per-sample latency is this host path."""
-    from h3bench.kernels import timestep_sinusoid as S
+    from h3bench.kernels import timestep_sinusoid_kernel as S
     from h3bench.kernels.common import fast_launch_allowed, launch, launch_ready, ready_runner, runner
 
     t = torch.zeros(1, dtype=torch.float32, device=dev)
@@ -240,7 +240,7 @@ def set_direct(direct: bool) -> None:
     """`kernels.common.runner` calling the C launcher itself (True) or through `CudaLauncher.__call__`; the
     launch caches emptied, so the next launches remember runners made under this setting."""
     from h3bench.kernels import common
-    from h3bench.kernels import timestep_sinusoid as S
+    from h3bench.kernels import timestep_sinusoid_kernel as S
     common.DIRECT = direct
     for cache in (common._COMPILED, common._READY, common._KEYED):
         cache.clear()
@@ -334,7 +334,7 @@ def profile_rows(dev, ops, steps: int = 30) -> list[str]:
 
 
 def _adaln_pieces(dev, temb, w, b) -> dict[str, float]:
-    from h3bench.kernels import adaln_projection as AP
+    from h3bench.kernels import adaln_projection_kernel as AP
     from h3bench.kernels import gemm
     cfg = AP.configs()
     a = gemm.silu_cast(temb, w.dtype)

@@ -133,7 +133,7 @@ def norm_modulate_case(rows: int, hidden: int, table_rows: int, dtype: torch.dty
 
 def final_adaln_out_case(rows: int, hidden: int, table_rows: int, dtype: torch.dtype, check_index: bool,
                          one_node: bool, temb_dim: int = 64) -> dict[str, Callable[[], None]]:
-    from h3bench.kernels.final_adaln_out import LaunchConfig, final_adaln_out
+    from h3bench.kernels.final_adaln_out_kernel import LaunchConfig, final_adaln_out
     g = torch.Generator().manual_seed(0)
     x = _leaf(2 * torch.randn(rows, hidden, generator=g).to(dtype))
     nw = _leaf((0.5 + torch.rand(hidden, generator=g)).to(dtype))
@@ -151,7 +151,7 @@ def timestep_mlp_case(rows: int, hidden: int, freq_dim: int = 16, temb_dim: int 
                       ) -> dict[str, Callable[[], None]]:
     """fp32 throughout, with the GPU's config set (kernels.timestep_mlp.DEFAULT: fp16x3 GEMM2, split-K),
     not the interpreter's: the host path a CUDA call takes (the launches are stubbed, nothing runs)."""
-    from h3bench.kernels import timestep_mlp as TM
+    from h3bench.kernels import timestep_mlp_kernel as TM
     TM.configs = lambda: TM._CONFIGS[0]
     g = torch.Generator().manual_seed(0)
     x = _leaf(torch.randn(rows, freq_dim, generator=g))
@@ -192,9 +192,9 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
 
     torch.set_num_threads(1)
-    import h3bench.kernels.final_adaln_out  # noqa: F401  (every launcher's module, so stub_launches sees them)
+    import h3bench.kernels.final_adaln_out_kernel  # noqa: F401  (every launcher's module, so stub_launches sees them)
     import h3bench.kernels.norm_modulate_api  # noqa: F401
-    import h3bench.kernels.timestep_mlp  # noqa: F401
+    import h3bench.kernels.timestep_mlp_kernel  # noqa: F401
     restore = stub_launches()
     try:
         cases = []

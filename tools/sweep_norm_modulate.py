@@ -51,7 +51,7 @@ ERROR_BOUND = {torch.bfloat16: 4.5e-3 * 1.2, torch.float16: 1e-3 * 1.2, torch.fl
 
 def _variant(name: str, hidden: int):
     """The LaunchConfig preset `name` for `hidden`: the default's kernels at another shape (`_presets`)."""
-    from h3bench.kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate_kernel as K
     base = K.launch_config(hidden)
     presets = _presets(base)
     if name not in presets:
@@ -63,7 +63,7 @@ def _presets(base) -> dict:
     """{preset name: LaunchConfig fields it changes from `base`, the default config of one H}. Each is a
     shape of the shipped kernels that a default was chosen against; kernels/notes/norm_modulate.md,
     "Launch configuration by width", gives the H200 figures of each comparison."""
-    from h3bench.kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate_kernel as K
     block_h = base.block_h
     one_sm_rows, one_sm_warps = K.whole_row_tile(block_h)   # the whole-row backward as one program an SM
     old_rows, old_warps = K.row_tile(block_h)   # the narrow per-row tile / one wide row
@@ -116,7 +116,7 @@ def _presets(base) -> dict:
 
 def _variant_names() -> tuple:
     """The presets' names (the same for every H: any H's default config lists them)."""
-    from h3bench.kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate_kernel as K
     return tuple(_presets(K.launch_config(1024)))
 
 
@@ -176,7 +176,7 @@ def floor_us(hidden: int, rows: int, backward: bool, bandwidth_gbps: float, elem
 @contextlib.contextmanager
 def using_config(config):
     """Make the API pick `config` (a LaunchConfig) for every H while the block runs."""
-    from h3bench.kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate_kernel as K
     original = K.launch_config
     if config is not None:
         K.launch_config = lambda hidden: config
@@ -306,7 +306,7 @@ def variant_grid(names: list[str], hiddens: list[int], table_rows: Sequence[int]
                  ) -> list[tuple[str, int, int, object]]:
     """(preset, H, M, LaunchConfig) to time: each preset at each H and M, unless it is the default config
     there (named as "default", the default is timed too)."""
-    from h3bench.kernels import norm_modulate as K
+    from h3bench.kernels import norm_modulate_kernel as K
     grid = []
     for hidden in hiddens:
         default = dataclasses.asdict(K.launch_config(hidden))

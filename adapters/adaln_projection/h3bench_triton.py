@@ -1,4 +1,4 @@
-"""h3bench's own Triton AdaLN projection (kernels/adaln_projection.py): bf16 tensor-core GEMMs with one
+"""h3bench's own Triton AdaLN projection (kernels/adaln_projection_kernel.py): bf16 tensor-core GEMMs with one
 tile config for every T, batch-invariant, deterministic weight gradients."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from h3bench.harness.ops.adaln_projection import AdaLNProjectionParams
 
 
 def _load(device: torch.device, params: AdaLNProjectionParams) -> Loaded:
-    from h3bench.kernels.adaln_projection import adaln_projection
+    from h3bench.kernels.adaln_projection_kernel import adaln_projection
     from h3bench.kernels.common import interpreter_active, require_triton_device
 
     require_triton_device(device)

@@ -1,4 +1,4 @@
-"""h3bench's own Triton adaln_row_gather (kernels/adaln_row_gather.py): one-launch gather-copy forward,
+"""h3bench's own Triton adaln_row_gather (kernels/adaln_row_gather_kernel.py): one-launch gather-copy forward,
 fixed-order atomic-free table gradient."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""h3bench's final_adaln_out (kernels/final_adaln_out.py): the 3-row projection in torch (F.linear, one
+"""h3bench's final_adaln_out (kernels/final_adaln_out_kernel.py): the 3-row projection in torch (F.linear, one
 autograd node), then h3bench's Triton norm_modulate kernel with shift/scale as the two table halves."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from h3bench.harness.ops.final_adaln_out import OP, FinalAdaLNOutParams
 
 def _load(device: torch.device, params: FinalAdaLNOutParams) -> Loaded:
     from h3bench.kernels.common import interpreter_active, require_triton_device
-    from h3bench.kernels.final_adaln_out import final_adaln_out
+    from h3bench.kernels.final_adaln_out_kernel import final_adaln_out
 
     require_triton_device(device)
     eps = params.eps

@@ -1,4 +1,4 @@
-"""h3bench's own Triton gate_residual (kernels/gate_residual.py): one-pass forward, one-launch backward
+"""h3bench's own Triton gate_residual (kernels/gate_residual_kernel.py): one-pass forward, one-launch backward
 (dres, dy and the gate partials) plus a fixed-order partial sum for the gate gradient."""
 from __future__ import annotations
 

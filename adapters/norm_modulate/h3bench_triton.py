@@ -1,4 +1,4 @@
-"""h3bench's own Triton kernel (kernels/norm_modulate.py): fused, batch-invariant, deterministic."""
+"""h3bench's own Triton kernel (kernels/norm_modulate_kernel.py): fused, batch-invariant, deterministic."""
 from __future__ import annotations
 
 from importlib import metadata

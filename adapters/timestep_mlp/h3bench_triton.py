@@ -1,4 +1,4 @@
-"""h3bench's own Triton timestep MLP (kernels/timestep_mlp.py): fp32 GEMMs (GEMM1 in float64; GEMM2, dz1 and
+"""h3bench's own Triton timestep MLP (kernels/timestep_mlp_kernel.py): fp32 GEMMs (GEMM1 in float64; GEMM2, dz1 and
 dW2 as three fp16 tensor-core products of power-of-two scaled operands; dx and dW1 tf32x3; small-T weight
 gradients IEEE FMA chains), batch-invariant, deterministic weight gradients, bias and silu fused into the
 GEMM epilogues."""
@@ -14,7 +14,7 @@ from h3bench.harness.ops.timestep_mlp import TimestepMLPParams
 
 def _load(device: torch.device, params: TimestepMLPParams) -> Loaded:
     from h3bench.kernels.common import interpreter_active, require_triton_device
-    from h3bench.kernels.timestep_mlp import GRAPHS, timestep_mlp
+    from h3bench.kernels.timestep_mlp_kernel import GRAPHS, timestep_mlp
 
     require_triton_device(device)
     where = "Triton interpreter" if interpreter_active() else "CUDA"

@@ -8,7 +8,7 @@ W's dtype, shift the first half.)
 
 The per-row work is `kernels.norm_modulate_api.norm_modulate(x, nw, shift, scale, ti)` with M = T table
 rows: its forward and dx are batch-invariant and its parameter gradients (dnw, dshift, dscale) are
-summed in a fixed order without atomics (kernels/norm_modulate.py documents the order). shift and scale
+summed in a fixed order without atomics (kernels/norm_modulate_kernel.py documents the order). shift and scale
 are the two column halves of the projection, passed as row-strided views (no copy).
 
 The projection's GEMM is torch's `F.linear`. Its input has T = 3 rows whatever S is, so it is
@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from h3bench.kernels import checks, gemm
-from h3bench.kernels import norm_modulate as NM
+from h3bench.kernels import norm_modulate_kernel as NM
 from h3bench.kernels.norm_modulate_api import as_rows, global_plan, norm_modulate
 
 
