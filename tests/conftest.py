@@ -20,10 +20,15 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 
+# Variables a library sets for itself and keeps: pytest's current test, and the cache folder torch's
+# inductor writes into the environment the first time it looks it up (importing diffusers does that).
+LIBRARY_OWN = frozenset({"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"})
+
+
 def _process_state() -> dict:
     """What a test must not leave changed: a name per item, each with a value compared by == (functions by
     identity)."""
-    state = {"os.environ": {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"},  # pytest's own
+    state = {"os.environ": {k: v for k, v in os.environ.items() if k not in LIBRARY_OWN},
              "torch.get_num_threads()": torch.get_num_threads(),
              "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled(),
              "torch.get_default_dtype()": torch.get_default_dtype(),

@@ -18,6 +18,13 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 PRIOR_ART = REPO / "tests" / "data" / "norm_modulate_b200.json"
 
 
+def needs_interpreter(reason: str):
+    """Skip, with `reason`, where Triton runs compiled (the GPU suite): the test runs our kernels on CPU
+    tensors, which only the interpreter does."""
+    from h3bench.kernels.common import interpreter_active
+    return pytest.mark.skipif(not interpreter_active(), reason=f"needs the Triton interpreter: {reason}")
+
+
 def require_prior_art() -> Path:
     """The vendored prior-art file; a clone without it is broken, so this fails rather than skips."""
     assert PRIOR_ART.is_file(), f"the vendored prior-art file is missing: {PRIOR_ART}"

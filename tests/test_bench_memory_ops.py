@@ -4,6 +4,7 @@ import json
 import pytest
 import torch
 
+from tests.helpers import needs_interpreter
 from tools import bench_memory_ops as bench
 
 
@@ -54,6 +55,7 @@ def test_every_op_has_its_default_row():
             assert list(found) == ["default"], op
 
 
+@needs_interpreter("--dry-run checks the script on the CPU; on a GPU the bench itself runs")
 def test_dry_run_of_one_op(tmp_path):
     out = tmp_path / "bench.json"
     report = bench.main(["--dry-run", "--ops", "timestep_sinusoid", "--sizes", "3", "--out", str(out)])

@@ -143,7 +143,7 @@ def test_a_bug_in_the_schema_code_stops_the_run(monkeypatch, tmp_path):
 def test_the_cli_exits_non_zero_with_the_traceback_and_writes_nothing(invoke, tmp_path, monkeypatch):
     from h3bench.harness.probes import batch_invariance as bi
 
-    def broken_all_rows(ctx, plan):
+    def broken_all_rows(ctx, plan, *more):
         raise ZeroDivisionError("planted harness bug in all_rows")
 
     monkeypatch.setattr(bi, "all_rows", broken_all_rows)

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from h3bench.harness.adapter import Loaded
-from tests.helpers import nm_params
+from tests.helpers import needs_interpreter, nm_params
 
 CUDA = torch.device("cuda")
 CPU = torch.device("cpu")
@@ -192,6 +192,7 @@ def test_liger_plumbing(fresh, monkeypatch, versions):
     assert calls[-1]["W"] is w
 
 
+@needs_interpreter("the fake Liger runs on the CPU, with our row gather on CPU tensors")
 def test_liger_det_gather_plumbing(fresh, monkeypatch, versions):
     """Rows come from our deterministic gather: same values as index_select, and gradients reach the
     tables through its fixed-order backward (compared with index_select's, in float64)."""

@@ -42,7 +42,9 @@ def test_program_ids_are_each_threads_own():
     with concurrent_programs(workers=4) as run:
         _ids_kernel[(16,)](out, spin)
     assert torch.equal(out, torch.arange(1, 17, dtype=torch.int32))
-    assert int(spin) == 48 and run.most_running == 4
+    # programs that never wait may or may not overlap (the threads' scheduling, a busy CPU): only the
+    # bound is the executor's; that 4 run at once is shown by the waiting kernels below
+    assert int(spin) == 48 and 1 <= run.most_running <= 4
     assert [(launch.kernel, launch.programs, launch.begun, launch.ended_well) for launch in run.launches] == [
         ("_ids_kernel", 16, 16, 16)]
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from h3bench.kernels import common
+from tests.helpers import needs_interpreter
 from tools import hostcost_cpu
 
 
@@ -32,6 +33,7 @@ def test_stub_replaces_every_launcher_binding_and_restore_puts_them_back():
     assert bound() == before
 
 
+@needs_interpreter("tools/hostcost_cpu.py measures the host path on a CPU-only machine")
 def test_stubbed_calls_reach_no_kernel(monkeypatch):
     """A fwd+bwd of each case with the launches stubbed never indexes a kernel (`kernel[grid]`, which the
     interpreter would run); the control, without the stub, does."""

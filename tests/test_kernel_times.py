@@ -32,15 +32,16 @@ def test_sync_lines_keep_synchronizing_operations_only():
     assert sync_lines([notice]) == []
 
 
-def test_fwd_bwd_step_runs_our_row_or_torch_rms_norm_alone():
-    """The step kernel_times profiles, on the CPU (our row under the interpreter): our row gives every
+def test_fwd_bwd_step_runs_our_row_or_torch_rms_norm_alone(device):
+    """The step kernel_times profiles (on the CPU our row runs under the interpreter): our row gives every
     leaf a gradient; the torch row is F.rms_norm alone (x and w get its gradients, the tables none)."""
     from tools.kernel_times import fwd_bwd_step
     g = torch.Generator().manual_seed(3)
     t = {"x": torch.randn(6, 32, generator=g).bfloat16(), "w": (1 + torch.rand(32, generator=g)).bfloat16(),
          "sh": (0.1 * torch.randn(4, 32, generator=g)).bfloat16(),
          "sc": (0.1 * torch.randn(4, 32, generator=g)).bfloat16(), "idx": torch.tensor([0, 3, 1, 1, 2, 0])}
-    dy = torch.randn(6, 32, generator=g).bfloat16()
+    t = {name: tensor.to(device) for name, tensor in t.items()}
+    dy = torch.randn(6, 32, generator=g).bfloat16().to(device)
     ours, ours_leaves = fwd_bwd_step(t, torch_row=False, dy=dy)
     ours()
     assert all(leaf.grad is not None for leaf in ours_leaves)
