@@ -9,6 +9,7 @@ from h3bench.harness.ops.norm_modulate import OP
 from h3bench.harness.probes.accuracy_latency import rel_err
 from h3bench.kernels.norm_modulate_api import norm_modulate
 from h3bench.kernels.common import local_order
+from tests.conftest import DEVICE
 from tests.helpers import STRIDED, assert_same_bits, nm_params, row_gapped, shifted
 
 # max|err|/max|ref| bounds: one rounding of a value near max|ref| costs at most 2^-8 (bf16),
@@ -458,11 +459,19 @@ KERNEL_SETS = {"rows+rows": dict(fwd_rows=4, plan_walk_rows=0, bwd_rows=2, bwd_c
                "rows+split": dict(fwd_rows=2, plan_walk_rows=0, bwd_rows=2, bwd_cols=8, dots_rows=2, dots_chunk=8)}
 
 
+# On an H100 (commit e90ee4f) the split backward's dx under the local plan differs by 1-2 ULP between the
+# PARAMS-off and PARAMS-on compilations: kernels/notes/norm_modulate.md, "Open defect". Strict: a fix shows.
+SPLIT_LOCAL_ON_CUDA = pytest.mark.xfail(condition=DEVICE == "cuda", strict=True,
+                                        reason="open defect: dx of the PARAMS-off split backward, local plan")
+
+
 @pytest.mark.parametrize("kernels", KERNEL_SETS)
 @pytest.mark.parametrize("table_rows", [9, 40])   # the local plan and the global one
-def test_x_gradient_alone_is_the_full_backward_dx(device, monkeypatch, kernels, table_rows):
+def test_x_gradient_alone_is_the_full_backward_dx(device, monkeypatch, kernels, table_rows, request):
     """Only x requiring a gradient: the backward skips the parameter sums (PARAMS off: no partials, no
     parameter stage), and its dx is bitwise the dx of the backward that makes every gradient."""
+    if kernels == "rows+split" and table_rows == 9:
+        request.applymarker(SPLIT_LOCAL_ON_CUDA)
     _config(monkeypatch, 20, chunk_limit=4, local_max=16, **KERNEL_SETS[kernels])
     params, inputs, grad_out = _table_case(device, 20, 26, table_rows, dtype="float32")
     _, full = run(inputs, grad_out)
