@@ -26,11 +26,11 @@ def unknown_rows(selection: Selection, rows: Iterable[str]) -> list[str]:
     return [] if selection == ALL else sorted(set(selection) - set(rows))
 
 
-def _at(difference) -> str:
-    return f" (first: {describe(difference)})" if difference is not None else ""
+def what_failed(bi: BatchInvariance, located: bool = True) -> list[str]:
+    """Each failed check with its counts (and, when `located`, where and how far the first difference is)."""
+    def _at(difference) -> str:
+        return f" (first: {describe(difference)})" if located and difference is not None else ""
 
-
-def _what_failed(bi: BatchInvariance) -> list[str]:
     found = []
     for size, case in sorted(bi.all_rows.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
         if case.fwd_differ or case.rowgrad_differ:
@@ -46,7 +46,8 @@ def _what_failed(bi: BatchInvariance) -> list[str]:
         found.append(f"sweep: {sweep.differ} of {sweep.comparisons} comparisons{_at(first)}")
     if bi.params_repeatable is False:
         found.append("parameter gradients not repeatable" + "".join(
-            f"; {p.param}: {p.elements}/{p.numel} elements, up to {p.max_ulp} ULP" for p in bi.params_differences or ()))
+            f"; {p.param}: {p.elements}/{p.numel} elements, up to {p.max_ulp} ULP"
+            for p in (bi.params_differences or ()) if located))
     return found
 
 
@@ -64,7 +65,7 @@ def failures(evidence: Evidence, selection: Selection) -> list[str]:
             if isinstance(row, UnavailableRow):
                 lines.append(f"{where}: unavailable: {row.unavailable}")
             elif isinstance(row, RowResult):
-                failed = _what_failed(row.batch_invariance)
+                failed = what_failed(row.batch_invariance)
                 if failed or not row.batch_invariance.batch_invariant:
                     lines.append(f"{where}: NOT batch-invariant: {'; '.join(failed) or 'verdict false'}")
     return lines

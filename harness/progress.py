@@ -86,7 +86,9 @@ def summary_table(evidence: Evidence) -> Table:
                    f"fwd st {timer}", f"net {timer}", f"net st {timer}", "of floor"):
         # fold, never cut: a name or a number must be read whole at any terminal width
         table.add_column(column, justify="left" if column == "row" else "right", overflow="fold")
-    unavailable = []
+    from h3bench.harness.gate import what_failed
+
+    unavailable, not_invariant = [], []
     for mode, rows in evidence.results.items():
         if isinstance(rows, UnavailableMode):
             table.add_row(f"{mode}/-", "[yellow]-[/]", *[""] * 7)
@@ -99,6 +101,8 @@ def summary_table(evidence: Evidence) -> Table:
                 unavailable.append(f"{label}: {row.unavailable}")
                 continue
             bi = row.batch_invariance
+            if not bi.batch_invariant:  # the summary names the checks that failed
+                not_invariant.append((label, what_failed(bi, located=False) or ["recorded not invariant"]))
             result = row.accuracy_latency.get(size) or next(iter(row.accuracy_latency.values()))
             grads = result.grad_rel_err or {}
             table.add_row(
@@ -107,6 +111,9 @@ def summary_table(evidence: Evidence) -> Table:
                 _fmt(result.fwd_rel_err, ".1e"), _fmt(max(grads.values()) if grads else None, ".1e"),
                 _fmt(result.fwd_us, ".0f"), _fmt(result.fwd_stream_us, ".0f"), _fmt(result.fwd_bwd_net_us, ".0f"),
                 _fmt(result.fwd_bwd_net_stream_us, ".0f"), _fmt(result.fwd_stream_floor_fraction, ".0%"))
+    captions = [f"not invariant: {label}: {'; '.join(failed)}" for label, failed in not_invariant]
     if unavailable:
-        table.caption = escape("unavailable (-): " + "; ".join(unavailable))  # reasons are text, not markup
+        captions.append("unavailable (-): " + "; ".join(unavailable))
+    if captions:
+        table.caption = escape("\n".join(captions))  # reasons are text, not markup
     return table

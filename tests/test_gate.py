@@ -64,3 +64,10 @@ def test_a_row_the_run_does_not_have_is_refused_before_running(invoke, tmp_path)
     result, text = run(invoke, tmp_path, "--require-invariant", "torch_rms_norm,no_such_row")
     assert result.exit_code == 2 and "no_such_row" in text and "on_even_batches" in text, text
     assert not (tmp_path / "x.json").exists()
+
+
+def test_the_summary_names_the_checks_that_failed(invoke, tmp_path):
+    result, text = run(invoke, tmp_path)
+    assert result.exit_code == 0, text
+    assert "not invariant: on_even_batches: all_rows" in text and "sweep:" in text
+    assert "not invariant: torch_rms_norm" not in text
