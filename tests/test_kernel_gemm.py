@@ -823,7 +823,7 @@ def test_pair_steps_are_taken_only_where_every_chunk_has_an_even_step_count():
     cfg = gemm.LaunchConfig(16, 32, 32, split_k=3, precision="fp16x3", local_scales=True, pair_steps=True)
     def paired(K):
         return gemm._plan(None, (K, 1), (1, K), (70, 1), (0, 0), (0, 0), 5, 70, K, cfg, 70, 70, True,
-                          (False,) * 10, 0, 0, 0).meta["PAIR"]
+                          (False,) * 9, 0, 0, 0).meta["PAIR"]
     assert paired(384)        # chunks of 128: 4 steps each
     assert not paired(300)    # a K tail
     assert not paired(32 * 9)  # chunks of 128 and a last one of 32: one step
