@@ -19,185 +19,62 @@ every T and S (`PROJECTION_DX`, `PROJECTION_DW`: fixed split-K chunks, t-ascendi
 parameter gradients repeat bitwise. Only dproj carries S, and it comes from norm_modulate's fixed-order
 reduction.
 
-By default (`LaunchConfig.one_node`) the whole op is one autograd node (`_FinalAdaLNOut`) whose forward
-runs the projection (a = `gemm.silu_cast(temb)`, then F.linear) and then norm_modulate's forward launcher
-directly (the arguments were checked here once; shift is passed as the whole [T, 2H] projection, whose row
-stride the kernel takes, scale as a view of its second half), and whose backward has norm_modulate's
-backward launcher write dshift and dscale straight into the halves of one [T, 2H] dproj buffer (no
-torch.cat), then runs the projection's backward as two kernels/gemm.py launches (`triton_grads`). At
-S = 32768 a forward+backward is host-bound on the H200 VMs (kernels/notes/final_adaln_out.md): every
-default here removes host work, not GPU work.
-
-The other `LaunchConfig` switches are the variants tools/bench_memory_ops.py and tools/hostcost_cpu.py time
-against the default (kernels/notes/final_adaln_out.md has their H200 figures): two autograd nodes
-(`one_node=False`: `_Projection`, then norm_modulate's public function), autograd's own composition
-(`projection_node=False`), torch's silu and cast (`triton_silu=False`), torch's backward calls
-(`triton_grads=False`), the forward as one gemm launch (`triton_projection`). The one- and two-node paths
-run the same kernels in the same order: the same bits (tests/test_kernel_final_adaln_out.py compares them).
+The whole op is one autograd node (`_FinalAdaLNOut`) whose forward runs the projection (a =
+`gemm.silu_cast(temb)`: silu in fp32 and one rounding to W's dtype, then F.linear) and then norm_modulate's
+forward launcher directly (the arguments were checked here once; shift is passed as the whole [T, 2H]
+projection, whose row stride the kernel takes, scale as a view of its second half), and whose backward has
+norm_modulate's backward launcher write dshift and dscale straight into the halves of one [T, 2H] dproj
+buffer (no torch.cat), then runs the projection's backward as two kernels/gemm.py launches. At S = 32768 a
+forward+backward is host-bound on the H200 VMs (kernels/notes/final_adaln_out.md): each of these choices
+removes host work, not GPU work; the notes list the alternatives measured against them.
 """
 from __future__ import annotations
-
-import functools
-from dataclasses import dataclass
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
 from h3bench.kernels import checks, gemm
 from h3bench.kernels import norm_modulate_kernel as NM
-from h3bench.kernels.norm_modulate_api import as_rows, global_plan, norm_modulate
+from h3bench.kernels.norm_modulate_api import as_rows, global_plan
 
 
-@dataclass(frozen=True)
-class LaunchConfig:
-    """The row kernel's launch configuration is norm_modulate's own tuned default (its public function
-    takes none); what is chosen here is how the projection runs and is differentiated."""
-
-    projection_node: bool = True  # one autograd Function for silu + cast + linear (False: autograd's four)
-    # the projection's forward as one launch of kernels/gemm.py (silu and the cast fused into its A load)
-    # instead of silu_cast and F.linear. Off: H200, commit 3c77436, net fwd+bwd at S = 32768 785.5 / 679.5 us
-    # sync / stream against the default's 718.0 / 670.7 (at commit c7acaa3 its 47 us launch took more GPU
-    # time than torch's 18 us of kernels)
-    triton_projection: bool = False
-    # a = cast(silu(temb)) made by `gemm.silu_cast` (one Triton launch, silu in fp32 and one rounding to W's
-    # dtype) instead of torch's F.silu and .to, whose aten::silu took ~150 us of host a call under
-    # torch.profiler on a slow-host H200 VM; with it the net fwd+bwd at S = 32768 was 718.0 / 670.7 us sync /
-    # stream against 851.7 / 647.7 (H200, commit 3c77436: the stream figures within one round's jitter). For
-    # a bf16/fp16 temb torch rounds silu to temb's dtype first: here only once. (With triton_projection the
-    # gemm launch fuses the silu itself and this is not used.)
-    triton_silu: bool = True
-    # the projection's backward as two launches of kernels/gemm.py (`PROJECTION_DX`, `PROJECTION_DW`)
-    # instead of torch's five calls (mm, cast, silu_backward, mm, sum), ~220 us of host a step under the
-    # profiler on a slow-host VM: H200, commit cf0e3c2, net fwd+bwd 3-4% faster at S = 4097 in two runs,
-    # equal at S = 32768 (779.9 / 639.8 us against 806.2 / 638.9); on a slower host (commit e56dc3f) 894.0 /
-    # 834.4 against 904.6 / 876.9. dtemb keeps dproj W in fp32 up to its one rounding (torch's path rounds it
-    # to W's dtype first), so its bits differ from torch's. (With projection_node=False autograd's
-    # composition makes that backward: not used.)
-    triton_grads: bool = True
-    # the whole op as ONE autograd node (`_FinalAdaLNOut`): the projection, then norm_modulate's launchers
-    # called directly (no second argument check, no chunk views, no second node, no torch.cat of dshift
-    # and dscale: the backward writes them into the halves of one dproj buffer). The same kernels in the
-    # same order, so the same bits; fewer host operations per forward+backward: H200, commit c7acaa3, net
-    # fwd+bwd stream 1043.2 us against 1528.4 with two nodes, host per step 1308.0 against 1442.9 (both
-    # host-bound)
-    one_node: bool = True
-
-    def __post_init__(self):
-        if self.triton_projection and not self.projection_node:
-            raise ValueError("triton_projection needs projection_node: the Triton forward's backward lives there")
-        if self.one_node and not self.projection_node:
-            raise ValueError("one_node needs projection_node: the projection is part of the one node "
-                             "(LaunchConfig(projection_node=False, one_node=False) for autograd's composition)")
-
-
-# One config whatever T is: the projection's input has T rows for every batch, so its order never
-# depends on S. 16-row tiles (mma.sync) for T = 3: 2H / 64 programs stream W.
-PROJECTION_GEMM = gemm.LaunchConfig(16, 64, 64, num_warps=4, num_stages=4)
-# `triton_grads`, likewise one config each for every T: dtemb = (dproj W) silu'(temb) sums over 2H in 4
-# fixed split-K chunks (D / 64 x 4 programs stream W: 168 at D = 2688); dW = dproj^T a (K = T) and db (its
-# ones column) in 64 x 128 tiles, each element one chain over t = 0, 1, ... (gemm.weight_grad).
+# One config each for every T: the projection's input has T rows for every batch, so its order never
+# depends on S. dtemb = (dproj W) silu'(temb) sums over 2H in 4 fixed split-K chunks (D / 64 x 4 programs
+# stream W: 168 at D = 2688); dW = dproj^T a (K = T) and db (its ones column) in 64 x 128 tiles, each
+# element one chain over t = 0, 1, ... (gemm.weight_grad).
 PROJECTION_DX = gemm.LaunchConfig(16, 64, 64, num_warps=4, num_stages=4, split_k=4)
 PROJECTION_DW = gemm.LaunchConfig(64, 128, 16, num_warps=4, num_stages=3)
 
 
-@functools.lru_cache(maxsize=64)
-def launch_config(hidden: int) -> LaunchConfig:
-    return LaunchConfig()
-
-
-def _unit_inner(temb):
-    """temb with unit inner stride, as `gemm.forward`'s A and `gemm.silu_cast`'s input need it."""
-    return temb if temb.stride(-1) == 1 else temb.contiguous()
-
-
-def _triton_projection(temb, w, b):
-    """F.linear(silu(temb).to(w.dtype), w, b) in one launch: silu in fp32 and one rounding to w's dtype as
-    the GEMM loads temb (unit inner stride), fp32 accumulation, + b, one rounding."""
-    return gemm.forward(temb, w, b, PROJECTION_GEMM, out_dtype=w.dtype, a_silu=True)[0]
-
-
-# how the projection's forward runs (`projection_kind`): torch's silu, cast and F.linear; our silu_cast
-# then F.linear; or one gemm launch with the silu fused
-TORCH, SILU_CAST, GEMM = "torch", "silu_cast", "gemm"
-
-
-def projection_kind(cfg: LaunchConfig) -> str:
-    return GEMM if cfg.triton_projection else SILU_CAST if cfg.triton_silu else TORCH
-
-
-def grads_kind(cfg: LaunchConfig) -> str:
-    """How the projection's backward runs: torch's calls (TORCH) or two gemm launches (GEMM)."""
-    return GEMM if cfg.triton_grads else TORCH
-
-
-def _project(temb, w, b, kind):
-    """(temb as the backward reads it, a = cast(silu(temb)) or None, proj) by `kind` (above); for GEMM
-    and SILU_CAST temb is made unit-stride once (gemm.silu_cast's input; the backward reads it), for TORCH
-    contiguous."""
-    if kind == GEMM:
-        temb = _unit_inner(temb)
-        return temb, None, _triton_projection(temb, w, b)
-    if kind == SILU_CAST:
-        temb = _unit_inner(temb)
-        a = gemm.silu_cast(temb, w.dtype)
-    else:
-        # torch's elementwise CPU kernels take a vector path over contiguous runs and a scalar one for the
-        # rest, with other bits (silu_backward on a row-gapped temb, AMD EPYC): torch gets temb contiguous
-        temb = temb.contiguous()
-        a = F.silu(temb).to(w.dtype)
+def _project(temb, w, b):
+    """(temb as the backward reads it, a = cast(silu(temb)), proj): temb made unit-stride once
+    (gemm.silu_cast's input; the backward reads it), a by `gemm.silu_cast` (one launch: silu in fp32 and one
+    rounding to w's dtype; for a bf16/fp16 temb torch would round silu to temb's dtype first), then F.linear."""
+    temb = temb if temb.stride(-1) == 1 else temb.contiguous()
+    a = gemm.silu_cast(temb, w.dtype)
     # and a contiguous W (a no-op for the usual parameter): a BLAS may take another path for a strided one
     return temb, a, F.linear(a, w.contiguous(), b)
 
 
-def _projection_grads(dproj, temb, a, w, need_temb, need_w, need_b, grads=TORCH):
+def _projection_grads(dproj, temb, a, w, need_temb, need_w, need_b):
     """(dtemb, dW, db) of proj = F.linear(cast(silu(temb)), W, b) from a contiguous dproj, each a fixed-shape
-    call independent of S: dW = dproj^T a (a made again by `gemm.silu_cast` when the forward fused
-    it: the same fp32 silu and rounding), db = the sum of dproj's T rows, dtemb = silu'(temb) (dproj W).
-    `grads` GEMM: two gemm launches (`LaunchConfig.triton_grads`), else torch's calls."""
+    gemm launch independent of S: dtemb = silu'(temb) (dproj W) (`PROJECTION_DX`: dproj W kept in fp32 up
+    to its one rounding), dW = dproj^T a and db = the sum of dproj's T rows (`PROJECTION_DW`)."""
     dtemb = dw = db = None
-    if grads == GEMM:
-        if need_temb:
-            dtemb = gemm.input_grad(dproj, w, PROJECTION_DX, dsilu_of=temb, out_dtype=temb.dtype)
-        if need_w or need_b:
-            dw, db = gemm.weight_grad(dproj, a if a is not None else gemm.silu_cast(temb, w.dtype), PROJECTION_DW,
-                                      dw_dtype=w.dtype, db_dtype=w.dtype if need_b else None)
-        return dtemb, (dw if need_w else None), db
-    if need_w:
-        dw = dproj.t().mm(a if a is not None else gemm.silu_cast(temb, w.dtype))
-    if need_b:
-        db = dproj.sum(0)
     if need_temb:
-        # as autograd's ToCopyBackward + SiluBackward: the bf16 product cast up, then silu' in temb's dtype
-        dtemb = torch.ops.aten.silu_backward(dproj.mm(w.contiguous()).to(temb.dtype), temb)  # W as above
-    return dtemb, dw, db
+        dtemb = gemm.input_grad(dproj, w, PROJECTION_DX, dsilu_of=temb, out_dtype=temb.dtype)
+    if need_w or need_b:
+        dw, db = gemm.weight_grad(dproj, a, PROJECTION_DW, dw_dtype=w.dtype, db_dtype=w.dtype if need_b else None)
+    return dtemb, (dw if need_w else None), db
 
 
-class _Projection(torch.autograd.Function):
-    """proj = F.linear(silu(temb).to(W.dtype), W, b) as one node (`_project`, `_projection_grads`)."""
-
-    @staticmethod
-    def forward(ctx, temb, w, b, kind=TORCH, grads=TORCH):
-        temb, a, proj = _project(temb, w, b, kind)
-        ctx.save_for_backward(temb, w)
-        ctx.a = a  # an intermediate (no version check), None with the Triton forward
-        ctx.grads = grads
-        return proj
-
-    @staticmethod
-    def backward(ctx, dproj):
-        temb, w = ctx.saved_tensors
-        return (*_projection_grads(dproj.contiguous(), temb, ctx.a, w, *ctx.needs_input_grad[:3], ctx.grads),
-                None, None)
-
-
-def _one_node_forward(x, nw, temb, w, b, ti, eps, kind, training):
+def _forward(x, nw, temb, w, b, ti, eps, training):
     """The projection, then norm_modulate's forward launcher on the rows (arguments already checked by
-    `_check`). Returns (out, temb as the backward needs it, a or None, x2d, nw, ti1d, sc view, rstd, plan,
-    norm_modulate config). The same calls as the two-node path: `_project`, norm_modulate_api's row
-    layout (`as_rows`), plan rule (`global_plan`) and launch. shift is passed as the whole [T, 2H]
-    projection (row stride 2H: the kernel reads its first H columns), scale as the view of its second half."""
-    temb, a, proj = _project(temb, w, b, kind)
+    `_check`). Returns (out, temb as the backward needs it, a, x2d, nw, ti1d, sc view, rstd, plan,
+    norm_modulate config). norm_modulate_api's row layout (`as_rows`), plan rule (`global_plan`) and launch;
+    shift is passed as the whole [T, 2H] projection (row stride 2H: the kernel reads its first H columns),
+    scale as the view of its second half."""
+    temb, a, proj = _project(temb, w, b)
     hidden = x.shape[-1]
     x2d, nw, proj, sc, ti = as_rows(x, nw, proj, proj.narrow(1, hidden, hidden), ti)
     cfg = NM.launch_config(hidden)
@@ -208,17 +85,15 @@ def _one_node_forward(x, nw, temb, w, b, ti, eps, kind, training):
 
 
 class _FinalAdaLNOut(torch.autograd.Function):
-    """The whole op as one autograd node (`LaunchConfig.one_node`). Backward: norm_modulate's backward
-    launcher writes dshift and dscale into the two column halves of one [T, 2H] dproj buffer, then
-    `_projection_grads` on it (as `_Projection.backward`; the buffer is contiguous already)."""
+    """The whole op as one autograd node. Backward: norm_modulate's backward launcher writes dshift and
+    dscale into the two column halves of one [T, 2H] dproj buffer, then `_projection_grads` on it."""
 
     @staticmethod
-    def forward(ctx, x, nw, temb, w, b, ti, eps, kind, grads):
-        y, temb, a, x2d, nw, ti, sc, rstd, plan, cfg = _one_node_forward(x, nw, temb, w, b, ti, eps, kind, True)
+    def forward(ctx, x, nw, temb, w, b, ti, eps):
+        y, temb, a, x2d, nw, ti, sc, rstd, plan, cfg = _forward(x, nw, temb, w, b, ti, eps, True)
         ctx.save_for_backward(x2d, nw, ti, temb, w)
         # intermediates, not inputs or outputs: no version check needed
         ctx.a, ctx.sc, ctx.rstd, ctx.plan, ctx.cfg, ctx.x_shape = a, sc, rstd, plan, cfg, x.shape
-        ctx.grads = grads
         return y
 
     @staticmethod
@@ -240,20 +115,16 @@ class _FinalAdaLNOut(torch.autograd.Function):
                                     ctx.cfg, ctx.plan, out=out)
         if need_x and len(ctx.x_shape) != 2:
             dx = dx.view(ctx.x_shape)
-        dtemb, dw, db = (_projection_grads(dproj, temb, ctx.a, w, need_temb, need_w, need_b, ctx.grads)
+        dtemb, dw, db = (_projection_grads(dproj, temb, ctx.a, w, need_temb, need_w, need_b)
                          if need_proj else (None, None, None))
-        return dx if need_x else None, dnw if need_nw else None, dtemb, dw, db, None, None, None, None
+        return dx if need_x else None, dnw if need_nw else None, dtemb, dw, db, None, None
 
 
-def _one_node(x, nw, temb, w, b, ti, eps, kind, grads):
+def _apply(x, nw, temb, w, b, ti, eps):
     if torch.is_grad_enabled() and (x.requires_grad or nw.requires_grad or temb.requires_grad or w.requires_grad
                                     or b.requires_grad):
-        return _FinalAdaLNOut.apply(x, nw, temb, w, b, ti, eps, kind, grads)
-    return _one_node_forward(x, nw, temb, w, b, ti, eps, kind, False)[0]
-
-
-def _projection_autograd(temb, w, b):
-    return F.linear(F.silu(temb).to(w.dtype), w, b)
+        return _FinalAdaLNOut.apply(x, nw, temb, w, b, ti, eps)
+    return _forward(x, nw, temb, w, b, ti, eps, False)[0]
 
 
 def _well_formed(x, nw, temb, w, b, ti, device: int) -> bool:
@@ -312,13 +183,12 @@ def _check(x, nw, temb, w, b, ti) -> None:
         raise ValueError(f"ti must have shape {tuple(x.shape[:-1])} (one entry per row of x), got {tuple(ti.shape)}")
     if rows and steps == 0:
         raise ValueError("temb has no rows (timesteps), so no ti can be valid")
-    if hidden > NM.MAX_HIDDEN:  # norm_modulate's bound (the one-node path calls its launchers unchecked)
+    if hidden > NM.MAX_HIDDEN:  # norm_modulate's bound (its launchers are called unchecked)
         raise ValueError(f"x has H = {hidden}; this kernel supports H <= {NM.MAX_HIDDEN}")
 
 
 def final_adaln_out(x: torch.Tensor, nw: torch.Tensor, temb: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
-                    ti: torch.Tensor, eps: float = 1e-5, check_index: bool = True,
-                    config: Optional[LaunchConfig] = None) -> torch.Tensor:
+                    ti: torch.Tensor, eps: float = 1e-5, check_index: bool = True) -> torch.Tensor:
     """rms_norm(x, nw, eps) * (1 + scale[ti]) + shift[ti], [shift | scale] = F.linear(silu(temb).to(w.dtype), w, b).
 
     x: [..., H]; nw: [H]; w: [2H, D]; b: [2H] in w's dtype; temb: [T, D]; x, nw, w and temb each bf16, fp16
@@ -333,19 +203,7 @@ def final_adaln_out(x: torch.Tensor, nw: torch.Tensor, temb: torch.Tensor, w: to
         eps = checks.epsilon(eps)
     if check_index:
         checks.index_range("ti", ti, temb.shape[0], rows_of="temb")
-    cfg = config or launch_config(x.shape[-1])
-    if cfg.one_node:
-        if x.is_cuda and x.get_device() != torch.cuda.current_device():
-            with torch.cuda.device(x.device):  # triton launches on the current device
-                return _one_node(x, nw, temb, w, b, ti, eps, projection_kind(cfg), grads_kind(cfg))
-        return _one_node(x, nw, temb, w, b, ti, eps, projection_kind(cfg), grads_kind(cfg))
-    wants_grad = torch.is_grad_enabled() and (temb.requires_grad or w.requires_grad or b.requires_grad)
-    if cfg.projection_node and wants_grad:
-        proj = _Projection.apply(temb, w, b, projection_kind(cfg), grads_kind(cfg))
-    elif cfg.projection_node:  # no gradient is wanted here
-        proj = _project(temb, w, b, projection_kind(cfg))[2]
-    else:
-        proj = _projection_autograd(temb, w, b)
-    shift, scale = proj.chunk(2, dim=-1)
-    ti = ti if ti.is_contiguous() else ti.contiguous()  # norm_modulate reads the index with unit stride
-    return norm_modulate(x, nw, shift, scale, ti, eps, check_index=False)  # ti was checked above (or not asked)
+    if x.is_cuda and x.get_device() != torch.cuda.current_device():
+        with torch.cuda.device(x.device):  # triton launches on the current device
+            return _apply(x, nw, temb, w, b, ti, eps)
+    return _apply(x, nw, temb, w, b, ti, eps)

@@ -1,14 +1,13 @@
 """Batch-invariant GEMM building blocks (timestep_mlp, adaln_projection): one Triton kernel, three uses
 (and its TMA-fed twin for 16-bit operands, `tma` below).
 
-    forward      C[m, n]  = epi( sum_k act(A[m, k]) * W[n, k] + bias[n] )          `forward`
+    forward      C[m, n]  = epi( sum_k A[m, k] * W[n, k] + bias[n] )               `forward`
     input grad   dX[m, k] = ( sum_n dY[m, n] * W[n, k] ) * silu'(Z[m, k])          `input_grad`
     weight grad  dW[n, k] = sum_t dY[t, n] * A[t, k],   db[n] = sum_t dY[t, n]     `weight_grad`
 
 All three are `_gemm_kernel` on strided views: C[M, N] = A'[M, K] @ B'[K, N] with A' and B' given by
 their strides (the forward reads W as B' = W^T, the input gradient W as it is, the weight gradient dY
-as A' = dY^T). Prologue options (on the A tile as loaded): silu in fp32 and a cast to B's dtype.
-Epilogue options (on the fp32 accumulator): + bias (fp32), * silu'(Z), silu (storing the
+as A' = dY^T). Epilogue options (on the fp32 accumulator): + bias (fp32), * silu'(Z), silu (storing the
 pre-activation too), and one extra column sent to a vector (db, below). Every output is rounded once,
 at its store (to nearest even; by hand under the interpreter, `kernels.common.rounded`).
 
@@ -392,7 +391,7 @@ def _tile_coords(tile, num_m, num_n, GROUP_M: tl.constexpr):
 def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
               SA, SB, n_sa, n_sb,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-              PRECISION: tl.constexpr, DOT_F32: tl.constexpr, A_SILU: tl.constexpr, ONES: tl.constexpr,
+              PRECISION: tl.constexpr, DOT_F32: tl.constexpr, ONES: tl.constexpr,
               SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, LOCAL: tl.constexpr, SWAP: tl.constexpr,
               PAIR: tl.constexpr, BY_HAND: tl.constexpr):
     """The accumulator of one tile over k in [k_lo, k_hi), ascending, BLOCK_K a step (the order): fp32, or
@@ -438,9 +437,6 @@ def _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stri
                 k_ok = (k0 + rk) < k_hi
                 a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
                 b = tl.load(b_ptrs, mask=k_ok[:, None] & load_ok[None, :], other=0.0)
-            if A_SILU:
-                af = a.to(tl.float32)
-                a = rounded(af * _sigmoid(af), B.dtype.element_ty, BY_HAND)
             if ONES:
                 if EVEN_K:
                     b = tl.where((rn == n_main)[None, :], 1.0, b).to(b.dtype)
@@ -489,7 +485,7 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                  SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, MASK_M: tl.constexpr, MASK_N: tl.constexpr,
                  PRECISION: tl.constexpr, DOT_F32: tl.constexpr, PERSISTENT: tl.constexpr,
-                 A_SILU: tl.constexpr, ONES: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr,
+                 ONES: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_DSILU: tl.constexpr,
                  OUT_SILU: tl.constexpr, SAVE_PRE: tl.constexpr, EXTRA_COL: tl.constexpr,
                  SA_ALL: tl.constexpr, SB_ALL: tl.constexpr, LOCAL: tl.constexpr,
                  SWAP: tl.constexpr, PAIR: tl.constexpr, BY_HAND: tl.constexpr):
@@ -504,7 +500,7 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
             rm, rn, row_ok, load_ok = _tile_of(tile, M, n_load, num_m, num_n, BLOCK_M, BLOCK_N, GROUP_M, MASK_M,
                                                MASK_N)
             acc = _mainloop(A, B, rm, rn, 0, K, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
-                            SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
+                            SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, ONES,
                             SA_ALL, SB_ALL, LOCAL, SWAP, PAIR, BY_HAND)
             _epilogue(acc, rm, rn, M, n_main, C, BIAS, ZIN, ZOUT, EXTRA, stride_cm, stride_cn, stride_zm,
                       stride_zn, stride_om, stride_on, HAS_BIAS, MUL_DSILU, OUT_SILU, SAVE_PRE, EXTRA_COL, SWAP, BY_HAND)
@@ -519,7 +515,7 @@ def _gemm_kernel(A, B, C, BIAS, ZIN, ZOUT, EXTRA, PART, COUNTS, SA, SB,
         k_lo = tl.multiple_of(split * chunk, _KALIGN)
         k_hi = tl.minimum(K, k_lo + chunk)
     acc = _mainloop(A, B, rm, rn, k_lo, k_hi, n_main, row_ok, load_ok, stride_am, stride_ak, stride_bk, stride_bn,
-                    SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, A_SILU, ONES,
+                    SA, SB, n_sa, n_sb, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, DOT_F32, ONES,
                     SA_ALL, SB_ALL, LOCAL, SWAP, PAIR, BY_HAND)
 
     if SPLIT_K == 1:
@@ -811,14 +807,14 @@ _TOKENS: dict = {}   # a launch key's shape part -> its token
 def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M: int, N: int, K: int,
           cfg: LaunchConfig, n_main: int, n_load: int, fp32: bool, flags: tuple, n_sa: int, n_sb: int,
           programs_per_device: int) -> _Plan:
-    a_silu, ones, out_silu, m_fixed, has_bias, has_zin, has_zout, has_extra, sa_all, sb_all = flags
+    ones, out_silu, m_fixed, has_bias, has_zin, has_zout, has_extra, sa_all, sb_all = flags
     if cfg.tma:
         pointer_cfg = dataclasses.replace(cfg, tma=False, tma_store=False,
                                           persistent=cfg.persistent and cfg.split_k == 1)
         fallback = _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M, N, K, pointer_cfg,
                          n_main, n_load, fp32, flags, n_sa, n_sb, programs_per_device)
         layout = _tma_layout(a_strides, b_strides)
-        if fp32 or a_silu or ones or layout is None:
+        if fp32 or ones or layout is None:
             return fallback
         return _tma_plan(device_index, layout, c_strides, z_strides, o_strides, M, N, K, cfg, n_main, n_load, flags,
                          programs_per_device, fallback)
@@ -836,7 +832,7 @@ def _plan(device_index, a_strides, b_strides, c_strides, z_strides, o_strides, M
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, SPLIT_K=split,
         EVEN_K=even_k, MASK_M=mask_m, MASK_N=mask_n, PRECISION=cfg.precision if fp32 else "tf32",
         DOT_F32=INTERPRETED and not fp32, PERSISTENT=cfg.persistent,
-        A_SILU=a_silu, ONES=ones, HAS_BIAS=has_bias, MUL_DSILU=has_zin, OUT_SILU=out_silu,
+        ONES=ones, HAS_BIAS=has_bias, MUL_DSILU=has_zin, OUT_SILU=out_silu,
         SAVE_PRE=has_zout, EXTRA_COL=has_extra, SA_ALL=sa_all, SB_ALL=sb_all, LOCAL=cfg.local_scales,
         SWAP=cfg.swap_ab, PAIR=pair, BY_HAND=BY_HAND, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     # The specialization's key (kernels.common.launch_keyed): every int above, the constexprs, and (added
@@ -872,7 +868,7 @@ def _tma_layout(a_strides, b_strides) -> Optional[tuple[bool, int, bool, int]]:
 def _tma_plan(device_index, layout, c_strides, z_strides, o_strides, M: int, N: int, K: int, cfg: LaunchConfig,
               n_main: int, n_load: int, flags: tuple, programs_per_device: int, fallback: _Plan) -> _Plan:
     """`_plan` for a tma config whose operands TMA reads (`_tma_layout`): `_gemm_tma_kernel`'s arguments."""
-    _, _, out_silu, m_fixed, has_bias, has_zin, has_zout, has_extra, _, _ = flags
+    _, out_silu, m_fixed, has_bias, has_zin, has_zout, has_extra, _, _ = flags
     a_t, stride_a, b_t, stride_b = layout
     split = cfg.split_k
     chunk = k_chunk(K, split)   # a multiple of KALIGN, which block_k divides: whole steps a chunk
@@ -897,7 +893,7 @@ def _tma_plan(device_index, layout, c_strides, z_strides, o_strides, M: int, N: 
 def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_strides: tuple[int, int],
           c: torch.Tensor, c_strides: tuple[int, int], M: int, N: int, K: int, cfg: LaunchConfig, *,
           n_main: Optional[int] = None, n_load: Optional[int] = None, bias=None, zin=None, zout=None,
-          extra=None, a_silu=False, ones=False, out_silu=False, m_fixed: bool = False,
+          extra=None, ones=False, out_silu=False, m_fixed: bool = False,
           scales: Optional["Scales"] = None) -> None:
     """Launch `_gemm_kernel` for C[M, N] = A'[M, K] @ B'[K, N] (views given by pointer + strides);
     an fp16x3 config needs `scales`, unless its scales are local (`local_scales`). c, zout and extra
@@ -905,20 +901,20 @@ def _gemm(a: torch.Tensor, a_strides: tuple[int, int], b: torch.Tensor, b_stride
     if (cfg.precision == SCALED and not cfg.local_scales) != (scales is not None):
         raise ValueError(f"an {SCALED} config needs its operands' maxima (scales), unless its scales are local; "
                          f"others none: {cfg.short()}")
-    if cfg.precision == SCALED and (a_silu or ones):
-        raise ValueError(f"an {SCALED} GEMM takes no prologue silu and no ones column (its scales are of the operands)")
+    if cfg.precision == SCALED and ones:
+        raise ValueError(f"an {SCALED} GEMM takes no ones column (its scales are of the operands)")
     if scales is not None and not all(m.dtype == torch.float32 and m.dim() == 1 and m.stride(0) == 1
                                       for m in (scales.a, scales.b)):
         raise ValueError("the maxima of an fp16x3 GEMM are fp32 vectors with unit stride (`row_maxima`'s)")
     plan = _plan_for(c.device, a_strides, b_strides, c_strides, M, N, K, cfg, b.dtype, n_main=n_main, n_load=n_load,
-                     bias=bias, zin=zin, zout=zout, extra=extra, a_silu=a_silu, ones=ones, out_silu=out_silu,
+                     bias=bias, zin=zin, zout=zout, extra=extra, ones=ones, out_silu=out_silu,
                      m_fixed=m_fixed, scales=scales)
     run_plan(plan, a, b, c, bias=bias, zin=zin, zout=zout, extra=extra, scales=scales)
 
 
 def _plan_for(device: torch.device, a_strides, b_strides, c_strides, M: int, N: int, K: int, cfg: LaunchConfig,
               b_dtype: torch.dtype, *, n_main=None, n_load=None, bias=None, zin=None, zout=None, extra=None,
-              a_silu=False, ones=False, out_silu=False, m_fixed=False, scales=None) -> _Plan:
+              ones=False, out_silu=False, m_fixed=False, scales=None) -> _Plan:
     """`_plan`'s arguments from `_gemm`'s (the tensors only say which pointers are present and zin's and
     zout's strides; every strides argument a tuple, as `_plan`'s cache keys on them)."""
     return _plan(device.index, a_strides, b_strides, c_strides,
@@ -926,7 +922,7 @@ def _plan_for(device: torch.device, a_strides, b_strides, c_strides, M: int, N: 
                  (zout.stride(0), zout.stride(1)) if zout is not None else (0, 0),
                  M, N, K, cfg, N if n_main is None else n_main, N if n_load is None else n_load,
                  b_dtype == torch.float32,
-                 (a_silu, ones, out_silu, m_fixed, bias is not None, zin is not None, zout is not None,
+                 (ones, out_silu, m_fixed, bias is not None, zin is not None, zout is not None,
                   extra is not None, scales is not None and scales.a_all, scales is not None and scales.b_all),
                  *((scales.a.numel(), scales.b.numel()) if scales is not None else (0, 0)),
                  persistent_programs(device) if cfg.persistent else 0)
@@ -1030,12 +1026,11 @@ def forward_plan(rows: int, a_strides: tuple[int, int], w: torch.Tensor, bias: O
 
 
 def forward(a: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], cfg: LaunchConfig, *,
-            out_dtype: torch.dtype, a_silu: bool = False, out_silu: bool = False, save_pre: bool = False,
+            out_dtype: torch.dtype, out_silu: bool = False, save_pre: bool = False,
             a_max: Optional[torch.Tensor] = None, w_max: Optional[torch.Tensor] = None
             ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """y = epi(act(a) @ w^T + bias): a [M, K] (unit inner stride), w [N, K] row-major, bias [N] or None.
+    """y = epi(a @ w^T + bias): a [M, K] (unit inner stride), w [N, K] row-major, bias [N] or None.
 
-    `a_silu`: a is replaced by cast(silu(a)) to w's dtype as it is loaded (fp32 silu, one rounding).
     `out_silu`: y = silu(z) with z = a @ w^T + bias in fp32; `save_pre` also returns z (fp32).
     fp16x3: a row of a is scaled by its own max, a row of w (a column of B) by its own; `a_max` /
     `w_max` are `row_maxima` of a / w when the caller has them (else made here).
@@ -1051,14 +1046,14 @@ def forward(a: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], cfg:
     if bias is not None and bias.stride(0) != 1:
         bias = bias.contiguous()   # the epilogue reads bias[n] at n: a strided view would be read wrong
     scales = Scales(_maxima(a, a_max), _maxima(w, w_max)) if needs_maxima(cfg) else None
-    _refuse_fused_silu(cfg, out_silu or a_silu)
+    _refuse_fused_silu(cfg, out_silu)
     _input_grad_only(cfg)
     if cfg.swap_ab:   # y^T = w a^T: W's rows are the launch's M (a multiple of its tiles: m_fixed)
         _gemm(w, (w.stride(0), w.stride(1)), a, (a.stride(1), a.stride(0)), y, (y.stride(1), y.stride(0)), N, M, K,
               cfg, bias=bias, m_fixed=True)
         return y, pre
     _gemm(a, (a.stride(0), a.stride(1)), w, (w.stride(1), w.stride(0)), y, (y.stride(0), y.stride(1)), M, N, K, cfg,
-          bias=bias, zout=pre, a_silu=a_silu, out_silu=out_silu, scales=scales)
+          bias=bias, zout=pre, out_silu=out_silu, scales=scales)
     return y, pre
 
 

@@ -48,7 +48,7 @@ def test_stubbed_calls_reach_no_kernel(monkeypatch):
     for kind in kinds:
         monkeypatch.setattr(kind, "__getitem__", boom)
     cases = [hostcost_cpu.norm_modulate_case(8, 64, 9, torch.bfloat16, False),
-             hostcost_cpu.final_adaln_out_case(8, 64, 9, torch.bfloat16, False, one_node=True)]
+             hostcost_cpu.final_adaln_out_case(8, 64, 9, torch.bfloat16, False)]
     restore = hostcost_cpu.stub_launches()
     try:
         for steps in cases:

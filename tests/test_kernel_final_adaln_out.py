@@ -10,7 +10,7 @@ from h3bench.harness.execute import as_bits
 from h3bench.harness.ops.final_adaln_out import OP
 from h3bench.harness.probes.accuracy_latency import rel_err
 from h3bench.kernels import final_adaln_out_kernel as FA
-from h3bench.kernels.final_adaln_out_kernel import LaunchConfig, final_adaln_out
+from h3bench.kernels.final_adaln_out_kernel import final_adaln_out
 from tests.helpers import STRIDED, assert_same_bits, run_quick_plan
 
 NAMES = ("x", "nw", "temb", "w", "b")
@@ -69,25 +69,23 @@ def test_matches_float64(device, hidden, rows, dtype, index_dtype):
         assert rel_err(grads[name], ref.grads[name]) <= tol(p.torch_dtype), name
 
 
-@pytest.mark.parametrize("one_node", [True, False])
 @pytest.mark.parametrize("x_dtype,nw_dtype,w_dtype", [
     (torch.bfloat16, torch.float32, torch.bfloat16), (torch.float32, torch.bfloat16, torch.bfloat16),
     (torch.bfloat16, torch.bfloat16, torch.float32), (torch.float16, torch.float32, torch.float32)])
-def test_mixed_dtypes_match_float64(device, one_node, x_dtype, nw_dtype, w_dtype):
+def test_mixed_dtypes_match_float64(device, x_dtype, nw_dtype, w_dtype):
     """x, nw and the projection (w, b) each in its own dtype: out in x's, every gradient in its input's,
     within the widest rounding involved; a row alone gives the batch's bits."""
     p, t, dout = case(device, 48, 37)
     t = {**t, "x": t["x"].to(x_dtype), "nw": t["nw"].to(nw_dtype), "w": t["w"].to(w_dtype), "b": t["b"].to(w_dtype)}
     dout = dout.to(x_dtype)
-    cfg = FA.LaunchConfig(one_node=one_node)
-    out, grads = run(t, dout, config=cfg)
+    out, grads = run(t, dout)
     ref = reference(p, t, dout)
     bound = max(tol(d) for d in (x_dtype, nw_dtype, w_dtype))
     assert out.dtype == x_dtype and rel_err(out, ref.outputs[0]) <= bound
     for name in NAMES:
         assert grads[name].dtype == t[name].dtype, name
         assert rel_err(grads[name], ref.grads[name]) <= bound, name
-    alone, alone_grads = run({**t, "x": t["x"][5:6], "ti": t["ti"][5:6]}, dout[5:6], config=cfg)
+    alone, alone_grads = run({**t, "x": t["x"][5:6], "ti": t["ti"][5:6]}, dout[5:6])
     assert torch.equal(as_bits(alone[0]), as_bits(out[5]))
     assert torch.equal(as_bits(alone_grads["x"][0]), as_bits(grads["x"][5]))
 
@@ -108,7 +106,7 @@ def test_hidden_one_and_zero_rows(device):
         assert torch.count_nonzero(grads[name]) == 0, name
 
 
-def test_strided_inputs_leading_dims_and_autograd_projection(device):
+def test_strided_inputs_and_leading_dims(device):
     p, t, dout = case(device, 16, 12)
     flat_out, flat_grads = run(t, dout)
     wide_x = torch.cat([t["x"], t["x"]], dim=1)[:, 16:]  # row stride 2H
@@ -122,53 +120,13 @@ def test_strided_inputs_leading_dims_and_autograd_projection(device):
     out, grads = run(strided, dout)
     assert out.shape == (3, 4, 16) and torch.equal(as_bits(out.reshape(12, 16)), as_bits(flat_out))
     assert torch.equal(as_bits(grads["x"].reshape(12, 16)), as_bits(flat_grads["x"]))
-    # the projection as autograd's composition: torch's backward calls, so the bits of the projection node
-    # with triton_grads=False (the default's dtemb, dW and db come from gemm launches: other bits)
-    out2, grads2 = run(t, dout, config=LaunchConfig(projection_node=False, one_node=False))
-    torch_out, torch_grads = run(t, dout, config=LaunchConfig(triton_grads=False))
-    assert torch.equal(as_bits(out2), as_bits(flat_out)) and torch.equal(as_bits(torch_out), as_bits(flat_out))
-    for name in NAMES:
-        assert torch.equal(as_bits(grads2[name]), as_bits(torch_grads[name])), name
     with torch.no_grad():
         plain = final_adaln_out(*t.values(), EPS)
     assert torch.equal(as_bits(plain), as_bits(flat_out))
 
 
-TRITON_PROJECTION = LaunchConfig(triton_projection=True)
-TORCH_SILU = LaunchConfig(triton_silu=False)
-TORCH_GRADS = LaunchConfig(triton_grads=False)
-ALL_TORCH = LaunchConfig(triton_silu=False, triton_grads=False)
-TWO_NODES_TORCH_GRADS = LaunchConfig(one_node=False, triton_grads=False)
-
-
-@pytest.mark.parametrize("config", [TRITON_PROJECTION, TORCH_SILU, TORCH_GRADS, ALL_TORCH, TWO_NODES_TORCH_GRADS],
-                         ids=["gemm", "torch_silu", "torch_grads", "all_torch", "two_nodes_torch_grads"])
-@pytest.mark.parametrize("hidden,rows,dtype", [(64, 300, "bfloat16"), (3, 40, "float16"), (40, 7, "float32")])
-def test_triton_projection_matches_float64_and_repeats(device, config, hidden, rows, dtype):
-    """The projection's forward as one gemm launch (silu and cast fused into its load), or torch's F.linear
-    on torch's silu and cast (the default: on our silu_cast): the same bounds against float64, parameter gradients that repeat, strided temb,
-    inference without autograd."""
-    p, t, dout = case(device, hidden, rows, dtype)
-    out, grads = run(t, dout, config=config)
-    ref = reference(p, t, dout)
-    assert rel_err(out, ref.outputs[0]) <= tol(p.torch_dtype)
-    for name in NAMES:
-        assert grads[name].dtype == t[name].dtype and rel_err(grads[name], ref.grads[name]) <= tol(p.torch_dtype), name
-    again = run(t, dout, config=config)[1]
-    for name in PARAMS:
-        assert torch.equal(as_bits(again[name]), as_bits(grads[name])), name
-    wide_temb = torch.cat([t["temb"], t["temb"]], dim=1)[:, :t["temb"].shape[1]]
-    strided_out, _ = run(dict(t, temb=wide_temb), dout, config=config)
-    assert torch.equal(as_bits(strided_out), as_bits(out))
-    with torch.no_grad():
-        plain = final_adaln_out(*t.values(), EPS, config=config)
-    assert torch.equal(as_bits(plain), as_bits(out))
-
-
-@pytest.mark.parametrize("one_node", [True, False], ids=["one_node", "two_nodes"])
-def test_triton_grads_takes_the_gemm_launches(device, monkeypatch, one_node):
-    """LaunchConfig.triton_grads (the default) really runs the projection's backward as gemm.input_grad and
-    gemm.weight_grad (once each a backward); triton_grads=False calls neither."""
+def test_backward_takes_the_gemm_launches(device, monkeypatch):
+    """The projection's backward runs as gemm.input_grad and gemm.weight_grad, once each a backward."""
     from h3bench.kernels import gemm
     calls = []
     for name in ("input_grad", "weight_grad"):
@@ -176,39 +134,29 @@ def test_triton_grads_takes_the_gemm_launches(device, monkeypatch, one_node):
         monkeypatch.setattr(gemm, name, (lambda real, name: lambda *a, **k: calls.append(name) or real(*a, **k))(
             real, name))
     _, t, dout = case(device, 16, 20, "bfloat16")
-    run(t, dout, config=LaunchConfig(one_node=one_node, triton_grads=False))
-    assert calls == []
-    run(t, dout, config=LaunchConfig(one_node=one_node))
+    run(t, dout)
     assert sorted(calls) == ["input_grad", "weight_grad"]
 
 
-def test_triton_projection_needs_the_projection_node():
-    with pytest.raises(ValueError, match="needs projection_node"):
-        LaunchConfig(projection_node=False, one_node=False, triton_projection=True)
-
-
 @pytest.mark.parametrize("layout", STRIDED)
-@pytest.mark.parametrize("config", [None, LaunchConfig(one_node=False), TRITON_PROJECTION, ALL_TORCH],
-                         ids=["default", "two_nodes", "gemm", "all_torch"])
-def test_strided_inputs_give_the_contiguous_bits(device, config, layout):
+def test_strided_inputs_give_the_contiguous_bits(device, layout):
     """Every argument and the upstream gradient a strided view (NaN or an out-of-range index between the
-    elements): output, gradients and the no-grad output bitwise those of contiguous inputs, on each
-    projection path (a strided b was once read as if contiguous by the gemm forward)."""
+    elements): output, gradients and the no-grad output bitwise those of contiguous inputs."""
     _, t, dout = case(device, 7, 13, dim=9)
     dense = {n: v.contiguous() for n, v in t.items()}
-    out, grads = run(dense, dout, config=config)
+    out, grads = run(dense, dout)
     strided = {n: STRIDED[layout](v) for n, v in dense.items()}
     assert strided["ti"].stride(0) == 2 and strided["b"].stride(0) == 2
     assert all(torch.equal(strided[n], dense[n]) for n in dense)
-    assert_same_bits(run(strided, STRIDED[layout](dout), config=config), (out, grads))
+    assert_same_bits(run(strided, STRIDED[layout](dout)), (out, grads))
     with torch.no_grad():
-        assert torch.equal(as_bits(final_adaln_out(*strided.values(), EPS, config=config)), as_bits(out))
+        assert torch.equal(as_bits(final_adaln_out(*strided.values(), EPS)), as_bits(out))
 
 
-def run_some(t, dout, wants, config):
+def run_some(t, dout, wants):
     """`run` with only the inputs named in `wants` requiring grad; (out, every input's .grad or None)."""
     leaves = {n: (t[n].detach().requires_grad_(n in wants) if n in NAMES else t[n]) for n in t}
-    out = final_adaln_out(*leaves.values(), EPS, config=config)
+    out = final_adaln_out(*leaves.values(), EPS)
     if wants:
         out.backward(dout.reshape(out.shape))
     else:
@@ -216,51 +164,42 @@ def run_some(t, dout, wants, config):
     return out.detach(), {n: leaves[n].grad for n in NAMES}
 
 
-@pytest.mark.parametrize("projection", [{}, {"triton_projection": True}, {"triton_silu": False},
-                                        {"triton_grads": False}, {"triton_silu": False, "triton_grads": False}],
-                         ids=["silu_cast", "gemm", "torch_silu", "torch_grads", "torch_silu_torch_grads"])
 @pytest.mark.parametrize("hidden,rows,dtype,timesteps", [
     (64, 300, "bfloat16", 3),
     (3, 40, "float16", 3),
     (40, 7, "float32", 3),
     (24, 50, "bfloat16", 20),  # M > local_max: norm_modulate's global plan (sorted rows, combine kernel)
 ])
-def test_one_node_is_bitwise_the_two_node_path(device, projection, hidden, rows, dtype, timesteps):
-    """LaunchConfig.one_node: one autograd node, norm_modulate's launchers called directly, dshift and
-    dscale written into one dproj buffer: the same output and gradients, bit for bit, for every subset
-    of inputs that wants a gradient, without grad mode, in leading dims and with strided inputs."""
+def test_gradient_subsets_give_the_full_bits(device, hidden, rows, dtype, timesteps):
+    """Any subset of inputs wanting a gradient (and none, without grad mode too): the output and each
+    parameter gradient asked for bitwise those of the run with every gradient, the others None; dx so
+    wherever a parameter gradient is asked for too (x's alone is norm_modulate's split backward without
+    PARAMS: within the float64 bound), in leading dims as well."""
     p, t, dout = case(device, hidden, rows, dtype)
     if timesteps != t["temb"].shape[0]:
         gen = torch.Generator(device=device).manual_seed(5)
         t["temb"] = torch.randn(timesteps, t["temb"].shape[1], generator=gen, device=device)
         t["ti"] = torch.randint(0, timesteps, (rows,), generator=gen, device=device)
-    two = LaunchConfig(one_node=False, **projection)
-    one = LaunchConfig(one_node=True, **projection)
-    for wants in (NAMES, ("x",), ("nw",), ("temb",), ("w", "b"), ("x", "b"), ()):
-        assert_same_bits(run_some(t, dout, wants, two), run_some(t, dout, wants, one))
+    full_out, full = run_some(t, dout, NAMES)
+    for wants in (("x",), ("nw",), ("temb",), ("w", "b"), ("w",), ("x", "b"), ()):
+        out, grads = run_some(t, dout, wants)
+        assert torch.equal(as_bits(out), as_bits(full_out)), wants
+        for name in NAMES:
+            if name not in wants:
+                assert grads[name] is None, (wants, name)
+            elif name != "x" or len(wants) > 1:
+                assert torch.equal(as_bits(grads[name]), as_bits(full[name])), (wants, name)
+            else:
+                ref = reference(p, t, dout)
+                assert rel_err(grads["x"], ref.grads["x"]) <= tol(p.torch_dtype)
     with torch.no_grad():
-        plain = final_adaln_out(*t.values(), EPS, config=one)
-    assert torch.equal(as_bits(plain), as_bits(run_some(t, dout, (), two)[0]))
-    # leading dims, row-strided x, strided temb and ti
-    wide_x = torch.cat([t["x"], t["x"]], dim=1)[:, hidden:]
-    wide_temb = torch.cat([t["temb"], t["temb"]], dim=1)[:, :t["temb"].shape[1]]
-    wide_ti = t["ti"].repeat_interleave(2)[::2]
-    strided = dict(t, x=wide_x, temb=wide_temb, ti=wide_ti)
-    assert_same_bits(run_some(strided, dout, NAMES, two), run_some(strided, dout, NAMES, one))
+        assert torch.equal(as_bits(final_adaln_out(*t.values(), EPS)), as_bits(full_out))
     if rows % 2 == 0:
         folded = dict(t, x=t["x"].reshape(2, rows // 2, hidden), ti=t["ti"].reshape(2, rows // 2))
-        assert_same_bits(run_some(folded, dout, NAMES, two), run_some(folded, dout, NAMES, one))
-
-
-def test_one_node_zero_rows_and_config(device):
-    _, t, dout = case(device, 8, 0)
-    one = LaunchConfig(one_node=True)
-    assert_same_bits(run_some(t, dout, NAMES, LaunchConfig(one_node=False)), run_some(t, dout, NAMES, one))
-    _, grads = run_some(t, dout, NAMES, one)
-    for name in PARAMS:
-        assert torch.count_nonzero(grads[name]) == 0, name
-    with pytest.raises(ValueError, match="one_node needs projection_node"):
-        LaunchConfig(projection_node=False, one_node=True)
+        out, grads = run_some(folded, dout, NAMES)
+        assert torch.equal(as_bits(out.reshape(rows, hidden)), as_bits(full_out))
+        for name in NAMES:
+            assert torch.equal(as_bits(grads[name].reshape(full[name].shape)), as_bits(full[name])), name
 
 
 def test_row_alone_equals_row_in_batch(device):

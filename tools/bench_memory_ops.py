@@ -6,8 +6,8 @@
 
 For adaln_row_gather, gate_residual, final_adaln_out and timestep_sinusoid at the model's size and each
 row count of its accuracy plan (token ops 4097 and 32768; timestep_sinusoid 1, 3, 4, 64, 256, 2048), and
-for each row of the op (our kernel in its default launch configuration, final_adaln_out's also in its
-LaunchConfig alternatives; the torch composition the `diffusers` adapter replays; SGLang's kernel for
+for each row of the op (our kernel in its default launch configuration, and any alternative under trial
+beside it; the torch composition the `diffusers` adapter replays; SGLang's kernel for
 timestep_sinusoid when it loads):
 
   1. errors against the op's float64 reference (output(s) and every gradient, max|err| / max|ref|);
@@ -73,8 +73,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--timeline", action="store_true",
                         help="also record each row's GPU kernels in one forward+backward (torch.profiler; CUDA)")
     parser.add_argument("--variants", default=None,
-                        help="comma-separated subset of our alternatives to run (final_adaln_out's LaunchConfig "
-                             "ones; default: all; `default` always runs)")
+                        help="comma-separated subset of our alternatives to run (`variants`' rows beside the "
+                             "default; default: all; `default` always runs)")
     args = parser.parse_args(argv)
     if args.warmup < 0 or args.reps < 1:
         parser.error("--warmup must be >= 0 and --reps >= 1")
@@ -103,7 +103,8 @@ def pick_device(dry_run: bool) -> torch.device:
 
 def variants(op: str, params: Any) -> dict[str, Callable]:
     """name -> callable with the op's signature: our kernel at its default launch configuration
-    ("default") and, for final_adaln_out, its LaunchConfig alternatives."""
+    ("default"), then any alternative launch configuration under trial (a kernel without variants has
+    that one row)."""
     if op == "adaln_row_gather":
         from h3bench.kernels.adaln_row_gather_api import adaln_row_gather
 
@@ -114,19 +115,11 @@ def variants(op: str, params: Any) -> dict[str, Callable]:
 
         return {"default": lambda res, y, gate, idx: gate_residual(res, y, gate, idx, check_index=False)}
     if op == "final_adaln_out":
-        from h3bench.kernels.final_adaln_out_kernel import LaunchConfig, final_adaln_out
+        from h3bench.kernels.final_adaln_out_kernel import final_adaln_out
 
         eps = params.eps
-        # default: the whole op as one autograd node; two_nodes: the projection's node + norm_modulate's
-        configs = {"default": LaunchConfig(), "two_nodes": LaunchConfig(one_node=False),
-                   "autograd_projection": LaunchConfig(False, one_node=False),
-                   "triton_projection": LaunchConfig(triton_projection=True),
-                   "torch_silu": LaunchConfig(triton_silu=False),
-                   # the projection's backward as torch's five calls instead of the default's two gemm
-                   # launches (H200, commit cf0e3c2: the default's fwd+bwd 3-4% faster at S = 4097)
-                   "torch_grads": LaunchConfig(triton_grads=False)}
-        return {name: (lambda cfg: lambda x, nw, temb, w, b, ti: final_adaln_out(
-            x, nw, temb, w, b, ti, eps, check_index=False, config=cfg))(cfg) for name, cfg in configs.items()}
+        return {"default": lambda x, nw, temb, w, b, ti: final_adaln_out(x, nw, temb, w, b, ti, eps,
+                                                                         check_index=False)}
     if op == "timestep_sinusoid":
         from h3bench.kernels.timestep_sinusoid_kernel import timestep_sinusoid
 

@@ -6,7 +6,7 @@
 Each op runs at the model's size on CPU tensors with `kernels.gemm.launch` and `launch_keyed` replaced by a
 recorder: a no-grad forward, then a forward and a backward with every gradient (timestep_mlp and
 adaln_projection through their public functions with the GPU's config set; final_adaln_out's projection,
-the part of it that launches kernels/gemm.py, as its default `LaunchConfig` runs it; T is its table's rows).
+the part of it that launches kernels/gemm.py; T is its table's rows).
 Each recorded launch is compiled with triton's own specialization rules emulated (ints equal to 1 become
 constants, 16-divisible pointers and ints get the divisibility hint, `do_not_specialize` respected) and its
 cubin read with cuobjdump: registers, spill stack (LOCAL), shared memory, the dot instruction found in the
@@ -180,15 +180,14 @@ def _adaln_projection(rows: int, w: dict, grad: bool) -> None:
 
 
 def _final_adaln_out(rows: int, w: dict, grad: bool) -> None:
-    """The projection of final_adaln_out's default path (`_project`, `_projection_grads`); T = rows."""
-    cfg = FA.LaunchConfig()
+    """final_adaln_out's projection (`_project`, `_projection_grads`); T = rows."""
     temb = torch.randn(rows, w["temb"])
     weight = torch.randn(2 * w["hidden"], w["temb"]).to(torch.bfloat16)
     bias = torch.zeros(2 * w["hidden"], dtype=torch.bfloat16)
-    temb, a, _ = FA._project(temb, weight, bias, FA.projection_kind(cfg))
+    temb, a, _ = FA._project(temb, weight, bias)
     if grad:
         dproj = torch.randn(rows, 2 * w["hidden"]).to(torch.bfloat16)
-        FA._projection_grads(dproj, temb, a, weight, True, True, True, FA.grads_kind(cfg))
+        FA._projection_grads(dproj, temb, a, weight, True, True, True)
 
 
 def launches(op: str, rows: int, small: bool = False) -> list[tuple[str, callable]]:

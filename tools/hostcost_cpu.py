@@ -20,10 +20,8 @@ every torch call stay real. Each case is timed as the best of `--blocks` blocks 
   harness's fwd_bwd_net step).
 * fwd (no grad): an inference call under torch.no_grad().
 
-`--op final_adaln_out` times kernels.final_adaln_out.final_adaln_out with its default config
-(LaunchConfig(one_node=True)) and with LaunchConfig(one_node=False) (the projection's node and
-norm_modulate's). `--profile` adds a cProfile of the fwd+bwd loop per case (top functions by
-own time and by cumulative time). Calls pass check_index=False (the harness does), unless --check-index.
+`--op final_adaln_out` times kernels.final_adaln_out.final_adaln_out. `--profile` adds a cProfile of the
+fwd+bwd loop per case (top functions by own time and by cumulative time). Calls pass check_index=False (the harness does), unless --check-index.
 
 Differences from the GPU: no launch cost at all (on the H200 a fast launch, binder + compiled.run, is
 ~10 us of host each), no CUDA caching allocator (CPU allocations instead), and CPU tensors take the
@@ -132,8 +130,8 @@ def norm_modulate_case(rows: int, hidden: int, table_rows: int, dtype: torch.dty
 
 
 def final_adaln_out_case(rows: int, hidden: int, table_rows: int, dtype: torch.dtype, check_index: bool,
-                         one_node: bool, temb_dim: int = 64) -> dict[str, Callable[[], None]]:
-    from h3bench.kernels.final_adaln_out_kernel import LaunchConfig, final_adaln_out
+                         temb_dim: int = 64) -> dict[str, Callable[[], None]]:
+    from h3bench.kernels.final_adaln_out_kernel import final_adaln_out
     g = torch.Generator().manual_seed(0)
     x = _leaf(2 * torch.randn(rows, hidden, generator=g).to(dtype))
     nw = _leaf((0.5 + torch.rand(hidden, generator=g)).to(dtype))
@@ -142,8 +140,7 @@ def final_adaln_out_case(rows: int, hidden: int, table_rows: int, dtype: torch.d
     b = _leaf((0.05 * torch.randn(2 * hidden, generator=g)).to(dtype))
     ti = torch.randint(0, table_rows, (rows,), generator=g)
     dy = torch.randn(rows, hidden, generator=g).to(dtype)
-    cfg = LaunchConfig(one_node=one_node)
-    return _steps(lambda: final_adaln_out(x, nw, temb, w, b, ti, check_index=check_index, config=cfg),
+    return _steps(lambda: final_adaln_out(x, nw, temb, w, b, ti, check_index=check_index),
                   (x, nw, temb, w, b), dy)
 
 
@@ -207,10 +204,8 @@ def main(argv=None) -> dict:
                 cases.append((f"norm_modulate {name}", norm_modulate_case(
                     args.rows, args.hidden, args.table_rows, dtype, args.check_index)))
             else:
-                for one_node in (False, True):
-                    label = f"final_adaln_out {name} {'one_node (default)' if one_node else 'two_nodes'}"
-                    cases.append((label, final_adaln_out_case(args.rows, args.hidden, args.table_rows, dtype,
-                                                              args.check_index, one_node)))
+                cases.append((f"final_adaln_out {name}", final_adaln_out_case(
+                    args.rows, args.hidden, args.table_rows, dtype, args.check_index)))
         results = {}
         for label, steps in cases:
             results[label] = {step: best_us(fn, args.calls, args.blocks) for step, fn in steps.items()}
