@@ -17,10 +17,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-from h3bench.harness import environment, fanout
-from h3bench.harness.merge import merge
+from h3bench.harness import fanout
 from h3bench.harness.modes import ModeSpec
-from h3bench.harness.ops.base import Op
 from h3bench.harness.schema import Evidence, SchemaError, UnavailableMode, load
 
 if TYPE_CHECKING:
@@ -80,31 +78,3 @@ def part_of(spec: ModeSpec, outcome: fanout.Outcome) -> Evidence | UnavailableMo
     if list(part.results) != [spec.name]:
         raise RuntimeError(f"the child for mode {spec.name} wrote results for {list(part.results)}")
     return part
-
-
-def combine(op: Op, request: "RunRequest", parts: Sequence[Evidence | UnavailableMode]) -> Evidence:
-    """One evidence file from the modes' parts, in the requested mode order."""
-    from h3bench.harness.runner import evidence_of, mode_variables, timing_record
-    from h3bench.harness.modes import get_mode
-
-    measured = [p for p in parts if isinstance(p, Evidence)]
-    if measured:
-        combined = measured[0]
-        for part in measured[1:]:
-            combined = merge(combined, part)
-    else:  # every mode failed in its child: the environment is this process's
-        env = environment.capture(request.device, {}, request.measure_bandwidth,
-                                  timing_record(request.config, request.device))
-        combined = evidence_of(op, request, env, {})
-    ordered: dict = {}
-    for name, part in zip(request.modes, parts):
-        if isinstance(part, UnavailableMode):
-            ordered[name] = part
-            combined.environment.mode_environment.setdefault(name, mode_variables(get_mode(name)))
-        else:
-            ordered[name] = combined.results[name]
-    combined.results = ordered
-    combined.environment.mode_environment = {name: combined.environment.mode_environment[name]
-                                             for name in request.modes}
-    combined.command = request.command or None
-    return combined

@@ -19,7 +19,7 @@ import gc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Protocol
+from typing import Optional, Protocol, Sequence
 
 import torch
 
@@ -116,7 +116,7 @@ def run(request: RunRequest, observer: Optional[Observer] = None) -> Evidence:
     away = [s for s in specs if s not in here]
     if away:
         parts.update(children.run_modes(request, away, observer))
-    evidence = children.combine(op, request, [parts[s.name] for s in specs])
+    evidence = combine_modes(op, request, [parts[s.name] for s in specs])
     evidence.wall_s = round(time.perf_counter() - started, 3)
     if request.out is not None:
         save(evidence, request.out)
@@ -310,3 +310,30 @@ def default_out_path(op: str, device: torch.device, quick: bool) -> Path:
     while path.exists() or path.with_suffix("").exists():
         path, n = base.with_name(f"{base.name}-{n}.json"), n + 1
     return path
+
+
+def combine_modes(op: Op, request: RunRequest, parts: Sequence[Evidence | UnavailableMode]) -> Evidence:
+    """One evidence file from the modes' parts, in the requested mode order."""
+    from h3bench.harness.merge import merge
+
+    measured = [p for p in parts if isinstance(p, Evidence)]
+    if measured:
+        combined = measured[0]
+        for part in measured[1:]:
+            combined = merge(combined, part)
+    else:  # every mode failed in its child: the environment is this process's
+        env = environment.capture(request.device, {}, request.measure_bandwidth,
+                                  timing_record(request.config, request.device))
+        combined = evidence_of(op, request, env, {})
+    ordered: dict = {}
+    for name, part in zip(request.modes, parts):
+        if isinstance(part, UnavailableMode):
+            ordered[name] = part
+            combined.environment.mode_environment.setdefault(name, mode_variables(get_mode(name)))
+        else:
+            ordered[name] = combined.results[name]
+    combined.results = ordered
+    combined.environment.mode_environment = {name: combined.environment.mode_environment[name]
+                                             for name in request.modes}
+    combined.command = request.command or None
+    return combined

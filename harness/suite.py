@@ -14,6 +14,7 @@ from typing import Callable, Optional, Sequence
 
 from h3bench.harness import children, fanout
 from h3bench.harness.modes import get_mode
+from h3bench.harness.runner import combine_modes
 from h3bench.harness.ops import get_op
 from h3bench.harness.schema import Evidence, save
 
@@ -62,7 +63,7 @@ def run_suite(requests: Sequence, devices: Sequence[str], *, ray_address: Option
         for request in requests:
             op = get_op(request.config.op)
             parts = [children.part_of(get_mode(m), by_key[f"{op.name}/{m}"]) for m in request.modes]
-            evidence = children.combine(op, request, parts)
+            evidence = combine_modes(op, request, parts)
             evidence.wall_s = round(sum(by_key[f"{op.name}/{m}"].wall_s for m in request.modes), 3)
             if request.out is not None:
                 save(evidence, request.out)

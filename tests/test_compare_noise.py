@@ -3,7 +3,6 @@ or few-sample files get their ratios shown with the reason, and two quick CPU ru
 clean."""
 from __future__ import annotations
 
-import copy
 
 from h3bench.harness import schema
 from h3bench.harness.schema import TimingRecord
