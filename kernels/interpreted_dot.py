@@ -13,8 +13,7 @@ is exact (formed in float64: fp8, fp16, bf16 and fp32 operands have at most 24 s
 added in float64 before the one rounding to the accumulator's dtype (for a float32 accumulator a double
 rounding, deterministic like the rest). Elementwise numpy arithmetic is IEEE-exact whatever the CPU's
 SIMD width, so a dot's result depends on its operands only: a row's bits are the same in any position of
-the block and on any CPU, and two dots chained through acc give the bits of one dot over the joined K (a
-kernel that merges a step's products into one longer dot is checked for exactly that).
+the block and on any CPU, and two dots chained through acc give the bits of one dot over the joined K.
 Integer dots keep numpy's matmul (exact).
 
 Installed by `kernels.common` when the interpreter is on (it only ever runs on the CPU); the compiled GPU
