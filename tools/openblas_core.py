@@ -26,4 +26,7 @@ def openblas_core() -> str:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    argparse.ArgumentParser(description="Print the kernel numpy's OpenBLAS runs on this CPU.").parse_args()
     print(openblas_core())
