@@ -446,14 +446,12 @@ def validate(files: List[Path] = typer.Argument(..., help="Evidence JSON file(s)
     """Check files against the contract (keys, nesting, types) and for meaning (figures, counts, verdicts,
     plan totals); every file is checked and each problem named; exit 1 if any file fails."""
     from h3bench.harness import semantics
-    from h3bench.harness.schema import SchemaError, from_json
+    from h3bench.harness.schema import SchemaError, from_json, read_json
 
     bad = 0
     for file in files:
         try:
-            if file.is_dir():
-                raise SchemaError("a folder, not an evidence file")
-            data = json.loads(file.read_bytes().decode("utf-8"))
+            data = read_json(file)
             if semantics.is_sweep(data):
                 problems, what = semantics.sweep_problems(data), "norm_modulate sweep"
             else:
@@ -465,10 +463,6 @@ def validate(files: List[Path] = typer.Argument(..., help="Evidence JSON file(s)
             bad += 1
             err.print(f"[red]{escape(f'{file}: no such file')}[/]", highlight=False)
             continue
-        except UnicodeDecodeError:
-            problems, what = ["not a text file"], None
-        except json.JSONDecodeError as exc:
-            problems, what = [f"not JSON ({exc})"], None
         except (SchemaError, OSError) as exc:
             problems, what = [str(exc)], None
         if problems:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Iterable, Union
 
-from h3bench.harness.probes.difference import describe
+from h3bench.harness.probes.difference import describe, describe_param
 from h3bench.harness.schema import BatchInvariance, Evidence, RowResult, UnavailableMode, UnavailableRow
 
 ALL = "all"
@@ -46,8 +46,7 @@ def what_failed(bi: BatchInvariance, located: bool = True) -> list[str]:
         found.append(f"sweep: {sweep.differ} of {sweep.comparisons} comparisons{_at(first)}")
     if bi.params_repeatable is False:
         found.append("parameter gradients not repeatable" + "".join(
-            f"; {p.param}: {p.elements}/{p.numel} elements, up to {p.max_ulp} ULP"
-            for p in (bi.params_differences or ()) if located))
+            f"; {describe_param(p)}" for p in (bi.params_differences or ()) if located))
     return found
 
 

@@ -374,14 +374,25 @@ def _check_row(row: RowResult, path: str) -> None:
 FOLDER_NOT_FILE = "a folder, not an evidence file: name a JSON file in it"
 
 
-def load(path: Union[str, Path]) -> Evidence:
+def read_json(path: Union[str, Path]) -> Any:
+    """The parsed JSON of a file: IsADirectoryError (FOLDER_NOT_FILE) for a folder, SchemaError for a file
+    that is not text or not JSON (the message does not repeat the path), FileNotFoundError as it comes."""
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(FOLDER_NOT_FILE)
     try:
-        data = json.loads(path.read_text())
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise SchemaError("not a text file") from None
     except json.JSONDecodeError as exc:
-        raise SchemaError(f"{path}: not JSON ({exc})") from exc
+        raise SchemaError(f"not JSON ({exc})") from exc
+
+
+def load(path: Union[str, Path]) -> Evidence:
+    try:
+        data = read_json(path)
+    except SchemaError as exc:
+        raise SchemaError(f"{path}: {exc}") from exc
     return from_json(data)
 
 

@@ -14,26 +14,33 @@ import dataclasses
 import math
 from typing import Any, Iterator
 
+from h3bench.harness.probes.batch_invariance import invariant, sub_batches_total, sweep_total
 from h3bench.harness.schema import BatchInvariance, Evidence, RowResult, UnavailableMode
 
 
-
-def _numbers(obj: Any, path: str) -> Iterator[tuple[str, Any]]:
-    """(path, value) for every number in a SizeResult (nested dicts and Spread records included)."""
+def numbers(obj: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """(path, value) for every number (bools aside) in a record: dataclass fields and dict keys as
+    `path.name`, list items as `path[i]` (a record's own fields have no leading dot when `path` is "")."""
     if dataclasses.is_dataclass(obj):
-        for f in dataclasses.fields(obj):
-            yield from _numbers(getattr(obj, f.name), f"{path}.{f.name}")
+        items = ((f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj))
     elif isinstance(obj, dict):
-        for key, value in obj.items():
-            yield from _numbers(value, f"{path}.{key}")
-    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
-        yield path, obj
+        items = obj.items()
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            yield from numbers(value, f"{path}[{i}]")
+        return
+    else:
+        if isinstance(obj, (int, float)) and not isinstance(obj, bool):
+            yield path, obj
+        return
+    for key, value in items:
+        yield from numbers(value, f"{path}.{key}" if path else str(key))
 
 
 def _figure_problems(row: RowResult, where: str) -> list[str]:
     found = []
     for size, result in row.accuracy_latency.items():
-        for path, value in _numbers(result, f"{where}.accuracy_latency.{size}"):
+        for path, value in numbers(result, f"{where}.accuracy_latency.{size}"):
             if not math.isfinite(value) or value < 0:
                 found.append(f"{path}: {value!r} is not a finite non-negative number")
     if row.wall_s is not None and not (math.isfinite(row.wall_s) and row.wall_s >= 0):
@@ -57,9 +64,7 @@ def _count_problems(bi: BatchInvariance, where: str) -> list[str]:
     if len(sweep.first_failures) > sweep.differ:
         found.append(f"{where}.batch_size_sweep.first_failures: {len(sweep.first_failures)} listed, "
                      f"{sweep.differ} counted")
-    clean = (all(c.fwd_differ == 0 and c.rowgrad_differ == 0 for c in bi.all_rows.values())
-             and subs.fwd_differ == 0 and subs.rowgrad_differ == 0 and sweep.differ == 0)
-    expected = clean and bi.params_repeatable is not False
+    expected = invariant(bi.all_rows, bi.params_repeatable, subs, sweep)
     if bi.batch_invariant != expected:
         found.append(f"{where}.batch_invariant: {bi.batch_invariant} but the counts and params_repeatable="
                      f"{bi.params_repeatable} say {expected}")
@@ -69,7 +74,6 @@ def _count_problems(bi: BatchInvariance, where: str) -> list[str]:
 def _plan_totals(config: dict) -> dict[str, Any]:
     """The totals the recorded plan implies, or {} when the file records no usable plan."""
     from h3bench.harness.config import AllRowsPlan, SubBatchPlan, SweepPlan
-    from h3bench.harness.probes.batch_invariance import sub_batches_total, sweep_total
 
     try:
         all_rows = AllRowsPlan(**config["all_rows"])
@@ -122,9 +126,6 @@ def problems(evidence: Evidence) -> list[str]:
     return found
 
 
-
-
-
 # The norm_modulate sweep (tools/sweep_norm_modulate.py) writes its own format: timings over widths, table
 # sizes and dtypes, not an evidence file. It is recognised by these keys and checked for meaning alike.
 SWEEP_KEYS = ("hidden_sweep", "table_rows_sweep", "dtype_matrix")
@@ -132,17 +133,6 @@ SWEEP_KEYS = ("hidden_sweep", "table_rows_sweep", "dtype_matrix")
 
 def is_sweep(data: Any) -> bool:
     return isinstance(data, dict) and all(key in data for key in SWEEP_KEYS)
-
-
-def _raw_numbers(obj: Any, path: str) -> Iterator[tuple[str, Any]]:
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            yield from _raw_numbers(value, f"{path}.{key}")
-    elif isinstance(obj, list):
-        for i, value in enumerate(obj):
-            yield from _raw_numbers(value, f"{path}[{i}]")
-    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
-        yield path, obj
 
 
 def sweep_problems(data: dict) -> list[str]:
@@ -156,5 +146,5 @@ def sweep_problems(data: dict) -> list[str]:
     if not data["hidden_sweep"] and not data["table_rows_sweep"]:
         found.append("$: no timed point (hidden_sweep and table_rows_sweep are empty)")
     found += [f"{path}: {value!r} is not a finite non-negative number"
-              for path, value in _raw_numbers(data, "$") if not math.isfinite(value) or value < 0]
+              for path, value in numbers(data, "$") if not math.isfinite(value) or value < 0]
     return found

@@ -37,17 +37,13 @@ def _verdict(row) -> str:
 
 
 def index_rows(paths: Sequence[Path], out_dir: Path) -> list[IndexRow]:
-    import json
-
     from h3bench.harness.semantics import is_sweep
 
     rows = []
     for path in paths:
         link = os.path.relpath(Path(path).resolve(), Path(out_dir).resolve())
         try:
-            if Path(path).is_dir():
-                raise schema.SchemaError(schema.FOLDER_NOT_FILE)
-            data = json.loads(Path(path).read_text())
+            data = schema.read_json(path)
             if is_sweep(data):  # the norm_modulate shape sweep: timings only, listed with a link
                 rows.append(IndexRow("norm_modulate", "-", "shape sweep", "timings only (not an audit)", None,
                                      None, None, link))

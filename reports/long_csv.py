@@ -11,30 +11,15 @@ one line per figure, columns op, mode, row, check, size, figure, value.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Iterator, Union
 
 from h3bench.harness import schema
+from h3bench.harness.semantics import numbers
 from h3bench.harness.schema import Evidence, RowResult, UnavailableMode, UnavailableRow
 
 COLUMNS = ("op", "mode", "row", "check", "size", "figure", "value")
-
-
-def _flat(obj: Any, prefix: str) -> Iterator[tuple[str, Any]]:
-    if dataclasses.is_dataclass(obj):
-        for f in dataclasses.fields(obj):
-            yield from _flat(getattr(obj, f.name), f"{prefix}.{f.name}" if prefix else f.name)
-    elif isinstance(obj, dict):
-        for key, value in obj.items():
-            yield from _flat(value, f"{prefix}.{key}" if prefix else str(key))
-    elif obj is not None and not isinstance(obj, (list, str)):
-        yield prefix, obj
-
-
-def _value(v: Any) -> Any:
-    return int(v) if isinstance(v, bool) else v
 
 
 def rows(evidence: Evidence) -> Iterator[tuple]:
@@ -62,8 +47,8 @@ def rows(evidence: Evidence) -> Iterator[tuple]:
                 yield (op, mode, name, "batch_invariance", "", f"batch_size_sweep.{figure}",
                        getattr(bi.batch_size_sweep, figure))
             for size, result in sorted(row.accuracy_latency.items(), key=lambda kv: schema.size_key(kv[0])):
-                for figure, value in _flat(result, ""):
-                    yield (op, mode, name, "accuracy_latency", size, figure, _value(value))
+                for figure, value in numbers(result):
+                    yield (op, mode, name, "accuracy_latency", size, figure, value)
 
 
 def to_csv(evidence: Evidence) -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
 
-from h3bench.harness.probes.difference import describe
+from h3bench.harness.probes.difference import describe, describe_param
 from h3bench.harness.schema import Difference, ParamDifference, RowResult
 
 
@@ -56,9 +56,7 @@ def _first_all_rows(cases) -> Optional[Difference]:
 def params_detail(differences: Optional[list[ParamDifference]]) -> str:
     if not differences:
         return "parameter gradients differ run to run"
-    return "parameter gradients differ run to run: " + ", ".join(
-        f"{p.param} {p.elements}/{p.numel} elements, "
-        f"{'a NaN on one side' if p.max_ulp < 0 else f'up to {p.max_ulp} ULP'}" for p in differences)
+    return "parameter gradients differ run to run: " + ", ".join(describe_param(p) for p in differences)
 
 
 def checks(row: RowResult) -> list[Check]:

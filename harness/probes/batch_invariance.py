@@ -204,10 +204,17 @@ def _locate_sweep(ctx: ProbeContext, n: int, label: tuple[int, int, int, int],
     return first_difference(pairs, seed=seed, batch=len(order), positions=[position], rows=[row])
 
 
-def verdict(cases: dict[str, AllRowsCase], repeatable: Optional[bool], subs: FullVsSubBatches,
-            sweep: BatchSizeSweep, params_differences: Optional[list[ParamDifference]] = None) -> BatchInvariance:
+def invariant(cases: dict[str, AllRowsCase], repeatable: Optional[bool], subs: FullVsSubBatches,
+              sweep: BatchSizeSweep) -> bool:
+    """The verdict the counts give: nothing differed and the parameter gradients did not fail to repeat
+    (also what `h3bench validate` holds a file's recorded verdict to)."""
     clean = (all(c.fwd_differ == 0 and c.rowgrad_differ == 0 for c in cases.values())
              and subs.fwd_differ == 0 and subs.rowgrad_differ == 0 and sweep.differ == 0)
+    return clean and repeatable is not False
+
+
+def verdict(cases: dict[str, AllRowsCase], repeatable: Optional[bool], subs: FullVsSubBatches,
+            sweep: BatchSizeSweep, params_differences: Optional[list[ParamDifference]] = None) -> BatchInvariance:
     return BatchInvariance(all_rows=cases, params_repeatable=repeatable, full_vs_sub_batches=subs,
-                           batch_size_sweep=sweep, batch_invariant=clean and repeatable is not False,
+                           batch_size_sweep=sweep, batch_invariant=invariant(cases, repeatable, subs, sweep),
                            params_differences=params_differences or None)

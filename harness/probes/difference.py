@@ -36,6 +36,13 @@ def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(one_nan, torch.full_like(distance, NAN_ULP), distance)
 
 
+def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest finite |a - b| (in float64); NaN when no difference is finite."""
+    delta = (a.double() - b.double()).abs()
+    finite = delta[torch.isfinite(delta)]
+    return float(finite.max()) if finite.numel() else float("nan")
+
+
 def _max_ulp(distance: torch.Tensor) -> int:
     return NAN_ULP if bool((distance == NAN_ULP).any()) else int(distance.max()) if distance.numel() else 0
 
@@ -54,11 +61,8 @@ def first_difference(pairs: Sequence[tuple[str, torch.Tensor, torch.Tensor]], *,
             continue
         flat = int(differs.reshape(-1).nonzero()[0, 0])
         i, element = divmod(flat, differs.shape[1])
-        delta = (got.double() - want.double()).abs()
-        finite = delta[torch.isfinite(delta)]
         return Difference(tensor=name, seed=seed, batch=batch, position=int(positions[i]), row=int(rows[i]),
-                          element=element, max_abs=float(finite.max()) if finite.numel() else float("nan"),
-                          max_ulp=_max_ulp(ulp_distance(got, want)))
+                          element=element, max_abs=_max_abs(got, want), max_ulp=_max_ulp(ulp_distance(got, want)))
     return None
 
 
@@ -68,15 +72,20 @@ def param_difference(name: str, a: torch.Tensor, b: torch.Tensor) -> Optional[Pa
     count = int(differs.sum())
     if count == 0:
         return None
-    delta = (a.double() - b.double()).abs()
-    finite = delta[torch.isfinite(delta)]
-    return ParamDifference(param=name, elements=count, numel=a.numel(),
-                           max_abs=float(finite.max()) if finite.numel() else float("nan"),
+    return ParamDifference(param=name, elements=count, numel=a.numel(), max_abs=_max_abs(a, b),
                            max_ulp=_max_ulp(ulp_distance(a, b)))
+
+
+def _ulp_text(max_ulp: int) -> str:
+    return "a NaN on one side" if max_ulp == NAN_ULP else f"up to {max_ulp} ULP"
 
 
 def describe(d: Difference) -> str:
     """`y row 5 element 17 (position 5 in a batch of 32, seed 3), up to 2 ULP, |diff| up to 0.0312`."""
-    ulp = "a NaN on one side" if d.max_ulp == NAN_ULP else f"up to {d.max_ulp} ULP"
     return (f"{d.tensor} row {d.row} element {d.element} (position {d.position} in a batch of {d.batch}, "
-            f"seed {d.seed}), {ulp}, |diff| up to {d.max_abs:.3g}")
+            f"seed {d.seed}), {_ulp_text(d.max_ulp)}, |diff| up to {d.max_abs:.3g}")
+
+
+def describe_param(p: ParamDifference) -> str:
+    """`w 3/64 elements, up to 2 ULP`."""
+    return f"{p.param} {p.elements}/{p.numel} elements, {_ulp_text(p.max_ulp)}"
