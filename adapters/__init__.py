@@ -12,7 +12,8 @@ from h3bench.harness.adapter import Adapter
 
 BUILTIN: dict[str, tuple[str, ...]] = {
     "norm_modulate": ("diffusers", "torch_rms_norm", "transformer_engine", "liger", "liger_rlk_gather",
-                      "liger_det_gather", "sglang", "sglang_indexed", "rl_kernel", "h3bench_triton"),
+                      "liger_det_gather", "sglang", "sglang_indexed", "rl_kernel", "h3bench_triton",
+                      "quack_rms_norm"),
     "timestep_sinusoid": ("diffusers", "sglang", "rl_kernel", "h3bench_triton"),
     "timestep_mlp": ("diffusers", "rl_kernel", "h3bench_triton"),
     "adaln_projection": ("diffusers", "h3bench_triton"),
@@ -20,6 +21,9 @@ BUILTIN: dict[str, tuple[str, ...]] = {
     "gate_residual": ("diffusers", "torch_addcmul", "rl_kernel", "h3bench_triton"),
     "final_adaln_out": ("diffusers", "rl_kernel", "h3bench_triton"),
 }
+# Every op also has the torch.compile rows (adapters/_torch_compile.py): its diffusers composition compiled.
+COMPILED = ("torch_compile", "torch_compile_max_autotune")
+BUILTIN = {op: rows + COMPILED for op, rows in BUILTIN.items()}
 
 
 def builtin_adapters(op: str | None = None) -> list[Adapter]:

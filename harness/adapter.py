@@ -27,12 +27,25 @@ from h3bench.harness.execute import describe_exception
 OpCallable = Callable[..., Any]  # the op's inputs in call order -> a tensor, or a tuple of the op's outputs
 
 
+@dataclass
+class CompileTally:
+    """What compiling cost a row that compiles when called (torch.compile): the seconds spent in
+    compilations and how many there were, filled in by the row as it runs; `overrun`: why the row gave
+    up (its compile budget spent), or None."""
+
+    seconds: float = 0.0
+    compiles: int = 0
+    overrun: Optional[str] = None
+
+
 @dataclass(frozen=True)
 class Loaded:
-    """A ready implementation: `fn` has the op's signature, `source` names library and version."""
+    """A ready implementation: `fn` has the op's signature, `source` names library and version;
+    `compile_tally`: where a row that compiles on its calls counts that cost (None: it does not)."""
 
     fn: OpCallable
     source: str
+    compile_tally: Optional[CompileTally] = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,9 @@ class Adapter:
     # the op's reference variant this row computes; None = the op itself. Rows that implement only
     # part of the op (the norm without modulation) are judged against that part.
     reference: Optional[str] = None
+    # Why, on a CPU, the row runs only when named (`--adapters`) and is left out of the default rows
+    # there (its cost does not fit the CPU quick plan); None: it is a default row everywhere.
+    cpu_only_when_named: Optional[str] = None
 
     @property
     def has_backward(self) -> bool:
@@ -84,6 +100,19 @@ def unavailable_adapter(name: str, op: str, grads: tuple[str, ...], reason: str)
         raise ImportError(reason)
 
     return Adapter(name=name, op=op, grads=grads, load=load, summary="could not be loaded")
+
+
+def as_default_row(adapter: Adapter, device: torch.device) -> Adapter:
+    """`adapter` as a row of the default selection on `device`: on a CPU, a row that runs there only when
+    named becomes unavailable with its reason."""
+    reason = adapter.cpu_only_when_named
+    if device.type != "cpu" or reason is None:
+        return adapter
+
+    def load(_device: torch.device, _params: Any) -> Loaded:
+        raise RuntimeError(f"on a CPU this row runs only when named (--adapters {adapter.name}): {reason}")
+
+    return dataclasses.replace(adapter, load=load)
 
 
 def accepted_constants(fn: Callable, constants: tuple[str, ...]) -> tuple[str, ...]:

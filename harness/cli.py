@@ -251,6 +251,9 @@ def run(
         except (ConfigError, ValueError) as exc:
             fail(f"{name}: {exc}" if len(ops) > 1 else str(exc))
         chosen = _select_adapters(name, adapters, adapter, forward_only)
+        if adapters is None:  # the default rows: on a CPU, those too costly for it run only when named
+            from h3bench.harness.adapter import as_default_row
+            chosen = [as_default_row(a, dev) for a in chosen]
         requests.append(RunRequest(
             config=cfg, device=dev, adapters=chosen, modes=modes, out=None,
             command=shlex.join(["h3bench", *sys.argv[1:]]), mode_timeout_s=mode_timeout, in_process=in_process,

@@ -229,8 +229,10 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
             measured.probe_wall[current] = round(time.perf_counter() - t0, 3)
     except ImplementationError as exc:  # the implementation's own failure is its row's verdict
         _require_usable_device(request.device, name, str(exc))
-        return UnavailableRow(unavailable=str(exc), source=loaded.source, failed_probe=current,
-                              wall_s=round(time.perf_counter() - started, 3))
+        tally = loaded.compile_tally
+        return UnavailableRow(unavailable=(tally and tally.overrun) or str(exc), source=loaded.source,
+                              failed_probe=current, wall_s=round(time.perf_counter() - started, 3),
+                              compile_s=_compile_seconds(loaded))
     measured.sizes = measured.probes["accuracy_latency"]
     return measured
 
@@ -273,16 +275,25 @@ def _require_usable_device(device: torch.device, row: str, error: str) -> None:
 def _row_result(m: _Measured, device: torch.device) -> RowResult | UnavailableRow:
     # The row's own time: its load, its probes and its share of the interleaved latency rounds.
     wall = round(m.load_s + sum(m.probe_wall.values()), 3)
-    if "error" in m.probes:
-        return UnavailableRow(unavailable=str(m.probes["error"]), source=m.loaded.source,
-                              failed_probe="accuracy_latency", wall_s=wall)
+    tally = m.loaded.compile_tally
+    if "error" in m.probes or (tally and tally.overrun):
+        # a compile budget spent where the compiler carried on (a fallback) still ends the row
+        failed = "error" in m.probes
+        return UnavailableRow(unavailable=(tally and tally.overrun) or str(m.probes["error"]),
+                              source=m.loaded.source, failed_probe="accuracy_latency" if failed else None,
+                              wall_s=wall, compile_s=_compile_seconds(m.loaded))
     cases, repeatable = m.probes["all_rows"]
     return RowResult(
         source=m.loaded.source, has_backward=m.adapter.has_backward,
         batch_invariance=bi.verdict(cases, repeatable, m.probes["full_vs_sub_batches"],
                                     m.probes["batch_size_sweep"], m.params_differences),
         accuracy_latency=m.sizes, wall_s=wall, probe_wall_s=m.probe_wall, timer=timer_for(device),
+        compile_s=_compile_seconds(m.loaded), compiles=tally.compiles if tally else None,
     )
+
+
+def _compile_seconds(loaded: Loaded) -> Optional[float]:
+    return round(loaded.compile_tally.seconds, 3) if loaded.compile_tally else None
 
 
 def _disable_tf32() -> None:

@@ -167,6 +167,12 @@ class RowResult:
     wall_s: Optional[float] = additive()
     probe_wall_s: Optional[dict[str, float]] = additive()
     timer: Optional[str] = additive()
+    # rows that compile on their calls (torch.compile): seconds spent in Dynamo/AOTAutograd/Inductor
+    # compilations over the row's probes and timing (the first compile, each recompile for a new shape
+    # class or grad mode, the lazily compiled backward; not a kernel's runtime autotuning at first
+    # launch), and how many compilations that was
+    compile_s: Optional[float] = additive()
+    compiles: Optional[int] = additive()
 
 
 @dataclass
@@ -175,6 +181,7 @@ class UnavailableRow:
     source: Optional[str] = additive()
     failed_probe: Optional[str] = additive()
     wall_s: Optional[float] = additive()
+    compile_s: Optional[float] = additive()  # as RowResult.compile_s, up to where the row stopped
 
 
 Row = Union[RowResult, UnavailableRow]

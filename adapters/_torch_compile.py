@@ -1,0 +1,213 @@
+"""Shared by every op's `torch_compile` and `torch_compile_max_autotune` rows: `torch.compile` of another
+row's composition (the op's diffusers row), as a user writes it: `torch.compile(fn)` or
+`torch.compile(fn, mode="max-autotune-no-cudagraphs")`, automatic dynamic shapes (no `dynamic=`, no
+marked dims), so the first batch size compiles a static graph and the second recompiles a dynamic one.
+
+Compile time: Dynamo reports the start and end of every compilation (a frame's first compile or
+recompile, and the backward AOTAutograd compiles lazily at the first backward of a dynamic graph) to
+callbacks (torch._dynamo.callback). They add each compilation's seconds to the tally of the row whose
+compiled function ran last: the harness runs a row's backward right after that row's forward, never
+another row's call in between. A Triton kernel's runtime autotuning at its first launch is not a
+compilation and is not counted. In a plan without warm-up (the quick plan), the first timed sample of a
+figure that needs a new graph (the no-grad forward) holds that compile; the full plan's warm-up takes it.
+
+Budget: a row's compilations together may take `COMPILE_BUDGET_S[mode]` seconds. In the main thread
+a timer stops the compilation that passes the budget (SIGALRM, armed only while a compilation runs
+and only when no other timer is armed); elsewhere the budget is checked as each compilation ends. The
+row then becomes unavailable with the reason and the seconds spent (harness/runner.py reads the tally).
+"""
+from __future__ import annotations
+
+import shutil
+import signal
+import threading
+import time
+from typing import Any, Callable, Optional
+
+import torch
+
+from h3bench.harness.adapter import Adapter, CompileTally, Loaded
+
+DEFAULT = "default"
+MAX_AUTOTUNE = "max-autotune-no-cudagraphs"
+
+# Seconds a row's compilations may take together. Default mode: these graphs compile in seconds to a
+# minute (on a 2-core CPU the norm_modulate row's seven compilations took 27 s cold, 5 s from the
+# on-disk cache); ten minutes means a stuck compile. max-autotune: each GEMM is benchmarked against
+# Inductor's Triton templates per shape class (the static first batch, the dynamic graph, the no-grad
+# forward, the backward), minutes per op on an H100; twenty minutes is far past that and still well
+# within a mode child's hour (harness/children.py).
+COMPILE_BUDGET_S = {DEFAULT: 600.0, MAX_AUTOTUNE: 1200.0}
+
+# On a CPU both rows run only when named: measured on a 2-core CPU, `make run` (the norm_modulate quick
+# plan) takes 42 s without them and the torch_compile row adds 27 s of cold compiles (5 s when
+# Inductor's on-disk cache already holds the graphs), past the quick CPU run's minute.
+CPU_COST = ("Inductor's C++ compiles cost ~27 s cold on a 2-core CPU (norm_modulate), past the quick CPU "
+            "run's minute beside the other rows")
+# max-autotune on a CPU is not what the row stands for: no CUDA graphs to leave out, no Triton templates
+# or coordinate descent; its autotuning there only chooses among the C++ GEMM templates.
+MAX_AUTOTUNE_ON_CPU = (f"mode {MAX_AUTOTUNE!r} stands for GPU autotuning (Triton GEMM templates, coordinate "
+                       "descent, CUDA graphs left out); on a CPU it only chooses among C++ GEMM templates")
+
+# Inductor settings that decide bits and speed, named in the source string as the mode leaves them.
+SETTINGS = ("max_autotune", "coordinate_descent_tuning", "triton.cudagraphs", "fallback_random",
+            "emulate_precision_casts", "deterministic")
+CPU_SETTINGS = ("cpp.simdlen", "cpp.threads", "cpp.enable_floating_point_contract_flag",
+                "cpp.enable_unsafe_math_opt_flag", "cpp_wrapper", "freezing")
+DYNAMO_SETTINGS = ("automatic_dynamic_shapes", "assume_static_by_default")
+
+
+class CompileBudgetExceeded(RuntimeError):
+    """A row's compilations passed its budget."""
+
+
+class _RowCompile:
+    """One loaded row's tally and budget."""
+
+    def __init__(self, mode: str, budget_s: Optional[float]):
+        self.mode, self.budget_s, self.tally = mode, budget_s, CompileTally()
+
+    def spend(self, seconds: float) -> None:
+        self.tally.seconds += seconds
+        self.tally.compiles += 1
+        if self.budget_s is not None and self.tally.seconds > self.budget_s and self.tally.overrun is None:
+            self.overrun(self.tally.seconds)
+
+    def overrun(self, spent: float) -> str:
+        self.tally.overrun = (f"CompileBudgetExceeded: torch.compile(mode={self.mode!r}) spent {spent:.1f} s "
+                              f"compiling, past its budget of {self.budget_s:g} s "
+                              f"({self.tally.compiles} compilation(s) finished)")
+        return self.tally.overrun
+
+
+class _Hooks:
+    """Dynamo's compile callbacks, installed once per process for every compiled row; `current` is the
+    row whose compiled function ran last."""
+
+    def __init__(self):
+        self.current: Optional[_RowCompile] = None
+        self.installed = False
+        self._compiling: Optional[_RowCompile] = None
+        self._started = 0.0
+        self._previous_handler: Any = None
+
+    def install(self) -> None:
+        if self.installed:
+            return
+        from torch._dynamo.callback import callback_handler
+        callback_handler.register_start_callback(self._on_start)
+        callback_handler.register_end_callback(self._on_end)
+        self.installed = True
+
+    def uninstall(self) -> None:
+        """Take the callbacks out again (tests: leave the process as found)."""
+        if not self.installed:
+            return
+        from torch._dynamo.callback import callback_handler
+        callback_handler.remove_start_callback(self._on_start)
+        callback_handler.remove_end_callback(self._on_end)
+        self.installed, self.current = False, None
+
+    def _on_start(self, _args) -> None:
+        row = self.current
+        if row is None:
+            return
+        if row.tally.overrun is not None:  # the budget is spent: no further compilation
+            raise CompileBudgetExceeded(row.tally.overrun)
+        self._compiling, self._started = row, time.perf_counter()
+        if row.budget_s is not None:
+            self._arm(row, row.budget_s - row.tally.seconds)
+
+    def _on_end(self, _args) -> None:
+        row, self._compiling = self._compiling, None
+        if row is None:
+            return
+        self._disarm()
+        row.spend(time.perf_counter() - self._started)
+
+    def _arm(self, row: _RowCompile, seconds: float) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0) or signal.getsignal(signal.SIGALRM) not in (
+                signal.SIG_DFL, None):
+            return  # someone else's timer: fall back to the check as each compilation ends
+
+        def stop(_signum, _frame):
+            raise CompileBudgetExceeded(row.overrun(row.tally.seconds + time.perf_counter() - self._started))
+
+        self._previous_handler = signal.signal(signal.SIGALRM, stop)
+        signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
+
+    def _disarm(self) -> None:
+        if self._previous_handler is None:
+            return
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self._previous_handler)
+        self._previous_handler = None
+
+
+HOOKS = _Hooks()
+
+
+def _setting(root: Any, dotted: str, options: dict) -> Any:
+    if dotted in options:
+        return options[dotted]
+    value = root
+    for part in dotted.split("."):
+        value = getattr(value, part, None)
+    return value
+
+
+def describe_settings(mode: str, device: torch.device) -> str:
+    """The Inductor and Dynamo settings the compiled code depends on, as `mode` leaves them."""
+    import torch._dynamo.config as dynamo_config
+    import torch._inductor as inductor
+    import torch._inductor.config as inductor_config
+
+    options = inductor.list_mode_options(None if mode == DEFAULT else mode)
+    names = SETTINGS + (CPU_SETTINGS if device.type == "cpu" else ())
+    inductor_part = ", ".join(f"{n}={_setting(inductor_config, n, options)}" for n in names)
+    dynamo_part = ", ".join(f"{n}={_setting(dynamo_config, n, {})}" for n in DYNAMO_SETTINGS)
+    return f"inductor: {inductor_part}; dynamo: {dynamo_part}"
+
+
+def _check_cpp_compiler() -> None:
+    import torch._inductor.config as inductor_config
+
+    if not any(c and shutil.which(c) for c in inductor_config.cpp.cxx):
+        raise RuntimeError(f"Inductor's C++ backend needs a C++ compiler: none of {inductor_config.cpp.cxx} "
+                           "is on PATH")
+
+
+def compiled_load(base: Adapter, mode: str,
+                  budget_s: Optional[float] = None) -> Callable[[torch.device, Any], Loaded]:
+    """A row's `load`: `base`'s function compiled with `mode` (DEFAULT: no mode argument), its compile
+    time counted and held to `budget_s` (None: COMPILE_BUDGET_S[mode])."""
+    def load(device: torch.device, params: Any) -> Loaded:
+        if mode == MAX_AUTOTUNE and device.type == "cpu":
+            raise RuntimeError(MAX_AUTOTUNE_ON_CPU)
+        if device.type == "cpu":
+            _check_cpp_compiler()
+        inner = base.load(device, params)
+        compiled = torch.compile(inner.fn) if mode == DEFAULT else torch.compile(inner.fn, mode=mode)
+        row = _RowCompile(mode, COMPILE_BUDGET_S[mode] if budget_s is None else budget_s)
+        HOOKS.install()
+
+        def fn(*args):
+            HOOKS.current = row
+            return compiled(*args)
+
+        mode_text = "" if mode == DEFAULT else f"mode={mode!r}, "
+        source = (f"torch {torch.__version__} torch.compile({mode_text}automatic dynamic shapes) of "
+                  f"[{inner.source}]; {describe_settings(mode, device)}")
+        return Loaded(fn=fn, source=source, compile_tally=row.tally)
+
+    return load
+
+
+def compiled_row(base: Adapter, name: str, mode: str) -> Adapter:
+    """The row `name` of `base`'s op: `base` compiled with `mode`."""
+    label = "torch.compile" if mode == DEFAULT else f"torch.compile(mode={mode!r})"
+    return Adapter(name=name, op=base.op, grads=base.grads, load=compiled_load(base, mode),
+                   summary=f"{label} of the {base.name} row's composition", reference=base.reference,
+                   cpu_only_when_named=CPU_COST)
