@@ -81,32 +81,32 @@ class _RowCompile:
 
 
 class _Hooks:
-    """Dynamo's compile callbacks, installed once per process for every compiled row; `current` is the
+    """Dynamo's compile callbacks, installed once for every compiled row; `current` is the
     row whose compiled function ran last."""
 
     def __init__(self):
         self.current: Optional[_RowCompile] = None
-        self.installed = False
         self._compiling: Optional[_RowCompile] = None
         self._started = 0.0
         self._previous_handler: Any = None
 
     def install(self) -> None:
-        if self.installed:
-            return
+        """Register the callbacks unless they are (torch._dynamo.reset() clears every callback, so this
+        looks at the handler's lists, not at a flag of its own)."""
         from torch._dynamo.callback import callback_handler
-        callback_handler.register_start_callback(self._on_start)
-        callback_handler.register_end_callback(self._on_end)
-        self.installed = True
+        if self._on_start not in callback_handler.start_callbacks:
+            callback_handler.register_start_callback(self._on_start)
+        if self._on_end not in callback_handler.end_callbacks:
+            callback_handler.register_end_callback(self._on_end)
 
     def uninstall(self) -> None:
         """Take the callbacks out again (tests: leave the process as found)."""
-        if not self.installed:
-            return
         from torch._dynamo.callback import callback_handler
-        callback_handler.remove_start_callback(self._on_start)
-        callback_handler.remove_end_callback(self._on_end)
-        self.installed, self.current = False, None
+        if self._on_start in callback_handler.start_callbacks:
+            callback_handler.remove_start_callback(self._on_start)
+        if self._on_end in callback_handler.end_callbacks:
+            callback_handler.remove_end_callback(self._on_end)
+        self.current = None
 
     def _on_start(self, _args) -> None:
         row = self.current
@@ -191,6 +191,8 @@ def compiled_load(base: Adapter, mode: str,
         inner = base.load(device, params)
         compiled = torch.compile(inner.fn) if mode == DEFAULT else torch.compile(inner.fn, mode=mode)
         row = _RowCompile(mode, COMPILE_BUDGET_S[mode] if budget_s is None else budget_s)
+        # at load, not per call (the check would cost every timed call): the harness never resets Dynamo
+        # between a row's load and its calls
         HOOKS.install()
 
         def fn(*args):

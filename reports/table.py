@@ -27,7 +27,7 @@ SIZE_FIELDS = ("fwd_rel_err", "fwd_us", "fwd_bwd_us", "fwd_bwd_net_us", "fwd_us_
                "fwd_bwd_stream_floor_fraction", "fwd_bwd_net_stream_floor_fraction")
 FIGURE_LABELS = {"fwd": "fwd", "fwd_bwd": "fwd+bwd", "fwd_bwd_net": "fwd+bwd net"}
 BASE_COLUMNS = ("mode", "implementation", "status", "source", "reason", "failed_probe", "has_backward",
-                "batch_invariant", "failed_checks", "params_repeatable", "wall_s")
+                "batch_invariant", "failed_checks", "params_repeatable", "wall_s", "compile_s", "compiles")
 
 
 def _measured_rows(evidence: Evidence, mode: Optional[str]):
@@ -74,13 +74,14 @@ def build_table(evidence: Evidence) -> pd.DataFrame:
         for name, row in rows.items():
             record: dict[str, Any] = {"mode": mode, "implementation": name, "source": row.source,
                                       "wall_s": row.wall_s}
+            record["compile_s"] = row.compile_s
             if isinstance(row, UnavailableRow):
                 record.update(status="unavailable", reason=row.unavailable, failed_probe=row.failed_probe)
             else:
                 bi = row.batch_invariance
                 record.update(status="measured", has_backward=row.has_backward,
                               batch_invariant=bi.batch_invariant, failed_checks=verdicts.failure_summary(row),
-                              params_repeatable=bi.params_repeatable)
+                              params_repeatable=bi.params_repeatable, compiles=row.compiles)
                 for size, result in row.accuracy_latency.items():
                     record.update(_size_values(size, result))
             records.append(record)
@@ -142,12 +143,27 @@ def mode_tables(evidence: Evidence, mode: str, frame: Optional[pd.DataFrame] = N
                  "parameter gradients or they are not measured."))
         tables.append(_accuracy_table(evidence, mode, part, measured))
         tables.extend(_latency_table(size, part, measured) for size in sizes_of(evidence, mode))
+    compiled = [r for r in part.to_dict("records") if _get(r, "compile_s") is not None]
+    if compiled:
+        tables.append(_compile_table(compiled))
     if unavailable:
         tables.append(TableSpec(
             "Unavailable", ["implementation", "reason", "failed probe", "source"],
             [[Cell(r["implementation"]), Cell(r["reason"]), Cell(_get(r, "failed_probe") or fmt.MISSING),
               Cell(_get(r, "source") or fmt.MISSING)] for r in unavailable]))
     return tables
+
+
+def _compile_table(compiled: list[dict]) -> TableSpec:
+    rows = [[Cell(r["implementation"]), Cell(r["status"]), Cell(fmt.seconds(_get(r, "compile_s")), "num"),
+             Cell(str(int(_get(r, "compiles"))) if _get(r, "compiles") is not None else fmt.MISSING, "num")]
+            for r in compiled]
+    return TableSpec("Compile time", ["implementation", "status", "compile s", "compilations"], rows,
+                     note="Rows that compile on their calls (torch.compile): seconds in Dynamo/AOTAutograd/"
+                          "Inductor compilations over the row's probes and timing (the first compile, each "
+                          "recompile for a new shape class or grad mode, the lazily compiled backward), and "
+                          "how many; a kernel's runtime autotuning at first launch is not included.",
+                     beside=True)
 
 
 def _accuracy_table(evidence: Evidence, mode: str, part: pd.DataFrame, measured: list[dict]) -> TableSpec:

@@ -20,9 +20,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 
-# Variables a library sets for itself and keeps: pytest's current test, and the cache folder torch's
-# inductor writes into the environment the first time it looks it up (importing diffusers does that).
-LIBRARY_OWN = frozenset({"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"})
+# Variables a library sets for itself and keeps: pytest's current test, the cache folder torch's
+# inductor writes into the environment the first time it looks it up (importing diffusers does that), and
+# the address inductor's C++ backend hands each compiled module as it loads it (set again before every load).
+LIBRARY_OWN = frozenset({"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"})
 
 
 def _process_state() -> dict:

@@ -1,0 +1,159 @@
+"""The torch.compile rows (adapters/_torch_compile.py) of every op, and the quack_rms_norm row.
+
+Dynamo's caches and the compile callbacks are process-wide: every test that compiles starts and ends with
+`torch._dynamo.reset()` and the callbacks taken out (`fresh_dynamo`)."""
+from __future__ import annotations
+
+import dataclasses
+import signal
+
+import pytest
+import torch
+
+from h3bench.adapters import builtin_adapters
+from h3bench.adapters import _torch_compile as tc
+from h3bench.harness import schema
+from h3bench.harness.adapter import CompileTally, as_default_row
+from h3bench.harness.config import load_config
+from h3bench.harness.ops import OP_MODULES
+from h3bench.harness.runner import RunRequest, run
+from tests.helpers import CPU, CUDA, nm_params
+
+ROWS = ("torch_compile", "torch_compile_max_autotune")
+
+
+@pytest.fixture
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+    tc.HOOKS.uninstall()
+
+
+def _quick_run(op: str, adapters, device: torch.device):
+    config = load_config(op, quick=True)
+    config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
+    return run(RunRequest(config=config, device=device, adapters=adapters, modes=["plain"], out=None,
+                          measure_bandwidth=False))
+
+
+def test_every_op_has_both_compiled_rows_of_its_diffusers_composition():
+    for op in OP_MODULES:
+        rows = {a.name: a for a in builtin_adapters(op)}
+        for name in ROWS:
+            assert name in rows, (op, name)
+            assert rows[name].grads == rows["diffusers"].grads and rows[name].reference == rows["diffusers"].reference
+            assert rows[name].cpu_only_when_named
+
+
+def test_source_names_torch_the_mode_the_settings_and_the_composition(fresh_dynamo):
+    params = nm_params()
+    base = next(a for a in builtin_adapters("norm_modulate") if a.name == "diffusers").load(CPU, params)
+    loaded = next(a for a in builtin_adapters("norm_modulate") if a.name == "torch_compile").load(CPU, params)
+    assert loaded.source.startswith(f"torch {torch.__version__} torch.compile(automatic dynamic shapes) of "
+                                    f"[{base.source}]")
+    for setting in ("max_autotune=False", "coordinate_descent_tuning=False", "triton.cudagraphs=False",
+                    "fallback_random=", "emulate_precision_casts=", "cpp.simdlen=", "cpp.threads=",
+                    "automatic_dynamic_shapes=True", "assume_static_by_default=True"):
+        assert setting in loaded.source, setting
+    assert isinstance(loaded.compile_tally, CompileTally) and loaded.compile_tally.compiles == 0
+    # the mode's own options, as Inductor applies them; no C++ settings for a GPU
+    autotuned = tc.describe_settings(tc.MAX_AUTOTUNE, CUDA)
+    assert "max_autotune=True" in autotuned and "coordinate_descent_tuning=True" in autotuned
+    assert "triton.cudagraphs=False" in autotuned and "cpp." not in autotuned
+
+
+def test_on_a_cpu_max_autotune_says_why_and_both_rows_leave_the_default_rows():
+    params = nm_params()
+    rows = {a.name: a for a in builtin_adapters("norm_modulate")}
+    reason = rows["torch_compile_max_autotune"].try_load(CPU, params)
+    assert reason == f"RuntimeError: {tc.MAX_AUTOTUNE_ON_CPU}" and "\n" not in reason
+    for name in ROWS:
+        default = as_default_row(rows[name], CPU).try_load(CPU, params)
+        assert isinstance(default, str) and f"runs only when named (--adapters {name})" in default
+        assert as_default_row(rows[name], CUDA) is rows[name]
+    assert as_default_row(rows["diffusers"], CPU) is rows["diffusers"]
+
+
+def test_quick_run_of_timestep_sinusoid_compiled_matches_diffusers(fresh_dynamo, device):
+    rows = {a.name: a for a in builtin_adapters("timestep_sinusoid")}
+    evidence = _quick_run("timestep_sinusoid", [rows["diffusers"], rows["torch_compile"]], device)
+    plain = evidence.results["plain"]
+    eager, compiled = plain["diffusers"], plain["torch_compile"]
+    assert isinstance(compiled, schema.RowResult), compiled
+    assert compiled.compile_s > 0 and compiled.compiles >= 1 and eager.compile_s is None
+    assert compiled.accuracy_latency.keys() == eager.accuracy_latency.keys()
+    for size, result in compiled.accuracy_latency.items():
+        # fp32 sin/cos of the same products: Inductor may fuse and vectorise, not lose precision
+        assert result.fwd_rel_err <= max(4 * eager.accuracy_latency[size].fwd_rel_err, 1e-6), size
+    data = schema.to_dict(evidence)
+    assert data["results"]["plain"]["torch_compile"]["compiles"] == compiled.compiles
+    assert "compile_s" not in data["results"]["plain"]["diffusers"]
+    assert schema.to_dict(schema.from_json(data)) == data
+    from h3bench.reports.table import render_markdown
+    text = render_markdown(evidence)
+    assert "### Compile time" in text and f"| torch_compile | measured | {compiled.compile_s:.1f} |" in text
+
+
+def test_a_spent_compile_budget_stops_the_compile_and_says_why(fresh_dynamo, device):
+    base = next(a for a in builtin_adapters("timestep_sinusoid") if a.name == "diffusers")
+    row = dataclasses.replace(base, name="tiny_budget", load=tc.compiled_load(base, tc.DEFAULT, budget_s=1e-3))
+    found = _quick_run("timestep_sinusoid", [row], device).results["plain"]["tiny_budget"]
+    assert isinstance(found, schema.UnavailableRow), found
+    assert found.unavailable.startswith("CompileBudgetExceeded: torch.compile(mode='default') spent ")
+    assert "past its budget of 0.001 s" in found.unavailable and found.compile_s > 0
+    assert found.failed_probe == "all_rows"
+    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL  # the timer's handler put back
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_without_a_timer_the_budget_is_checked_as_each_compilation_ends():
+    row = tc._RowCompile(tc.MAX_AUTOTUNE, budget_s=10.0)
+    row.spend(6.0)
+    assert row.tally.overrun is None and row.tally.compiles == 1
+    row.spend(6.0)
+    assert row.tally.overrun == ("CompileBudgetExceeded: torch.compile(mode='max-autotune-no-cudagraphs') spent "
+                                 "12.0 s compiling, past its budget of 10 s (2 compilation(s) finished)")
+    hooks = tc._Hooks()
+    hooks.current = row
+    with pytest.raises(tc.CompileBudgetExceeded, match="past its budget"):  # no further compilation
+        hooks._on_start(None)
+
+
+# --- quack_rms_norm ---------------------------------------------------------------------------------------
+
+def _quack():
+    return next(a for a in builtin_adapters("norm_modulate") if a.name == "quack_rms_norm")
+
+
+def test_quack_row_is_the_norm_alone_and_unavailable_on_cpu():
+    row = _quack()
+    assert row.grads == ("x", "w") and row.reference == "rms_norm"
+    assert row.try_load(CPU, nm_params()) == "RuntimeError: needs CUDA (CuTe DSL kernel), got device cpu"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: Quack's rmsnorm is a CuTe DSL kernel")
+def test_quack_matches_torch_rms_norm_within_bf16_tolerance():
+    import importlib.util
+
+    from h3bench.adapters._sglang_import import ensure_cutlass_dsl_on_path
+    ensure_cutlass_dsl_on_path()
+    if importlib.util.find_spec("quack") is None:
+        pytest.skip("quack-kernels is not installed (tools/pack_devpkgs.sh carries it)")
+    from tests.helpers import against_reference
+    from h3bench.harness.ops import get_op
+
+    op, config = get_op("norm_modulate"), load_config("norm_modulate", quick=True)
+    params = dataclasses.replace(config.inputs, hidden=5376)
+    torch_row = next(a for a in builtin_adapters("norm_modulate") if a.name == "torch_rms_norm")
+    results = {}
+    for row in (_quack(), torch_row):
+        inputs, grad_outs, out, _ = against_reference(op, config, row.load(CUDA, params).fn, row.grads, 130,
+                                                      params=params, device=CUDA)
+        results[row.name] = out
+    quack, eager = results["quack_rms_norm"], results["torch_rms_norm"]
+    torch.testing.assert_close(quack.outputs[0], eager.outputs[0], rtol=1.6e-2, atol=1.6e-2)
+    for name in ("x", "w"):
+        scale = eager.grads[name].float().abs().max().item()
+        torch.testing.assert_close(quack.grads[name].float(), eager.grads[name].float(), rtol=1.6e-2,
+                                   atol=1.6e-2 * scale)
