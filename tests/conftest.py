@@ -22,8 +22,11 @@ import torch  # noqa: E402
 
 # Variables a library sets for itself and keeps: pytest's current test, the cache folder torch's
 # inductor writes into the environment the first time it looks it up (importing diffusers does that), and
-# the address inductor's C++ backend hands each compiled module as it loads it (set again before every load).
-LIBRARY_OWN = frozenset({"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"})
+# the address inductor's C++ backend hands each compiled module as it loads it (set again before every load),
+# and the Triton cache folder and ptxas that inductor points Triton at the first time it compiles for a GPU
+# (seen on an H100 with torch 2.11: a torch.compile row sets both and keeps them).
+LIBRARY_OWN = frozenset({"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
+                         "TRITON_CACHE_DIR", "TRITON_PTXAS_PATH"})
 
 
 def _process_state() -> dict:

@@ -39,7 +39,7 @@ def test_declarations_and_configs():
     assert DEFAULT.inputs == AdaLNProjectionParams(hidden=5376, temb_dim=2688, chunks=6, modalities=3)
     assert DEFAULT.inputs.out_features == 18 * 5376 == 96768
     assert QUICK.quick and QUICK.plans == "quick" and QUICK.inputs.out_features == 144
-    assert [a.name for a in builtin_adapters(OP.name)] == ["diffusers", "h3bench_triton"] and DIFFUSERS.grads == GRADS
+    assert [a.name for a in builtin_adapters(OP.name)] == ["diffusers", "h3bench_triton", "torch_compile", "torch_compile_max_autotune"] and DIFFUSERS.grads == GRADS
 
 
 @pytest.mark.parametrize("key", ["hidden", "temb_dim", "chunks", "modalities"])

@@ -40,7 +40,7 @@ def test_declarations_and_configs():
     assert DEFAULT.plans == "timestep" and not DEFAULT.quick
     assert DEFAULT.inputs == TimestepMLPParams(freq_dim=256, hidden=5376, temb_dim=2688)
     assert QUICK.quick and QUICK.plans == "quick" and QUICK.inputs == TimestepMLPParams(16, 32, 24)
-    assert [a.name for a in builtin_adapters(OP.name)] == ["diffusers", "rl_kernel", "h3bench_triton"]
+    assert [a.name for a in builtin_adapters(OP.name)] == ["diffusers", "rl_kernel", "h3bench_triton", "torch_compile", "torch_compile_max_autotune"]
     assert DIFFUSERS.grads == RL_KERNEL.grads == GRADS
 
 

@@ -35,7 +35,7 @@ def test_declarations_and_configs():
     assert DEFAULT.plans == "sinusoid" and not DEFAULT.quick
     assert DEFAULT.inputs == TimestepSinusoidParams(freq_dim=256, max_period=10000, downscale_freq_shift=0.0)
     assert QUICK.quick and QUICK.plans == "quick" and QUICK.inputs.freq_dim == 16
-    assert [a.name for a in builtin_adapters(OP.name)] == ["diffusers", "sglang", "rl_kernel", "h3bench_triton"]
+    assert [a.name for a in builtin_adapters(OP.name)] == ["diffusers", "sglang", "rl_kernel", "h3bench_triton", "torch_compile", "torch_compile_max_autotune"]
     assert all(a.grads == () for a in builtin_adapters(OP.name))
 
 
