@@ -209,6 +209,9 @@ def run(
         None, "--require-invariant", help="ROW[,ROW] or all: exit 1, naming each, when a selected row is not "
                                           "batch-invariant, its parameter gradients do not repeat, or it is "
                                           "unavailable (for CI)."),
+    flush_l2: bool = typer.Option(False, "--flush-l2", help="Zero a 256 MiB buffer before each synchronized "
+                                                           "and graph sample, outside its timing: every sample "
+                                                           "starts with a cold L2 (sets [timing] flush_l2)."),
     in_process: bool = typer.Option(False, "--in-process", hidden=True,
                                     help="Run the one mode in this process (how a mode's child is called)."),
 ):
@@ -220,6 +223,8 @@ def run(
 
     dev = _device(device)
     ops = _ops(op)
+    if flush_l2:  # a plan key like any other: it reaches the recorded config and the modes' children
+        set_ = [*set_, "timing.flush_l2=true"]
     if mode_timeout is not None and not mode_timeout > 0:
         fail(f"--mode-timeout {mode_timeout:g}: must be a positive number of seconds")
     if ray is not None:

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from h3bench.harness.schema import Evidence, UnavailableMode, UnavailableRow, sizes_of
+from h3bench.harness.schema import Evidence, RowResult, UnavailableMode, UnavailableRow, sizes_of
 
 
 class RichObserver:
@@ -73,8 +73,8 @@ def summary_table(evidence: Evidence) -> Table:
     """One line per row at the largest row count: the columns a reader decides on (mode and size go in
     the title, the full detail in the rendered report). Relative errors against float64; latencies in us
     (CUDA events, or "us (wall)" where the run timed with the host clock): fwd and net fwd+bwd
-    per-sample synchronized, and back to back ("st"); "of floor": the back-to-back forward's fraction of
-    its memory floor."""
+    per-sample synchronized, back to back ("st") and, where the run took them (CUDA), as CUDA-graph
+    replays ("gr"); "of floor": the back-to-back forward's fraction of its memory floor."""
     sizes = sizes_of(evidence)
     size = sizes[-1] if sizes else "-"
     table = Table(title=f"{evidence.op} on {evidence.environment.gpu or evidence.environment.device}"
@@ -82,8 +82,15 @@ def summary_table(evidence: Evidence) -> Table:
                   padding=(0, 0), pad_edge=False, caption_justify="left")
     timing = evidence.environment.timing
     timer = "us (wall)" if timing is not None and timing.timer == "wall_clock" else "us"
-    for column in ("row", "invariant", "params repeat", "fwd rel err", "grad rel err", f"fwd {timer}",
-                   f"fwd st {timer}", f"net {timer}", f"net st {timer}", "of floor"):
+    results = [r.accuracy_latency.get(size) for rows in evidence.measured_modes().values()
+               for r in rows.values() if isinstance(r, RowResult)]
+    graph = any(r is not None and (r.fwd_graph_us, r.fwd_bwd_net_graph_us) != (None, None) for r in results)
+    columns = ("row", "invariant", "params repeat", "fwd rel err", "grad rel err", f"fwd {timer}",
+               f"fwd st {timer}", f"net {timer}", f"net st {timer}", "of floor")
+    if graph:  # a GPU run's CUDA-graph replays ("gr"), after the other times
+        columns = columns[:-1] + (f"fwd gr {timer}", f"net gr {timer}") + columns[-1:]
+    blanks = len(columns) - 2
+    for column in columns:
         # fold, never cut: a name or a number must be read whole at any terminal width
         table.add_column(column, justify="left" if column == "row" else "right", overflow="fold")
     from h3bench.harness.gate import what_failed
@@ -91,13 +98,13 @@ def summary_table(evidence: Evidence) -> Table:
     unavailable, not_invariant = [], []
     for mode, rows in evidence.results.items():
         if isinstance(rows, UnavailableMode):
-            table.add_row(f"{mode}/-", "[yellow]-[/]", *[""] * 7)
+            table.add_row(f"{mode}/-", "[yellow]-[/]", *[""] * blanks)
             unavailable.append(f"mode {mode}: {rows.unavailable}")
             continue
         for name, row in rows.items():
             label = name if len(evidence.results) == 1 else f"{mode}/{name}"
             if isinstance(row, UnavailableRow):
-                table.add_row(label, "[yellow]-[/]", *[""] * 7)
+                table.add_row(label, "[yellow]-[/]", *[""] * blanks)
                 unavailable.append(f"{label}: {row.unavailable}")
                 continue
             bi = row.batch_invariance
@@ -110,7 +117,9 @@ def summary_table(evidence: Evidence) -> Table:
                 {True: "yes", False: "[red]no[/]", None: "n/a"}[bi.params_repeatable],
                 _fmt(result.fwd_rel_err, ".1e"), _fmt(max(grads.values()) if grads else None, ".1e"),
                 _fmt(result.fwd_us, ".0f"), _fmt(result.fwd_stream_us, ".0f"), _fmt(result.fwd_bwd_net_us, ".0f"),
-                _fmt(result.fwd_bwd_net_stream_us, ".0f"), _fmt(result.fwd_stream_floor_fraction, ".0%"))
+                _fmt(result.fwd_bwd_net_stream_us, ".0f"),
+                *((_fmt(result.fwd_graph_us, ".0f"), _fmt(result.fwd_bwd_net_graph_us, ".0f")) if graph else ()),
+                _fmt(result.fwd_stream_floor_fraction, ".0%"))
     captions = [f"not invariant: {label}: {'; '.join(failed)}" for label, failed in not_invariant]
     if unavailable:
         captions.append("unavailable (-): " + "; ".join(unavailable))

@@ -34,7 +34,8 @@ from h3bench.harness.probes import accuracy_latency as acc
 from h3bench.harness.probes import batch_invariance as bi
 from h3bench.harness.probes.context import ProbeContext
 from h3bench.harness.schema import Environment, Evidence, RowResult, SizeResult, TimingRecord, UnavailableMode, UnavailableRow, save
-from h3bench.harness.timing import timer_for
+from h3bench.harness.peak_memory import readers_for
+from h3bench.harness.timing import FLUSH_BYTES, GRAPH_WARMUP, graph_capture_for, timer_for
 
 PROBES = ("all_rows", "full_vs_sub_batches", "batch_size_sweep", "accuracy_latency")
 INTERLEAVED = "rows round-robin: each row takes a block of samples per turn, the order rotating each round"
@@ -94,10 +95,26 @@ def probe_totals(config: RunConfig) -> dict[str, int]:
             "accuracy_latency": len(config.accuracy.rows)}
 
 
+GRAPH_METHOD = (f"cuda_graph replay, per-sample synchronized (captured once after {GRAPH_WARMUP} side-stream "
+                "warm-up calls)")
+FLUSH_APPLIES_TO = ("each synchronized (*_us) and graph (*_graph_us) sample, outside its timed region; not the "
+                    "back-to-back (*_stream_us) samples, which follow each other with no gap")
+
+
+def graph_method(device: torch.device) -> str:
+    """environment.timing.graph: how the *_graph_us figures were taken, or why there are none."""
+    if graph_capture_for(device) is None:
+        return f"none: CUDA graphs need a CUDA device (this run's device is {device.type})"
+    return GRAPH_METHOD
+
+
 def timing_record(config: RunConfig, device: torch.device) -> TimingRecord:
     t = config.timing
     return TimingRecord(sample="synchronized", stream="back-to-back", timer=timer_for(device), warmup=t.warmup,
-                        reps=t.reps, repeats=t.repeats, block=t.block, interleaved=INTERLEAVED)
+                        reps=t.reps, repeats=t.repeats, block=t.block, interleaved=INTERLEAVED,
+                        graph=graph_method(device), flush_l2=t.flush_l2,
+                        flush_bytes=FLUSH_BYTES if t.flush_l2 else None,
+                        flush_applies_to=FLUSH_APPLIES_TO if t.flush_l2 else None)
 
 
 def run(request: RunRequest, observer: Optional[Observer] = None) -> Evidence:
@@ -244,10 +261,12 @@ def _time_rows(request: RunRequest, op: Op, spec: ModeSpec, measured: list[_Meas
     cfg = request.config
     timed = [acc.TimedRow(name=m.name, fn=m.loaded.fn, grads=m.adapter.grads, sizes=m.sizes)
              for m in measured]
-    observer.phase_started(spec.name, "latency, rows interleaved", acc.latency_units(cfg.accuracy, cfg.timing))
+    capture = graph_capture_for(request.device)
+    observer.phase_started(spec.name, "latency, rows interleaved",
+                           acc.latency_units(cfg.accuracy, cfg.timing, graph=capture is not None))
     t0 = time.perf_counter()
     acc.time_rows(op, cfg.inputs, timed, cfg.accuracy, cfg.timing, request.device, bandwidth,
-                  progress=observer.advance)
+                  progress=observer.advance, graph_capture=capture, memory=readers_for(request.device))
     observer.phase_finished()
     share = round((time.perf_counter() - t0) / len(measured), 3)
     for m, t in zip(measured, timed):

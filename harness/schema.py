@@ -120,10 +120,16 @@ class Spread:
 # (fresh leaves made inside the timed step); fwd_bwd_net leaves them out.
 FIGURES = ("fwd", "fwd_bwd", "fwd_bwd_net")
 STREAM_SUFFIX = "_stream"
+# `<figure>_graph_us`: the same step captured once in a CUDA graph and replayed, per-sample synchronized
+GRAPH_SUFFIX = "_graph"
 
 
-def latency_key(figure: str, stream: bool) -> str:
-    return f"{figure}{STREAM_SUFFIX if stream else ''}_us"
+def latency_key(figure: str, stream: bool, graph: bool = False) -> str:
+    return f"{figure}{STREAM_SUFFIX if stream else ''}{GRAPH_SUFFIX if graph else ''}_us"
+
+
+def peak_key(figure: str) -> str:
+    return f"{figure}_peak_bytes"
 
 
 @dataclass
@@ -156,6 +162,18 @@ class SizeResult:
     fwd_bwd_net_stream_floor_fraction: Optional[float] = additive()
     # per latency key (e.g. "fwd_us", "fwd_us_repeat", "fwd_stream_us"): the spread of its samples
     spread: Optional[dict[str, Spread]] = additive()
+    # CUDA-graph replays of the figures' steps (harness/timing.py), and per figure why one was not taken
+    fwd_graph_us: Optional[float] = additive()
+    fwd_bwd_graph_us: Optional[float] = additive()
+    fwd_bwd_net_graph_us: Optional[float] = additive()
+    fwd_graph_us_repeat: Optional[float] = additive()
+    fwd_bwd_graph_us_repeat: Optional[float] = additive()
+    fwd_bwd_net_graph_us_repeat: Optional[float] = additive()
+    graph_unavailable: Optional[dict[str, str]] = additive()
+    # bytes one step allocated at its peak beyond what was allocated before it (harness/peak_memory.py)
+    fwd_peak_bytes: Optional[int] = additive()
+    fwd_bwd_peak_bytes: Optional[int] = additive()
+    fwd_bwd_net_peak_bytes: Optional[int] = additive()
 
 
 @dataclass
@@ -213,6 +231,10 @@ class TimingRecord:
     repeats: int
     block: int
     interleaved: str     # how rows share the timing rounds
+    graph: Optional[str] = additive()             # how the *_graph_us keys were taken, or why none were
+    flush_l2: Optional[bool] = additive()         # a cache flush before each sample (absent: none)
+    flush_bytes: Optional[int] = additive()       # the flushed buffer's size
+    flush_applies_to: Optional[str] = additive()  # which figures' samples the flush precedes
 
 
 @dataclass

@@ -17,6 +17,18 @@ the two medians of one figure show how far the machine drifted between them.
 
 `setup` runs before each sample, outside the timed region, so work that must not count (fresh leaves,
 cleared gradients) can be prepared per sample.
+
+L2 flush (`L2Flush`, off by default as in the prior art): before each synchronized sample, after its setup
+and outside the timed region, a 256 MiB buffer is zeroed (triton.testing.do_bench's and TritonBench's cache
+clear), so the sample starts with none of its operands in the GPU's L2 (on a CPU: the host's caches). The
+synchronize before the start event waits for the flush, so its own time is in no sample. The stream method
+cannot flush per sample: its samples follow each other with no gap to put the flush in without stalling
+the queue, which is the one thing that method measures; `take` refuses the combination.
+
+CUDA graph (`capture_cuda_graph`): the step warmed up on a side stream, then captured once into a
+torch.cuda.CUDAGraph; the timed step is the graph's replay, sampled per-sample synchronized like the
+prior art's figure. The replay launches the captured kernels with one host call, so the figure is the
+step's device time with almost none of its host cost (argument checks, launches, autograd's bookkeeping).
 """
 from __future__ import annotations
 
@@ -33,8 +45,11 @@ WALL_CLOCK = "wall_clock"
 SYNCHRONIZED = "synchronized"
 STREAM = "stream"
 METHODS = (SYNCHRONIZED, STREAM)
+GRAPH = "graph"  # a captured step's replay, sampled as SYNCHRONIZED
 
 Step = Callable[[], object]
+FLUSH_BYTES = 256 * 1024 * 1024  # triton.testing.do_bench's cache size: several times any GPU's L2
+GRAPH_WARMUP = 3  # side-stream calls before capture, as PyTorch's CUDA graph documentation does
 
 
 def median(values: Sequence[float]) -> float:
@@ -94,27 +109,45 @@ class _CudaEvent:
         return self.event.elapsed_time(end.event)
 
 
+class L2Flush:
+    """Zeroes a buffer of `nbytes` on `device` when called: the cache flush between samples."""
+
+    def __init__(self, device: torch.device, nbytes: int = FLUSH_BYTES):
+        self.nbytes = nbytes
+        self.buffer = torch.empty(nbytes // 4, dtype=torch.int32, device=device)
+
+    def __call__(self) -> None:
+        self.buffer.zero_()
+
+
 def take(step: Step, device: torch.device, method: str, count: int,
-         setup: Optional[Callable[[], object]] = None, clock: Optional[EventClock] = None) -> list[float]:
+         setup: Optional[Callable[[], object]] = None, clock: Optional[EventClock] = None,
+         flush: Optional[Callable[[], object]] = None) -> list[float]:
     """`count` samples of `step` in microseconds, by `method` (see the module docstring). On a CPU both
-    methods are the wall clock around the step; `clock` replaces CUDA events (tests)."""
+    methods are the wall clock around the step; `clock` replaces CUDA events (tests). `flush` runs before
+    each synchronized sample, after `setup`, outside the timed region."""
     if count < 1:
         raise ValueError(f"count must be >= 1, got {count}")
     if method not in METHODS:
         raise ValueError(f"unknown sampling method {method!r}; known: {METHODS}")
+    if flush is not None and method == STREAM:
+        raise ValueError("back-to-back samples cannot be flushed one by one: flush applies to synchronized "
+                         "samples only")
     if clock is None and device.type != "cuda":
-        return _take_wall(step, count, setup)
+        return _take_wall(step, count, setup, flush)
     clock = clock or CudaClock(device)
     if method == SYNCHRONIZED:
-        return _take_synchronized(step, clock, count, setup)
+        return _take_synchronized(step, clock, count, setup, flush)
     return _take_stream(step, clock, count, setup)
 
 
-def _take_synchronized(step, clock: EventClock, count, setup) -> list[float]:
+def _take_synchronized(step, clock: EventClock, count, setup, flush=None) -> list[float]:
     out = []
     for _ in range(count):
         if setup is not None:
             setup()
+        if flush is not None:
+            flush()
         start, end = clock.event(), clock.event()
         clock.synchronize()  # each sample starts from an idle device
         start.record()
@@ -140,12 +173,14 @@ def _take_stream(step, clock: EventClock, count, setup) -> list[float]:
     return [s.elapsed_ms(e) * 1e3 for s, e in pairs]
 
 
-def _take_wall(step, count, setup) -> list[float]:
+def _take_wall(step, count, setup, flush=None) -> list[float]:
     # On a CPU there is no queue to run ahead: both methods are the wall clock around the step.
     out = []
     for _ in range(count):
         if setup is not None:
             setup()
+        if flush is not None:
+            flush()
         start = time.perf_counter()
         step()
         out.append((time.perf_counter() - start) * 1e6)
@@ -174,12 +209,13 @@ def rounds_for(reps: int, block: int) -> int:
 
 
 def interleave(subjects: Sequence[Subject], device: torch.device, method: str, warmup: int, reps: int,
-               repeats: int, block: int, on_error: type[BaseException] = Exception,
+               repeats: int, block: int, on_error: type[BaseException] | tuple[type[BaseException], ...] = Exception,
                progress: Callable[[int], None] = lambda n: None,
-               clock: Optional[EventClock] = None) -> dict[str, Timed]:
+               clock: Optional[EventClock] = None, flush: Optional[Callable[[], object]] = None) -> dict[str, Timed]:
     """Time every subject `repeats` times, `reps` samples each (rounded up to whole blocks), interleaved.
 
-    A subject whose step raises `on_error` is dropped with the error kept; the others go on.
+    A subject whose step raises `on_error` is dropped with the error kept; the others go on. `flush` (the
+    L2 flush) runs before every timed sample, never in the warm-up.
     """
     if len({s.key for s in subjects}) != len(subjects):
         raise ValueError("subject keys must be unique")
@@ -208,9 +244,44 @@ def interleave(subjects: Sequence[Subject], device: torch.device, method: str, w
             order = live[round_no % len(live):] + live[:round_no % len(live)] if live else []
             for subject in order:
                 attempt(subject, lambda s=subject: found[s.key].samples[repeat].extend(
-                    take(s.step, device, method, count, s.setup, clock)))
+                    take(s.step, device, method, count, s.setup, clock, flush)))
             progress(1)
     return found
+
+
+GraphCapture = Callable[[Step, Optional[Callable[[], object]]], Step]
+
+
+def capture_cuda_graph(step: Step, setup: Optional[Callable[[], object]] = None) -> Step:
+    """`step` captured once into a CUDA graph; returns the graph's replay (the step to time).
+
+    As PyTorch's documentation requires: warmed up on a side stream first (lazy initialisation, autotuning
+    and caches happen outside the capture), `setup` before each warm-up call and once before the capture,
+    so the capture starts from the state every eager sample starts from. Whatever the step allocates
+    under capture (outputs, intermediates, a leaf's .grad when it was None) comes from the graph's
+    private memory pool and stays there: each replay writes the same addresses. A step that synchronizes,
+    reads a value to the host (.item()), copies from the CPU or otherwise does what a capture forbids
+    raises here (the error of its own call, or the capture's)."""
+    current = torch.cuda.current_stream()
+    side = torch.cuda.Stream()
+    side.wait_stream(current)
+    with torch.cuda.stream(side):
+        for _ in range(GRAPH_WARMUP):
+            if setup is not None:
+                setup()
+            step()
+    current.wait_stream(side)
+    if setup is not None:
+        setup()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay
+
+
+def graph_capture_for(device: torch.device) -> Optional[GraphCapture]:
+    """How a step is captured on `device`; None where there are no CUDA graphs."""
+    return capture_cuda_graph if device.type == "cuda" else None
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ A regression is one of:
 - a verdict lost: `batch_invariant` or `params_repeatable` went from true to false;
 - a measured row that became unavailable, or (unless allowed) a row of the old file missing from the new;
 - a relative error that grew by more than `Thresholds.error_factor`, or a gradient no longer produced;
-- a latency slower than its measured noise allows (`allowed_slowdown`), on the same GPU model and by
-  the same timing method only, at the largest row count both files measured (smaller ones are shown,
+- a latency slower than its measured noise allows (`allowed_slowdown`), on the same GPU model, by
+  the same timing method and with the same L2 flush setting only, at the largest row count both files measured (smaller ones are shown,
   not judged: see LATENCY_NOISE).
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ MIN_LATENCY_NOISE = 0.03
 MIN_JUDGED_SAMPLES = 20
 
 LATENCY_KEYS = ("fwd_us", "fwd_bwd_us", "fwd_bwd_net_us", "fwd_stream_us", "fwd_bwd_stream_us",
-                "fwd_bwd_net_stream_us")
+                "fwd_bwd_net_stream_us", "fwd_graph_us", "fwd_bwd_graph_us", "fwd_bwd_net_graph_us")
 # What the latencies of files without a timing record mean (shared/prior-art/README.md: the RFC's script
 # synchronizes after each sample; h3bench before issue 9 recorded back-to-back samples under fwd_us).
 RFC_SCRIPT_METHOD = "synchronized (the RFC script, shared/prior-art/README.md)"
@@ -263,6 +263,15 @@ def timing_method(evidence: Evidence) -> str:
     return RFC_SCRIPT_METHOD if evidence.h3bench_commit is None else OLD_H3BENCH_METHOD
 
 
+def flush_state(evidence: Evidence) -> str:
+    """Whether the file's samples started with a flushed L2; a file without the key flushed nothing (the
+    prior art's script does not)."""
+    record = evidence.environment.timing
+    if record is None or not record.flush_l2:
+        return "no L2 flush"
+    return f"L2 flushed before each sample ({record.flush_bytes or 0} bytes)"
+
+
 def _unjudgeable_timing(evidence: Evidence) -> Optional[str]:
     """Why the file's latencies cannot be judged (host-clock timing, too few samples), or None."""
     record = evidence.environment.timing
@@ -283,15 +292,20 @@ def compare(old: Evidence, new: Evidence, thresholds: Thresholds = Thresholds())
     # latencies sampled by different methods are different quantities.
     same_gpu = old_gpu == new_gpu
     same_method = timing_method(old) == timing_method(new)
+    # a cold L2 at every sample is another quantity than a warm one, whichever is faster
+    same_flush = flush_state(old) == flush_state(new)
     unjudged = [f"the {label} file's {why}" for label, evidence in (("old", old), ("new", new))
                 for why in [_unjudgeable_timing(evidence)] if why]
     result = Comparison(old_gpu, new_gpu, thresholds,
-                        latency_compared=same_gpu and same_method and not unjudged)
+                        latency_compared=same_gpu and same_method and same_flush and not unjudged)
     if not same_gpu:
         result.notes.append(f"different GPUs ({old_gpu} vs {new_gpu}): latency ratios shown, not judged")
     if not same_method:
         result.notes.append(f"latencies sampled by different methods ({timing_method(old)} vs "
                             f"{timing_method(new)}): ratios shown, not judged")
+    if not same_flush:
+        result.notes.append(f"L2 flush settings differ ({flush_state(old)} vs {flush_state(new)}): latency "
+                            "ratios shown, not judged")
     for why in unjudged:
         result.notes.append(f"{why}: latency ratios shown, not judged")
     if old.quick != new.quick:

@@ -26,6 +26,11 @@ def seconds(value: Optional[float]) -> str:
     return MISSING if _missing(value) else f"{value:.1f}"
 
 
+def mib(nbytes: Optional[float]) -> str:
+    """Bytes as MiB, one decimal: a step's peak memory."""
+    return MISSING if _missing(nbytes) else f"{nbytes / 2 ** 20:.1f}"
+
+
 def floor_pct(fraction: Optional[float]) -> str:
     """floor_us / measured_us as a percentage: 100% means the kernel runs at the copy bandwidth."""
     return MISSING if _missing(fraction) else f"{fraction * 100:.0f}%"

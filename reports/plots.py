@@ -23,7 +23,8 @@ from h3bench.reports.table import grads_of, sizes_of
 
 PathLike = Union[str, Path]
 STATUS_COLOR = {verdicts.Status.PASS: "#a5d6a7", verdicts.Status.FAIL: "#ef9a9a", verdicts.Status.NA: "#e0e0e0"}
-SERIES_COLOR = {"fwd": "#4c72b0", "fwd+bwd": "#dd8452", "fwd+bwd net": "#55a868"}
+SERIES_COLOR = {"fwd": "#4c72b0", "fwd+bwd": "#dd8452", "fwd+bwd net": "#55a868", "fwd graph": "#8fa9d6",
+                "fwd+bwd net graph": "#a3d0ae"}
 DPI = 110
 
 
@@ -79,8 +80,11 @@ def plot_latency(evidence: Evidence, path: PathLike) -> Path:
     axes = fig.subplots(len(sizes), 1, squeeze=False)[:, 0]
     for ax, size in zip(axes, sizes):
         # (label, measured key, floor key): a net time is bounded by the same fwd+bwd floor.
-        series = [("fwd", "fwd_us", "fwd_floor_us"), ("fwd+bwd", "fwd_bwd_us", "fwd_bwd_floor_us"),
-                  ("fwd+bwd net", "fwd_bwd_net_us", "fwd_bwd_floor_us")]
+        # The CUDA-graph replays (files from a GPU) beside their synchronized figures.
+        series = [("fwd", "fwd_us", "fwd_floor_us"), ("fwd graph", "fwd_graph_us", "fwd_floor_us"),
+                  ("fwd+bwd", "fwd_bwd_us", "fwd_bwd_floor_us"),
+                  ("fwd+bwd net", "fwd_bwd_net_us", "fwd_bwd_floor_us"),
+                  ("fwd+bwd net graph", "fwd_bwd_net_graph_us", "fwd_bwd_floor_us")]
         series = [s for s in series
                   if any(getattr(r.row.accuracy_latency.get(size), s[1], None) is not None for r in rows)]
         width = 0.8 / len(series)
@@ -92,9 +96,12 @@ def plot_latency(evidence: Evidence, path: PathLike) -> Path:
                 value = getattr(result, key, None)
                 x = i - 0.4 + width * (k + 0.5)
                 if value is None:
-                    if key != "fwd_us" and not r.row.has_backward:
-                        # An empty slot would read as "too fast to see"; say why it is empty.
-                        ax.text(x, 0.03, "no backward", transform=ax.get_xaxis_transform(), ha="center",
+                    # An empty slot would read as "too fast to see"; say why it is empty.
+                    figure = key[:-len("_graph_us")] if key.endswith("_graph_us") else None
+                    why = ("no backward" if key.startswith("fwd_bwd") and not r.row.has_backward else
+                           "not captured" if figure in ((result.graph_unavailable or {}) if result else {}) else None)
+                    if why:
+                        ax.text(x, 0.03, why, transform=ax.get_xaxis_transform(), ha="center",
                                 va="bottom", fontsize=7, rotation=90, color="#555")
                     continue
                 ax.bar(x, value, width, color=SERIES_COLOR[label], label=None if label in labeled else label)

@@ -24,7 +24,11 @@ SIZE_FIELDS = ("fwd_rel_err", "fwd_us", "fwd_bwd_us", "fwd_bwd_net_us", "fwd_us_
                "fwd_floor_fraction", "fwd_bwd_floor_fraction", "fwd_bwd_net_floor_fraction",
                "fwd_stream_us", "fwd_bwd_stream_us", "fwd_bwd_net_stream_us", "fwd_stream_us_repeat",
                "fwd_bwd_stream_us_repeat", "fwd_bwd_net_stream_us_repeat", "fwd_stream_floor_fraction",
-               "fwd_bwd_stream_floor_fraction", "fwd_bwd_net_stream_floor_fraction")
+               "fwd_bwd_stream_floor_fraction", "fwd_bwd_net_stream_floor_fraction",
+               "fwd_graph_us", "fwd_bwd_graph_us", "fwd_bwd_net_graph_us", "fwd_graph_us_repeat",
+               "fwd_bwd_graph_us_repeat", "fwd_bwd_net_graph_us_repeat",
+               "fwd_peak_bytes", "fwd_bwd_peak_bytes", "fwd_bwd_net_peak_bytes")
+GRAPH_UNAVAILABLE = "_graph_unavailable"  # `<size>/<figure>_graph_unavailable`: why a figure has no graph time
 FIGURE_LABELS = {"fwd": "fwd", "fwd_bwd": "fwd+bwd", "fwd_bwd_net": "fwd+bwd net"}
 BASE_COLUMNS = ("mode", "implementation", "status", "source", "reason", "failed_probe", "has_backward",
                 "batch_invariant", "failed_checks", "params_repeatable", "wall_s", "compile_s", "compiles")
@@ -49,6 +53,8 @@ def _size_values(size: str, result: SizeResult) -> dict[str, Any]:
     values: dict[str, Any] = {f"{size}/{name}": getattr(result, name) for name in SIZE_FIELDS}
     for grad, value in (result.grad_rel_err or {}).items():
         values[f"{size}/grad_{grad}_err"] = value
+    for figure, reason in (result.graph_unavailable or {}).items():
+        values[f"{size}/{figure}{GRAPH_UNAVAILABLE}"] = reason
     for key, spread in (result.spread or {}).items():
         values[f"{size}/{key}_p10"] = spread.p10
         values[f"{size}/{key}_p90"] = spread.p90
@@ -62,6 +68,8 @@ def _column_order(column: str) -> tuple:
         rank = (1, GRAD_ORDER.index(grad) if grad in GRAD_ORDER else len(GRAD_ORDER), grad)
     elif name.endswith(("_p10", "_p90")):
         rank = (3, 0, name)
+    elif name.endswith(GRAPH_UNAVAILABLE):
+        rank = (4, 0, name)
     else:
         rank = (0 if name == "fwd_rel_err" else 2, SIZE_FIELDS.index(name), "")
     return size_key(size), rank
@@ -190,28 +198,52 @@ def _spread_text(record: Mapping[str, Any], key: str) -> str:
 def _latency_table(size: str, part: pd.DataFrame, measured: list[dict]) -> TableSpec:
     """One line per implementation and figure: the prior art's per-sample synchronized time and the
     back-to-back (stream) time, each a median with its p10–p90 and its second timing, and the fraction
-    of the memory floor each reaches."""
+    of the memory floor each reaches; where the file has them, the CUDA-graph replay's time and the
+    step's peak memory."""
+    figures = list(FIGURE_LABELS)
+    graph = any(_get(r, f"{size}/{f}_graph_us") is not None or _get(r, f"{size}/{f}{GRAPH_UNAVAILABLE}")
+                for r in measured for f in figures)
+    peak = any(_get(r, f"{size}/{f}_peak_bytes") is not None for r in measured for f in figures)
     headers = ["implementation", "figure", "synchronized µs", "p10–p90", "repeat µs", "stream µs", "p10–p90",
-               "repeat µs", "floor µs", "% of floor (sync)", "% of floor (stream)"]
-    rows = []
+               "repeat µs"] + (["graph µs", "p10–p90"] if graph else []) + [
+               "floor µs", "% of floor (sync)", "% of floor (stream)"] + (["peak MiB"] if peak else [])
+    rows, not_captured = [], []
     for r in measured:
         for figure, label in FIGURE_LABELS.items():
             sync, stream = f"{size}/{figure}_us", f"{size}/{figure}_stream_us"
             if _get(r, sync) is None and _get(r, stream) is None:
                 continue
             floor = f"{size}/{'fwd' if figure == 'fwd' else 'fwd_bwd'}_floor_us"
-            rows.append([Cell(r["implementation"]), Cell(label), Cell(fmt.us(_get(r, sync)), "num"),
-                         Cell(_spread_text(r, sync), "num"), Cell(fmt.us(_get(r, f"{sync}_repeat")), "num"),
-                         Cell(fmt.us(_get(r, stream)), "num"), Cell(_spread_text(r, stream), "num"),
-                         Cell(fmt.us(_get(r, f"{stream}_repeat")), "num"), Cell(fmt.us(_get(r, floor)), "num"),
-                         Cell(fmt.floor_pct(_get(r, f"{size}/{figure}_floor_fraction")), "num"),
-                         Cell(fmt.floor_pct(_get(r, f"{size}/{figure}_stream_floor_fraction")), "num")])
+            cells = [Cell(r["implementation"]), Cell(label), Cell(fmt.us(_get(r, sync)), "num"),
+                     Cell(_spread_text(r, sync), "num"), Cell(fmt.us(_get(r, f"{sync}_repeat")), "num"),
+                     Cell(fmt.us(_get(r, stream)), "num"), Cell(_spread_text(r, stream), "num"),
+                     Cell(fmt.us(_get(r, f"{stream}_repeat")), "num")]
+            if graph:
+                replay, reason = f"{size}/{figure}_graph_us", _get(r, f"{size}/{figure}{GRAPH_UNAVAILABLE}")
+                cells += [Cell("not captured" if reason else fmt.us(_get(r, replay)), "num"),
+                          Cell(_spread_text(r, replay), "num")]
+                if reason:
+                    not_captured.append(f"{r['implementation']} {label}: {reason}")
+            cells += [Cell(fmt.us(_get(r, floor)), "num"),
+                      Cell(fmt.floor_pct(_get(r, f"{size}/{figure}_floor_fraction")), "num"),
+                      Cell(fmt.floor_pct(_get(r, f"{size}/{figure}_stream_floor_fraction")), "num")]
+            if peak:
+                cells.append(Cell(fmt.mib(_get(r, f"{size}/{figure}_peak_bytes")), "num"))
+            rows.append(cells)
     note = ("Medians in microseconds. synchronized: each sample from an idle device (the prior art's method; "
             "host cost included); stream: samples back to back (the device time when the host keeps ahead). "
             "repeat: the same figure timed again later in the run; rows are timed interleaved. "
             "% of floor = memory floor time / measured time (100% = moving the op's bytes at the measured "
             "copy bandwidth). fwd+bwd: fresh leaves made inside the timed step (the prior art's figure); "
             "net: without that setup.")
+    if graph:
+        note += (" graph: the same step captured once in a CUDA graph and replayed, each replay synchronized "
+                 "(the device work without the host cost).")
+        if not_captured:
+            note += " Not captured: " + "; ".join(not_captured) + "."
+    if peak:
+        note += (" peak MiB: what one step allocated at its peak beyond what was allocated before it "
+                 "(torch.cuda.max_memory_allocated).")
     return TableSpec(f"Latency at R = {size} rows", headers, rows, note=note)
 
 
@@ -232,6 +264,11 @@ def header_fields(evidence: Evidence) -> list[tuple[str, str]]:
         t = env.timing
         fields.append(("timing", f"{t.timer}; *_us {t.sample} per sample, *_stream_us {t.stream}; {t.reps} "
                                  f"samples x {t.repeats} timings after {t.warmup} warm-ups; {t.interleaved}"))
+        if t.graph is not None:
+            fields.append(("graph timing", f"*_graph_us: {t.graph}"))
+        if t.flush_l2 is not None:
+            fields.append(("L2 flush", f"on: a {fmt.mib(t.flush_bytes)} MiB buffer zeroed before "
+                                       f"{t.flush_applies_to}" if t.flush_l2 else "off"))
     optional = [("driver", env.driver), ("host", env.host), ("created (UTC)", evidence.created_utc),
                 ("command", evidence.command),
                 ("wall time", None if evidence.wall_s is None else f"{evidence.wall_s:.0f} s")]

@@ -219,6 +219,27 @@ def test_tiny_run_writes_a_valid_file(invoke, tmp_path):
     assert sorted(p.name for p in out.parent.iterdir()) == ["x.json"]  # --no-render, no temp files
 
 
+@pytest.mark.parametrize("flush", [False, True])
+def test_flush_l2_reaches_the_timing_record_and_the_recorded_plan(invoke, tmp_path, flush):
+    out = tmp_path / "x.json"
+    result, text = invoke("run", "--device", "cpu", "--quick", "--adapters", "torch_rms_norm",
+                          "--set", "hidden=16", *(["--flush-l2"] if flush else []), "--no-render", "--quiet",
+                          "--out", str(out))
+    assert result.exit_code == 0, text + repr(result.exception)
+    evidence = schema.load(out)
+    record = evidence.environment.timing
+    assert record.flush_l2 is flush and evidence.config["timing"]["flush_l2"] is flush
+    assert record.flush_bytes == (256 << 20 if flush else None)
+    assert (record.flush_applies_to is not None) is flush
+    if flush:
+        assert "synchronized" in record.flush_applies_to and "not the back-to-back" in record.flush_applies_to
+    # a CPU has no CUDA graphs and no allocator counters: the record says why, the figures are absent
+    assert record.graph.startswith("none: ") and "cpu" in record.graph
+    for size in evidence.results["plain"]["torch_rms_norm"].accuracy_latency.values():
+        assert size.fwd_us > 0 and size.fwd_graph_us is None and size.graph_unavailable is None
+        assert size.fwd_peak_bytes is None and size.fwd_bwd_net_peak_bytes is None
+
+
 def test_entry_point_adapters_and_broken_ones(invoke, monkeypatch, tmp_path):
     """Rows registered by other packages (`h3bench.adapters` entry points) join the op's rows; one that does
     not import becomes its row's "unavailable" reason (the run goes on), and one whose name has no op is

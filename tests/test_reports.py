@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import struct
 from html.parser import HTMLParser
@@ -587,6 +588,82 @@ def test_compare_refuses_to_judge_latencies_of_different_methods():
     assert cmp.timing_method(old_h3bench) != cmp.timing_method(prior())
     assert not cmp.compare(old_h3bench, prior()).latency_compared
     assert cmp.compare(prior(), prior()).latency_compared  # two files of the RFC's script: one method
+
+
+def flushed(ev: Evidence, on: bool) -> Evidence:
+    ev.environment.timing = dataclasses.replace(ev.environment.timing, flush_l2=on,
+                                                flush_bytes=256 << 20 if on else None)
+    return ev
+
+
+def test_compare_refuses_to_judge_latencies_across_l2_flush_settings():
+    old = timed(prior(), 0.01)
+    new = flushed(timed(prior(), 0.01), True)
+    new.results["plain"]["rl_kernel"].accuracy_latency["32768"].fwd_us *= 3
+    comparison = cmp.compare(old, new)
+    assert not comparison.latency_compared and kinds(comparison) == []
+    assert any("L2 flush settings differ (no L2 flush vs L2 flushed before each sample (268435456 bytes))" in n
+               for n in comparison.notes), comparison.notes
+    # flushed on both sides: judged; a record without the key flushed nothing, as one that says off
+    assert kinds(cmp.compare(flushed(timed(prior(), 0.01), True), new)) == [("rl_kernel", "latency")]
+    assert cmp.compare(flushed(timed(prior(), 0.01), False), timed(prior(), 0.01)).latency_compared
+
+
+def test_compare_judges_the_graph_figures():
+    old = timed(prior(), 0.01)
+    for row in old.results["plain"].values():
+        if isinstance(row, RowResult):
+            for r in row.accuracy_latency.values():
+                r.fwd_graph_us = r.fwd_us * 0.5
+                r.spread["fwd_graph_us"] = Spread(p10=r.fwd_graph_us * 0.99, p50=r.fwd_graph_us,
+                                                  p90=r.fwd_graph_us * 1.01, n=100)
+    new = copy.deepcopy(old)
+    new.results["plain"]["rl_kernel"].accuracy_latency["32768"].fwd_graph_us *= 2
+    regressions = cmp.compare(old, new).regressions
+    assert [(r.row, r.kind) for r in regressions] == [("rl_kernel", "latency")]
+    assert "32768 fwd_graph_us" in regressions[0].message
+
+
+def with_graph_and_peaks(ev: Evidence) -> Evidence:
+    ev.environment.timing = TimingRecord(sample="synchronized", stream="back-to-back", timer="cuda_events",
+                                         warmup=20, reps=100, repeats=2, block=20, interleaved="rows round-robin",
+                                         graph="cuda_graph replay, per-sample synchronized", flush_l2=True,
+                                         flush_bytes=256 << 20, flush_applies_to="each synchronized sample")
+    for name, row in ev.results["plain"].items():
+        for r in row.accuracy_latency.values():
+            r.fwd_graph_us = 12.25
+            r.fwd_peak_bytes = 3 << 20
+            if name == "liger":
+                r.graph_unavailable = {"fwd": "RuntimeError: CUDA error: operation not permitted when stream "
+                                              "is capturing"}
+                r.fwd_graph_us = None
+    return ev
+
+
+def test_reports_show_graph_figures_peaks_reasons_and_the_flush(tmp_path):
+    ev = with_graph_and_peaks(prior())
+    assert plots.plot_latency(ev, tmp_path / "latency.png").read_bytes().startswith(PNG_MAGIC)
+    md = table.render_markdown(ev)
+    assert "graph µs" in md and "12.2" in md and "peak MiB" in md and "| 3.0 |" in md
+    assert "not captured" in md and "liger fwd: RuntimeError: CUDA error: operation not permitted" in md
+    assert "**L2 flush**: on: a 256.0 MiB buffer zeroed before each synchronized sample" in md
+    assert "**graph timing**: *_graph_us: cuda_graph replay, per-sample synchronized" in md
+    html = table.render_html(ev)
+    assert "graph µs" in html and "peak MiB" in html and "L2 flush" in html
+    # a file without them (the prior art, a CPU run) has none of these columns
+    plain = table.render_markdown(prior())
+    assert "graph µs" not in plain and "peak MiB" not in plain and "L2 flush" not in plain
+
+
+def test_summary_table_adds_graph_columns_only_where_there_are_graph_figures():
+    from h3bench.harness.progress import summary_table
+
+    def header(ev: Evidence) -> str:
+        console = Console(width=400, record=True)
+        console.print(summary_table(ev))
+        return console.export_text()
+    assert "fwd gr us" in header(with_graph_and_peaks(prior())) and "net gr" in header(with_graph_and_peaks(prior()))
+    assert " gr " not in header(prior())
 
 
 def test_summary_table_prints_reasons_as_text():

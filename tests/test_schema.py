@@ -210,6 +210,44 @@ def test_additive_keys_are_omitted_when_none_and_kept_otherwise():
     assert schema.to_dict(size) == {"fwd_rel_err": 0.5, "fwd_us": 2.0, "grad_rel_err": {"x": 0.25}}
 
 
+GRAPH_PEAK_FLUSH_KEYS = ("fwd_graph_us", "fwd_bwd_graph_us", "fwd_bwd_net_graph_us", "graph_unavailable",
+                         "fwd_peak_bytes", "fwd_bwd_peak_bytes", "fwd_bwd_net_peak_bytes")
+
+
+def test_graph_peak_and_flush_keys_round_trip_and_the_prior_art_has_none(prior_path, prior_data):
+    evidence = schema.load(prior_path)
+    assert evidence.environment.timing is None
+    for row in evidence.results["plain"].values():
+        for result in row.accuracy_latency.values():
+            assert all(getattr(result, key) is None for key in GRAPH_PEAK_FLUSH_KEYS)
+    assert schema.to_dict(evidence) == prior_data   # absent stays absent
+    evidence.environment.timing = schema.TimingRecord(
+        sample="synchronized", stream="back-to-back", timer="cuda_events", warmup=20, reps=100, repeats=2,
+        block=20, interleaved="rows round-robin", graph="cuda_graph replay, per-sample synchronized",
+        flush_l2=True, flush_bytes=256 << 20, flush_applies_to="each synchronized and graph sample")
+    result = evidence.results["plain"]["rl_kernel"].accuracy_latency["4097"]
+    result.fwd_graph_us, result.fwd_graph_us_repeat, result.fwd_bwd_net_graph_us = 9.5, 9.75, 30.25
+    result.graph_unavailable = {"fwd_bwd": "RuntimeError: CUDA error: operation not permitted when stream is "
+                                           "capturing"}
+    result.fwd_peak_bytes, result.fwd_bwd_net_peak_bytes = 4096 * 5376 * 2, 3 << 20
+    data = json.loads(schema.dumps(evidence))
+    back = schema.from_json(data)
+    assert back == evidence
+    size = data["results"]["plain"]["rl_kernel"]["accuracy_latency"]["4097"]
+    assert size["graph_unavailable"] == result.graph_unavailable and size["fwd_peak_bytes"] == 4096 * 5376 * 2
+    assert "fwd_bwd_graph_us" not in size and "fwd_bwd_peak_bytes" not in size
+    assert data["environment"]["timing"]["flush_l2"] is True
+    from h3bench.harness import semantics
+    assert semantics.problems(back) == []
+
+
+def test_a_fractional_peak_is_refused(prior_data):
+    data = copy.deepcopy(prior_data)
+    data["results"]["plain"]["rl_kernel"]["accuracy_latency"]["4097"]["fwd_peak_bytes"] = 1.5
+    with pytest.raises(SchemaError, match=r"4097\.fwd_peak_bytes: expected an integer"):
+        schema.from_json(data)
+
+
 def test_contract_keys_are_kept_when_none(prior_path):
     evidence = schema.load(prior_path)
     evidence.environment.gpu = None

@@ -158,6 +158,61 @@ def test_setup_runs_outside_both_timed_regions():
         assert max(samples) <= 50.0 + 1e-9, method
 
 
+# --- the L2 flush between samples -------------------------------------------------------------------------
+
+def test_wall_clock_flush_runs_once_per_sample_after_setup_outside_the_timed_region(clock):
+    def flush() -> None:
+        clock.log.append("flush")
+        clock.now += 500.0
+
+    samples = timing.take(clock.step, CPU, timing.SYNCHRONIZED, 4, setup=clock.setup, flush=flush)
+    assert samples == [clock.STEP_S * 1e6] * 4
+    assert clock.log == ["setup", "flush", "clock", "step", "clock"] * 4
+
+
+def test_device_flush_is_finished_before_the_sample_starts():
+    device = SimulatedDevice(10.0, 40.0)
+    flushes = []
+
+    def flush() -> None:  # queues 1000 us of device work, as zeroing a 256 MiB buffer does
+        flushes.append(device.now)
+        device.busy_until = max(device.now, device.busy_until) + 1000.0
+
+    samples = timing.take(device.step, CUDA, timing.SYNCHRONIZED, 20, clock=device, flush=flush)
+    assert len(flushes) == 20
+    assert samples == [pytest.approx(50.0)] * 20  # the flush's device time lands in no sample
+
+
+def test_back_to_back_samples_refuse_a_flush(clock):
+    with pytest.raises(ValueError, match="synchronized samples only"):
+        timing.take(clock.step, CPU, timing.STREAM, 3, flush=lambda: None)
+    assert clock.log == []
+
+
+def test_interleave_flushes_before_every_timed_sample_and_never_in_the_warm_up(clock):
+    log = []
+    subjects = [timing.Subject(key, lambda key=key: log.append(key)) for key in ("a", "b")]
+    timing.interleave(subjects, CPU, timing.SYNCHRONIZED, warmup=3, reps=5, repeats=2, block=2,
+                      flush=lambda: log.append("flush"))
+    assert log[:6] == ["a"] * 3 + ["b"] * 3  # warm-up: no flush
+    timed = log[6:]
+    assert len(timed) == 2 * (2 * 5 * 2)  # a flush and a step per sample: 2 rows x 5 samples x 2 timings
+    assert timed[0::2] == ["flush"] * 20 and "flush" not in timed[1::2]
+
+
+def test_l2_flush_zeroes_its_whole_buffer():
+    flush = timing.L2Flush(CPU, nbytes=4096)
+    flush.buffer.fill_(7)
+    flush()
+    assert flush.buffer.numel() * flush.buffer.element_size() == 4096
+    assert int(flush.buffer.abs().sum()) == 0
+
+
+def test_no_graph_capture_on_a_cpu():
+    assert timing.graph_capture_for(CPU) is None
+    assert timing.graph_capture_for(torch.device("cuda")) is timing.capture_cuda_graph
+
+
 # --- percentiles and spreads --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("values,q,expected", [

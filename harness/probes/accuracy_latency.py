@@ -11,6 +11,26 @@ method) and back to back (`<figure>_stream_us`), interleaved across rows (harnes
 - fwd_bwd: as the prior art timed it: fresh cloned leaves and an all-ones upstream gradient made
   inside the timed step.
 - fwd_bwd_net: forward + backward only; leaves and the upstream gradient made before the sample.
+
+On CUDA each figure is also timed as a CUDA graph (`<figure>_graph_us`): the same step captured once and
+replayed, per-sample synchronized, so the figure is the step's device work without its host cost. Why the
+replay does the eager step's work:
+- fwd: the captured forward is the eager one's kernels; its output comes from the graph's pool.
+- fwd_bwd_net: the eager sample starts with every leaf's .grad None (its setup), so its backward writes
+  fresh gradients, no accumulation. The capture starts from that state too (the setup runs just before
+  it), so it records the same kernels, and the gradients it allocates come from the graph's pool; each
+  replay writes them there again. No setup runs between replays: the replay does not look at .grad, it
+  repeats the recorded writes. The leaves and the all-ones upstream gradients are made before the capture
+  and read in place.
+- fwd_bwd: the fresh leaves' clones and the all-ones gradients are made inside the captured step, so their
+  copy and fill kernels are replayed too, as the eager figure runs them; only their host cost is gone.
+A row whose step cannot be captured or replayed (it synchronizes, calls .item(), copies from the CPU,
+allocates outside the caching allocator...) gets the reason under `graph_unavailable[figure]`; its other
+figures stay. What the replay cannot show: Python-side work of the implementation (it is not rerun).
+
+Peak memory (`<figure>_peak_bytes`, CUDA only): one more call of the eager step after its synchronized
+samples (harness/peak_memory.py). A no-grad call of h3bench's kernels that replays its own graph
+(kernels/graph_replay.py) keeps its intermediates in that graph's pool, allocated before the step.
 """
 from __future__ import annotations
 
@@ -21,11 +41,14 @@ from typing import Any, Callable, Optional
 import torch
 
 from h3bench.harness.config import AccuracyPlan, TimingPlan
-from h3bench.harness.execute import ImplementationError, blamed, call, execute, make_leaves
+from h3bench.harness.execute import (ImplementationError, blamed, call, describe_exception, device_usable, execute,
+                                     make_leaves)
 from h3bench.harness.ops.base import Op, OpInputs
+from h3bench.harness.peak_memory import Readers, peak_bytes
 from h3bench.harness.probes.context import ProbeContext
-from h3bench.harness.schema import FIGURES, SizeResult, Spread, latency_key
-from h3bench.harness.timing import METHODS, STREAM, Subject, interleave, median, rounds_for, spread_of
+from h3bench.harness.schema import FIGURES, SizeResult, Spread, latency_key, peak_key
+from h3bench.harness.timing import (GRAPH, METHODS, STREAM, SYNCHRONIZED, GraphCapture, L2Flush, Subject, interleave,
+                                    median, rounds_for, spread_of)
 
 POISON_FACTOR = 8  # poison this many times the outputs' bytes of free cached memory
 
@@ -100,41 +123,110 @@ class TimedRow:
     error: Optional[ImplementationError] = None
 
 
-def latency_units(plan: AccuracyPlan, timing: TimingPlan) -> int:
-    """Progress units of `time_rows`: one per round of each figure and method."""
-    return len(plan.rows) * len(FIGURES) * len(METHODS) * timing.repeats * rounds_for(timing.reps, timing.block)
+def latency_units(plan: AccuracyPlan, timing: TimingPlan, graph: bool = False) -> int:
+    """Progress units of `time_rows`: one per round of each figure and method (`graph`: with the CUDA
+    graph figures)."""
+    methods = len(METHODS) + (1 if graph else 0)
+    return len(plan.rows) * len(FIGURES) * methods * timing.repeats * rounds_for(timing.reps, timing.block)
+
+
+# What a capture or a replay raises when the step does what a capture forbids: the implementation's own
+# error (ImplementationError) or the capture's (torch raises RuntimeError for CUDA errors).
+CAPTURE_ERRORS = (ImplementationError, RuntimeError)
 
 
 def time_rows(op: Op, params: Any, rows: list[TimedRow], plan: AccuracyPlan, timing: TimingPlan,
               device: torch.device, bandwidth_gbps: Optional[float],
-              progress: Callable[[int], None] = lambda n: None) -> None:
+              progress: Callable[[int], None] = lambda n: None, graph_capture: Optional[GraphCapture] = None,
+              memory: Optional[Readers] = None) -> None:
     """Time every row's figures at every size, rows interleaved. A row whose call fails here gets
-    `error` set and its remaining figures skipped; the other rows go on."""
+    `error` set and its remaining figures skipped; the other rows go on. `graph_capture` (None: no graph
+    figures) captures a step for the `*_graph_us` figures; `memory` (None: no peak figures) reads the
+    allocator for `*_peak_bytes`."""
+    flush = L2Flush(device) if timing.flush_l2 else None
+    methods = METHODS + ((GRAPH,) if graph_capture is not None else ())
     for size in plan.rows:
         inputs = op.make_inputs(params, size, plan.input_seed, device)
         for figure in FIGURES:
-            for method in METHODS:
-                subjects = []
-                for row in rows:
-                    if row.error is None and (figure == "fwd" or row.grads):
-                        try:
-                            subjects.append(_subject(row, figure, inputs, len(op.outputs)))
-                        except ImplementationError as exc:
-                            row.error = exc
-                found = interleave(subjects, device, method, timing.warmup, timing.reps, timing.repeats,
-                                   timing.block, on_error=ImplementationError, progress=progress)
+            for method in methods:
+                subjects = _subjects(rows, figure, method, inputs, len(op.outputs), str(size), graph_capture,
+                                     device)
+                found = interleave(subjects, device, SYNCHRONIZED if method == GRAPH else method, timing.warmup,
+                                   timing.reps, timing.repeats, timing.block,
+                                   on_error=CAPTURE_ERRORS if method == GRAPH else ImplementationError,
+                                   progress=progress, flush=None if method == STREAM else flush)
                 for row in rows:
                     timed = found.get(row.name)
                     if timed is None:
                         continue
                     if timed.error is not None:
-                        row.error = timed.error
+                        if method == GRAPH:
+                            _graph_unavailable(row, row.sizes[str(size)], figure, timed.error, device)
+                        else:
+                            row.error = timed.error
                         continue
-                    _record(row.sizes[str(size)], latency_key(figure, method == STREAM), timed.samples)
+                    _record(row.sizes[str(size)], latency_key(figure, method == STREAM, method == GRAPH),
+                            timed.samples)
+                if method == SYNCHRONIZED and memory is not None:
+                    _measure_peaks(rows, subjects, figure, str(size), memory)
+                del subjects, found  # a captured graph's memory pool goes with it
         del inputs
         for row in rows:
             if row.error is None:
                 _add_floors(op, params, size, row.sizes[str(size)], bandwidth_gbps)
+
+
+def _subjects(rows: list[TimedRow], figure: str, method: str, inputs: OpInputs, n_outputs: int, size: str,
+              graph_capture: Optional[GraphCapture], device: torch.device) -> list[Subject]:
+    """The rows' steps of one figure; for GRAPH each one captured (a row whose capture fails gets the
+    reason in `graph_unavailable` and no subject)."""
+    subjects = []
+    for row in rows:
+        if row.error is not None or not (figure == "fwd" or row.grads):
+            continue
+        try:
+            subject = _subject(row, figure, inputs, n_outputs)
+        except ImplementationError as exc:
+            row.error = exc
+            continue
+        if method == GRAPH:
+            try:
+                subject = Subject(row.name, graph_capture(subject.step, subject.setup))
+            except CAPTURE_ERRORS as exc:
+                _graph_unavailable(row, row.sizes[size], figure, exc, device)
+                continue
+        subjects.append(subject)
+    return subjects
+
+
+def _failure_text(exc: BaseException) -> str:
+    """An error as a row's reason; a capture that failed after the step's own error names both."""
+    def text(e: BaseException) -> str:
+        return str(e) if isinstance(e, ImplementationError) else describe_exception(e)
+    inner = exc.__context__ if exc.__cause__ is None and not exc.__suppress_context__ else None
+    return text(exc) if inner is None else f"{text(inner)}; then {text(exc)}"
+
+
+def _graph_unavailable(row: TimedRow, result: SizeResult, figure: str, exc: BaseException,
+                       device: torch.device) -> None:
+    """Record why `figure` has no graph timing. A failed capture that left the CUDA context unusable is
+    the row's failure: the runner then stops the rows after it (runner.DeviceLost)."""
+    reason = _failure_text(exc)
+    result.graph_unavailable = {**(result.graph_unavailable or {}), figure: reason}
+    if not device_usable(device):
+        row.error = ImplementationError(f"CUDA graph capture of {figure}: {reason}")
+
+
+def _measure_peaks(rows: list[TimedRow], subjects: list[Subject], figure: str, size: str, memory: Readers) -> None:
+    by_name = {row.name: row for row in rows}
+    for subject in subjects:
+        row = by_name[subject.key]
+        if row.error is not None:
+            continue
+        try:
+            setattr(row.sizes[size], peak_key(figure), peak_bytes(subject.step, memory, subject.setup))
+        except ImplementationError as exc:
+            row.error = exc
 
 
 def _subject(row: TimedRow, figure: str, inputs: OpInputs, n_outputs: int) -> Subject:
