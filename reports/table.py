@@ -141,7 +141,8 @@ def mode_tables(evidence: Evidence, mode: str, frame: Optional[pd.DataFrame] = N
             note="Bitwise comparison, no tolerance. params repeatable: n.a. when the implementation has no "
                  "parameter gradients or they are not measured."))
         tables.append(_accuracy_table(evidence, mode, part, measured))
-        tables.extend(_latency_table(size, part, measured) for size in sizes_of(evidence, mode))
+        tables.extend(_latency_table(size, part, measured, _floor_note(evidence, mode, size))
+                      for size in sizes_of(evidence, mode))
     if unavailable:
         tables.append(TableSpec(
             "Unavailable", ["implementation", "reason", "failed probe", "source"],
@@ -171,7 +172,34 @@ def _spread_text(record: Mapping[str, Any], key: str) -> str:
     return fmt.MISSING if low is None or high is None else f"{fmt.us(low)}–{fmt.us(high)}"
 
 
-def _latency_table(size: str, part: pd.DataFrame, measured: list[dict]) -> TableSpec:
+COPY_FLOOR_NOTE = ("% of floor = memory floor time / measured time (100% = moving the op's bytes at the measured "
+                   f"copy bandwidth; {fmt.BEAT_FLOOR}: the measured time was below that floor).")
+READ_WRITE_FLOOR_NOTE = ("% of floor = memory floor time / measured time; the floor: the op's bytes read at the "
+                         "measured read bandwidth plus its bytes written at the measured write bandwidth, or the "
+                         "fastest measured time where a row beat that model.")
+
+
+def _floor_note(evidence: Evidence, mode: str, size: str) -> str:
+    """How this size's floors were made: the copy floor of older files, or the read/write model with the
+    rows that beat it (which row, which figure, by how much)."""
+    if not evidence.environment.floor_model:
+        return COPY_FLOOR_NOTE
+    lowered = {}
+    for row in evidence.rows(mode).values():
+        result = row.accuracy_latency.get(size) if isinstance(row, RowResult) else None
+        if result is None:
+            continue
+        for label, record, model in (("fwd", result.fwd_floor_lowered, result.fwd_floor_model_us),
+                                     ("fwd+bwd", result.fwd_bwd_floor_lowered, result.fwd_bwd_floor_model_us)):
+            if record is not None:
+                lowered[(label, record.row, record.key)] = (
+                    f"The {label} model's {fmt.us(model)} µs is no floor: {record.row}'s {record.key} took "
+                    f"{fmt.us(record.measured_us)} µs (the model is {record.model_fraction * 100:.0f}% of it), "
+                    f"so that is the {label} floor")
+    return " ".join([READ_WRITE_FLOOR_NOTE, *(f"{text}." for text in lowered.values())])
+
+
+def _latency_table(size: str, part: pd.DataFrame, measured: list[dict], floor_note: str = COPY_FLOOR_NOTE) -> TableSpec:
     """One line per implementation and figure: the prior art's per-sample synchronized time and the
     back-to-back (stream) time, each a median with its p10–p90 and its second timing, and the fraction
     of the memory floor each reaches."""
@@ -193,8 +221,7 @@ def _latency_table(size: str, part: pd.DataFrame, measured: list[dict]) -> Table
     note = ("Medians in microseconds. synchronized: each sample from an idle device (the prior art's method; "
             "host cost included); stream: samples back to back (the device time when the host keeps ahead). "
             "repeat: the same figure timed again later in the run; rows are timed interleaved. "
-            "% of floor = memory floor time / measured time (100% = moving the op's bytes at the measured "
-            "copy bandwidth). fwd+bwd: fresh leaves made inside the timed step (the prior art's figure); "
+            f"{floor_note} fwd+bwd: fresh leaves made inside the timed step (the prior art's figure); "
             "net: without that setup.")
     return TableSpec(f"Latency at R = {size} rows", headers, rows, note=note)
 
@@ -210,13 +237,18 @@ def header_fields(evidence: Evidence) -> list[tuple[str, str]]:
     fields = [("op", evidence.op), ("RFC", evidence.rfc), ("GPU", gpu), ("torch", env.torch),
               ("CUDA", env.cuda or "none"), ("python", env.python), ("TF32", fmt.tri(env.tf32)),
               ("copy bandwidth", fmt.bandwidth(env.copy_bandwidth_gbps)),
+              ("read bandwidth", fmt.rate(env.read_bandwidth_gbps, env.read_bandwidth_bytes,
+                                          env.read_bandwidth_kernel)),
+              ("write bandwidth", fmt.rate(env.write_bandwidth_gbps, env.write_bandwidth_bytes,
+                                           env.write_bandwidth_kernel)),
               ("quick", "yes (reduced plan)" if evidence.quick else "no (full plan)"),
               ("rl_kernel commit", commit), ("h3bench commit", evidence.h3bench_commit or "not recorded")]
     if env.timing is not None:
         t = env.timing
         fields.append(("timing", f"{t.timer}; *_us {t.sample} per sample, *_stream_us {t.stream}; {t.reps} "
                                  f"samples x {t.repeats} timings after {t.warmup} warm-ups; {t.interleaved}"))
-    optional = [("driver", env.driver), ("host", env.host), ("created (UTC)", evidence.created_utc),
+    optional = [("bandwidth method", env.bandwidth_method), ("floor model", env.floor_model),
+                ("driver", env.driver), ("host", env.host), ("created (UTC)", evidence.created_utc),
                 ("command", evidence.command),
                 ("wall time", None if evidence.wall_s is None else f"{evidence.wall_s:.0f} s")]
     return fields + [(k, v) for k, v in optional if v]

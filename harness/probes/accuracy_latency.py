@@ -11,6 +11,8 @@ method) and back to back (`<figure>_stream_us`), interleaved across rows (harnes
 - fwd_bwd: as the prior art timed it: fresh cloned leaves and an all-ones upstream gradient made
   inside the timed step.
 - fwd_bwd_net: forward + backward only; leaves and the upstream gradient made before the sample.
+Once every size is timed, each size gets its memory floors from the rows that are still measured
+(harness/floors.py): no floor is above any of their medians.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import torch
 
 from h3bench.harness.config import AccuracyPlan, TimingPlan
 from h3bench.harness.execute import ImplementationError, blamed, call, execute, make_leaves
+from h3bench.harness.floors import Rates, add_floors
 from h3bench.harness.ops.base import Op, OpInputs
 from h3bench.harness.probes.context import ProbeContext
 from h3bench.harness.schema import FIGURES, SizeResult, Spread, latency_key
@@ -106,10 +109,11 @@ def latency_units(plan: AccuracyPlan, timing: TimingPlan) -> int:
 
 
 def time_rows(op: Op, params: Any, rows: list[TimedRow], plan: AccuracyPlan, timing: TimingPlan,
-              device: torch.device, bandwidth_gbps: Optional[float],
+              device: torch.device, rates: Optional[Rates],
               progress: Callable[[int], None] = lambda n: None) -> None:
-    """Time every row's figures at every size, rows interleaved. A row whose call fails here gets
-    `error` set and its remaining figures skipped; the other rows go on."""
+    """Time every row's figures at every size, rows interleaved, then add the floors (none without
+    `rates`). A row whose call fails here gets `error` set and its remaining figures skipped; the other
+    rows go on, and only theirs count for the floors."""
     for size in plan.rows:
         inputs = op.make_inputs(params, size, plan.input_seed, device)
         for figure in FIGURES:
@@ -132,9 +136,10 @@ def time_rows(op: Op, params: Any, rows: list[TimedRow], plan: AccuracyPlan, tim
                         continue
                     _record(row.sizes[str(size)], latency_key(figure, method == STREAM), timed.samples)
         del inputs
-        for row in rows:
-            if row.error is None:
-                _add_floors(op, params, size, row.sizes[str(size)], bandwidth_gbps)
+    if rates is None:
+        return
+    for size in plan.rows:
+        add_floors(op, params, size, {row.name: row.sizes[str(size)] for row in rows if row.error is None}, rates)
 
 
 def _subject(row: TimedRow, figure: str, inputs: OpInputs, n_outputs: int) -> Subject:
@@ -188,23 +193,3 @@ def _record(result: SizeResult, key: str, samples: list[list[float]]) -> None:
 def _spread(values: list[float]) -> Spread:
     stats = spread_of(values)
     return Spread(p10=stats.p10, p50=stats.p50, p90=stats.p90, n=stats.n)
-
-
-def _add_floors(op: Op, params: Any, rows: int, result: SizeResult, bandwidth_gbps: Optional[float]) -> None:
-    if not bandwidth_gbps:
-        return
-    fwd_floor = op.floor_bytes(params, rows, backward=False) / (bandwidth_gbps * 1e3)
-    result.fwd_floor_us = fwd_floor
-    result.fwd_floor_fraction = fwd_floor / result.fwd_us
-    result.fwd_stream_floor_fraction = _fraction(fwd_floor, result.fwd_stream_us)
-    if result.fwd_bwd_us is not None:
-        floor = op.floor_bytes(params, rows, backward=True) / (bandwidth_gbps * 1e3)
-        result.fwd_bwd_floor_us = floor
-        result.fwd_bwd_floor_fraction = _fraction(floor, result.fwd_bwd_us)
-        result.fwd_bwd_net_floor_fraction = _fraction(floor, result.fwd_bwd_net_us)
-        result.fwd_bwd_stream_floor_fraction = _fraction(floor, result.fwd_bwd_stream_us)
-        result.fwd_bwd_net_stream_floor_fraction = _fraction(floor, result.fwd_bwd_net_stream_us)
-
-
-def _fraction(floor: float, measured: Optional[float]) -> Optional[float]:
-    return floor / measured if measured else None
