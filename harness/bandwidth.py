@@ -17,7 +17,7 @@ from typing import Callable, Mapping, Optional
 
 import torch
 
-from h3bench.harness.timing import SYNCHRONIZED, take, timer_for
+from h3bench.harness.timing import SYNCHRONIZED, EventClock, take, timer_for
 
 BYTES_CUDA = 1 << 30
 BYTES_CPU = 1 << 26
@@ -51,9 +51,10 @@ class Measured:
 
 
 def best_rate(kernels: Mapping[str, Callable[[torch.Tensor], object]], buffer: torch.Tensor,
-              device: torch.device, warmup: int, reps: int) -> Rate:
+              device: torch.device, warmup: int, reps: int, clock: Optional[EventClock] = None) -> Rate:
     """The highest rate any of `kernels` reaches on `buffer`, each kernel's rate from its best sample; the
-    bytes are the buffer's (what each kernel reads, or writes; row sums' one fp32 per row is left out)."""
+    bytes are the buffer's (what each kernel reads, or writes; row sums' one fp32 per row is left out).
+    `clock` replaces CUDA events (tests)."""
     nbytes = buffer.numel() * buffer.element_size()
     best: Optional[Rate] = None
     for name, kernel in kernels.items():
@@ -61,7 +62,7 @@ def best_rate(kernels: Mapping[str, Callable[[torch.Tensor], object]], buffer: t
             return kernel(buffer)
         for _ in range(warmup):
             step()
-        fastest_us = min(take(step, device, SYNCHRONIZED, reps))
+        fastest_us = min(take(step, device, SYNCHRONIZED, reps, clock=clock))
         rate = Rate(gbps=nbytes / (fastest_us * 1e3), nbytes=nbytes, kernel=name)
         if best is None or rate.gbps > best.gbps:
             best = rate
