@@ -21,6 +21,9 @@ def us(value: Optional[float]) -> str:
     return MISSING if _missing(value) else f"{value:.1f}"
 
 
+BEAT_FLOOR = "beat floor"
+
+
 def floor_pct(fraction: Optional[float]) -> str:
     """floor_us / measured_us as a percentage: 100% means the kernel runs at its floor. Above 1 (a file
     whose floors were not checked against its rows, the copy-bandwidth floors) the floor was no floor:
@@ -28,9 +31,6 @@ def floor_pct(fraction: Optional[float]) -> str:
     if _missing(fraction):
         return MISSING
     return BEAT_FLOOR if fraction > 1 else f"{fraction * 100:.0f}%"
-
-
-BEAT_FLOOR = "beat floor"
 
 
 def ratio(value: Optional[float]) -> str:

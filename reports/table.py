@@ -194,7 +194,7 @@ def _floor_note(evidence: Evidence, mode: str, size: str) -> str:
             if record is not None:
                 lowered[(label, record.row, record.key)] = (
                     f"The {label} model's {fmt.us(model)} µs is no floor: {record.row}'s {record.key} took "
-                    f"{fmt.us(record.measured_us)} µs (the model is {record.model_fraction * 100:.0f}% of it), "
+                    f"{fmt.us(record.measured_us)} µs (model / measured = {fmt.ratio(record.model_fraction)}), "
                     f"so that is the {label} floor")
     return " ".join([READ_WRITE_FLOOR_NOTE, *(f"{text}." for text in lowered.values())])
 

@@ -189,7 +189,27 @@ def test_reports_show_the_rates_the_model_and_the_row_that_lowered_a_floor():
     assert meta["write bandwidth"] == "3900 GB/s (fill fp32, 1024 MiB)"
     assert meta["floor model"] == FLOOR_MODEL and meta["bandwidth method"].startswith("each kernel's")
     md = table.render_markdown(evidence)
-    assert f"{name}'s fwd_us took {fmt.us(result.fwd_us)} µs (the model is 102% of it)" in md
+    assert f"{name}'s fwd_us took {result.fwd_us:.1f} µs (model / measured = 1.02x)" in md
     assert "bytes read at the measured read bandwidth" in md
     html = table.render_html(evidence)
     assert f"{name}&#x27;s fwd_us took" in html
+
+
+def test_the_run_summary_names_the_row_that_lowered_the_forward_floor():
+    from rich.console import Console
+
+    from h3bench.harness.progress import summary_table
+
+    evidence = evidence_with_floors(1.0, FLOOR_MODEL)
+    name, row = next((n, r) for n, r in evidence.rows("plain").items() if hasattr(r, "accuracy_latency"))
+    for result in row.accuracy_latency.values():   # the summary shows the largest size
+        result.fwd_stream_us, result.fwd_floor_model_us = 40.0, 41.0
+        result.fwd_floor_lowered = FloorLowered(row=name, key="fwd_stream_us", measured_us=40.0,
+                                                model_fraction=41.0 / 40.0)
+        result.fwd_stream_floor_fraction = 1.0
+    console = Console(width=400, record=True)
+    console.print(summary_table(evidence))
+    text = " ".join(console.export_text().split())   # the caption wraps at the table's width
+    assert (f"fwd floor lowered: {name}'s fwd_stream_us 40.0 us is below the read/write model's 41.0 us "
+            f"(model / measured = 1.02)") in text
+    assert "100%" in text and "102%" not in text
