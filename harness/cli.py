@@ -439,7 +439,7 @@ def list_(device: str = typer.Option("auto", "--device", help="Where availabilit
 
 @app.command()
 def env(device: str = typer.Option("auto", "--device"),
-        bandwidth: bool = typer.Option(True, "--bandwidth/--no-bandwidth", help="Measure copy bandwidth.")):
+        bandwidth: bool = typer.Option(True, "--bandwidth/--no-bandwidth", help="Measure copy, read and write bandwidth.")):
     """Print the environment block an evidence file would record."""
     from h3bench.harness import environment
     from h3bench.harness.schema import to_dict

@@ -1,4 +1,5 @@
-"""What the evidence was measured on: device, versions, commits, and the measured copy bandwidth."""
+"""What the evidence was measured on: device, versions, commits, and the measured copy, read and write
+bandwidths (harness/bandwidth.py) with the floor model that prices bytes at them (harness/floors.py)."""
 from __future__ import annotations
 
 import importlib.util
@@ -12,6 +13,8 @@ from typing import Optional
 
 import torch
 
+from h3bench.harness import bandwidth as memory
+from h3bench.harness.floors import FLOOR_MODEL
 from h3bench.harness.schema import Environment, TimingRecord
 from h3bench.harness.timing import STREAM, median, take
 
@@ -97,6 +100,7 @@ def capture(device: torch.device, modes: dict[str, dict], measure_bandwidth: boo
     cuda = device.type == "cuda"
     props = torch.cuda.get_device_properties(device) if cuda else None
     bandwidth, moved = measure_copy_bandwidth(device) if measure_bandwidth else (None, None)
+    rates = memory.measure(device) if measure_bandwidth else None
     return Environment(
         gpu=props.name if props else None,
         capability=[props.major, props.minor] if props else None,
@@ -111,6 +115,14 @@ def capture(device: torch.device, modes: dict[str, dict], measure_bandwidth: boo
         device=f"cuda:{props.name}" if props else f"cpu:{platform.processor() or platform.machine()}",
         copy_bandwidth_gbps=bandwidth,
         copy_bandwidth_bytes=moved,
+        read_bandwidth_gbps=rates.read.gbps if rates else None,
+        read_bandwidth_bytes=rates.read.nbytes if rates else None,
+        read_bandwidth_kernel=rates.read.kernel if rates else None,
+        write_bandwidth_gbps=rates.write.gbps if rates else None,
+        write_bandwidth_bytes=rates.write.nbytes if rates else None,
+        write_bandwidth_kernel=rates.write.kernel if rates else None,
+        bandwidth_method=rates.method if rates else None,
+        floor_model=FLOOR_MODEL if rates else None,
         driver=_driver_version() if cuda else None,
         host=socket.gethostname(),
         timing=timing,

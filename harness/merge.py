@@ -53,6 +53,11 @@ def _mode_environment(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]
     return out
 
 
+# The read and write bandwidth records: like the copy bandwidth, each row's floors used its own run's.
+MEASURED_RATES = ("read_bandwidth_gbps", "read_bandwidth_bytes", "read_bandwidth_kernel", "write_bandwidth_gbps",
+                  "write_bandwidth_bytes", "write_bandwidth_kernel", "bandwidth_method")
+
+
 def _environment(a: Environment, b: Environment) -> Environment:
     for label in ("gpu", "capability", "torch", "cuda", "tf32"):
         _must_match(f"environment.{label}", getattr(a, label), getattr(b, label))
@@ -68,6 +73,9 @@ def _environment(a: Environment, b: Environment) -> Environment:
         # right; the header shows the first run's measurement.
         copy_bandwidth_gbps=_first(a.copy_bandwidth_gbps, b.copy_bandwidth_gbps),
         copy_bandwidth_bytes=_first(a.copy_bandwidth_bytes, b.copy_bandwidth_bytes),
+        **{name: _first(getattr(a, name), getattr(b, name)) for name in MEASURED_RATES},
+        # Floors made by different models are not one column's numbers.
+        floor_model=_same_unless_missing("environment.floor_model", a.floor_model, b.floor_model),
         host=_join(a.host, b.host),
         # Latencies taken by different methods are not one table's numbers.
         timing=_same_unless_missing("environment.timing", a.timing, b.timing),

@@ -74,7 +74,8 @@ def summary_table(evidence: Evidence) -> Table:
     the title, the full detail in the rendered report). Relative errors against float64; latencies in us
     (CUDA events, or "us (wall)" where the run timed with the host clock): fwd and net fwd+bwd
     per-sample synchronized, back to back ("st") and, where the run took them (CUDA), as CUDA-graph
-    replays ("gr"); "of floor": the back-to-back forward's fraction of its memory floor."""
+    replays ("gr"); "of floor": the back-to-back forward's fraction of its memory floor, and below the table
+    each forward floor a row beat the model of (harness/floors.py)."""
     sizes = sizes_of(evidence)
     size = sizes[-1] if sizes else "-"
     table = Table(title=f"{evidence.op} on {evidence.environment.gpu or evidence.environment.device}"
@@ -95,7 +96,7 @@ def summary_table(evidence: Evidence) -> Table:
         table.add_column(column, justify="left" if column == "row" else "right", overflow="fold")
     from h3bench.harness.gate import what_failed
 
-    unavailable, not_invariant = [], []
+    unavailable, not_invariant, lowered = [], [], {}
     for mode, rows in evidence.results.items():
         if isinstance(rows, UnavailableMode):
             table.add_row(f"{mode}/-", "[yellow]-[/]", *[""] * blanks)
@@ -112,6 +113,12 @@ def summary_table(evidence: Evidence) -> Table:
                 not_invariant.append((label, what_failed(bi, located=False) or ["recorded not invariant"]))
             result = row.accuracy_latency.get(size) or next(iter(row.accuracy_latency.values()))
             grads = result.grad_rel_err or {}
+            record = result.fwd_floor_lowered
+            if record is not None:
+                lowered[(mode, record.row, record.key)] = (
+                    f"fwd floor lowered{'' if len(evidence.results) == 1 else f' ({mode})'}: {record.row}'s "
+                    f"{record.key} {record.measured_us:.1f} us is below the read/write model's "
+                    f"{result.fwd_floor_model_us:.1f} us (model / measured = {record.model_fraction:.2f})")
             table.add_row(
                 label, "[green]yes[/]" if bi.batch_invariant else "[red]no[/]",
                 {True: "yes", False: "[red]no[/]", None: "n/a"}[bi.params_repeatable],
@@ -121,6 +128,7 @@ def summary_table(evidence: Evidence) -> Table:
                 *((_fmt(result.fwd_graph_us, ".0f"), _fmt(result.fwd_bwd_net_graph_us, ".0f")) if graph else ()),
                 _fmt(result.fwd_stream_floor_fraction, ".0%"))
     captions = [f"not invariant: {label}: {'; '.join(failed)}" for label, failed in not_invariant]
+    captions += lowered.values()
     if unavailable:
         captions.append("unavailable (-): " + "; ".join(unavailable))
     if captions:

@@ -27,6 +27,7 @@ from h3bench.harness import environment
 from h3bench.harness.adapter import Adapter, Loaded
 from h3bench.harness.config import RunConfig
 from h3bench.harness.execute import ImplementationError, device_usable, describe_exception
+from h3bench.harness.floors import Rates, rates_of
 from h3bench.harness.modes import ActiveMode, ModeSpec, get_mode
 from h3bench.harness.ops import get_op
 from h3bench.harness.ops.base import Op
@@ -146,7 +147,7 @@ def measure_mode(request: RunRequest, op: Op, spec: ModeSpec, observer: Observer
     """One mode's evidence, measured here: the mode switched on and checked, then every row.
 
     The environment is captured before the switch, so every mode's part records the same process-wide
-    settings (TF32 off, the copy bandwidth) and the parts merge; what a mode itself changes (its torch
+    settings (TF32 off, the bandwidths) and the parts merge; what a mode itself changes (its torch
     flags, the ops it replaced) goes into its own `mode_environment` record."""
     _disable_tf32()
     mode_env = mode_variables(spec)
@@ -163,7 +164,7 @@ def measure_mode(request: RunRequest, op: Op, spec: ModeSpec, observer: Observer
     if found:
         mode_env["active"] = found
     return evidence_of(op, request, env, {spec.name: measure_rows(request, op, spec, active,
-                                                                  env.copy_bandwidth_gbps, observer)})
+                                                                  rates_of(env), observer)})
 
 
 def mode_variables(spec: ModeSpec) -> dict:
@@ -196,7 +197,7 @@ class _Measured:
     params_differences: list = field(default_factory=list)  # all_rows fills it: parameter gradients that moved
 
 
-def measure_rows(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, bandwidth: Optional[float],
+def measure_rows(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, rates: Optional[Rates],
                  observer: Observer) -> dict:
     """Each row's probes in turn, then every measured row timed together."""
     rows: dict[str, RowResult | UnavailableRow] = {}
@@ -211,7 +212,7 @@ def measure_rows(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode
             measured.append(row_or_measured)
             rows[name] = None  # placeholder keeps the adapters' order
         _release(request.device)
-    _time_rows(request, op, spec, measured, bandwidth, observer)
+    _time_rows(request, op, spec, measured, rates, observer)
     for m in measured:
         rows[m.name] = _row_result(m, request.device)
         observer.row_finished(spec.name, m.name, rows[m.name])
@@ -254,7 +255,7 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
     return measured
 
 
-def _time_rows(request: RunRequest, op: Op, spec: ModeSpec, measured: list[_Measured], bandwidth: Optional[float],
+def _time_rows(request: RunRequest, op: Op, spec: ModeSpec, measured: list[_Measured], rates: Optional[Rates],
                observer: Observer) -> None:
     if not measured:
         return
@@ -265,7 +266,7 @@ def _time_rows(request: RunRequest, op: Op, spec: ModeSpec, measured: list[_Meas
     observer.phase_started(spec.name, "latency, rows interleaved",
                            acc.latency_units(cfg.accuracy, cfg.timing, graph=capture is not None))
     t0 = time.perf_counter()
-    acc.time_rows(op, cfg.inputs, timed, cfg.accuracy, cfg.timing, request.device, bandwidth,
+    acc.time_rows(op, cfg.inputs, timed, cfg.accuracy, cfg.timing, request.device, rates,
                   progress=observer.advance, graph_capture=capture, memory=readers_for(request.device))
     observer.phase_finished()
     share = round((time.perf_counter() - t0) / len(measured), 3)

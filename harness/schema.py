@@ -133,6 +133,18 @@ def peak_key(figure: str) -> str:
 
 
 @dataclass
+class FloorLowered:
+    """A floor's read/write model (harness/floors.py) beaten by a measured row at one size: the row, the
+    latency key it beat the model with (e.g. `fwd_stream_us`), that median, which became the floor, and
+    the model's time over it (above 1: how far the model overstated the floor)."""
+
+    row: str
+    key: str
+    measured_us: float
+    model_fraction: float
+
+
+@dataclass
 class SizeResult:
     """One row count of `accuracy_latency`. Backward keys exist only for rows with a backward."""
 
@@ -174,6 +186,11 @@ class SizeResult:
     fwd_peak_bytes: Optional[int] = additive()
     fwd_bwd_peak_bytes: Optional[int] = additive()
     fwd_bwd_net_peak_bytes: Optional[int] = additive()
+    # the floors' read/write model before any measured row lowered them, and the row that did
+    fwd_floor_model_us: Optional[float] = additive()
+    fwd_bwd_floor_model_us: Optional[float] = additive()
+    fwd_floor_lowered: Optional[FloorLowered] = additive()
+    fwd_bwd_floor_lowered: Optional[FloorLowered] = additive()
 
 
 @dataclass
@@ -251,6 +268,16 @@ class Environment:
     device: Optional[str] = additive()
     copy_bandwidth_gbps: Optional[float] = additive()
     copy_bandwidth_bytes: Optional[int] = additive()
+    # read and write bandwidth measured apart (harness/bandwidth.py): the fastest kernel's rate, its bytes,
+    # its name, and how every kernel was sampled; `floor_model`: how the floors were made from them
+    read_bandwidth_gbps: Optional[float] = additive()
+    read_bandwidth_bytes: Optional[int] = additive()
+    read_bandwidth_kernel: Optional[str] = additive()
+    write_bandwidth_gbps: Optional[float] = additive()
+    write_bandwidth_bytes: Optional[int] = additive()
+    write_bandwidth_kernel: Optional[str] = additive()
+    bandwidth_method: Optional[str] = additive()
+    floor_model: Optional[str] = additive()
     driver: Optional[str] = additive()
     host: Optional[str] = additive()
     timing: Optional[TimingRecord] = additive()

@@ -5,6 +5,7 @@
 - counts fit their totals (differing rows <= rows, first failures <= failures <= comparisons);
 - each verdict follows from its counts (batch_invariant is true exactly when nothing differed and the
   parameter gradients did not fail to repeat);
+- where the file records its floor model (harness/floors.py), no floor fraction is above 1;
 - where the file records its plan (`config`), the totals are the plan's (rows per case, sub-batches,
   sweep comparisons).
 Each problem is one line naming its JSON path."""
@@ -15,7 +16,7 @@ import math
 from typing import Any, Iterator
 
 from h3bench.harness.probes.batch_invariance import invariant, sub_batches_total, sweep_total
-from h3bench.harness.schema import BatchInvariance, Evidence, RowResult, UnavailableMode
+from h3bench.harness.schema import BatchInvariance, Evidence, RowResult, SizeResult, UnavailableMode
 
 
 def numbers(obj: Any, path: str = "") -> Iterator[tuple[str, Any]]:
@@ -46,6 +47,20 @@ def _figure_problems(row: RowResult, where: str) -> list[str]:
     if row.wall_s is not None and not (math.isfinite(row.wall_s) and row.wall_s >= 0):
         found.append(f"{where}.wall_s: {row.wall_s!r} is not a finite non-negative number")
     return found
+
+
+def _floor_problems(row: RowResult, where: str) -> list[str]:
+    # The floor model lowers each floor to the fastest median it bounds, so a fraction above 1 is a floor
+    # that is not one.
+    return [f"{where}.accuracy_latency.{size}.{name}: {value!r} is above 1: the floor is above a measured time"
+            for size, result in row.accuracy_latency.items() for name, value in floor_fractions(result)
+            if value > 1]
+
+
+def floor_fractions(result: SizeResult) -> list[tuple[str, float]]:
+    """(key, value) of every floor fraction a size's record holds."""
+    return [(f.name, getattr(result, f.name)) for f in dataclasses.fields(result)
+            if f.name.endswith("_floor_fraction") and getattr(result, f.name) is not None]
 
 
 def _count_problems(bi: BatchInvariance, where: str) -> list[str]:
@@ -121,6 +136,8 @@ def problems(evidence: Evidence) -> list[str]:
             if isinstance(row, RowResult):
                 where = f"$.results.{mode}.{name}"
                 found += _figure_problems(row, where)
+                if evidence.environment.floor_model:
+                    found += _floor_problems(row, where)
                 found += _count_problems(row.batch_invariance, f"{where}.batch_invariance")
                 found += _plan_problems(row.batch_invariance, totals, f"{where}.batch_invariance")
     return found

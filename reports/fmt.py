@@ -29,11 +29,16 @@ def seconds(value: Optional[float]) -> str:
 def mib(nbytes: Optional[float]) -> str:
     """Bytes as MiB, one decimal: a step's peak memory."""
     return MISSING if _missing(nbytes) else f"{nbytes / 2 ** 20:.1f}"
+BEAT_FLOOR = "beat floor"
 
 
 def floor_pct(fraction: Optional[float]) -> str:
-    """floor_us / measured_us as a percentage: 100% means the kernel runs at the copy bandwidth."""
-    return MISSING if _missing(fraction) else f"{fraction * 100:.0f}%"
+    """floor_us / measured_us as a percentage: 100% means the kernel runs at its floor. Above 1 (a file
+    whose floors were not checked against its rows, the copy-bandwidth floors) the floor was no floor:
+    no percentage is shown for it."""
+    if _missing(fraction):
+        return MISSING
+    return BEAT_FLOOR if fraction > 1 else f"{fraction * 100:.0f}%"
 
 
 def ratio(value: Optional[float]) -> str:
@@ -42,6 +47,14 @@ def ratio(value: Optional[float]) -> str:
 
 def bandwidth(gbps: Optional[float]) -> str:
     return "not measured" if _missing(gbps) else f"{gbps:.0f} GB/s"
+
+
+def rate(gbps: Optional[float], nbytes: Optional[int], kernel: Optional[str]) -> str:
+    """A measured bandwidth with the kernel that reached it and the bytes it moved."""
+    if _missing(gbps):
+        return "not measured"
+    detail = ", ".join(part for part in (kernel, f"{nbytes / (1 << 20):.0f} MiB" if nbytes else None) if part)
+    return f"{gbps:.0f} GB/s" + (f" ({detail})" if detail else "")
 
 
 def tri(value: Optional[bool]) -> str:

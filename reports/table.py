@@ -150,7 +150,8 @@ def mode_tables(evidence: Evidence, mode: str, frame: Optional[pd.DataFrame] = N
             note="Bitwise comparison, no tolerance. params repeatable: n.a. when the implementation has no "
                  "parameter gradients or they are not measured."))
         tables.append(_accuracy_table(evidence, mode, part, measured))
-        tables.extend(_latency_table(size, part, measured) for size in sizes_of(evidence, mode))
+        tables.extend(_latency_table(size, part, measured, _floor_note(evidence, mode, size))
+                      for size in sizes_of(evidence, mode))
     compiled = [r for r in part.to_dict("records") if _get(r, "compile_s") is not None]
     if compiled:
         tables.append(_compile_table(compiled))
@@ -195,7 +196,34 @@ def _spread_text(record: Mapping[str, Any], key: str) -> str:
     return fmt.MISSING if low is None or high is None else f"{fmt.us(low)}–{fmt.us(high)}"
 
 
-def _latency_table(size: str, part: pd.DataFrame, measured: list[dict]) -> TableSpec:
+COPY_FLOOR_NOTE = ("% of floor = memory floor time / measured time (100% = moving the op's bytes at the measured "
+                   f"copy bandwidth; {fmt.BEAT_FLOOR}: the measured time was below that floor).")
+READ_WRITE_FLOOR_NOTE = ("% of floor = memory floor time / measured time; the floor: the op's bytes read at the "
+                         "measured read bandwidth plus its bytes written at the measured write bandwidth, or the "
+                         "fastest measured time where a row beat that model.")
+
+
+def _floor_note(evidence: Evidence, mode: str, size: str) -> str:
+    """How this size's floors were made: the copy floor of older files, or the read/write model with the
+    rows that beat it (which row, which figure, by how much)."""
+    if not evidence.environment.floor_model:
+        return COPY_FLOOR_NOTE
+    lowered = {}
+    for row in evidence.rows(mode).values():
+        result = row.accuracy_latency.get(size) if isinstance(row, RowResult) else None
+        if result is None:
+            continue
+        for label, record, model in (("fwd", result.fwd_floor_lowered, result.fwd_floor_model_us),
+                                     ("fwd+bwd", result.fwd_bwd_floor_lowered, result.fwd_bwd_floor_model_us)):
+            if record is not None:
+                lowered[(label, record.row, record.key)] = (
+                    f"The {label} model's {fmt.us(model)} µs is no floor: {record.row}'s {record.key} took "
+                    f"{fmt.us(record.measured_us)} µs (model / measured = {fmt.ratio(record.model_fraction)}), "
+                    f"so that is the {label} floor")
+    return " ".join([READ_WRITE_FLOOR_NOTE, *(f"{text}." for text in lowered.values())])
+
+
+def _latency_table(size: str, part: pd.DataFrame, measured: list[dict], floor_note: str = COPY_FLOOR_NOTE) -> TableSpec:
     """One line per implementation and figure: the prior art's per-sample synchronized time and the
     back-to-back (stream) time, each a median with its p10–p90 and its second timing, and the fraction
     of the memory floor each reaches; where the file has them, the CUDA-graph replay's time and the
@@ -233,8 +261,7 @@ def _latency_table(size: str, part: pd.DataFrame, measured: list[dict]) -> Table
     note = ("Medians in microseconds. synchronized: each sample from an idle device (the prior art's method; "
             "host cost included); stream: samples back to back (the device time when the host keeps ahead). "
             "repeat: the same figure timed again later in the run; rows are timed interleaved. "
-            "% of floor = memory floor time / measured time (100% = moving the op's bytes at the measured "
-            "copy bandwidth). fwd+bwd: fresh leaves made inside the timed step (the prior art's figure); "
+            f"{floor_note} fwd+bwd: fresh leaves made inside the timed step (the prior art's figure); "
             "net: without that setup.")
     if graph:
         note += (" graph: the same step captured once in a CUDA graph and replayed, each replay synchronized "
@@ -258,6 +285,10 @@ def header_fields(evidence: Evidence) -> list[tuple[str, str]]:
     fields = [("op", evidence.op), ("RFC", evidence.rfc), ("GPU", gpu), ("torch", env.torch),
               ("CUDA", env.cuda or "none"), ("python", env.python), ("TF32", fmt.tri(env.tf32)),
               ("copy bandwidth", fmt.bandwidth(env.copy_bandwidth_gbps)),
+              ("read bandwidth", fmt.rate(env.read_bandwidth_gbps, env.read_bandwidth_bytes,
+                                          env.read_bandwidth_kernel)),
+              ("write bandwidth", fmt.rate(env.write_bandwidth_gbps, env.write_bandwidth_bytes,
+                                           env.write_bandwidth_kernel)),
               ("quick", "yes (reduced plan)" if evidence.quick else "no (full plan)"),
               ("rl_kernel commit", commit), ("h3bench commit", evidence.h3bench_commit or "not recorded")]
     if env.timing is not None:
@@ -269,7 +300,8 @@ def header_fields(evidence: Evidence) -> list[tuple[str, str]]:
         if t.flush_l2 is not None:
             fields.append(("L2 flush", f"on: a {fmt.mib(t.flush_bytes)} MiB buffer zeroed before "
                                        f"{t.flush_applies_to}" if t.flush_l2 else "off"))
-    optional = [("driver", env.driver), ("host", env.host), ("created (UTC)", evidence.created_utc),
+    optional = [("bandwidth method", env.bandwidth_method), ("floor model", env.floor_model),
+                ("driver", env.driver), ("host", env.host), ("created (UTC)", evidence.created_utc),
                 ("command", evidence.command),
                 ("wall time", None if evidence.wall_s is None else f"{evidence.wall_s:.0f} s")]
     return fields + [(k, v) for k, v in optional if v]

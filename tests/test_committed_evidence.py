@@ -1,7 +1,8 @@
 """The committed evidence (reports/evidence/) keeps to the contract and says what it claims: each file
 validates, names the GPU it ran on and the commit it ran, and the README names it with that commit and the
 log of its run; norm_modulate's H200 file has every seed row measured (issue 9); every verdict the H200
-files share with the RFC's B200 copies is the same; the folder stays small (under 5 MB)."""
+files share with the RFC's B200 copies is the same; no recorded floor is above a row's measured time; the
+folder stays small (under 5 MB)."""
 from __future__ import annotations
 
 import re
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from h3bench.harness.schema import RowResult, load
+from h3bench.harness.semantics import floor_fractions
 from tools import verdict_table
 
 EVIDENCE = Path(__file__).resolve().parent.parent / "reports" / "evidence"
@@ -79,6 +81,19 @@ def test_every_verdict_both_files_have_is_the_rfcs(ours):
     op = load(EVIDENCE / ours).op
     found = verdict_table.compared(load(EVIDENCE / "b200" / f"{op}.json"), load(EVIDENCE / ours))
     assert found["same"] and not found["differ"], found["differ"]
+
+
+@pytest.mark.parametrize("path", RUNS + B200, ids=lambda p: p.relative_to(EVIDENCE).as_posix())
+def test_no_recorded_floor_fraction_is_above_one(path):
+    """A floor bounds every row from below, whichever model made it: the files with read/write floors
+    (`environment.floor_model`) by construction, the older copy-bandwidth files as recorded."""
+    evidence = load(path)
+    found = [(mode, name, size, key, value) for mode, rows in evidence.measured_modes().items()
+             for name, row in rows.items() if isinstance(row, RowResult)
+             for size, result in row.accuracy_latency.items() for key, value in floor_fractions(result)]
+    assert found or path not in H200, "h3bench's current runs record floors"
+    above = [f for f in found if f[-1] > 1.0]
+    assert not above, above
 
 
 def test_norm_modulate_h200_has_all_ten_rows_measured():

@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, float64_leaves, generator, positive,
+from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, Traffic, float64_leaves, generator, positive,
                               reference_grads)
 
 
@@ -62,8 +62,13 @@ class ToyTwoOutputs(Op):
             found = reference_grads(outs, leaves, grad_outs, grads)
         return Reference(outputs=tuple(o.detach() for o in outs), grads=found)
 
-    def floor_bytes(self, params: ToyParams, rows: int, backward: bool) -> int:
-        return (8 if backward else 4) * 2 * rows * params.width
+    def floor_traffic(self, params: ToyParams, rows: int, backward: bool) -> Traffic:
+        # bf16 [rows, width] passes: the forward reads a, b and writes both outputs; the backward adds reads
+        # of a, b and both upstream gradients and writes of da, db (the table s is left out).
+        one_pass = 2 * rows * params.width
+        if backward:
+            return Traffic(read=6 * one_pass, written=4 * one_pass)
+        return Traffic(read=2 * one_pass, written=2 * one_pass)
 
 
 OP = ToyTwoOutputs()

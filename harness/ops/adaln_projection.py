@@ -23,7 +23,7 @@ from typing import Optional
 
 import torch
 
-from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, element_size, generator, positive_fields,
+from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, Traffic, element_size, generator, positive_fields,
                               randn_grad_outs)
 
 TEMB_DTYPE = torch.float32   # temb (the timestep MLP's fp32 output)
@@ -80,25 +80,27 @@ class AdaLNProjection(Op):
 
         return self.float64_reference(inputs, grad_outs, grads, variant, projection)
 
-    def floor_bytes(self, params: AdaLNProjectionParams, rows: int, backward: bool) -> int:
+    def floor_traffic(self, params: AdaLNProjectionParams, rows: int, backward: bool) -> Traffic:
         """temb fp32 (4 B), W, b and the table bf16 (2 B). With D = temb_dim, N = out_features:
 
-        forward: per row read temb and write the table, 4 D + 2 N = 10752 + 193536 = 204288 B at the
-        model's size; fixed, read W and b once: 2 (N D + N) = 520,418,304 B (520 MB).
+        forward: per row read temb (4 D = 10752 B at the model's size) and write the table's row (2 N =
+        193536 B); fixed, read W and b once: 2 (N D + N) = 520,418,304 B (520 MB).
 
-        backward, added: per row read dy (2 N), read temb again (4 D, for dW = dy^T bf16(silu(temb)) and
-        silu') and write dtemb (4 D): 193536 + 21504 = 215040 B; fixed, read W again (dtemb needs dy W;
-        b is not needed) and write dW and db once: 2 N D + 2 (N D + N) = 520,224,768 + 520,418,304 B.
-        So forward+backward: 419,328 B per row + 1,561,061,376 B fixed.
+        backward, added: per row read dy (2 N) and temb again (4 D, for dW = dy^T bf16(silu(temb)) and
+        silu'): 204288 B, and write dtemb (4 D): 10752 B; fixed, read W again (dtemb needs dy W; b is not
+        needed): 2 N D = 520,224,768 B, and write dW and db once: 2 (N D + N) = 520,418,304 B.
+
+        So forward+backward reads 8 D + 2 N = 215,040 B per row + 1,040,643,072 B fixed and writes
+        4 D + 2 N = 204,288 B per row + 520,418,304 B fixed.
         """
         act, par = element_size(TEMB_DTYPE), element_size(DTYPE)
         n, d = params.out_features, params.temb_dim
-        per_row = act * d + par * n
-        fixed = par * (n * d + n)
+        read = rows * act * d + par * (n * d + n)
+        written = rows * par * n
         if backward:
-            per_row += par * n + 2 * act * d
-            fixed += par * n * d + par * (n * d + n)
-        return rows * per_row + fixed
+            read += rows * (par * n + act * d) + par * n * d
+            written += rows * act * d + par * (n * d + n)
+        return Traffic(read=read, written=written)
 
 
 OP = AdaLNProjection()

@@ -24,8 +24,8 @@ from typing import Optional
 
 import torch
 
-from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, TableParams, adaln_table, element_size, generator,
-                              modality_layout, positive_fields, randn_grad_outs, torch_dtype)
+from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, TableParams, Traffic, adaln_table, element_size,
+                              generator, modality_layout, positive_fields, randn_grad_outs, torch_dtype)
 
 # Seed of the generator the table is drawn from: the same table for every case seed (OPERATORS.md).
 PARAM_SEED = 0
@@ -76,17 +76,20 @@ class AdaLNRowGather(Op):
 
         return self.float64_reference(inputs, grad_outs, grads, variant, gather)
 
-    def floor_bytes(self, params: AdaLNRowGatherParams, rows: int, backward: bool) -> int:
-        """Forward: per row read ti and tag (2 x 8 bytes) and write the six outputs (6H elements: 64512
-        bytes at H = 5376 in bf16); once per call read the table (T*M x 6H: 580608 bytes, 0.58 MB).
-        Backward: per row read the indices and the six upstream gradients again (16 + 64512 bytes) and once
-        write the table gradient (0.58 MB; the table itself is not needed). Forward+backward is
-        2 x (16 + 12H) bytes per row plus 2 x the table."""
+    def floor_traffic(self, params: AdaLNRowGatherParams, rows: int, backward: bool) -> Traffic:
+        """Indices int64 (8 B), the table and the outputs in the working dtype (bf16: 2 B).
+        Forward: per row read ti and tag (2 x 8 bytes) and write the six outputs (6H elements: 64512 bytes
+        at H = 5376 in bf16); once per call read the table (T*M x 6H: 580608 bytes, 0.58 MB).
+        Backward, added: per row read the indices again and the six upstream gradients (16 + 64512 bytes);
+        once write the table gradient (0.58 MB; the table itself is not needed).
+        Forward+backward reads (32 + 12H) bytes per row plus the table and writes 12H bytes per row plus
+        the table."""
         out_row = params.chunks * params.hidden * element_size(params.torch_dtype)
         table = params.table_rows * out_row
-        per_row = 2 * INDEX_BYTES + out_row
-        passes = 2 if backward else 1
-        return passes * (rows * per_row + table)
+        indices = rows * 2 * INDEX_BYTES
+        if backward:
+            return Traffic(read=2 * indices + rows * out_row + table, written=rows * out_row + table)
+        return Traffic(read=indices + table, written=rows * out_row)
 
 
 OP = AdaLNRowGather()

@@ -12,7 +12,8 @@ set (which built-in probe plans it uses: `configs/plans/<plan_set>.toml`). From 
   the row has a backward.
 
 The op also makes seeded inputs and upstream gradients, computes the float64 reference and knows its
-memory floor. Nothing in harness/ or reports/ names a tensor: they read these declarations.
+memory traffic (`floor_traffic`: the fewest bytes read and written, from which harness/floors.py makes the
+memory floor). Nothing in harness/ or reports/ names a tensor: they read these declarations.
 """
 from __future__ import annotations
 
@@ -47,6 +48,19 @@ class OpInputs:
         return OpInputs(tensors=picked, row_names=self.row_names)
 
 
+@dataclass(frozen=True)
+class Traffic:
+    """Bytes that must cross device memory: read and written kept apart, since a device reads faster than
+    it writes and the floor prices each at its own measured rate."""
+
+    read: int
+    written: int
+
+    @property
+    def total(self) -> int:
+        return self.read + self.written
+
+
 @dataclass
 class Reference:
     """float64 outputs (in the op's output order) and the float64 gradients asked for."""
@@ -57,7 +71,7 @@ class Reference:
 
 class Op:
     """Base of every operator module's `OP`. Subclasses set the class attributes and implement
-    `make_inputs`, `make_grad_outs`, `reference` and `floor_bytes`."""
+    `make_inputs`, `make_grad_outs`, `reference` and `floor_traffic`."""
 
     name: str
     rfc: str = "RL-Align/RL-Kernel#420"
@@ -140,9 +154,14 @@ class Op:
                   grads: tuple[str, ...], variant: str) -> Reference:
         raise NotImplementedError
 
-    def floor_bytes(self, params: Any, rows: int, backward: bool) -> int:
-        """Fewest bytes that must cross device memory for `rows` rows (forward, or forward+backward)."""
+    def floor_traffic(self, params: Any, rows: int, backward: bool) -> Traffic:
+        """Fewest bytes that must be read and written in device memory for `rows` rows (forward, or
+        forward+backward)."""
         raise NotImplementedError
+
+    def floor_bytes(self, params: Any, rows: int, backward: bool) -> int:
+        """`floor_traffic`'s bytes read plus written."""
+        return self.floor_traffic(params, rows, backward).total
 
 
 # --- helpers the op modules share -------------------------------------------------------------------

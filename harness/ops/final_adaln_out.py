@@ -33,7 +33,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from h3bench.harness.ops.base import (DtypeParams, Input, Op, OpInputs, Reference, element_size, generator, modality_layout,
+from h3bench.harness.ops.base import (DtypeParams, Input, Op, OpInputs, Reference, Traffic, element_size, generator,
+                              modality_layout,
                               positive_eps, positive_fields, randn_grad_outs, torch_dtype)
 from h3bench.harness.ops.norm_modulate import rms_norm64
 
@@ -99,20 +100,20 @@ class FinalAdaLNOut(Op):
 
         return self.float64_reference(inputs, grad_outs, grads, variant, norm_out)
 
-    def floor_bytes(self, params: FinalAdaLNOutParams, rows: int, backward: bool) -> int:
-        """Forward: per row read x and write out (2 x 2H bytes: 2 x 10752 at H = 5376 in bf16) and read ti
-        (8 bytes); once per call stream W (2H x D: 57802752 bytes, 57.8 MB, the small fixed GEMV).
-        Backward: per row read dout and x and write dx (3 x 2H) and read ti again (8); once read W again
-        (dtemb = silu'(temb) * (dproj @ W)) and write dW (2 x 57.8 MB).
-        Forward+backward: (5 x 2H + 16) bytes per row plus 3 x W. As in OPERATORS.md's table, only W is
-        counted of the fixed tensors: b, nw and temb (21504 + 10752 + 32256 bytes at the model's size) are
-        0.1% of it."""
+    def floor_traffic(self, params: FinalAdaLNOutParams, rows: int, backward: bool) -> Traffic:
+        """x, out, W in the working dtype (bf16: 2 B), ti int64 (8 B).
+        Forward: per row read x (2H bytes: 10752 at H = 5376 in bf16) and ti (8 bytes) and write out (2H);
+        once per call read W (2H x D: 57802752 bytes, 57.8 MB, the small fixed GEMV).
+        Backward, added: per row read dout and x (2 x 2H) and ti again (8) and write dx (2H); once read W
+        again (dtemb = silu'(temb) * (dproj @ W)) and write dW (57.8 MB each).
+        Forward+backward reads (3 x 2H + 16) bytes per row plus 2 x W and writes 2 x 2H bytes per row plus
+        W. As in OPERATORS.md's table, only W is counted of the fixed tensors: b, nw and temb (21504 + 10752
+        + 32256 bytes at the model's size) are 0.1% of it."""
         row = params.hidden * element_size(params.torch_dtype)
         weight = 2 * params.hidden * params.temb_dim * element_size(params.torch_dtype)
-        forward = rows * (2 * row + INDEX_BYTES) + weight
-        if not backward:
-            return forward
-        return forward + rows * (3 * row + INDEX_BYTES) + 2 * weight
+        if backward:
+            return Traffic(read=rows * (3 * row + 2 * INDEX_BYTES) + 2 * weight, written=rows * 2 * row + weight)
+        return Traffic(read=rows * (row + INDEX_BYTES) + weight, written=rows * row)
 
 
 OP = FinalAdaLNOut()

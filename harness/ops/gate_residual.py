@@ -28,8 +28,8 @@ from typing import Optional
 
 import torch
 
-from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, TableParams, adaln_table, element_size, generator,
-                              positive_fields, randn_grad_outs, table_index, torch_dtype)
+from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, TableParams, Traffic, adaln_table, element_size,
+                              generator, positive_fields, randn_grad_outs, table_index, torch_dtype)
 
 # Seed of the generator the AdaLN table (and so the gate) is drawn from: the same for every case seed.
 PARAM_SEED = 0
@@ -86,18 +86,19 @@ class GateResidual(Op):
 
         return self.float64_reference(inputs, grad_outs, grads, variant, gated)
 
-    def floor_bytes(self, params: GateResidualParams, rows: int, backward: bool) -> int:
-        """Forward: per row read res and y and write out (3 x 2H bytes: 3 x 10752 at H = 5376 in bf16) and
-        read idx (8 bytes); once per call read the gate (T*M x H: 96768 bytes, 97 KB).
-        Backward (OPERATORS.md): per row read dout and y, write dres and dy (4 x 10752 bytes) and read idx
-        again (8); once read the gate again (for dy) and write its gradient (2 x 97 KB).
-        Forward+backward: (7 x 2H + 16) bytes per row plus 3 x the gate."""
+    def floor_traffic(self, params: GateResidualParams, rows: int, backward: bool) -> Traffic:
+        """res, y, out and the gate in the working dtype (bf16: 2 B), idx int64 (8 B).
+        Forward: per row read res and y (2 x 2H bytes: 2 x 10752 at H = 5376 in bf16) and idx (8 bytes) and
+        write out (2H); once per call read the gate (T*M x H: 96768 bytes, 97 KB).
+        Backward (OPERATORS.md), added: per row read dout and y (2 x 2H) and idx again (8) and write dres
+        and dy (2 x 2H); once read the gate again (for dy) and write its gradient (97 KB each).
+        Forward+backward reads (4 x 2H + 16) bytes per row plus 2 x the gate and writes 3 x 2H bytes per
+        row plus the gate."""
         row = params.hidden * element_size(params.torch_dtype)
         gate = params.table_rows * row
-        forward = rows * (3 * row + INDEX_BYTES) + gate
-        if not backward:
-            return forward
-        return forward + rows * (4 * row + INDEX_BYTES) + 2 * gate
+        if backward:
+            return Traffic(read=rows * (4 * row + 2 * INDEX_BYTES) + 2 * gate, written=rows * 3 * row + gate)
+        return Traffic(read=rows * (2 * row + INDEX_BYTES) + gate, written=rows * row)
 
 
 OP = GateResidual()

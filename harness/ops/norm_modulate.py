@@ -16,8 +16,8 @@ from typing import Optional
 
 import torch
 
-from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, TableParams, adaln_table, element_size, generator,
-                              positive_eps, positive_fields, randn_grad_outs, table_index, torch_dtype)
+from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, TableParams, Traffic, adaln_table, element_size,
+                              generator, positive_eps, positive_fields, randn_grad_outs, table_index, torch_dtype)
 
 TABLE_CHUNKS = 6  # the AdaLN table holds six [M, H] chunks; sh and sc are two of them
 
@@ -78,11 +78,15 @@ class NormModulate(Op):
 
         return self.float64_reference(inputs, grad_outs, grads, variant, norm_then_modulate)
 
-    def floor_bytes(self, params: NormModulateParams, rows: int, backward: bool) -> int:
-        """Forward reads x and writes y; backward reads x and dy and writes dx. Tables, w and their
-        gradients are O(M*H) and left out: 4RH / 10RH in bf16."""
-        passes = 5 if backward else 2
-        return passes * element_size(params.torch_dtype) * rows * params.hidden
+    def floor_traffic(self, params: NormModulateParams, rows: int, backward: bool) -> Traffic:
+        """In the working dtype (bf16: 2 B), one [R, H] pass = 2RH bytes. Forward: read x, write y (2RH read,
+        2RH written). Backward, added: read x again and dy, write dx (4RH read, 2RH written). So
+        forward+backward reads 6RH and writes 4RH bytes. The tables, w, idx and the table and w gradients
+        are O(M*H) or O(R) and left out."""
+        one_pass = element_size(params.torch_dtype) * rows * params.hidden
+        if backward:
+            return Traffic(read=3 * one_pass, written=2 * one_pass)
+        return Traffic(read=one_pass, written=one_pass)
 
 
 OP = NormModulate()

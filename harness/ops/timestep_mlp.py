@@ -19,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, element_size, generator, positive_fields,
+from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, Traffic, element_size, generator, positive_fields,
                               randn_grad_outs)
 
 DTYPE = torch.float32  # every tensor of the op (OPERATORS.md)
@@ -79,27 +79,30 @@ class TimestepMLP(Op):
         return self.float64_reference(inputs, grad_outs, grads, variant,
                                       lambda leaves: (mlp64(*(leaves[n] for n in self.input_names)),))
 
-    def floor_bytes(self, params: TimestepMLPParams, rows: int, backward: bool) -> int:
+    def floor_traffic(self, params: TimestepMLPParams, rows: int, backward: bool) -> Traffic:
         """fp32 throughout (4 B). With F1 = freq_dim, Hd = hidden, D = temb_dim:
 
-        forward: per row read x and write out, 4 (F1 + D) = 1024 + 10752 = 11776 B at the model's size;
-        fixed, read W1, b1, W2, b2 once: 4 (Hd F1 + Hd + D Hd + D) = 63,340,032 B (63.3 MB).
+        forward: per row read x (4 F1 = 1024 B at the model's size) and write out (4 D = 10752 B); fixed,
+        read W1, b1, W2, b2 once: 4 (Hd F1 + Hd + D Hd + D) = 63,340,032 B (63.3 MB).
 
-        backward, added: per row read dy (4 D), read x again (4 F1, for dW1) and write dx (4 F1):
-        10752 + 2048 = 12800 B; fixed, read W1, b1 and W2 again (W2 for dh = dy W2, W1 for dx = dh W1, W1
-        and b1 to recompute the hidden pre-activation, whose silu and silu' the backward needs; recomputing
-        costs only b1 beyond W1, saving it would cost 8 Hd B per row) and write dW1, db1, dW2, db2 once:
-        4 (Hd F1 + Hd + D Hd) + 63,340,032 = 63,329,280 + 63,340,032 B. b2 is not needed by the backward.
-        So forward+backward: 24576 B per row + 190,009,344 B fixed.
+        backward, added: per row read dy (4 D) and x again (4 F1, for dW1): 11776 B, and write dx (4 F1):
+        1024 B; fixed, read W1, b1 and W2 again (W2 for dh = dy W2, W1 for dx = dh W1, W1 and b1 to
+        recompute the hidden pre-activation, whose silu and silu' the backward needs; recomputing costs only
+        b1 beyond W1, saving it would cost 8 Hd B per row): 4 (Hd F1 + Hd + D Hd) = 63,329,280 B, and write
+        dW1, db1, dW2, db2 once: 63,340,032 B. b2 is not needed by the backward.
+
+        So forward+backward reads 4 (2 F1 + D) = 12800 B per row + 126,669,312 B fixed and writes
+        4 (F1 + D) = 11776 B per row + 63,340,032 B fixed.
         """
         size = element_size(DTYPE)
-        per_row = size * (params.freq_dim + params.temb_dim)
-        fixed = size * params.weight_elements
+        f1, d = params.freq_dim, params.temb_dim
+        read = rows * size * f1 + size * params.weight_elements
+        written = rows * size * d
         if backward:
-            per_row += size * (params.temb_dim + 2 * params.freq_dim)
-            reread = params.hidden * params.freq_dim + params.hidden + params.temb_dim * params.hidden
-            fixed += size * (reread + params.weight_elements)
-        return rows * per_row + fixed
+            reread = params.hidden * f1 + params.hidden + d * params.hidden
+            read += rows * size * (d + f1) + size * reread
+            written += rows * size * f1 + size * params.weight_elements
+        return Traffic(read=read, written=written)
 
 
 OP = TimestepMLP()

@@ -19,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, element_size, float64_leaves, generator,
+from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, Traffic, element_size, float64_leaves, generator,
                               positive)
 
 DTYPE = torch.float32  # t and out (OPERATORS.md); the sinusoid has no other dtype
@@ -80,11 +80,11 @@ class TimestepSinusoid(Op):
         leaves = float64_leaves(inputs, self.differentiable, grads, False)
         return Reference(outputs=(sinusoid64(leaves["t"], params),), grads={})
 
-    def floor_bytes(self, params: TimestepSinusoidParams, rows: int, backward: bool) -> int:
-        """Reads t (4 B) and writes out (4 * freq_dim B) per row: 4 + 1024 = 1028 B per row at 256 wide; no
-        fixed bytes (the frequencies are computed, not read). The op has no backward, so `backward` changes
-        nothing."""
-        return rows * element_size(DTYPE) * (1 + params.freq_dim)
+    def floor_traffic(self, params: TimestepSinusoidParams, rows: int, backward: bool) -> Traffic:
+        """fp32 (4 B). Per row: read t (4 B), write out (4 * freq_dim B: 1024 B at 256 wide); no fixed bytes
+        (the frequencies are computed, not read). The op has no backward, so `backward` changes nothing."""
+        size = element_size(DTYPE)
+        return Traffic(read=rows * size, written=rows * size * params.freq_dim)
 
 
 OP = TimestepSinusoid()

@@ -31,6 +31,8 @@ figures stay. What the replay cannot show: Python-side work of the implementatio
 Peak memory (`<figure>_peak_bytes`, CUDA only): one more call of the eager step after its synchronized
 samples (harness/peak_memory.py). A no-grad call of h3bench's kernels that replays its own graph
 (kernels/graph_replay.py) keeps its intermediates in that graph's pool, allocated before the step.
+Once every size is timed, each size gets its memory floors from the rows that are still measured
+(harness/floors.py): no floor is above any of their medians.
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ import torch
 from h3bench.harness.config import AccuracyPlan, TimingPlan
 from h3bench.harness.execute import (ImplementationError, blamed, call, describe_exception, device_usable, execute,
                                      make_leaves)
+from h3bench.harness.floors import Rates, add_floors
 from h3bench.harness.ops.base import Op, OpInputs
 from h3bench.harness.peak_memory import Readers, peak_bytes
 from h3bench.harness.probes.context import ProbeContext
@@ -136,13 +139,14 @@ CAPTURE_ERRORS = (ImplementationError, RuntimeError)
 
 
 def time_rows(op: Op, params: Any, rows: list[TimedRow], plan: AccuracyPlan, timing: TimingPlan,
-              device: torch.device, bandwidth_gbps: Optional[float],
+              device: torch.device, rates: Optional[Rates],
               progress: Callable[[int], None] = lambda n: None, graph_capture: Optional[GraphCapture] = None,
               memory: Optional[Readers] = None) -> None:
-    """Time every row's figures at every size, rows interleaved. A row whose call fails here gets
-    `error` set and its remaining figures skipped; the other rows go on. `graph_capture` (None: no graph
-    figures) captures a step for the `*_graph_us` figures; `memory` (None: no peak figures) reads the
-    allocator for `*_peak_bytes`."""
+    """Time every row's figures at every size, rows interleaved, then add the floors (none without
+    `rates`). A row whose call fails here gets `error` set and its remaining figures skipped; the other
+    rows go on, and only theirs count for the floors. `graph_capture` (None: no graph figures) captures a
+    step for the `*_graph_us` figures; `memory` (None: no peak figures) reads the allocator for
+    `*_peak_bytes`."""
     flush = L2Flush(device) if timing.flush_l2 else None
     methods = METHODS + ((GRAPH,) if graph_capture is not None else ())
     for size in plan.rows:
@@ -171,9 +175,10 @@ def time_rows(op: Op, params: Any, rows: list[TimedRow], plan: AccuracyPlan, tim
                     _measure_peaks(rows, subjects, figure, str(size), memory)
                 del subjects, found  # a captured graph's memory pool goes with it
         del inputs
-        for row in rows:
-            if row.error is None:
-                _add_floors(op, params, size, row.sizes[str(size)], bandwidth_gbps)
+    if rates is None:
+        return
+    for size in plan.rows:
+        add_floors(op, params, size, {row.name: row.sizes[str(size)] for row in rows if row.error is None}, rates)
 
 
 def _subjects(rows: list[TimedRow], figure: str, method: str, inputs: OpInputs, n_outputs: int, size: str,
@@ -280,23 +285,3 @@ def _record(result: SizeResult, key: str, samples: list[list[float]]) -> None:
 def _spread(values: list[float]) -> Spread:
     stats = spread_of(values)
     return Spread(p10=stats.p10, p50=stats.p50, p90=stats.p90, n=stats.n)
-
-
-def _add_floors(op: Op, params: Any, rows: int, result: SizeResult, bandwidth_gbps: Optional[float]) -> None:
-    if not bandwidth_gbps:
-        return
-    fwd_floor = op.floor_bytes(params, rows, backward=False) / (bandwidth_gbps * 1e3)
-    result.fwd_floor_us = fwd_floor
-    result.fwd_floor_fraction = fwd_floor / result.fwd_us
-    result.fwd_stream_floor_fraction = _fraction(fwd_floor, result.fwd_stream_us)
-    if result.fwd_bwd_us is not None:
-        floor = op.floor_bytes(params, rows, backward=True) / (bandwidth_gbps * 1e3)
-        result.fwd_bwd_floor_us = floor
-        result.fwd_bwd_floor_fraction = _fraction(floor, result.fwd_bwd_us)
-        result.fwd_bwd_net_floor_fraction = _fraction(floor, result.fwd_bwd_net_us)
-        result.fwd_bwd_stream_floor_fraction = _fraction(floor, result.fwd_bwd_stream_us)
-        result.fwd_bwd_net_stream_floor_fraction = _fraction(floor, result.fwd_bwd_net_stream_us)
-
-
-def _fraction(floor: float, measured: Optional[float]) -> Optional[float]:
-    return floor / measured if measured else None
