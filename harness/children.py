@@ -58,9 +58,9 @@ def control_job(request: "RunRequest", folder: Path, cost_s: float = 1.0) -> fan
     writing a part file with no rows and the `control` record."""
     part = folder / f"{request.config.op}.control.json"
     plain = get_mode("plain")
-    return fanout.Job(key=f"{request.config.op}/control", argv=(*child_argv(request, plain.name, part), "--control-only"),
-                      out=part, cost_s=cost_s, timeout_s=request.mode_timeout_s or DEFAULT_TIMEOUT_S,
-                      env=dict(plain.environment))
+    argv = (*child_argv(request, plain.name, part), "--control-only")
+    return fanout.Job(key=f"{request.config.op}/control", argv=argv, out=part, cost_s=cost_s,
+                      timeout_s=request.mode_timeout_s or DEFAULT_TIMEOUT_S, env=dict(plain.environment))
 
 
 def control_of(outcome: fanout.Outcome) -> ControlResult | ControlSkipped:

@@ -333,8 +333,10 @@ def _gate(paths: list[Path], selection, exit_after: bool = True) -> None:
     lines = [line for path in paths for line in gate.failures(load(path), selection)]
     for line in lines:
         err.print(f"[red]required invariance failed:[/] {escape(line)}", highlight=False)
-    if lines and exit_after:
-        raise typer.Exit(1)
+    if lines:
+        if exit_after:
+            raise typer.Exit(1)
+        return
     err.print("required invariance: every selected row is batch-invariant with repeatable parameter "
               "gradients", highlight=False)
 
@@ -371,11 +373,13 @@ def _print_control(evidence, console: Console) -> None:
     line = negative_control.summary_line(evidence)
     if line is None:
         return
-    style = "red" if negative_control.blind(evidence) else "yellow" if isinstance(evidence.control, ControlSkipped) else ""
+    style = ("red" if negative_control.blind(evidence) else
+             "yellow" if isinstance(evidence.control, ControlSkipped) else "")
     console.print(f"[{style}]{escape(line)}[/]" if style else escape(line), highlight=False)
 
 
 def _fan_out(requests, gpus: Optional[str], ray: Optional[str], console: Console) -> list:
+    from h3bench.harness import control as negative_control
     from h3bench.harness import fanout
     from h3bench.harness.progress import summary_table
     from h3bench.harness.suite import run_suite
@@ -403,7 +407,8 @@ def _fan_out(requests, gpus: Optional[str], ray: Optional[str], console: Console
     for evidence in found:
         make_console().print(summary_table(evidence))
         _print_control(evidence, console)
-    console.print(f"{len(found)} op(s), {sum(len(r.modes) for r in requests)} job(s) in "
+    jobs = sum(len(r.modes) + (r.control == negative_control.HERE) for r in requests)  # a control job per op
+    console.print(f"{len(found)} op(s), {jobs} job(s) in "
                   f"{time.perf_counter() - started:.1f} s on {len(devices) or 'Ray'} worker(s)")
     return found
 

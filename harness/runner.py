@@ -10,6 +10,9 @@ propagates, the run stops with its traceback, and no file is written.
 Modes: `plain` runs in this process; every other mode runs in a child process of its own
 (harness/children.py), since a mode patches aten for the whole process and its environment must be set
 before CUDA starts. A child that crashes or hangs makes that mode `{"unavailable": ...}`; the others stay.
+
+Control: after the modes, this process puts the run's negative control (harness/control.py) through the
+batch-invariance probes, once per op and with no mode switched on; a mode's child leaves it to its parent.
 """
 from __future__ import annotations
 
