@@ -5,6 +5,7 @@ rounds differently in every probe, a blind plan makes `run` exit 3 with one line
 unless asked, and validate holds `flagged` to the counts."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from pathlib import Path
@@ -268,6 +269,20 @@ def test_validate_holds_flagged_to_the_counts(quick_controls, tmp_path, invoke):
     assert any(p.startswith("$.control.row_grads") for p in semantics.problems(evidence))
     evidence.control = record
     assert not [p for p in semantics.problems(evidence) if p.startswith("$.control")]
+
+
+def test_validate_bounds_rowgrad_counts_by_the_ops_row_gradients(quick_controls):
+    """gate_residual has two row gradients, whose counts are summed: 70 of 35 rows is the most, not a fault."""
+    inv = copy.deepcopy(quick_controls["gate_residual"].batch_invariance)
+    assert inv.all_rows["32"].rowgrad_differ == 64 > inv.all_rows["32"].rows
+    evidence = schema.load(require_prior_art())
+    evidence.op = "gate_residual"
+    row = next(iter(evidence.results["plain"].values()))
+    row.batch_invariance = inv
+    assert not [p for p in semantics.problems(evidence) if "not within" in p]
+    inv.all_rows["32"].rowgrad_differ = 65
+    assert any("all_rows.32: differing rows (32, 65) not within 0..32 (0..64 for the 2 row gradients)" in p
+               for p in semantics.problems(evidence))
 
 
 def test_reports_hide_the_control_unless_asked(quick_controls, tmp_path, invoke):
