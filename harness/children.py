@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from h3bench.harness import fanout
-from h3bench.harness.modes import ModeSpec
-from h3bench.harness.schema import Evidence, SchemaError, UnavailableMode, load
+from h3bench.harness.modes import ModeSpec, get_mode
+from h3bench.harness.schema import ControlResult, ControlSkipped, Evidence, SchemaError, UnavailableMode, load
 
 if TYPE_CHECKING:
     from h3bench.harness.runner import Observer, RunRequest
@@ -51,6 +51,29 @@ def mode_job(request: "RunRequest", spec: ModeSpec, folder: Path, cost_s: float 
     return fanout.Job(key=f"{request.config.op}/{spec.name}", argv=child_argv(request, spec.name, part), out=part,
                       cost_s=cost_s, timeout_s=request.mode_timeout_s or DEFAULT_TIMEOUT_S,
                       env=dict(spec.environment))  # h3bench itself: the parent's, as installed
+
+
+def control_job(request: "RunRequest", folder: Path, cost_s: float = 1.0) -> fanout.Job:
+    """The run's negative control as a fan-out job: a child `h3bench run --control-only` in the plain mode,
+    writing a part file with no rows and the `control` record."""
+    part = folder / f"{request.config.op}.control.json"
+    plain = get_mode("plain")
+    argv = (*child_argv(request, plain.name, part), "--control-only")
+    return fanout.Job(key=f"{request.config.op}/control", argv=argv, out=part, cost_s=cost_s,
+                      timeout_s=request.mode_timeout_s or DEFAULT_TIMEOUT_S, env=dict(plain.environment))
+
+
+def control_of(outcome: fanout.Outcome) -> ControlResult | ControlSkipped:
+    """The control record a control job wrote; a failed job is the control's recorded reason."""
+    if not outcome.ok:
+        return ControlSkipped(skipped=f"the control's child process: {outcome.error}")
+    try:
+        record = load(outcome.job.out).control
+    except (OSError, SchemaError) as exc:
+        return ControlSkipped(skipped=f"the control's child process wrote no valid part file: {exc}")
+    if record is None:
+        raise RuntimeError(f"the control job {outcome.job.key} wrote no control record")
+    return record
 
 
 def run_modes(request: "RunRequest", specs: Sequence[ModeSpec],

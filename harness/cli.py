@@ -214,8 +214,20 @@ def run(
                                                            "starts with a cold L2 (sets [timing] flush_l2)."),
     in_process: bool = typer.Option(False, "--in-process", hidden=True,
                                     help="Run the one mode in this process (how a mode's child is called)."),
+    no_control: bool = typer.Option(False, "--no-control", help="Skip the negative control (recorded in the file)."),
+    control_only: bool = typer.Option(False, "--control-only", hidden=True,
+                                      help="Measure the negative control alone (a fan-out's control job)."),
 ):
-    """Run every selected implementation through the probes and write the evidence JSON."""
+    """Run every selected implementation through the probes and write the evidence JSON.
+
+    Every run also puts a negative control through the batch-invariance probes, once per op in the plain
+    mode: the op's diffusers composition with a planted batch-size fault, which the plan must flag. It is
+    recorded under the file's `control` key, not as a row; `--no-control` skips it.
+
+    Exit status: 0; 1 when --require-invariant fails; 2 on bad input; 3 when the plan is blind on this
+    machine (the control went unflagged by a check: the file is written and says so).
+    """
+    from h3bench.harness import control as negative_control
     from h3bench.harness.config import ConfigError, load_config
     from h3bench.harness.modes import parse_modes
     from h3bench.harness.runner import RunRequest, default_out_path
@@ -248,6 +260,11 @@ def run(
         fail(str(exc))
     if in_process and len(modes) != 1:
         fail("--in-process runs exactly one mode")
+    if control_only and not in_process:
+        fail("--control-only is how a fan-out runs its control job: it goes with --in-process")
+    # a mode's child or a fan-out job: the run's parent (or its control job) measures the control
+    where = (negative_control.SKIP if no_control else
+             negative_control.ELSEWHERE if in_process and not control_only else negative_control.HERE)
     plan_quick = quick if quick is not None else (config is None and dev.type == "cpu")
     requests = []
     for name in ops:
@@ -262,6 +279,7 @@ def run(
         requests.append(RunRequest(
             config=cfg, device=dev, adapters=chosen, modes=modes, out=None,
             command=shlex.join(["h3bench", *sys.argv[1:]]), mode_timeout_s=mode_timeout, in_process=in_process,
+            control=where, control_only=control_only,
             child_args=_child_args(name, dev, config, set_, cfg.quick, adapters, adapter, forward_only)))
     folder = None
     if len(ops) > 1:
@@ -280,15 +298,20 @@ def run(
     if gpus is not None or ray is not None:
         if in_process:
             fail("--in-process runs one mode here; it does not fan out")
-        written = _fan_out(requests, gpus, ray, console)
+        found = _fan_out(requests, gpus, ray, console)
     else:
-        written = _run_requests(requests, console, quiet, run_evidence, plan_note=quick is None)
+        found = _run_requests(requests, console, quiet, run_evidence, plan_note=quick is None)
+    written = [r.out for r in requests]
+    # a fan-out's control job reports to its parent through its part file, not its exit status
+    blind = not in_process and any(negative_control.blind(evidence) for evidence in found)
     if render:
         for hook in RENDER_HOOKS:
             written += hook([r.out for r in requests], console)
     console.print(f"wrote {escape(', '.join(str(p) for p in written))}", highlight=False)
     if required is not None:
-        _gate([r.out for r in requests], required)
+        _gate([r.out for r in requests], required, exit_after=not blind)
+    if blind:
+        raise typer.Exit(negative_control.BLIND_EXIT)
 
 
 def _required(text: Optional[str], requests):
@@ -309,8 +332,9 @@ def _required(text: Optional[str], requests):
     return selection
 
 
-def _gate(paths: list[Path], selection) -> None:
-    """Exit 1 naming every selected row that breaks the reuse rule; print the verdict either way."""
+def _gate(paths: list[Path], selection, exit_after: bool = True) -> None:
+    """Exit 1 naming every selected row that breaks the reuse rule (unless a blind plan's exit status
+    follows); print the verdict either way."""
     from h3bench.harness import gate
     from h3bench.harness.schema import load
 
@@ -318,15 +342,18 @@ def _gate(paths: list[Path], selection) -> None:
     for line in lines:
         err.print(f"[red]required invariance failed:[/] {escape(line)}", highlight=False)
     if lines:
-        raise typer.Exit(1)
+        if exit_after:
+            raise typer.Exit(1)
+        return
     err.print("required invariance: every selected row is batch-invariant with repeatable parameter "
               "gradients", highlight=False)
 
 
-def _run_requests(requests, console: Console, quiet: bool, run_evidence, plan_note: bool) -> list[Path]:
+def _run_requests(requests, console: Console, quiet: bool, run_evidence, plan_note: bool) -> list:
+    """Each request run here, its summary printed; returns the evidence of each."""
     from h3bench.harness.progress import RichObserver, summary_table
 
-    written = []
+    found = []
     for request in requests:
         cfg = request.config
         console.print(f"h3bench: op {cfg.op}, device {request.device}, plan {'quick' if cfg.quick else 'full'}"
@@ -340,12 +367,27 @@ def _run_requests(requests, console: Console, quiet: bool, run_evidence, plan_no
             with RichObserver(console) as observer:
                 evidence = run_evidence(request, observer)
         make_console().print(summary_table(evidence))
+        _print_control(evidence, console)
         console.print(f"{cfg.op}: {time.perf_counter() - started:.1f} s")
-        written.append(request.out)
-    return written
+        found.append(evidence)
+    return found
 
 
-def _fan_out(requests, gpus: Optional[str], ray: Optional[str], console: Console) -> list[Path]:
+def _print_control(evidence, console: Console) -> None:
+    """The run's one line on its negative control (harness/control.py)."""
+    from h3bench.harness import control as negative_control
+    from h3bench.harness.schema import ControlSkipped
+
+    line = negative_control.summary_line(evidence)
+    if line is None:
+        return
+    style = ("red" if negative_control.blind(evidence) else
+             "yellow" if isinstance(evidence.control, ControlSkipped) else "")
+    console.print(f"[{style}]{escape(line)}[/]" if style else escape(line), highlight=False)
+
+
+def _fan_out(requests, gpus: Optional[str], ray: Optional[str], console: Console) -> list:
+    from h3bench.harness import control as negative_control
     from h3bench.harness import fanout
     from h3bench.harness.progress import summary_table
     from h3bench.harness.suite import run_suite
@@ -372,9 +414,11 @@ def _fan_out(requests, gpus: Optional[str], ray: Optional[str], console: Console
     found = run_suite(requests, devices, ray_address=ray, on_event=show)
     for evidence in found:
         make_console().print(summary_table(evidence))
-    console.print(f"{len(found)} op(s), {sum(len(r.modes) for r in requests)} job(s) in "
+        _print_control(evidence, console)
+    jobs = sum(len(r.modes) + (r.control == negative_control.HERE) for r in requests)  # a control job per op
+    console.print(f"{len(found)} op(s), {jobs} job(s) in "
                   f"{time.perf_counter() - started:.1f} s on {len(devices) or 'Ray'} worker(s)")
-    return [r.out for r in requests]
+    return found
 
 
 def signature(op: str) -> str:

@@ -10,7 +10,7 @@ import copy
 import dataclasses
 from typing import Any, Optional
 
-from h3bench.harness.schema import Environment, Evidence, UnavailableMode, to_dict
+from h3bench.harness.schema import ControlResult, ControlSkipped, Environment, Evidence, UnavailableMode, to_dict
 
 
 class MergeError(ValueError):
@@ -132,6 +132,19 @@ def _config(a: Optional[dict], b: Optional[dict]) -> Optional[dict]:
     return {"merged_from": [a, b]}
 
 
+def _control(a: Optional[ControlResult | ControlSkipped],
+             b: Optional[ControlResult | ControlSkipped]) -> Optional[ControlResult | ControlSkipped]:
+    """The merged file's negative control: a mode's part has none (the run's parent or its control job
+    measured it); of two runs' controls a blind one wins (the merged rows include that run's verdicts),
+    then a measured one over a skipped one, then the first."""
+    def rank(record) -> int:
+        if isinstance(record, ControlResult):
+            return 3 if not record.flagged else 2
+        return 1 if isinstance(record, ControlSkipped) else 0
+
+    return copy.deepcopy(a if rank(a) >= rank(b) else b)
+
+
 def merge(a: Evidence, b: Evidence) -> Evidence:
     """One evidence file holding the rows of both; raises MergeError on any conflict."""
     for label in ("kind", "rfc", "op", "quick"):
@@ -150,4 +163,5 @@ def merge(a: Evidence, b: Evidence) -> Evidence:
         config=_config(a.config, b.config),
         command=" ; ".join(dict.fromkeys(commands)) or None,  # two runs, two command lines
         wall_s=None if a.wall_s is None and b.wall_s is None else (a.wall_s or 0.0) + (b.wall_s or 0.0),
+        control=_control(a.control, b.control),
     )

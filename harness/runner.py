@@ -10,6 +10,9 @@ propagates, the run stops with its traceback, and no file is written.
 Modes: `plain` runs in this process; every other mode runs in a child process of its own
 (harness/children.py), since a mode patches aten for the whole process and its environment must be set
 before CUDA starts. A child that crashes or hangs makes that mode `{"unavailable": ...}`; the others stay.
+
+Control: after the modes, this process puts the run's negative control (harness/control.py) through the
+batch-invariance probes, once per op and with no mode switched on; a mode's child leaves it to its parent.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from typing import Optional, Protocol, Sequence
 
 import torch
 
-from h3bench.harness import environment
+from h3bench.harness import control, environment
 from h3bench.harness.adapter import Adapter, Loaded
 from h3bench.harness.config import RunConfig
 from h3bench.harness.execute import ImplementationError, device_usable, describe_exception
@@ -34,7 +37,8 @@ from h3bench.harness.ops.base import Op
 from h3bench.harness.probes import accuracy_latency as acc
 from h3bench.harness.probes import batch_invariance as bi
 from h3bench.harness.probes.context import ProbeContext
-from h3bench.harness.schema import Environment, Evidence, RowResult, SizeResult, TimingRecord, UnavailableMode, UnavailableRow, save
+from h3bench.harness.schema import (ControlSkipped, Environment, Evidence, RowResult, SizeResult, TimingRecord,
+                                    UnavailableMode, UnavailableRow, save)
 from h3bench.harness.peak_memory import readers_for
 from h3bench.harness.timing import FLUSH_BYTES, GRAPH_WARMUP, graph_capture_for, timer_for
 
@@ -77,6 +81,8 @@ class RunRequest:
     mode_timeout_s: Optional[float] = None
     in_process: bool = False  # this process is a mode's child: run its one mode here
     work_dir: Optional[Path] = None  # where children's part files go (default: beside `out`)
+    control: str = control.HERE  # where the negative control runs: control.HERE, SKIP or ELSEWHERE
+    control_only: bool = False  # measure the control alone (a fan-out's control job), no rows
 
 
 def resolve_device(name: str) -> torch.device:
@@ -125,6 +131,8 @@ def run(request: RunRequest, observer: Optional[Observer] = None) -> Evidence:
     observer = observer or SilentObserver()
     started = time.perf_counter()
     op = get_op(request.config.op)
+    if request.control_only:
+        return _control_only(request, op, observer, started)
     for adapter in request.adapters:
         if adapter.op != op.name:
             raise ValueError(f"adapter {adapter.name!r} is for op {adapter.op!r}, not {op.name!r}")
@@ -135,6 +143,41 @@ def run(request: RunRequest, observer: Optional[Observer] = None) -> Evidence:
     if away:
         parts.update(children.run_modes(request, away, observer))
     evidence = combine_modes(op, request, [parts[s.name] for s in specs])
+    evidence.control = measure_control(request, op, observer)
+    evidence.wall_s = round(time.perf_counter() - started, 3)
+    if request.out is not None:
+        save(evidence, request.out)
+    return evidence
+
+
+# --- the negative control ---------------------------------------------------------------------------------
+
+def measure_control(request: RunRequest, op: Op, observer: Observer) -> Optional[control.Record]:
+    """The run's negative control (harness/control.py), measured here in the plain mode (no mode is
+    switched on in this process); None where another process of the run measures it. Blame as for a row:
+    the composition's own failure is the control's recorded reason, a harness error propagates."""
+    if request.control != control.HERE:
+        return control.unmeasured(request.control)
+    _disable_tf32()
+    observer.phase_started("plain", "control: the diffusers composition with a planted batch-size fault",
+                           control.probe_units(request.config))
+    try:
+        record = control.measure(op, request.config, request.device, progress=observer.advance)
+    except ImplementationError as exc:
+        _require_usable_device(request.device, "control", str(exc))
+        record = ControlSkipped(skipped=f"the control failed: {exc}")
+    finally:
+        observer.phase_finished()
+        _release(request.device)
+    return record
+
+
+def _control_only(request: RunRequest, op: Op, observer: Observer, started: float) -> Evidence:
+    """The control alone, in a file with no rows: a fan-out's control job (harness/suite.py)."""
+    env = environment.capture(request.device, {}, request.measure_bandwidth,
+                              timing_record(request.config, request.device))
+    evidence = evidence_of(op, request, env, {})
+    evidence.control = measure_control(request, op, observer)
     evidence.wall_s = round(time.perf_counter() - started, 3)
     if request.out is not None:
         save(evidence, request.out)

@@ -233,6 +233,30 @@ class UnavailableMode:
 ModeResults = Union[UnavailableMode, dict[str, Row]]
 
 
+# --- the negative control ----------------------------------------------------------------------------
+
+@dataclass
+class ControlResult:
+    """The run's negative control (harness/control.py): the op's diffusers composition with a planted
+    batch-size fault, through the batch-invariance probes of the run's plan in the plain mode. `row_grads`:
+    the per-row gradients compared; `flagged`: every check saw the fault (a non-zero count in the forward
+    and, where there are row gradients, the row gradients of all_rows and of the sub-batches, and in the
+    sweep); false means the plan is blind on that machine."""
+
+    source: str
+    row_grads: list[str]
+    batch_invariance: BatchInvariance
+    flagged: bool
+    wall_s: Optional[float] = additive()
+
+
+@dataclass
+class ControlSkipped:
+    """No control in the file, and why: `--no-control`, or the control could not run."""
+
+    skipped: str
+
+
 # --- environment ------------------------------------------------------------------------------------
 
 @dataclass
@@ -298,6 +322,7 @@ class Evidence:
     config: Optional[dict[str, Any]] = additive()
     command: Optional[str] = additive()
     wall_s: Optional[float] = additive()
+    control: Optional[Union[ControlResult, ControlSkipped]] = additive()
 
     def rows(self, mode: str) -> dict[str, Row]:
         """The rows of `mode`; none when the mode is absent or was unavailable as a whole."""

@@ -7,7 +7,9 @@
   parameter gradients did not fail to repeat);
 - where the file records its floor model (harness/floors.py), no floor fraction is above 1;
 - where the file records its plan (`config`), the totals are the plan's (rows per case, sub-batches,
-  sweep comparisons).
+  sweep comparisons);
+- the negative control (`control`), where measured, holds to the same rules, compares the op's row
+  gradients, and is `flagged` exactly when every check counted a difference (harness/control.py).
 Each problem is one line naming its JSON path."""
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import math
 from typing import Any, Iterator
 
 from h3bench.harness.probes.batch_invariance import invariant, sub_batches_total, sweep_total
-from h3bench.harness.schema import BatchInvariance, Evidence, RowResult, SizeResult, UnavailableMode
+from h3bench.harness.schema import BatchInvariance, ControlResult, Evidence, RowResult, SizeResult, UnavailableMode
 
 
 def numbers(obj: Any, path: str = "") -> Iterator[tuple[str, Any]]:
@@ -63,16 +65,20 @@ def floor_fractions(result: SizeResult) -> list[tuple[str, float]]:
             if f.name.endswith("_floor_fraction") and getattr(result, f.name) is not None]
 
 
-def _count_problems(bi: BatchInvariance, where: str) -> list[str]:
+def _count_problems(bi: BatchInvariance, where: str, row_grads: int = 1) -> list[str]:
+    """`row_grads`: how many per-row gradients the op has; their counts are summed into `rowgrad_differ`."""
     found = []
+    per = max(row_grads, 1)
     for size, case in bi.all_rows.items():
-        if not (0 <= case.fwd_differ <= case.rows and 0 <= case.rowgrad_differ <= case.rows):
+        if not (0 <= case.fwd_differ <= case.rows and 0 <= case.rowgrad_differ <= case.rows * per):
             found.append(f"{where}.all_rows.{size}: differing rows ({case.fwd_differ}, {case.rowgrad_differ}) "
-                         f"not within 0..{case.rows}")
+                         f"not within 0..{case.rows}" + (f" (0..{case.rows * per} for the {per} row gradients)"
+                                                         if per > 1 else ""))
     subs = bi.full_vs_sub_batches
-    if not (0 <= subs.fwd_differ <= subs.sub_batches and 0 <= subs.rowgrad_differ <= subs.sub_batches):
+    if not (0 <= subs.fwd_differ <= subs.sub_batches and 0 <= subs.rowgrad_differ <= subs.sub_batches * per):
         found.append(f"{where}.full_vs_sub_batches: differing sub-batches ({subs.fwd_differ}, {subs.rowgrad_differ}) "
-                     f"not within 0..{subs.sub_batches}")
+                     f"not within 0..{subs.sub_batches}" + (f" (0..{subs.sub_batches * per} for the {per} row "
+                                                            f"gradients)" if per > 1 else ""))
     sweep = bi.batch_size_sweep
     if not 0 <= sweep.differ <= sweep.comparisons:
         found.append(f"{where}.batch_size_sweep.differ: {sweep.differ} not within 0..{sweep.comparisons}")
@@ -131,6 +137,7 @@ def problems(evidence: Evidence) -> list[str]:
     if evidence.wall_s is not None and not (math.isfinite(evidence.wall_s) and evidence.wall_s >= 0):
         found.append(f"$.wall_s: {evidence.wall_s!r} is not a finite non-negative number")
     totals = _plan_totals(evidence.config) if isinstance(evidence.config, dict) else {}
+    row_grads = _row_grads(evidence.op)
     for mode, rows in evidence.measured_modes().items():
         for name, row in rows.items():
             if isinstance(row, RowResult):
@@ -138,8 +145,34 @@ def problems(evidence: Evidence) -> list[str]:
                 found += _figure_problems(row, where)
                 if evidence.environment.floor_model:
                     found += _floor_problems(row, where)
-                found += _count_problems(row.batch_invariance, f"{where}.batch_invariance")
+                found += _count_problems(row.batch_invariance, f"{where}.batch_invariance", len(row_grads or ()))
                 found += _plan_problems(row.batch_invariance, totals, f"{where}.batch_invariance")
+    if isinstance(evidence.control, ControlResult):
+        found += _control_problems(evidence.control, totals, row_grads)
+    return found
+
+
+def _row_grads(op: str) -> "tuple[str, ...] | None":
+    """The op's per-row gradients; None for an op h3bench does not know."""
+    from h3bench.harness.ops import OP_MODULES, get_op
+
+    return get_op(op).row_grads if op in OP_MODULES else None
+
+
+def _control_problems(record: ControlResult, totals: dict, row_grads: "tuple[str, ...] | None") -> list[str]:
+    from h3bench.harness.control import checks, flagged
+
+    where = "$.control"
+    found = _count_problems(record.batch_invariance, f"{where}.batch_invariance", len(record.row_grads))
+    found += _plan_problems(record.batch_invariance, totals, f"{where}.batch_invariance")
+    if row_grads is not None and sorted(record.row_grads) != sorted(row_grads):
+        found.append(f"{where}.row_grads: {record.row_grads}, the op's row gradients are {list(row_grads)}")
+    if record.wall_s is not None and not (math.isfinite(record.wall_s) and record.wall_s >= 0):
+        found.append(f"{where}.wall_s: {record.wall_s!r} is not a finite non-negative number")
+    expected = flagged(record)
+    if record.flagged != expected:
+        counts = ", ".join(f"{name} {differ}/{total}" for name, differ, total in checks(record))
+        found.append(f"{where}.flagged: {record.flagged} but the counts say {expected} ({counts})")
     return found
 
 

@@ -4,7 +4,8 @@ writing one part file), scheduled by harness/fanout.py on one host (`--gpus`) or
 from different GPU models, drivers, torch builds or plans).
 
 Longest first: a job's cost is its op's entry in RELATIVE_COST (an op not there costs DEFAULT_COST), so the
-heaviest ops start first.
+heaviest ops start first. Each op's negative control (harness/control.py) is one more job, `<op>/control`,
+in the plain mode, whose record goes into the op's merged file.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from h3bench.harness import children, fanout
+from h3bench.harness import children, control, fanout
 from h3bench.harness.modes import get_mode
 from h3bench.harness.runner import combine_modes
 from h3bench.harness.ops import get_op
@@ -31,6 +32,8 @@ RELATIVE_COST = {
     "timestep_sinusoid": 10.4,
 }
 DEFAULT_COST = 60.0
+# A control job's cost as a share of its op's: three batch-invariance probes of one composition, no timing.
+CONTROL_SHARE = 0.1
 
 
 def estimated_cost(op: str) -> float:
@@ -44,13 +47,19 @@ def plan_jobs(requests: Sequence, folder: Path, cost: Callable[[str], float] = e
             for request in requests for mode in request.modes]
 
 
+def control_jobs(requests: Sequence, folder: Path, cost: Callable[[str], float] = estimated_cost) -> list[fanout.Job]:
+    """One control job per request that measures its control (not with --no-control)."""
+    return [children.control_job(request, folder, CONTROL_SHARE * cost(request.config.op))
+            for request in requests if request.control == control.HERE]
+
+
 def run_suite(requests: Sequence, devices: Sequence[str], *, ray_address: Optional[str] = None,
               launcher: fanout.Launcher = fanout.subprocess_launcher, retries: int = 1,
               on_event: Optional[Callable[[fanout.Event], None]] = None,
               work_dir: Optional[Path] = None) -> list[Evidence]:
     """Run every (op, mode) job and write each request's merged evidence to `request.out`."""
     with tempfile.TemporaryDirectory(prefix="h3bench-suite-", dir=work_dir) as tmp:
-        jobs = plan_jobs(requests, Path(tmp))
+        jobs = plan_jobs(requests, Path(tmp)) + control_jobs(requests, Path(tmp))
         if ray_address is not None:
             from h3bench.harness.fanout_ray import run_jobs_ray
 
@@ -65,6 +74,8 @@ def run_suite(requests: Sequence, devices: Sequence[str], *, ray_address: Option
             parts = [children.part_of(get_mode(m), by_key[f"{op.name}/{m}"]) for m in request.modes]
             evidence = combine_modes(op, request, parts)
             evidence.wall_s = round(sum(by_key[f"{op.name}/{m}"].wall_s for m in request.modes), 3)
+            evidence.control = (children.control_of(by_key[f"{op.name}/control"]) if request.control == control.HERE
+                                else control.unmeasured(request.control))
             if request.out is not None:
                 save(evidence, request.out)
             found.append(evidence)

@@ -39,12 +39,14 @@ def report(file: Path = typer.Argument(..., help="Evidence JSON."),
            out: Optional[Path] = typer.Option(None, "--out", help="Folder for the rendered files."),
            csv: bool = typer.Option(False, "--csv", help="Also write <name>.csv: one line per figure (op, mode, "
                                                           "row, check, size, figure, value)."),
-           quiet: bool = typer.Option(False, "--quiet")):
+           quiet: bool = typer.Option(False, "--quiet"),
+           show_control: bool = typer.Option(False, "--show-control", help="Also show the run's negative control "
+                                                                          "(hidden: it is not a row).")):
     """Render Markdown, HTML and plots (and with --csv a long CSV table) from an evidence file."""
     from h3bench.reports.commands import report as render_report
 
     try:
-        paths = render_report(file, out, quiet)
+        paths = render_report(file, out, quiet, show_control=show_control)
         if csv:
             from h3bench.reports.long_csv import write_csv
             paths.append(write_csv(file, out))

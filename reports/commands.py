@@ -30,19 +30,23 @@ def load(path: Path) -> schema.Evidence:
 
 
 def report(file: Path, out: Optional[Path] = None, quiet: bool = False,
-           console: Optional[Console] = None) -> list[Path]:
+           console: Optional[Console] = None, show_control: bool = False) -> list[Path]:
     """Render FILE's Markdown, HTML and PNGs next to it (or into OUT); returns the paths written.
 
-    Unless quiet, prints the verdict summary of each mode; listing the paths is the caller's job.
+    Unless quiet, prints the verdict summary of each mode (and with `show_control` the negative control's
+    line); listing the paths is the caller's job.
     """
     if out is not None and Path(out).exists() and not Path(out).is_dir():
         raise NotADirectoryError(f"--out {out} is a file: the rendered files go into a folder")
-    paths = render_all(file, out)
+    paths = render_all(file, out, show_control)
     if not quiet:
         evidence = load(file)
         console = console or make_console()
         for mode in evidence.results:
             console.print(f"{escape(mode)}: {escape(mode_summary(evidence, mode))}", highlight=False)
+        if show_control:
+            from h3bench.harness.control import summary_line
+            console.print(escape(summary_line(evidence) or "control: none recorded"), highlight=False)
     return paths
 
 

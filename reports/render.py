@@ -27,8 +27,10 @@ def _write_png(draw, evidence: schema.Evidence, path: Path) -> Path:
     return path
 
 
-def render_all(evidence_path: Union[str, Path], out_dir: Optional[Union[str, Path]] = None) -> list[Path]:
-    """Write the Markdown, HTML and PNG report of one evidence file; returns the paths written.
+def render_all(evidence_path: Union[str, Path], out_dir: Optional[Union[str, Path]] = None,
+               show_control: bool = False) -> list[Path]:
+    """Write the Markdown, HTML and PNG report of one evidence file; returns the paths written. The negative
+    control is not a row: its section is written only with `show_control`.
 
     The HTML inlines the PNGs (it must survive being mailed or uploaded alone); the Markdown links
     them by relative name, so keep the files together.
@@ -42,9 +44,9 @@ def render_all(evidence_path: Union[str, Path], out_dir: Optional[Union[str, Pat
     name = evidence_path.stem
     pngs = {caption: _write_png(draw, evidence, out / f"{name}_{suffix}.png") for suffix, caption, draw in PLOTS}
     md = schema.write_atomic(out / f"{name}.md",
-                             table.render_markdown(evidence, {c: p.name for c, p in pngs.items()}))
+                             table.render_markdown(evidence, {c: p.name for c, p in pngs.items()}, show_control))
     page = schema.write_atomic(out / f"{name}.html",
-                               table.render_html(evidence, {c: p.read_bytes() for c, p in pngs.items()}))
+                               table.render_html(evidence, {c: p.read_bytes() for c, p in pngs.items()}, show_control))
     paths = [md, page, *pngs.values()]
     for path in paths:
         # mkstemp (here and in schema.write_atomic) creates 0600; reports are meant to be shared.

@@ -349,8 +349,9 @@ def _md_table(table: TableSpec) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(evidence: Evidence, images: Optional[Mapping[str, str]] = None) -> str:
-    """`images` maps a caption to a relative path, linked after the tables."""
+def render_markdown(evidence: Evidence, images: Optional[Mapping[str, str]] = None, show_control: bool = False) -> str:
+    """`images` maps a caption to a relative path, linked after the tables; `show_control`: the negative
+    control's section too (reports/control_section.py)."""
     frame = build_table(evidence)
     out = [f"# h3bench evidence: {evidence.op} on {evidence.environment.gpu or 'CPU'}", ""]
     out += [f"- **{k}**: {md_escape(v)}" for k, v in header_fields(evidence)]
@@ -364,6 +365,10 @@ def render_markdown(evidence: Evidence, images: Optional[Mapping[str, str]] = No
         out += [mode_summary(evidence, mode), ""]
         for table in mode_tables(evidence, mode, frame):
             out += [_md_table(table), ""]
+    if show_control:
+        from h3bench.reports.control_section import TITLE, control_summary, control_tables
+        out += [f"## {TITLE}", "", md_escape(control_summary(evidence) or "No control recorded."), ""]
+        out += [text for table in control_tables(evidence) for text in (_md_table(table), "")]
     for caption, path in (images or {}).items():
         out += [f"![{caption}]({path})", ""]
     return "\n".join(out).rstrip() + "\n"
@@ -434,8 +439,10 @@ def _data_uri(image: Union[bytes, str]) -> str:
     return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
 
 
-def render_html(evidence: Evidence, images: Optional[Mapping[str, Union[bytes, str]]] = None) -> str:
-    """A self-contained page: inline CSS, PNGs (bytes or paths, keyed by caption) inlined as data URIs."""
+def render_html(evidence: Evidence, images: Optional[Mapping[str, Union[bytes, str]]] = None,
+                show_control: bool = False) -> str:
+    """A self-contained page: inline CSS, PNGs (bytes or paths, keyed by caption) inlined as data URIs;
+    `show_control`: the negative control's section too."""
     frame = build_table(evidence)
     title = f"h3bench evidence: {evidence.op} on {evidence.environment.gpu or 'CPU'}"
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{_e(title)}</title>",
@@ -449,6 +456,11 @@ def render_html(evidence: Evidence, images: Optional[Mapping[str, Union[bytes, s
             out.append(f'<p class="note">Mode environment: <code>{_e(str(mode_env))}</code></p>')
         out.append(f'<p class="summary">{_e(mode_summary(evidence, mode))}</p>')
         out += _html_tables(mode_tables(evidence, mode, frame))
+    if show_control:
+        from h3bench.reports.control_section import TITLE, control_summary, control_tables
+        out.append(f"<h2>{_e(TITLE)}</h2>")
+        out.append(f'<p class="summary">{_e(control_summary(evidence) or "No control recorded.")}</p>')
+        out += _html_tables(control_tables(evidence))
     if images:
         out.append("<h2>Figures</h2>")
     for caption, image in (images or {}).items():
