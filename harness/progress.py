@@ -86,9 +86,9 @@ def summary_table(evidence: Evidence) -> Table:
                    f"fwd st {timer}", f"net {timer}", f"net st {timer}", "of floor"):
         # fold, never cut: a name or a number must be read whole at any terminal width
         table.add_column(column, justify="left" if column == "row" else "right", overflow="fold")
-    from h3bench.harness.gate import what_failed
+    from h3bench.harness.gate import beyond_rfc_failures, what_failed
 
-    unavailable, not_invariant = [], []
+    unavailable, not_invariant, beyond = [], [], []
     for mode, rows in evidence.results.items():
         if isinstance(rows, UnavailableMode):
             table.add_row(f"{mode}/-", "[yellow]-[/]", *[""] * 7)
@@ -103,6 +103,8 @@ def summary_table(evidence: Evidence) -> Table:
             bi = row.batch_invariance
             if not bi.batch_invariant:  # the summary names the checks that failed
                 not_invariant.append((label, what_failed(bi, located=False) or ["recorded not invariant"]))
+            elif beyond_rfc_failures(bi, located=False):  # invariant by the RFC's probes, not by h3bench's
+                beyond.append((label, beyond_rfc_failures(bi, located=False)))
             result = row.accuracy_latency.get(size) or next(iter(row.accuracy_latency.values()))
             grads = result.grad_rel_err or {}
             table.add_row(
@@ -112,6 +114,8 @@ def summary_table(evidence: Evidence) -> Table:
                 _fmt(result.fwd_us, ".0f"), _fmt(result.fwd_stream_us, ".0f"), _fmt(result.fwd_bwd_net_us, ".0f"),
                 _fmt(result.fwd_bwd_net_stream_us, ".0f"), _fmt(result.fwd_stream_floor_fraction, ".0%"))
     captions = [f"not invariant: {label}: {'; '.join(failed)}" for label, failed in not_invariant]
+    captions += [f"invariant by the RFC's probes, not by h3bench's: {label}: {'; '.join(failed)}"
+                 for label, failed in beyond]
     if unavailable:
         captions.append("unavailable (-): " + "; ".join(unavailable))
     if captions:
