@@ -130,6 +130,45 @@ class TimingPlan:
 
 
 @dataclass(frozen=True)
+class ContentionPlan:
+    rows: int          # the batch: each row alone and sub-batches of `sub_batch` rows against it
+    sub_batch: int
+    seeds: tuple[int, ...]
+    copy_mib: int      # the memory load copies a buffer of this many MiB, again and again
+    matmul_dim: int    # the compute load multiplies square matrices of this size, again and again
+
+    def __post_init__(self):
+        _require(self.rows >= 1 and 1 <= self.sub_batch <= self.rows, "rows must be >= 1, sub_batch 1..rows")
+        _require(bool(self.seeds), "seeds must not be empty")
+        _require(self.copy_mib >= 1 and self.matmul_dim >= 1, "copy_mib and matmul_dim must be >= 1")
+
+    def sub_batches(self) -> list[range]:
+        return [range(s, min(s + self.sub_batch, self.rows)) for s in range(0, self.rows, self.sub_batch)]
+
+
+@dataclass(frozen=True)
+class GraphReplayPlan:
+    rows: int
+    capture_seed: int
+    replay_seeds: tuple[int, ...]  # inputs copied into the captured graph's, one replay each
+
+    def __post_init__(self):
+        _require(self.rows >= 1, "rows must be >= 1")
+        _require(bool(self.replay_seeds), "replay_seeds must not be empty")
+
+
+@dataclass(frozen=True)
+class LayoutPlan:
+    rows: int
+    seeds: tuple[int, ...]
+    offset_rows: int   # row_offset: the rows start this many rows into a larger tensor
+
+    def __post_init__(self):
+        _require(self.rows >= 1 and self.offset_rows >= 1, "rows and offset_rows must be >= 1")
+        _require(bool(self.seeds), "seeds must not be empty")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     op: str
     inputs: Any
@@ -140,11 +179,15 @@ class RunConfig:
     timing: TimingPlan
     quick: bool = False
     plans: str = ""
+    # h3bench's probes beyond the RFC's; a config without the table (an older one) leaves the probe out
+    contention: Optional[ContentionPlan] = None
+    graph_replay: Optional[GraphReplayPlan] = None
+    layout: Optional[LayoutPlan] = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"op": self.op, "quick": self.quick, "plans": self.plans,
                 **{f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)
-                   if f.name not in ("op", "quick", "plans")}}
+                   if f.name not in ("op", "quick", "plans") and getattr(self, f.name) is not None}}
 
 
 def _plain(obj: Any) -> Any:
@@ -152,6 +195,7 @@ def _plain(obj: Any) -> Any:
 
 
 PLAN_TABLES = ("all_rows", "full_vs_sub", "sweep", "accuracy", "timing")
+OPTIONAL_PLAN_TABLES = ("contention", "graph_replay", "layout")
 
 
 CONFIG_PACKAGE = "h3bench.configs"
@@ -223,12 +267,14 @@ def load_config(op: str, path: Optional[Path] = None, quick: bool = False,
 
 def build_config(op_name: str, data: dict[str, Any], quick: bool, source: str, plans: str = "") -> RunConfig:
     op = get_op(op_name)
-    tables = {"inputs": op.params_type, **{name: _plan_type(name) for name in PLAN_TABLES}}
+    tables = {"inputs": op.params_type, **{name: _plan_type(name) for name in PLAN_TABLES + OPTIONAL_PLAN_TABLES}}
     unknown = set(data) - set(tables)
     if unknown:
         raise ConfigError(f"{source}: unknown table(s) {sorted(unknown)}; known: {sorted(tables)}")
     built = {}
     for name, cls in tables.items():
+        if name in OPTIONAL_PLAN_TABLES and name not in data:
+            continue
         values = data.get(name, {})
         if not isinstance(values, dict):
             raise ConfigError(f"{source}: [{name}] must be a table")
@@ -237,7 +283,8 @@ def build_config(op_name: str, data: dict[str, Any], quick: bool, source: str, p
 
 
 def _plan_type(name: str) -> type:
-    return typing.get_type_hints(RunConfig)[name]
+    hint = typing.get_type_hints(RunConfig)[name]
+    return next((a for a in typing.get_args(hint) if a is not type(None)), hint)  # Optional[Plan]: Plan
 
 
 def _build(cls: type, values: dict[str, Any], where: str) -> Any:
@@ -291,7 +338,7 @@ def apply_override(data: dict[str, Any], item: str, op_name: str) -> None:
     value = _parse_value(raw)
     table, dot, name = key.rpartition(".")
     op = get_op(op_name)
-    tables = {"inputs": op.params_type, **{t: _plan_type(t) for t in PLAN_TABLES}}
+    tables = {"inputs": op.params_type, **{t: _plan_type(t) for t in PLAN_TABLES + OPTIONAL_PLAN_TABLES}}
     if dot:
         if table not in tables:
             raise ConfigError(f"--set {item}: unknown table {table!r}; known: {sorted(tables)}")

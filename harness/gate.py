@@ -1,7 +1,8 @@
 """`h3bench run --require-invariant ROW[,ROW]|all`: the RFC's reuse rule as an exit code. A selected row
 fails when it is not batch-invariant, when its parameter gradients do not repeat bitwise, or when it is
-unavailable (a mode that is unavailable as a whole fails every selected row of it); each failure is one
-line naming the op, row, mode and the counts that failed."""
+unavailable (a mode that is unavailable as a whole fails every selected row of it), or when one of h3bench's
+probes beyond the RFC's (contention, graph replay, layout) found a difference; each failure is one line
+naming the op, row, mode and the counts that failed."""
 from __future__ import annotations
 
 from typing import Iterable, Union
@@ -47,6 +48,39 @@ def what_failed(bi: BatchInvariance, located: bool = True) -> list[str]:
     if bi.params_repeatable is False:
         found.append("parameter gradients not repeatable" + "".join(
             f"; {describe_param(p)}" for p in (bi.params_differences or ()) if located))
+    return found + beyond_rfc_failures(bi, located)
+
+
+def _counts(label: str, fwd: int, rowgrad: int, rows: int, at: str) -> str:
+    return f"{label}: fwd {fwd}, rowgrad {rowgrad} of {rows} rows{at}"
+
+
+def beyond_rfc_failures(bi: BatchInvariance, located: bool = True) -> list[str]:
+    """Each failed check of the probes beyond the RFC's (contention, graph replay, layout), as `what_failed`
+    words them."""
+    def _at(difference) -> str:
+        return f" (first: {describe(difference)})" if located and difference is not None else ""
+
+    found = []
+    if bi.contention is not None:
+        for label, case in [("idle", bi.contention.idle), *bi.contention.loads.items()]:
+            what = f"contention {label}" if label == "idle" else f"contention under the {label} load"
+            if case.fwd_differ or case.rowgrad_differ:
+                found.append(_counts(what, case.fwd_differ, case.rowgrad_differ, case.comparisons,
+                                     _at(case.first_difference)))
+            if case.params_repeatable is False:
+                found.append(f"{what}: parameter gradients differ from idle" if label != "idle" else
+                             f"{what}: parameter gradients not repeatable")
+    if bi.graph_replay is not None:
+        for label, case in (("forward", bi.graph_replay.forward), ("forward_backward", bi.graph_replay.forward_backward)):
+            if case is not None and (case.fwd_differ or case.rowgrad_differ):
+                found.append(_counts(f"graph_replay {label}", case.fwd_differ, case.rowgrad_differ, case.rows,
+                                     _at(case.first_difference)))
+    if bi.layout is not None:
+        for label, case in bi.layout.cases.items():
+            if case.fwd_differ or case.rowgrad_differ:
+                found.append(_counts(f"layout {label}", case.fwd_differ, case.rowgrad_differ, case.rows,
+                                     _at(case.first_difference)))
     return found
 
 

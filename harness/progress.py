@@ -94,9 +94,9 @@ def summary_table(evidence: Evidence) -> Table:
     for column in columns:
         # fold, never cut: a name or a number must be read whole at any terminal width
         table.add_column(column, justify="left" if column == "row" else "right", overflow="fold")
-    from h3bench.harness.gate import what_failed
+    from h3bench.harness.gate import beyond_rfc_failures, what_failed
 
-    unavailable, not_invariant, lowered = [], [], {}
+    unavailable, not_invariant, lowered, beyond = [], [], {}, []
     for mode, rows in evidence.results.items():
         if isinstance(rows, UnavailableMode):
             table.add_row(f"{mode}/-", "[yellow]-[/]", *[""] * blanks)
@@ -111,6 +111,8 @@ def summary_table(evidence: Evidence) -> Table:
             bi = row.batch_invariance
             if not bi.batch_invariant:  # the summary names the checks that failed
                 not_invariant.append((label, what_failed(bi, located=False) or ["recorded not invariant"]))
+            elif beyond_rfc_failures(bi, located=False):  # invariant by the RFC's probes, not by h3bench's
+                beyond.append((label, beyond_rfc_failures(bi, located=False)))
             result = row.accuracy_latency.get(size) or next(iter(row.accuracy_latency.values()))
             grads = result.grad_rel_err or {}
             record = result.fwd_floor_lowered
@@ -128,6 +130,8 @@ def summary_table(evidence: Evidence) -> Table:
                 *((_fmt(result.fwd_graph_us, ".0f"), _fmt(result.fwd_bwd_net_graph_us, ".0f")) if graph else ()),
                 _fmt(result.fwd_stream_floor_fraction, ".0%"))
     captions = [f"not invariant: {label}: {'; '.join(failed)}" for label, failed in not_invariant]
+    captions += [f"invariant by the RFC's probes, not by h3bench's: {label}: {'; '.join(failed)}"
+                 for label, failed in beyond]
     captions += lowered.values()
     if unavailable:
         captions.append("unavailable (-): " + "; ".join(unavailable))

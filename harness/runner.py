@@ -36,13 +36,17 @@ from h3bench.harness.ops import get_op
 from h3bench.harness.ops.base import Op
 from h3bench.harness.probes import accuracy_latency as acc
 from h3bench.harness.probes import batch_invariance as bi
+from h3bench.harness.probes import contention, graph_replay, layout
 from h3bench.harness.probes.context import ProbeContext
 from h3bench.harness.schema import (ControlSkipped, Environment, Evidence, RowResult, SizeResult, TimingRecord,
                                     UnavailableMode, UnavailableRow, save)
 from h3bench.harness.peak_memory import readers_for
 from h3bench.harness.timing import FLUSH_BYTES, GRAPH_WARMUP, graph_capture_for, timer_for
 
-PROBES = ("all_rows", "full_vs_sub_batches", "batch_size_sweep", "accuracy_latency")
+PROBES = ("all_rows", "full_vs_sub_batches", "batch_size_sweep", "contention", "graph_replay", "layout",
+          "accuracy_latency")
+# h3bench's probes beyond the RFC's: run where the config has their plan (harness/config.py)
+OPTIONAL_PROBES = ("contention", "graph_replay", "layout")
 INTERLEAVED = "rows round-robin: each row takes a block of samples per turn, the order rotating each round"
 
 
@@ -95,11 +99,20 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def probe_totals(config: RunConfig) -> dict[str, int]:
-    return {"all_rows": bi.all_rows_total(config.all_rows),
-            "full_vs_sub_batches": bi.sub_batches_total(config.full_vs_sub),
-            "batch_size_sweep": bi.sweep_total(config.sweep),
-            "accuracy_latency": len(config.accuracy.rows)}
+def probe_totals(config: RunConfig, ctx: Optional[ProbeContext] = None) -> dict[str, int]:
+    """Progress units per probe; the probes beyond the RFC's count only with `ctx` (their totals depend on
+    the device and on the op's inputs)."""
+    totals = {"all_rows": bi.all_rows_total(config.all_rows),
+              "full_vs_sub_batches": bi.sub_batches_total(config.full_vs_sub),
+              "batch_size_sweep": bi.sweep_total(config.sweep)}
+    if ctx is not None and config.contention is not None:
+        totals["contention"] = contention.contention_total(config.contention)
+    if ctx is not None and config.graph_replay is not None:
+        totals["graph_replay"] = graph_replay.graph_total(config.graph_replay, ctx.device)
+    if ctx is not None and config.layout is not None:
+        totals["layout"] = layout.layout_total(config.layout, len(layout.applicable(ctx, config.layout.rows)))
+    totals["accuracy_latency"] = len(config.accuracy.rows)
+    return totals
 
 
 GRAPH_METHOD = (f"cuda_graph replay, per-sample synchronized (captured once after {GRAPH_WARMUP} side-stream "
@@ -266,23 +279,27 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
                observer: Observer) -> _Measured | UnavailableRow:
     started = time.perf_counter()
     cfg = request.config
-    observer.row_started(spec.name, name, probe_totals(cfg))
+    ctx = ProbeContext(op=op, params=cfg.inputs, fn=None, grads=adapter.grads, device=request.device,
+                       reference_variant=adapter.reference or op.name, progress=observer.advance,
+                       reference_guard=active.reference_off if spec.reference_with_mode_off else contextlib.nullcontext)
+    observer.row_started(spec.name, name, probe_totals(cfg, ctx))
     loaded = adapter.try_load(request.device, cfg.inputs)
     if not isinstance(loaded, Loaded):
         return UnavailableRow(unavailable=loaded, wall_s=round(time.perf_counter() - started, 3))
-    ctx = ProbeContext(op=op, params=cfg.inputs, fn=loaded.fn, grads=adapter.grads, device=request.device,
-                       reference_variant=adapter.reference or op.name, progress=observer.advance,
-                       reference_guard=active.reference_off if spec.reference_with_mode_off else contextlib.nullcontext)
+    ctx.fn = loaded.fn
     measured = _Measured(adapter=adapter, name=name, loaded=loaded, load_s=time.perf_counter() - started)
     steps = {
         "all_rows": lambda: bi.all_rows(ctx, cfg.all_rows, measured.params_differences),
         "full_vs_sub_batches": lambda: bi.full_vs_sub_batches(ctx, cfg.full_vs_sub),
         "batch_size_sweep": lambda: bi.batch_size_sweep(ctx, cfg.sweep),
+        "contention": lambda: contention.contention(ctx, cfg.contention),
+        "graph_replay": lambda: graph_replay.graph_replay(ctx, cfg.graph_replay),
+        "layout": lambda: layout.layout(ctx, cfg.layout),
         "accuracy_latency": lambda: acc.accuracy(ctx, cfg.accuracy),
     }
     current = PROBES[0]
     try:
-        for current in PROBES:
+        for current in (p for p in PROBES if p not in OPTIONAL_PROBES or getattr(cfg, p) is not None):
             observer.probe_started(current)
             t0 = time.perf_counter()
             measured.probes[current] = steps[current]()
@@ -349,7 +366,8 @@ def _row_result(m: _Measured, device: torch.device) -> RowResult | UnavailableRo
     return RowResult(
         source=m.loaded.source, has_backward=m.adapter.has_backward,
         batch_invariance=bi.verdict(cases, repeatable, m.probes["full_vs_sub_batches"],
-                                    m.probes["batch_size_sweep"], m.params_differences),
+                                    m.probes["batch_size_sweep"], m.params_differences,
+                                    **{p: m.probes.get(p) for p in OPTIONAL_PROBES}),
         accuracy_latency=m.sizes, wall_s=wall, probe_wall_s=m.probe_wall, timer=timer_for(device),
         compile_s=_compile_seconds(m.loaded), compiles=tally.compiles if tally else None,
     )

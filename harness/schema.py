@@ -94,6 +94,91 @@ class BatchSizeSweep:
 
 
 @dataclass
+class ContentionCase:
+    """One pass of the contention probe (harness/probes/contention.py), counted in rows. Idle: each row
+    alone and each sub-batch against the batch, the batch twice for its parameter gradients. Under a load:
+    the batch, each row alone and each sub-batch against the same run idle, the batch's parameter gradients
+    against the idle ones;
+    `iterations` of the load ran while the probe did, and `overlapped` of its `runs` found the load busy."""
+
+    comparisons: int
+    fwd_differ: int
+    rowgrad_differ: int
+    params_repeatable: Optional[bool]
+    first_difference: Optional[Difference] = additive()
+    params_differences: Optional[list[ParamDifference]] = additive()
+    iterations: Optional[int] = additive()
+    runs: Optional[int] = additive()
+    overlapped: Optional[int] = additive()
+
+
+@dataclass
+class Contention:
+    """The rows' comparisons repeated while a side load keeps the device busy (`loads`: `memory`, large
+    copies; `compute`, large matmuls), beside the same comparisons idle; `invariant`: nothing differed."""
+
+    rows: int
+    sub_batch: int
+    seeds: list[int]
+    idle: ContentionCase
+    loads: dict[str, ContentionCase]
+    invariant: bool
+
+
+@dataclass
+class GraphCapture:
+    """The row's forward (or forward+backward) captured once in a CUDA graph and replayed with other inputs
+    copied in, against eager runs on those inputs; `reason`: why it could not be captured (no failure)."""
+
+    captured: bool
+    replays: int
+    rows: int
+    fwd_differ: int
+    rowgrad_differ: int
+    reason: Optional[str] = additive()
+    first_difference: Optional[Difference] = additive()
+
+
+@dataclass
+class GraphReplay:
+    """`invariant`: every replay gave the eager bits; None when the probe did not run (`not_run` says why)
+    or nothing could be captured."""
+
+    rows: int
+    capture_seed: int
+    replay_seeds: list[int]
+    invariant: Optional[bool]
+    not_run: Optional[str] = additive()
+    forward: Optional[GraphCapture] = additive()
+    forward_backward: Optional[GraphCapture] = additive()
+
+
+@dataclass
+class LayoutCase:
+    """The rows fed with the per-row inputs `tensors` as strided views, against the contiguous bits;
+    `rejected`: the implementation refused the layout (not counted as a difference)."""
+
+    tensors: list[str]
+    rows: int
+    fwd_differ: int
+    rowgrad_differ: int
+    rejected: Optional[str] = additive()
+    first_difference: Optional[Difference] = additive()
+
+
+@dataclass
+class Layouts:
+    """Per layout (`row_offset`, `padded_rows`, `column_major`; those no per-row input can take are left
+    out); `invariant`: no accepted layout changed a bit."""
+
+    rows: int
+    seeds: list[int]
+    offset_rows: int
+    cases: dict[str, LayoutCase]
+    invariant: bool
+
+
+@dataclass
 class BatchInvariance:
     all_rows: dict[str, AllRowsCase]
     params_repeatable: Optional[bool]
@@ -101,6 +186,10 @@ class BatchInvariance:
     batch_size_sweep: BatchSizeSweep
     batch_invariant: bool
     params_differences: Optional[list[ParamDifference]] = additive()
+    # h3bench's probes beyond the RFC's: each with its own flag; `batch_invariant` stays the RFC's verdict
+    contention: Optional[Contention] = additive()
+    graph_replay: Optional[GraphReplay] = additive()
+    layout: Optional[Layouts] = additive()
 
 
 # --- accuracy and latency ---------------------------------------------------------------------------

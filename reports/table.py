@@ -149,6 +149,9 @@ def mode_tables(evidence: Evidence, mode: str, frame: Optional[pd.DataFrame] = N
               Cell(r["source"] or "")] for r in measured],
             note="Bitwise comparison, no tolerance. params repeatable: n.a. when the implementation has no "
                  "parameter gradients or they are not measured."))
+        beyond = _beyond_rfc_table(evidence, mode)
+        if beyond is not None:
+            tables.append(beyond)
         tables.append(_accuracy_table(evidence, mode, part, measured))
         tables.extend(_latency_table(size, part, measured, _floor_note(evidence, mode, size))
                       for size in sizes_of(evidence, mode))
@@ -173,6 +176,28 @@ def _compile_table(compiled: list[dict]) -> TableSpec:
                           "recompile for a new shape class or grad mode, the lazily compiled backward), and "
                           "how many; a kernel's runtime autotuning at first launch is not included.",
                      beside=True)
+
+
+_STATUS_CLASS = {verdicts.Status.PASS: "yes", verdicts.Status.FAIL: "no", verdicts.Status.NA: "na"}
+
+
+def _beyond_rfc_table(evidence: Evidence, mode: str) -> Optional[TableSpec]:
+    """The probes beyond the RFC's, one column each (status and counts); None when no row has any."""
+    rows = [(name, row) for name, row in evidence.rows(mode).items() if isinstance(row, RowResult)]
+    bi_of = [row.batch_invariance for _, row in rows]
+    if not any(b.contention or b.graph_replay or b.layout for b in bi_of):
+        return None
+    body = []
+    for name, row in rows:
+        by_name = {c.name: c for c in verdicts.checks(row)}
+        body.append([Cell(name)] + [Cell(f"{by_name[c].status.value}: {by_name[c].detail}",
+                                         _STATUS_CLASS[by_name[c].status]) for c in verdicts.BEYOND_RFC_CHECKS])
+    return TableSpec(
+        "Beyond the RFC's probes", ["implementation", *verdicts.BEYOND_RFC_CHECKS], body,
+        note="Not part of batch-invariant (the RFC's verdict). contention: the rows' comparisons repeated under a "
+             "memory-bound and a compute-bound side load, each run against the same run idle; graph replay: a "
+             "CUDA graph captured once, replayed with other inputs, against eager; layout: the rows as strided "
+             "views (a row offset, padded rows, column-major) against the contiguous bits.")
 
 
 def _accuracy_table(evidence: Evidence, mode: str, part: pd.DataFrame, measured: list[dict]) -> TableSpec:

@@ -9,7 +9,8 @@ from enum import Enum
 from typing import Optional
 
 from h3bench.harness.probes.difference import describe, describe_param
-from h3bench.harness.schema import Difference, ParamDifference, RowResult
+from h3bench.harness.schema import (Contention, Difference, GraphCapture, GraphReplay, Layouts, ParamDifference,
+                                    RowResult)
 
 
 class Status(str, Enum):
@@ -18,8 +19,11 @@ class Status(str, Enum):
     NA = "n.a."
 
 
-# Column order of the verdict grid; `batch_invariant` is the recorded overall verdict.
-CHECKS: tuple[str, ...] = ("all_rows fwd", "all_rows rowgrad", "params repeatable", "full_vs_sub", "sweep")
+# Column order of the verdict grid; `batch_invariant` is the recorded overall verdict (the RFC's checks').
+RFC_CHECKS: tuple[str, ...] = ("all_rows fwd", "all_rows rowgrad", "params repeatable", "full_vs_sub", "sweep")
+# h3bench's probes beyond the RFC's, each with its own flag; n.a. in a file that lacks them (the prior art)
+BEYOND_RFC_CHECKS: tuple[str, ...] = ("contention", "graph replay", "layout")
+CHECKS: tuple[str, ...] = RFC_CHECKS + BEYOND_RFC_CHECKS
 GRID_CHECKS: tuple[str, ...] = CHECKS + ("batch_invariant",)
 
 # How a failed check is named in the "failed" column.
@@ -29,6 +33,9 @@ FAILED_LABEL = {
     "params repeatable": "params not repeatable",
     "full_vs_sub": "full_vs_sub",
     "sweep": "sweep",
+    "contention": "contention",
+    "graph replay": "graph replay",
+    "layout": "layout",
 }
 
 
@@ -60,7 +67,7 @@ def params_detail(differences: Optional[list[ParamDifference]]) -> str:
 
 
 def checks(row: RowResult) -> list[Check]:
-    """The five checks in `CHECKS` order."""
+    """The checks in `CHECKS` order."""
     bi = row.batch_invariance
     cases = bi.all_rows.values()
     rows = sum(c.rows for c in cases)
@@ -94,7 +101,58 @@ def checks(row: RowResult) -> list[Check]:
                    else f", first at seed {f.seed}, batch {f.batch}, position {f.position}, row {f.row}")
     out.append(Check("sweep", Status.FAIL if sweep.differ else Status.PASS, detail,
                      f"{sweep.differ}/{sweep.comparisons}"))
-    return out
+    return out + [_contention(bi.contention), _graph_replay(bi.graph_replay), _layout(bi.layout)]
+
+
+def _flag(flag: Optional[bool]) -> Status:
+    return Status.NA if flag is None else Status.PASS if flag else Status.FAIL
+
+
+def _contention(record: Optional[Contention]) -> Check:
+    if record is None:
+        return Check("contention", Status.NA, "not measured")
+    parts, differ, total = [], 0, 0
+    for label, case in [("idle", record.idle), *record.loads.items()]:
+        text = f"{label}: {_count(case.fwd_differ + case.rowgrad_differ, case.comparisons, 'rows')}"
+        if case.params_repeatable is False:
+            text += ", parameter gradients " + ("not repeatable" if label == "idle" else "differ from idle")
+        if case.runs is not None:
+            text += f" ({case.iterations} load iterations, load busy in {case.overlapped}/{case.runs} runs)"
+        parts.append(text + where(case.first_difference))
+        differ, total = differ + case.fwd_differ + case.rowgrad_differ, total + case.comparisons
+    return Check("contention", _flag(record.invariant), "; ".join(parts), f"{differ}/{total}")
+
+
+def _graph_case(label: str, case: Optional[GraphCapture]) -> str:
+    if case is None:
+        return ""
+    if not case.captured:
+        return f"{label}: {case.reason}"
+    return (f"{label}: {_count(case.fwd_differ + case.rowgrad_differ, case.rows, 'rows')} in {case.replays} "
+            f"replays{where(case.first_difference)}")
+
+
+def _graph_replay(record: Optional[GraphReplay]) -> Check:
+    if record is None:
+        return Check("graph replay", Status.NA, "not measured")
+    if record.not_run:
+        return Check("graph replay", Status.NA, f"not run: {record.not_run}")
+    cases = [c for c in (record.forward, record.forward_backward) if c is not None]
+    detail = "; ".join(filter(None, (_graph_case("forward", record.forward),
+                                     _graph_case("forward+backward", record.forward_backward))))
+    differ = sum(c.fwd_differ + c.rowgrad_differ for c in cases)
+    return Check("graph replay", _flag(record.invariant), detail, f"{differ}/{sum(c.rows for c in cases)}")
+
+
+def _layout(record: Optional[Layouts]) -> Check:
+    if record is None:
+        return Check("layout", Status.NA, "not measured")
+    parts = [case.rejected if case.rejected and not case.rows else
+             f"{name} ({', '.join(case.tensors)}): {_count(case.fwd_differ + case.rowgrad_differ, case.rows, 'rows')}"
+             f"{where(case.first_difference)}" for name, case in record.cases.items()]
+    differ = sum(c.fwd_differ + c.rowgrad_differ for c in record.cases.values())
+    return Check("layout", _flag(record.invariant), "; ".join(parts) or "no per-row input takes a strided layout",
+                 f"{differ}/{sum(c.rows for c in record.cases.values())}")
 
 
 def grid(row: RowResult) -> dict[str, Status]:
@@ -118,6 +176,6 @@ def failure_summary(row: RowResult) -> str:
     if not row.batch_invariance.batch_invariant and not parts:
         # The recorded verdict is the contract; say so rather than invent a reason.
         parts.append("recorded not invariant, no failing count")
-    if row.batch_invariance.batch_invariant and parts:
+    if row.batch_invariance.batch_invariant and any(c.name in RFC_CHECKS for c in failed(row)):
         parts.append("but recorded invariant")
     return "; ".join(parts)
