@@ -121,7 +121,7 @@ class TimingPlan:
     reps: int       # samples per figure and repeat
     repeats: int    # time everything twice: a difference smaller than the spread is noise
     block: int      # samples a row takes per turn when rows are interleaved (harness/timing.py)
-    # zero a 256 MiB buffer before each synchronized sample (a cold L2); off as in the prior art, so plan
+    # zero a 256 MiB buffer before each synchronized and graph sample (a cold L2); off as in the prior art, so plan
     # files written before the switch existed still load
     flush_l2: bool = False
 
