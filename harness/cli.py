@@ -212,6 +212,8 @@ def run(
     flush_l2: bool = typer.Option(False, "--flush-l2", help="Zero a 256 MiB buffer before each synchronized "
                                                            "and graph sample, outside its timing: every sample "
                                                            "starts with a cold L2 (sets [timing] flush_l2)."),
+    graph_timing: bool = typer.Option(False, "--graph-timing", help="Also time each figure's step as a CUDA-graph "
+                                                                    "replay (*_graph_us; sets [timing] graph)."),
     in_process: bool = typer.Option(False, "--in-process", hidden=True,
                                     help="Run the one mode in this process (how a mode's child is called)."),
     no_control: bool = typer.Option(False, "--no-control", help="Skip the negative control (recorded in the file)."),
@@ -237,6 +239,8 @@ def run(
     ops = _ops(op)
     if flush_l2:  # a plan key like any other: it reaches the recorded config and the modes' children
         set_ = [*set_, "timing.flush_l2=true"]
+    if graph_timing:
+        set_ = [*set_, "timing.graph=true"]
     if mode_timeout is not None and not mode_timeout > 0:
         fail(f"--mode-timeout {mode_timeout:g}: must be a positive number of seconds")
     if ray is not None:

@@ -121,8 +121,10 @@ FLUSH_APPLIES_TO = ("each synchronized (*_us) and graph (*_graph_us) sample, out
                     "back-to-back (*_stream_us) samples, which follow each other with no gap")
 
 
-def graph_method(device: torch.device) -> str:
+def graph_method(device: torch.device, enabled: bool = True) -> str:
     """environment.timing.graph: how the *_graph_us figures were taken, or why there are none."""
+    if not enabled:
+        return "none: off ([timing] graph = false; --graph-timing takes them)"
     if graph_capture_for(device) is None:
         return f"none: CUDA graphs need a CUDA device (this run's device is {device.type})"
     return GRAPH_METHOD
@@ -132,7 +134,7 @@ def timing_record(config: RunConfig, device: torch.device) -> TimingRecord:
     t = config.timing
     return TimingRecord(sample="synchronized", stream="back-to-back", timer=timer_for(device), warmup=t.warmup,
                         reps=t.reps, repeats=t.repeats, block=t.block, interleaved=INTERLEAVED,
-                        graph=graph_method(device), flush_l2=t.flush_l2,
+                        graph=graph_method(device, t.graph), flush_l2=t.flush_l2,
                         flush_bytes=FLUSH_BYTES if t.flush_l2 else None,
                         flush_applies_to=FLUSH_APPLIES_TO if t.flush_l2 else None)
 
@@ -322,7 +324,7 @@ def _time_rows(request: RunRequest, op: Op, spec: ModeSpec, measured: list[_Meas
     cfg = request.config
     timed = [acc.TimedRow(name=m.name, fn=m.loaded.fn, grads=m.adapter.grads, sizes=m.sizes)
              for m in measured]
-    capture = graph_capture_for(request.device)
+    capture = graph_capture_for(request.device) if cfg.timing.graph else None
     observer.phase_started(spec.name, "latency, rows interleaved",
                            acc.latency_units(cfg.accuracy, cfg.timing, graph=capture is not None))
     t0 = time.perf_counter()

@@ -223,7 +223,7 @@ def test_tiny_run_writes_a_valid_file(invoke, tmp_path):
 def test_flush_l2_reaches_the_timing_record_and_the_recorded_plan(invoke, tmp_path, flush):
     out = tmp_path / "x.json"
     result, text = invoke("run", "--device", "cpu", "--quick", "--adapters", "torch_rms_norm",
-                          "--set", "hidden=16", *(["--flush-l2"] if flush else []), "--no-render", "--quiet",
+                          "--set", "hidden=16", *(["--flush-l2", "--graph-timing"] if flush else []), "--no-render", "--quiet",
                           "--out", str(out))
     assert result.exit_code == 0, text + repr(result.exception)
     evidence = schema.load(out)
@@ -233,8 +233,10 @@ def test_flush_l2_reaches_the_timing_record_and_the_recorded_plan(invoke, tmp_pa
     assert (record.flush_applies_to is not None) is flush
     if flush:
         assert "synchronized" in record.flush_applies_to and "not the back-to-back" in record.flush_applies_to
-    # a CPU has no CUDA graphs and no allocator counters: the record says why, the figures are absent
-    assert record.graph.startswith("none: ") and "cpu" in record.graph
+    # graph timing is asked for with --graph-timing; a CPU has no CUDA graphs and no allocator counters: the
+    # record says why, the figures are absent
+    assert evidence.config["timing"]["graph"] is flush and record.graph.startswith("none: ")
+    assert ("cpu" in record.graph) if flush else ("--graph-timing" in record.graph)
     for size in evidence.results["plain"]["torch_rms_norm"].accuracy_latency.values():
         assert size.fwd_us > 0 and size.fwd_graph_us is None and size.graph_unavailable is None
         assert size.fwd_peak_bytes is None and size.fwd_bwd_net_peak_bytes is None

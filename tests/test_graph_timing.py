@@ -159,7 +159,7 @@ def test_timestep_sinusoid_rows_have_graph_figures_within_bounds_of_the_synchron
     from h3bench.harness.schema import RowResult
 
     config = load_config("timestep_sinusoid", quick=True)
-    config = dataclasses.replace(config, timing=TimingPlan(warmup=10, reps=40, repeats=1, block=10))
+    config = dataclasses.replace(config, timing=TimingPlan(warmup=10, reps=40, repeats=1, block=10, graph=True))
     evidence = run(RunRequest(config=config, device=torch.device("cuda"), adapters=[TRITON, DIFFUSERS],
                               modes=["plain"], out=None, measure_bandwidth=False))
     assert evidence.environment.timing.graph == GRAPH_METHOD

@@ -46,7 +46,7 @@ class _Watch:
     def __call__(self, run: Callable[[], Outcome]) -> Outcome:
         if self.load is None:
             return run()
-        busy, before = self.load.busy(), self.load.iterations
+        busy, before = self.load.wait_busy(), self.load.iterations
         out = run()
         self.runs += 1
         self.overlapped += int(busy and (self.load.iterations > before or self.load.busy()))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from typing import Callable, Optional
 
 import torch
@@ -18,6 +19,8 @@ import torch
 LOADS = ("memory", "compute")
 QUEUED_AHEAD = 4   # CUDA: iterations in flight on the side stream at most
 THREAD_PREFIX = "h3bench side load"
+BUSY_WAIT_S = 1.0     # how long a run waits for the load to be under way before starting anyway
+BUSY_POLL_S = 0.0002
 
 
 def _work(kind: str, device: torch.device, copy_mib: int, matmul_dim: int) -> Callable[[], None]:
@@ -72,6 +75,18 @@ class SideLoad:
         if self.stream is not None:
             return not self.stream.query()
         return self._in_iteration
+
+    def wait_busy(self, timeout_s: float = BUSY_WAIT_S) -> bool:
+        """Wait (releasing the GIL) until the load is under way; whether it is. A run that synchronizes the
+        device drains the side stream's queue with its own work, and the thread needs a moment to queue
+        more: without this wait the row's next run can start on an idle device, which a GPU check of our
+        Triton row showed (h3bench 9bfba68, H100: 0 of 5 runs found the load busy)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.busy():
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                return False
+            time.sleep(BUSY_POLL_S)
+        return True
 
     def _loop(self) -> None:
         try:
