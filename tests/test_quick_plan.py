@@ -2,9 +2,11 @@
 
 Each planted adapter is the honest composition with one fault, run through the quick plan by the runner;
 the honest control must pass the same plan. The faults: a forward that changes only in batches of more
-than 100 rows, a row gradient that depends on the batch's parity, a forward that depends on the row's
-position in the batch, and table gradients summed in an order that changes from run to run (which only
-shows where a table row gets three or more contributions: with two, a + b == b + a).
+than 100 rows; a forward, and a row gradient, that change only from 256 rows up, and only above 512 rows
+(where kernels commonly switch strategy: a row count's power of two, a tile of 256 rows); a row gradient
+that depends on the batch's parity; a forward that depends on the row's position in the batch; and table
+gradients summed in an order that changes from run to run (which only shows where a table row gets three
+or more contributions: with two, a + b == b + a).
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ import torch
 
 from h3bench.harness.adapter import from_function
 from h3bench.harness.config import load_config
+from h3bench.harness.ops import OP_MODULES
+from h3bench.harness.probes import batch_invariance as bi_totals
 from h3bench.harness.runner import RunRequest, run
 from h3bench.harness.schema import RowResult
 from tests.helpers import composition
@@ -26,9 +30,30 @@ GRADS = ("x", "w", "sh", "sc")
 BUMP = 2 ** -5  # larger than a bf16 ulp: changes the bits of every non-zero element
 
 
-def forward_above_100_rows(x, w, sh, sc, idx):
-    y = composition(x, w, sh, sc, idx)
-    return y + (y * BUMP).detach() if x.shape[0] > 100 else y
+def forward_from(rows: int):
+    """The composition whose forward is perturbed in batches of `rows` rows or more (gradients untouched)."""
+    def planted(x, w, sh, sc, idx):
+        y = composition(x, w, sh, sc, idx)
+        return y + (y * BUMP).detach() if x.shape[0] >= rows else y
+    return planted
+
+
+class _BumpGradFrom(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, rows):
+        ctx.bump = x.shape[0] >= rows
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (grad * (1 + BUMP) if ctx.bump else grad), None
+
+
+def rowgrad_from(rows: int):
+    """The composition whose x gradient is perturbed in batches of `rows` rows or more (forward untouched)."""
+    def planted(x, w, sh, sc, idx):
+        return composition(_BumpGradFrom.apply(x, rows), w, sh, sc, idx)
+    return planted
 
 
 class _BumpGradOnOddBatches(torch.autograd.Function):
@@ -86,8 +111,17 @@ def honest(x, w, sh, sc, idx):
     return composition(x, w, sh, sc, idx)
 
 
+# name: (the fault, the smallest batch it perturbs) for the faults that switch on at a batch size
+SWITCHING = {
+    "forward_above_100_rows": (forward_from(101), 101),
+    "forward_from_256_rows": (forward_from(256), 256),
+    "forward_above_512_rows": (forward_from(513), 513),
+    "rowgrad_from_256_rows": (rowgrad_from(256), 256),
+    "rowgrad_above_512_rows": (rowgrad_from(513), 513),
+}
+
 PLANTED = {
-    "forward_above_100_rows": forward_above_100_rows,
+    **{name: fn for name, (fn, _) in SWITCHING.items()},
     "rowgrad_on_batch_parity": rowgrad_on_batch_parity,
     "position_dependent_forward": position_dependent_forward,
     "table_grads_in_run_order": table_grads_in_run_order,
@@ -107,9 +141,28 @@ def quick_rows() -> dict:
     return rows
 
 
+def sub_batch_rows(plan) -> list[int]:
+    """The rows of every sub-batch the plan compares, in the probe's order (the last tile of a size that
+    does not divide the full batch is cut short)."""
+    return [min(start + size, plan.full_batch) - start
+            for _ in plan.seeds for size in plan.sub_batch_sizes for start in plan.starts(size)]
+
+
+def sweep_batch_rows(plan) -> list[int]:
+    """The batch size of every sweep comparison (each against its probe row alone)."""
+    per_seed = [m for m in plan.batch_sizes() for _ in plan.probe_rows() for _ in plan.positions(m)]
+    return (per_seed + [plan.rows] * len(plan.probe_rows())) * len(plan.seeds)
+
+
+def test_the_plan_arithmetic_is_the_probes():
+    assert len(sub_batch_rows(QUICK.full_vs_sub)) == bi_totals.sub_batches_total(QUICK.full_vs_sub)
+    assert len(sweep_batch_rows(QUICK.sweep)) == bi_totals.sweep_total(QUICK.sweep)
+
+
 def test_the_quick_plan_has_what_the_faults_need():
     layout = QUICK.inputs
-    assert QUICK.full_vs_sub.full_batch > 100 >= max(QUICK.full_vs_sub.sub_batch_sizes)
+    subs = sub_batch_rows(QUICK.full_vs_sub)
+    assert QUICK.full_vs_sub.full_batch > 100 >= min(subs)
     # some table row gets at least three contributions in the largest all_rows batch
     from h3bench.harness.ops import get_op
 
@@ -118,18 +171,47 @@ def test_the_quick_plan_has_what_the_faults_need():
     assert int(counts.max()) >= 3
 
 
+@pytest.mark.parametrize("op", OP_MODULES)
+def test_every_quick_plan_crosses_256_and_512_rows(op):
+    """Batches and sub-batches on both sides of each switch point, in every op's quick config: the full
+    batch above 512 rows, sub-batches of 255 and 257, 511, 512 and 513 rows, and sweep batches of 255,
+    256 and 257 rows (each compared with its probe row alone)."""
+    config = load_config(op, quick=True)
+    assert config.quick and config.full_vs_sub.full_batch > 513
+    subs = set(sub_batch_rows(config.full_vs_sub))
+    assert {255, 257, 511, 512, 513} <= subs and min(subs) < 255
+    assert {255, 256, 257} <= set(config.sweep.batch_sizes())
+
+
 def test_honest_control_passes(quick_rows):
     bi = quick_rows["honest"].batch_invariance
     assert bi.batch_invariant is True and bi.params_repeatable is True
 
 
-def test_forward_above_100_rows_is_flagged_by_the_sub_batches(quick_rows):
-    bi = quick_rows["forward_above_100_rows"].batch_invariance
-    assert bi.batch_invariant is False
-    assert bi.full_vs_sub_batches.fwd_differ == bi.full_vs_sub_batches.sub_batches  # every sub-batch <= 100
-    assert bi.params_repeatable is True
-
-
+@pytest.mark.parametrize("name", SWITCHING)
+def test_a_fault_that_switches_on_at_a_batch_size_is_flagged(quick_rows, name):
+    """The full batch (above 512 rows) takes the fault; exactly the sub-batches below its size differ, and
+    exactly the sweep comparisons in batches of its size or more; the all_rows batches (at most 32 rows)
+    and the parameter gradients see nothing."""
+    _, rows = SWITCHING[name]
+    bi = quick_rows[name].batch_invariance
+    assert bi.batch_invariant is False and bi.params_repeatable is True
+    assert QUICK.full_vs_sub.full_batch >= rows
+    subs = bi.full_vs_sub_batches
+    differ_subs = sum(1 for n in sub_batch_rows(QUICK.full_vs_sub) if n < rows)
+    differ_sweep = sum(1 for n in sweep_batch_rows(QUICK.sweep) if n >= rows)
+    assert differ_subs > 0
+    assert all((c.fwd_differ, c.rowgrad_differ) == (0, 0) for c in bi.all_rows.values())
+    assert bi.batch_size_sweep.differ == differ_sweep
+    if name.startswith("forward"):
+        assert (subs.fwd_differ, subs.rowgrad_differ) == (differ_subs, 0)
+        assert subs.first_difference.tensor == "y"
+    else:
+        assert (subs.fwd_differ, subs.rowgrad_differ) == (0, differ_subs)
+        assert subs.first_difference.tensor == "grad x"
+    assert subs.first_difference.batch < rows
+    if differ_sweep:
+        assert bi.batch_size_sweep.first_failures[0].batch == min(n for n in QUICK.sweep.batch_sizes() if n >= rows)
 def test_rowgrad_on_batch_parity_is_flagged(quick_rows):
     bi = quick_rows["rowgrad_on_batch_parity"].batch_invariance
     assert bi.batch_invariant is False
@@ -169,3 +251,20 @@ def test_the_old_quick_plan_missed_two_of_them():
     rows = run(RunRequest(config=old, device=CPU, adapters=adapters, modes=["plain"], out=None,
                           measure_bandwidth=False)).results["plain"]
     assert all(r.batch_invariance.batch_invariant for r in rows.values())
+
+
+def test_a_plan_below_256_rows_misses_the_switching_faults():
+    """What the sizes are for: the same probes with every batch below 256 rows (a 160-row full batch, a
+    sweep of 8 rows) pass the faults that switch on at 256 and above 512 rows."""
+    from h3bench.harness.config import SubBatchPlan, SweepPlan
+
+    small = dataclasses.replace(
+        QUICK, full_vs_sub=SubBatchPlan(full_batch=160, seeds=(3,), sub_batch_sizes=(1, 7, 33, 100), dense_from=16,
+                                        spread=8),
+        sweep=SweepPlan(rows=8, seeds=(3,), small_sizes=1, first_power=8, probe_spread=0, max_failures=8),
+        timing=dataclasses.replace(QUICK.timing, repeats=1))
+    names = [name for name, (_, rows) in SWITCHING.items() if rows >= 256]
+    adapters = [from_function(PLANTED[name], name=name, op="norm_modulate", differentiable=GRADS) for name in names]
+    rows = run(RunRequest(config=small, device=CPU, adapters=adapters, modes=["plain"], out=None,
+                          measure_bandwidth=False)).results["plain"]
+    assert sorted(rows) == sorted(names) and all(r.batch_invariance.batch_invariant for r in rows.values())

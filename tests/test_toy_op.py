@@ -57,7 +57,7 @@ def evidence(tmp_path_factory):
 def test_the_toy_config_layers_its_own_folder_over_the_quick_plans():
     config = load_config(TOY, quick=True)
     assert config.inputs.width == 6 and config.inputs.table_rows == 5  # quick.toml over default.toml
-    assert config.plans == "quick" and config.full_vs_sub.full_batch == 160
+    assert config.plans == "quick" and config.full_vs_sub.full_batch == 640
 
 
 def test_honest_toy_rows_pass_with_both_outputs_and_all_gradients(evidence):
