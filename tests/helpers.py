@@ -303,3 +303,24 @@ def row_gapped(t: torch.Tensor) -> torch.Tensor:
 
 
 STRIDED = {"gapped": gapped, "row_gapped": row_gapped}  # tests parametrize over these layouts
+
+
+def run_norm_modulate_rows(functions: dict, extra: tuple = ()):
+    """Plain functions with norm_modulate's signature (name -> function, gradients from autograd) and the
+    adapters `extra`, through the quick plan timed once, in one run on the CPU; every row must be measured."""
+    import dataclasses
+
+    from h3bench.harness.adapter import from_function
+    from h3bench.harness.config import load_config
+    from h3bench.harness.runner import RunRequest, run
+    from h3bench.harness.schema import RowResult
+
+    quick = load_config("norm_modulate", quick=True)
+    adapters = [from_function(fn, name=name, op="norm_modulate", differentiable=("x", "w", "sh", "sc"))
+                for name, fn in functions.items()] + list(extra)
+    config = dataclasses.replace(quick, timing=dataclasses.replace(quick.timing, repeats=1))
+    evidence = run(RunRequest(config=config, device=CPU, adapters=adapters, modes=["plain"], out=None,
+                              measure_bandwidth=False))
+    rows = evidence.results["plain"]
+    assert all(isinstance(r, RowResult) for r in rows.values()), rows
+    return evidence

@@ -17,20 +17,18 @@ import torch
 
 from h3bench.adapters import builtin_adapters
 from h3bench.harness import gate
-from h3bench.harness.adapter import from_function
 from h3bench.harness.config import ContentionPlan, GraphReplayPlan, LayoutPlan, load_config
 from h3bench.harness.ops import get_op
 from h3bench.harness.probes import contention, graph_replay, layout
 from h3bench.harness.probes.context import ProbeContext
 from h3bench.harness.probes.side_load import THREAD_PREFIX, SideLoad
 from h3bench.harness.progress import summary_table
-from h3bench.harness.runner import RunRequest, run
-from h3bench.harness.schema import RowResult, from_json, to_dict
+from h3bench.harness.schema import from_json, to_dict
 from h3bench.harness.semantics import problems
 from h3bench.reports import verdicts
 from h3bench.reports.table import render_markdown
 from tests.conftest import DEVICE
-from tests.helpers import composition
+from tests.helpers import composition, run_norm_modulate_rows
 
 CPU = torch.device("cpu")
 QUICK = load_config("norm_modulate", quick=True)
@@ -78,14 +76,7 @@ PLANTED = {"under_side_load": under_side_load, "strided_slow_path": strided_slow
 @pytest.fixture(scope="module")
 def quick_rows() -> dict:
     """The planted rows, the composition and diffusers, through the quick plan (every probe) in one run."""
-    adapters = [from_function(fn, name=name, op="norm_modulate", differentiable=GRADS) for name, fn in PLANTED.items()]
-    adapters += [a for a in builtin_adapters("norm_modulate") if a.name == "diffusers"]
-    config = dataclasses.replace(QUICK, timing=dataclasses.replace(QUICK.timing, repeats=1))
-    evidence = run(RunRequest(config=config, device=CPU, adapters=adapters, modes=["plain"], out=None,
-                              measure_bandwidth=False))
-    rows = evidence.results["plain"]
-    assert all(isinstance(r, RowResult) for r in rows.values()), rows
-    return evidence
+    return run_norm_modulate_rows(PLANTED, [a for a in builtin_adapters("norm_modulate") if a.name == "diffusers"])
 
 
 def _bi(evidence, name):

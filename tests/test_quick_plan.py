@@ -21,8 +21,7 @@ from h3bench.harness.config import load_config
 from h3bench.harness.ops import OP_MODULES
 from h3bench.harness.probes import batch_invariance as bi_totals
 from h3bench.harness.runner import RunRequest, run
-from h3bench.harness.schema import RowResult
-from tests.helpers import composition
+from tests.helpers import composition, run_norm_modulate_rows
 
 CPU = torch.device("cpu")
 QUICK = load_config("norm_modulate", quick=True)
@@ -131,14 +130,7 @@ PLANTED = {
 @pytest.fixture(scope="module")
 def quick_rows() -> dict:
     """Every planted adapter and the control, through the quick plan in one run."""
-    adapters = [from_function(fn, name=name, op="norm_modulate", differentiable=GRADS)
-                for name, fn in {**PLANTED, "honest": honest}.items()]
-    config = dataclasses.replace(QUICK, timing=dataclasses.replace(QUICK.timing, repeats=1))
-    evidence = run(RunRequest(config=config, device=CPU, adapters=adapters, modes=["plain"], out=None,
-                              measure_bandwidth=False))
-    rows = evidence.results["plain"]
-    assert all(isinstance(r, RowResult) for r in rows.values()), rows
-    return rows
+    return run_norm_modulate_rows({**PLANTED, "honest": honest}).results["plain"]
 
 
 def sub_batch_rows(plan) -> list[int]:
