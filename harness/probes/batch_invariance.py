@@ -20,6 +20,7 @@ import torch
 
 from h3bench.harness.config import AllRowsPlan, SubBatchPlan, SweepPlan
 from h3bench.harness.execute import Outcome, any_rows_differ, bitwise_equal, rows_differ
+from h3bench.harness.probes.comparison import pairs, picked_at
 from h3bench.harness.probes.context import ProbeContext, select_grad_outs
 from h3bench.harness.probes.difference import first_difference, param_difference
 from h3bench.harness.schema import (AllRowsCase, BatchInvariance, BatchSizeSweep, Contention, Difference,
@@ -52,13 +53,6 @@ def _rowgrads_differ(ctx: ProbeContext, a: Outcome, b_grads: dict[str, torch.Ten
     return [rows_differ(a.grads[g], b_grads[g]) for g in ctx.row_grads]
 
 
-def _pairs(ctx: ProbeContext, got: Outcome, want_outputs, want_grads: dict[str, torch.Tensor]) -> list:
-    """(tensor name, got, expected) for every output, then every per-row gradient: what `first_difference`
-    looks through, in that order."""
-    return ([(name, g, w) for name, g, w in zip(ctx.op.outputs, got.outputs, want_outputs)]
-            + [(f"grad {g}", got.grads[g], want_grads[g]) for g in ctx.row_grads])
-
-
 def all_rows(ctx: ProbeContext, plan: AllRowsPlan,
              params_differences: Optional[list[ParamDifference]] = None) -> tuple[dict[str, AllRowsCase], Optional[bool]]:
     """Each row of a batch of n against the same row alone; the batch twice for parameter repeatability
@@ -87,7 +81,7 @@ def all_rows(ctx: ProbeContext, plan: AllRowsPlan,
             stacked = {g: torch.cat([a.grads[g] for a in alone]) for g in ctx.row_grads}
             seed_rowgrad = sum(int(f.sum()) for f in _rowgrads_differ(ctx, full, stacked))
             if (seed_fwd or seed_rowgrad) and first is None:
-                first = first_difference(_pairs(ctx, full, alone_outputs, stacked), seed=seed, batch=n,
+                first = first_difference(pairs(ctx, full, alone_outputs, stacked), seed=seed, batch=n,
                                          positions=range(n), rows=range(n))
             fwd, rowgrad = fwd + seed_fwd, rowgrad + seed_rowgrad
         cases[str(n)] = AllRowsCase(rows=n * len(plan.seeds), fwd_differ=fwd, rowgrad_differ=rowgrad,
@@ -101,9 +95,7 @@ def _locate_sub_batch(ctx: ProbeContext, inputs, grad_outs, full: Outcome, rows:
     time it does not: a nondeterministic implementation)."""
     index = ctx.rows_index(rows)
     sub = ctx.run_rows(inputs.select_rows(index), select_grad_outs(grad_outs, index))
-    picked = tuple(o.index_select(0, index) for o in full.outputs)
-    picked_grads = {g: full.grads[g].index_select(0, index) for g in ctx.row_grads}
-    return first_difference(_pairs(ctx, sub, picked, picked_grads), seed=seed, batch=len(rows),
+    return first_difference(pairs(ctx, sub, *picked_at(ctx, full, index)), seed=seed, batch=len(rows),
                             positions=range(len(rows)), rows=rows)
 
 
@@ -120,8 +112,7 @@ def full_vs_sub_batches(ctx: ProbeContext, plan: SubBatchPlan) -> FullVsSubBatch
                 rows = range(start, min(start + size, plan.full_batch))
                 index = ctx.rows_index(rows)
                 sub = ctx.run_rows(inputs.select_rows(index), select_grad_outs(grad_outs, index))
-                picked = tuple(o.index_select(0, index) for o in full.outputs)
-                picked_grads = {g: full.grads[g].index_select(0, index) for g in ctx.row_grads}
+                picked, picked_grads = picked_at(ctx, full, index)
                 fwd_flags.append(_outputs_differ(picked, sub.outputs).any())
                 found = [rows_differ(picked_grads[g], sub.grads[g]).any() for g in ctx.row_grads]
                 grad_flags += found

@@ -1,5 +1,6 @@
-"""Bitwise comparison of a row's results, shared by the probes beyond the RFC's (contention, graph replay,
-layout): per-row flags for outputs and per-row gradients, counted with one read-back, and the first
+"""Bitwise comparison of a row's results: the (name, got, expected) pairs and the rows picked from a full
+batch, which every batch-invariance probe uses, and for the probes beyond the RFC's (contention, graph
+replay, layout) per-row flags for outputs and per-row gradients, counted with one read-back, and the first
 difference located only when something differed (harness/probes/difference.py)."""
 from __future__ import annotations
 
@@ -71,6 +72,10 @@ class Tally:
 
 def picked(ctx: ProbeContext, full: Outcome, rows: Sequence[int]) -> tuple[tuple[torch.Tensor, ...], dict]:
     """The outputs and per-row gradients of `rows` of `full`."""
-    index = ctx.rows_index(rows)
+    return picked_at(ctx, full, ctx.rows_index(rows))
+
+
+def picked_at(ctx: ProbeContext, full: Outcome, index: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], dict]:
+    """The outputs and per-row gradients of `full` at the row indices `index` (a device tensor)."""
     return (tuple(o.index_select(0, index) for o in full.outputs),
             {g: full.grads[g].index_select(0, index) for g in ctx.row_grads})
