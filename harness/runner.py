@@ -189,9 +189,7 @@ def measure_control(request: RunRequest, op: Op, observer: Observer) -> Optional
 
 def _control_only(request: RunRequest, op: Op, observer: Observer, started: float) -> Evidence:
     """The control alone, in a file with no rows: a fan-out's control job (harness/suite.py)."""
-    env = environment.capture(request.device, {}, request.measure_bandwidth,
-                              timing_record(request.config, request.device))
-    evidence = evidence_of(op, request, env, {})
+    evidence = _evidence_without_rows(op, request)
     evidence.control = measure_control(request, op, observer)
     evidence.wall_s = round(time.perf_counter() - started, 3)
     if request.out is not None:
@@ -309,10 +307,7 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
             measured.probe_wall[current] = round(time.perf_counter() - t0, 3)
     except ImplementationError as exc:  # the implementation's own failure is its row's verdict
         _require_usable_device(request.device, name, str(exc))
-        tally = loaded.compile_tally
-        return UnavailableRow(unavailable=(tally and tally.overrun) or str(exc), source=loaded.source,
-                              failed_probe=current, wall_s=round(time.perf_counter() - started, 3),
-                              compile_s=_compile_seconds(loaded))
+        return _failed_row(loaded, exc, current, round(time.perf_counter() - started, 3))
     measured.sizes = measured.probes["accuracy_latency"]
     return measured
 
@@ -360,10 +355,8 @@ def _row_result(m: _Measured, device: torch.device) -> RowResult | UnavailableRo
     tally = m.loaded.compile_tally
     if "error" in m.probes or (tally and tally.overrun):
         # a compile budget spent where the compiler carried on (a fallback) still ends the row
-        failed = "error" in m.probes
-        return UnavailableRow(unavailable=(tally and tally.overrun) or str(m.probes["error"]),
-                              source=m.loaded.source, failed_probe="accuracy_latency" if failed else None,
-                              wall_s=wall, compile_s=_compile_seconds(m.loaded))
+        return _failed_row(m.loaded, m.probes.get("error"), "accuracy_latency" if "error" in m.probes else None,
+                           wall)
     cases, repeatable = m.probes["all_rows"]
     return RowResult(
         source=m.loaded.source, has_backward=m.adapter.has_backward,
@@ -373,6 +366,14 @@ def _row_result(m: _Measured, device: torch.device) -> RowResult | UnavailableRo
         accuracy_latency=m.sizes, wall_s=wall, probe_wall_s=m.probe_wall, timer=timer_for(device),
         compile_s=_compile_seconds(m.loaded), compiles=tally.compiles if tally else None,
     )
+
+
+def _failed_row(loaded: Loaded, error: Optional[Exception], failed_probe: Optional[str],
+                wall_s: float) -> UnavailableRow:
+    """A row that failed in `failed_probe`: the compile budget it spent, where it did, else its error."""
+    tally = loaded.compile_tally
+    return UnavailableRow(unavailable=(tally and tally.overrun) or str(error), source=loaded.source,
+                          failed_probe=failed_probe, wall_s=wall_s, compile_s=_compile_seconds(loaded))
 
 
 def _compile_seconds(loaded: Loaded) -> Optional[float]:
@@ -406,6 +407,13 @@ def default_out_path(op: str, device: torch.device, quick: bool) -> Path:
     return path
 
 
+def _evidence_without_rows(op: Op, request: RunRequest) -> Evidence:
+    """A file with this process's environment and no mode's rows yet."""
+    env = environment.capture(request.device, {}, request.measure_bandwidth,
+                              timing_record(request.config, request.device))
+    return evidence_of(op, request, env, {})
+
+
 def combine_modes(op: Op, request: RunRequest, parts: Sequence[Evidence | UnavailableMode]) -> Evidence:
     """One evidence file from the modes' parts, in the requested mode order."""
     from h3bench.harness.merge import merge
@@ -416,9 +424,7 @@ def combine_modes(op: Op, request: RunRequest, parts: Sequence[Evidence | Unavai
         for part in measured[1:]:
             combined = merge(combined, part)
     else:  # every mode failed in its child: the environment is this process's
-        env = environment.capture(request.device, {}, request.measure_bandwidth,
-                                  timing_record(request.config, request.device))
-        combined = evidence_of(op, request, env, {})
+        combined = _evidence_without_rows(op, request)
     ordered: dict = {}
     for name, part in zip(request.modes, parts):
         if isinstance(part, UnavailableMode):
