@@ -27,24 +27,26 @@ def unknown_rows(selection: Selection, rows: Iterable[str]) -> list[str]:
     return [] if selection == ALL else sorted(set(selection) - set(rows))
 
 
+def _at(difference, located: bool) -> str:
+    """Where and how far a check's first difference is, when asked for and known."""
+    return f" (first: {describe(difference)})" if located and difference is not None else ""
+
+
 def what_failed(bi: BatchInvariance, located: bool = True) -> list[str]:
     """Each failed check with its counts (and, when `located`, where and how far the first difference is)."""
-    def _at(difference) -> str:
-        return f" (first: {describe(difference)})" if located and difference is not None else ""
-
     found = []
     for size, case in sorted(bi.all_rows.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
         if case.fwd_differ or case.rowgrad_differ:
-            found.append(f"all_rows {size}: fwd {case.fwd_differ}, rowgrad {case.rowgrad_differ} of {case.rows} rows"
-                         f"{_at(case.first_difference)}")
+            found.append(_counts(f"all_rows {size}", case.fwd_differ, case.rowgrad_differ, case.rows,
+                                 _at(case.first_difference, located)))
     subs = bi.full_vs_sub_batches
     if subs.fwd_differ or subs.rowgrad_differ:
         found.append(f"full_vs_sub: fwd {subs.fwd_differ}, rowgrad {subs.rowgrad_differ} of {subs.sub_batches} "
-                     f"sub-batches{_at(subs.first_difference)}")
+                     f"sub-batches{_at(subs.first_difference, located)}")
     sweep = bi.batch_size_sweep
     if sweep.differ:
         first = sweep.first_failures[0].difference if sweep.first_failures else None
-        found.append(f"sweep: {sweep.differ} of {sweep.comparisons} comparisons{_at(first)}")
+        found.append(f"sweep: {sweep.differ} of {sweep.comparisons} comparisons{_at(first, located)}")
     if bi.params_repeatable is False:
         found.append("parameter gradients not repeatable" + "".join(
             f"; {describe_param(p)}" for p in (bi.params_differences or ()) if located))
@@ -58,16 +60,13 @@ def _counts(label: str, fwd: int, rowgrad: int, rows: int, at: str) -> str:
 def beyond_rfc_failures(bi: BatchInvariance, located: bool = True) -> list[str]:
     """Each failed check of the probes beyond the RFC's (contention, graph replay, layout), as `what_failed`
     words them."""
-    def _at(difference) -> str:
-        return f" (first: {describe(difference)})" if located and difference is not None else ""
-
     found = []
     if bi.contention is not None:
         for label, case in [("idle", bi.contention.idle), *bi.contention.loads.items()]:
             what = f"contention {label}" if label == "idle" else f"contention under the {label} load"
             if case.fwd_differ or case.rowgrad_differ:
                 found.append(_counts(what, case.fwd_differ, case.rowgrad_differ, case.comparisons,
-                                     _at(case.first_difference)))
+                                     _at(case.first_difference, located)))
             if case.params_repeatable is False:
                 found.append(f"{what}: parameter gradients differ from idle" if label != "idle" else
                              f"{what}: parameter gradients not repeatable")
@@ -75,12 +74,12 @@ def beyond_rfc_failures(bi: BatchInvariance, located: bool = True) -> list[str]:
         for label, case in (("forward", bi.graph_replay.forward), ("forward_backward", bi.graph_replay.forward_backward)):
             if case is not None and (case.fwd_differ or case.rowgrad_differ):
                 found.append(_counts(f"graph_replay {label}", case.fwd_differ, case.rowgrad_differ, case.rows,
-                                     _at(case.first_difference)))
+                                     _at(case.first_difference, located)))
     if bi.layout is not None:
         for label, case in bi.layout.cases.items():
             if case.fwd_differ or case.rowgrad_differ:
                 found.append(_counts(f"layout {label}", case.fwd_differ, case.rowgrad_differ, case.rows,
-                                     _at(case.first_difference)))
+                                     _at(case.first_difference, located)))
     return found
 
 
