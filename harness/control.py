@@ -55,8 +55,7 @@ def unmeasured(where: str) -> Optional[ControlSkipped]:
 
 def probe_units(config: RunConfig) -> int:
     """The control's progress total: the three probes' units (as each row's)."""
-    return (bi.all_rows_total(config.all_rows) + bi.sub_batches_total(config.full_vs_sub)
-            + bi.sweep_total(config.sweep))
+    return sum(bi.totals(config).values())
 
 
 def measure(op: Op, config: RunConfig, device: torch.device,

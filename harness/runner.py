@@ -102,9 +102,7 @@ def resolve_device(name: str) -> torch.device:
 def probe_totals(config: RunConfig, ctx: Optional[ProbeContext] = None) -> dict[str, int]:
     """Progress units per probe; the probes beyond the RFC's count only with `ctx` (their totals depend on
     the device and on the op's inputs)."""
-    totals = {"all_rows": bi.all_rows_total(config.all_rows),
-              "full_vs_sub_batches": bi.sub_batches_total(config.full_vs_sub),
-              "batch_size_sweep": bi.sweep_total(config.sweep)}
+    totals = bi.totals(config)
     if ctx is not None and config.contention is not None:
         totals["contention"] = contention.contention_total(config.contention)
     if ctx is not None and config.graph_replay is not None:

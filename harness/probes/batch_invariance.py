@@ -27,6 +27,13 @@ from h3bench.harness.schema import (AllRowsCase, BatchInvariance, BatchSizeSweep
                                     FullVsSubBatches, GraphReplay, Layouts, ParamDifference, SweepFailure)
 
 
+def totals(config) -> dict[str, int]:
+    """Progress units of the RFC's three probes under a run's config (harness/config.RunConfig)."""
+    return {"all_rows": all_rows_total(config.all_rows),
+            "full_vs_sub_batches": sub_batches_total(config.full_vs_sub),
+            "batch_size_sweep": sweep_total(config.sweep)}
+
+
 def all_rows_total(plan: AllRowsPlan) -> int:
     return len(plan.seeds) * sum(plan.batch_sizes)
 
