@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from h3bench.harness import library_output
 from h3bench.harness.adapter import Adapter, CompileTally, Loaded
 
 DEFAULT = "default"
@@ -92,6 +93,7 @@ class _Hooks:
         self._compiling: Optional[_RowCompile] = None
         self._started = 0.0
         self._previous_handler: Any = None
+        self._diversion: Optional[library_output._Diversion] = None
 
     def install(self) -> None:
         """Register the callbacks unless they are (torch._dynamo.reset() clears every callback, so this
@@ -118,11 +120,16 @@ class _Hooks:
         if row.tally.overrun is not None:  # the budget is spent: no further compilation
             raise CompileBudgetExceeded(row.tally.overrun)
         self._compiling, self._started = row, time.perf_counter()
+        # Inductor prints max-autotune's benchmark tables to stderr: they go to the run's log
+        self._diversion = library_output.divert(f"torch.compile(mode={row.mode!r}) compiling")
         if row.budget_s is not None:
             self._arm(row, row.budget_s - row.tally.seconds)
 
     def _on_end(self, _args) -> None:
         row, self._compiling = self._compiling, None
+        if self._diversion is not None:
+            self._diversion, diversion = None, self._diversion
+            diversion.end()
         if row is None:
             return
         self._disarm()

@@ -26,7 +26,7 @@ from typing import Optional, Protocol, Sequence
 
 import torch
 
-from h3bench.harness import control, environment
+from h3bench.harness import control, environment, library_output
 from h3bench.harness.adapter import Adapter, Loaded
 from h3bench.harness.config import RunConfig
 from h3bench.harness.execute import ImplementationError, device_usable, describe_exception
@@ -151,7 +151,8 @@ def run(request: RunRequest, observer: Optional[Observer] = None) -> Evidence:
             raise ValueError(f"adapter {adapter.name!r} is for op {adapter.op!r}, not {op.name!r}")
     specs = [get_mode(name) for name in request.modes]
     here = [s for s in specs if s.in_process or request.in_process]
-    parts = {spec.name: measure_mode(request, op, spec, observer) for spec in here}
+    with library_output.kept_in(library_log_path(request.out)):
+        parts = {spec.name: measure_mode(request, op, spec, observer) for spec in here}
     away = [s for s in specs if s not in here]
     if away:
         parts.update(children.run_modes(request, away, observer))
@@ -392,6 +393,11 @@ def _release(device: torch.device) -> None:
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+
+
+def library_log_path(out: Optional[Path]) -> Optional[Path]:
+    """Where a run's library output goes (harness/library_output.py): beside its evidence file."""
+    return None if out is None else Path(out).with_suffix(".library.log")
 
 
 def default_out_path(op: str, device: torch.device, quick: bool) -> Path:

@@ -276,7 +276,25 @@ def capture_cuda_graph(step: Step, setup: Optional[Callable[[], object]] = None)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
-    return graph.replay
+    return Replay(graph, step, setup)
+
+
+class Replay:
+    """A captured step's replay. It holds the step and its setup as well as the graph: the graph reads and
+    writes the addresses the step's tensors had at capture (a figure's leaves and upstream gradients live
+    only in the step's closure), so those tensors must live as long as the graph is replayed. Returning
+    `graph.replay` alone freed them as soon as the capture returned; the next capture's
+    `torch.cuda.graph` empties the allocator's cache, the freed blocks went back to the driver, and the
+    earlier row's replays read unmapped memory: "an illegal memory access" (the fwd_bwd_net figure, whose
+    leaves and upstream gradients are made outside the step, of any op with several rows)."""
+
+    __slots__ = ("graph", "step", "setup")
+
+    def __init__(self, graph, step: Step, setup: Optional[Callable[[], object]]):
+        self.graph, self.step, self.setup = graph, step, setup
+
+    def __call__(self) -> None:
+        self.graph.replay()
 
 
 def graph_capture_for(device: torch.device) -> Optional[GraphCapture]:

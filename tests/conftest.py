@@ -83,6 +83,28 @@ def pytest_collection_finish(session):
                                 + "; ".join(changed))
 
 
+# Under H3BENCH_TEST_DEVICE=cuda the suite runs what exercises the GPU: the device-parametrised tests (they
+# take the `device` fixture) and those marked `gpu` (tests/helpers.needs_cuda). The rest hold no CUDA work:
+# their behaviour does not depend on the device, and CI runs them on the CPU. H3BENCH_TEST_ALL=1 keeps every
+# test (the whole suite on a GPU machine).
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: exercises a CUDA device; selected by the GPU suite")
+
+
+def exercises_gpu(item) -> bool:
+    return "device" in getattr(item, "fixturenames", ()) or item.get_closest_marker("gpu") is not None
+
+
+def pytest_collection_modifyitems(config, items):
+    if DEVICE != "cuda" or os.environ.get("H3BENCH_TEST_ALL") == "1":
+        return
+    kept = [item for item in items if exercises_gpu(item)]
+    dropped = [item for item in items if not exercises_gpu(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 @pytest.fixture
 def device() -> torch.device:
     return torch.device(DEVICE)

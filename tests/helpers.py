@@ -18,6 +18,14 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 PRIOR_ART = REPO / "tests" / "data" / "norm_modulate_b200.json"
 
 
+def needs_cuda(reason: str):
+    """Skip, with `reason`, where there is no CUDA device; marked `gpu`, so the GPU suite selects it
+    (tests/conftest.py: under H3BENCH_TEST_DEVICE=cuda only `gpu` tests and the device-parametrised ones run)."""
+    def mark(test):
+        return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason=reason)(test))
+    return mark
+
+
 def needs_interpreter(reason: str):
     """Skip, with `reason`, where Triton runs compiled (the GPU suite): the test runs our kernels on CPU
     tensors, which only the interpreter does."""

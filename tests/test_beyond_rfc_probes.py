@@ -293,6 +293,7 @@ def stale_table_size_cuda(x, w, sh, sc, idx):
     return stale_table_size(x, w, sh, sc, idx, capturing=_capturing_on_cuda)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs need a GPU (H3BENCH_TEST_DEVICE=cuda)")
 def test_a_real_cuda_graph_keeps_the_stale_size_and_honest_rows_replay_clean():
     cuda = torch.device("cuda")

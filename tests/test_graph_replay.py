@@ -7,6 +7,7 @@ from h3bench.kernels import graph_replay
 from h3bench.kernels.graph_replay import GraphCache
 
 from tests.test_kernel_gemm import MLP_NAMES, as_bits, mlp_case
+from tests.helpers import needs_cuda
 
 
 class FakeGraph:
@@ -118,7 +119,7 @@ def test_no_graph_above_the_row_limit(device, monkeypatch):
     assert len(seen) == 1
 
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+cuda = needs_cuda("CUDA graphs need a CUDA device")
 
 
 def _plain(monkeypatch, cache, op, *args, **kwargs):

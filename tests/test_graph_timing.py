@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from h3bench.harness.ops import get_op
 from h3bench.harness.peak_memory import Readers
 from h3bench.harness.probes import accuracy_latency as acc
 from h3bench.harness.schema import FIGURES, SizeResult
-from tests.helpers import composition, nm_params
+from tests.helpers import composition, needs_cuda, nm_params
 
 CPU = torch.device("cpu")
 GRADS = ("x", "w", "sh", "sc")
@@ -148,7 +149,7 @@ def test_latency_units_count_the_graph_rounds():
 
 # --- on a GPU, with torch's capture ------------------------------------------------------------------------
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs and memory counters need a CUDA device")
+cuda = needs_cuda("CUDA graphs and memory counters need a CUDA device")
 
 
 @cuda
@@ -222,3 +223,32 @@ def test_a_captured_backward_writes_the_eager_gradients_and_follows_its_inputs()
         assert all(torch.allclose(g.float(), e.float(), rtol=1e-2, atol=1e-2) for g, e in zip(got, expected))
         with torch.no_grad():
             leaves[0].mul_(0.5)   # new contents in place: the next replay reads them
+
+
+@cuda
+def test_a_replay_keeps_what_its_step_read_alive_when_the_cache_is_emptied():
+    # The fwd_bwd_net figure's leaves and upstream gradients live only in its step's closure. A replay that
+    # let them go read freed memory, and once another capture emptied the allocator's cache, unmapped
+    # memory: "an illegal memory access". 256 MiB take a segment of their own, which empty_cache returns.
+    from h3bench.harness.timing import capture_cuda_graph
+
+    device = torch.device("cuda")
+    n = 32 << 20
+
+    def captured():
+        x = torch.full((n,), 2, dtype=torch.int64, device=device)
+        out = torch.zeros(1, dtype=torch.int64, device=device)
+
+        def step():
+            torch.sum(x, dim=0, keepdim=True, out=out)
+        return capture_cuda_graph(step), weakref.ref(x), out
+
+    replay, x_alive, out = captured()
+    assert x_alive() is not None
+    torch.cuda.empty_cache()
+    other = torch.full((n,), 7, dtype=torch.int64, device=device)  # where x was, had it been freed
+    out.zero_()
+    replay()
+    torch.cuda.synchronize()
+    assert out.item() == 2 * n
+    del other

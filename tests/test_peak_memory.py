@@ -8,6 +8,8 @@ import torch
 from h3bench.harness import peak_memory
 from h3bench.harness.peak_memory import Readers, peak_bytes
 
+from tests.helpers import needs_cuda
+
 
 class FakeAllocator:
     """Counters as the CUDA caching allocator keeps them: bytes allocated now, and the most since the last
@@ -76,7 +78,7 @@ def test_no_counters_on_a_cpu():
     assert peak_memory.readers_for(torch.device("cpu")) is None
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's memory counters need a CUDA device")
+@needs_cuda("torch's memory counters need a CUDA device")
 def test_cuda_peak_of_a_known_allocation():
     device = torch.device("cuda")
     kept = torch.ones(1 << 20, device=device)   # allocated before: not the step's

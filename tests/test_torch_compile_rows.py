@@ -17,7 +17,7 @@ from h3bench.harness.adapter import CompileTally, as_default_row
 from h3bench.harness.config import load_config
 from h3bench.harness.ops import OP_MODULES
 from h3bench.harness.runner import RunRequest, run
-from tests.helpers import CPU, CUDA, nm_params
+from tests.helpers import CPU, CUDA, needs_cuda, nm_params
 
 ROWS = ("torch_compile", "torch_compile_max_autotune")
 
@@ -132,7 +132,7 @@ def test_quack_row_is_the_norm_alone_and_unavailable_on_cpu():
     assert row.try_load(CPU, nm_params()) == "RuntimeError: needs CUDA (CuTe DSL kernel), got device cpu"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: Quack's rmsnorm is a CuTe DSL kernel")
+@needs_cuda("needs CUDA: Quack's rmsnorm is a CuTe DSL kernel")
 def test_quack_matches_torch_rms_norm_within_bf16_tolerance():
     import importlib.util
 

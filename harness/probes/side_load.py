@@ -40,6 +40,19 @@ def _work(kind: str, device: torch.device, copy_mib: int, matmul_dim: int) -> Ca
     raise ValueError(f"unknown side load {kind!r}; known: {', '.join(LOADS)}")
 
 
+def select_device(device: torch.device) -> None:
+    """Make `device`'s primary CUDA context current in the calling (new) thread.
+
+    A new thread has no current context until its first CUDA runtime call. torch.cuda.set_device skips
+    the runtime call when the index already equals the one torch believes current (0 in a new thread),
+    and cuBLAS checks the driver's current context before any runtime call of ours: the compute load's
+    first matmul then warned "Attempting to run cuBLAS, but there was no current CUDA context" and fell
+    back to setting the primary context itself. A stream query is a runtime call on this device, which
+    binds its primary context to the thread before the first cuBLAS call."""
+    torch.cuda.set_device(device)
+    torch.cuda.current_stream(device).query()
+
+
 class SideLoad:
     """`with SideLoad(kind, device, copy_mib, matmul_dim) as load:` the load runs in a background thread
     until the block ends (it has begun its first iteration when the block starts)."""
@@ -109,6 +122,7 @@ class SideLoad:
 
     def _cuda_loop(self) -> None:
         pending: collections.deque = collections.deque()
+        select_device(self.device)
         with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
             while not self._stop.is_set():
                 self.step()
