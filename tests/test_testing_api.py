@@ -151,6 +151,17 @@ def test_forward_only_leaves_the_parameter_gradients_unchecked():
     assert "param_grads" not in record.counts
 
 
+def test_the_full_plan_has_the_rfc_token_counts():
+    from tests.helpers import RFC_ALL_ROWS, RFC_COMPARISONS, RFC_SUB_BATCHES
+
+    record = check_batch_invariance(lambda x: x * 2, {"x": torch.randn(4, 1)}, per_row=["x"], plan="full",
+                                    grads=False)
+    assert record.invariant and record.plan == "full"
+    assert {k: c.compared for k, c in record.counts.items()} == {
+        **{f"all_rows {n}": rows for n, rows in RFC_ALL_ROWS.items()},
+        "full_vs_sub_batches": RFC_SUB_BATCHES["token"], "batch_size_sweep": RFC_COMPARISONS}
+
+
 def test_index_inputs_keep_the_examples_range():
     table = torch.randn(5, 16)
     idx = torch.tensor([3, 4, 3])  # rows are drawn in [3, 4]: a table of 5 rows is indexed in range
@@ -251,6 +262,10 @@ def test_gradients_that_are_not_produced_are_unavailable():
     (lambda: check_batch_invariance(None, examples(), per_row=["x"]), TypeError, "fn must be callable"),
     (lambda: check_batch_invariance(rms_norm, {"x": torch.ones(()), "w": torch.ones(4)}, per_row=["x"]),
      ValueError, "is a scalar"),
+    (lambda: check_batch_invariance(rms_norm, examples(), per_row=["x"], device="meta"), ValueError,
+     "the examples are on cpu"),
+    (lambda: check_batch_invariance(rms_norm, op="norm_modulate", device="no_such_device"), ValueError,
+     "is not a device"),
 ])
 def test_misuse_is_one_line(call, error, words):
     with pytest.raises(error) as caught:

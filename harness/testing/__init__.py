@@ -76,9 +76,22 @@ def check_batch_invariance(fn: Callable, examples: Optional[Mapping[str, torch.T
         raise TypeError("give example inputs (a dict of name -> tensor, with per_row) or a built-in op's name (op=)")
     rows_names = (per_row,) if isinstance(per_row, str) else tuple(per_row)
     where = check_examples(examples, rows_names)
-    if device is not None and torch.device(device) != where:
-        raise ValueError(f"device={device!r}, but the examples are on {where}: examples run on their own device")
+    if device is not None:
+        asked = _as_device(device)
+        if asked.type != where.type or asked.index not in (None, where.index):
+            raise ValueError(f"device={device!r}, but the examples are on {where}: examples run on their own device")
     return _check_examples(fn, examples, rows_names, plan, grads, where, label, started)
+
+
+def _as_device(device: Any) -> torch.device:
+    """`device` as a torch.device this process can use, or a one-line ValueError."""
+    try:
+        found = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device={device!r} is not a device ({describe_exception(exc)})") from None
+    if found.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r}, but CUDA is not available here")
+    return found
 
 
 def _keywords(fn: Callable, names: Sequence[str], constants: Mapping[str, Any]) -> Callable:
@@ -117,7 +130,7 @@ def _declare(call: Callable, examples, per_row, grads: bool, device: torch.devic
 
 def _check_builtin(fn, op_name, plan, grads, device, label, started) -> InvarianceCheck:
     op = get_op(op_name)
-    where = torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
+    where = _as_device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
     config = load_config(op_name, quick=True)  # the op's inputs at its quick size, whichever plan
     plans = (dict(all_rows=config.all_rows, full_vs_sub=config.full_vs_sub, sweep=config.sweep)
              if plan == "quick" else load_plans(op.plan_set))
