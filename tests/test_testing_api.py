@@ -89,7 +89,9 @@ def _failing(fn, **kwargs) -> str:
 
 
 def test_an_honest_rms_norm_passes_with_its_gradients():
-    record = assert_batch_invariant(rms_norm, examples(), per_row=["x"])
+    given = examples()
+    record = assert_batch_invariant(rms_norm, given, per_row=["x"])
+    assert given["x"].grad is None and given["w"].grad is None  # the caller's tensors are left alone
     assert isinstance(record, InvarianceCheck) and record.invariant and record.failures == ()
     assert record.unavailable is None and record.first_differences == {} and record.param_differences == ()
     assert set(record.counts) == {"all_rows 3", "all_rows 32", "full_vs_sub_batches", "batch_size_sweep",
@@ -160,6 +162,27 @@ def test_the_full_plan_has_the_rfc_token_counts():
     assert {k: c.compared for k, c in record.counts.items()} == {
         **{f"all_rows {n}": rows for n, rows in RFC_ALL_ROWS.items()},
         "full_vs_sub_batches": RFC_SUB_BATCHES["token"], "batch_size_sweep": RFC_COMPARISONS}
+
+
+def test_on_the_test_device(device):
+    """Elementwise and gathered, with a parameter gradient summed over rows: invariant on any device (its
+    CUDA reductions are over the batch, deterministic run to run); the same with a row-position term is not."""
+    gen = torch.Generator().manual_seed(2)
+    given = {"x": torch.randn(6, 32, generator=gen).to(device).requires_grad_(),
+             "w": torch.randn(32, generator=gen).to(device).requires_grad_(),
+             "table": torch.randn(4, 32, generator=gen).to(device),
+             "idx": torch.tensor([0, 3, 1, 2, 2, 0], device=device)}
+
+    def scaled(x, w, table, idx):
+        return (x * w) * table.index_select(0, idx)
+
+    def positioned(x, w, table, idx):
+        return scaled(x, w, table, idx) + torch.arange(x.shape[0], device=x.device).unsqueeze(1) * 1e-4
+
+    record = assert_batch_invariant(scaled, given, per_row=["x", "idx"])
+    assert torch.device(record.device).type == device.type and record.counts["param_grads"].compared == 1
+    failed = check_batch_invariance(positioned, given, per_row=["x", "idx"])
+    assert not failed.invariant and failed.counts["all_rows 3"].fwd_differ > 0
 
 
 def test_index_inputs_keep_the_examples_range():

@@ -10,7 +10,8 @@ require grad get gradients), and the function runs through the harness's own bat
 (harness/probes/batch_invariance.py) under the quick plan (configs/plans/quick.toml: all_rows, the
 sub-batches of a 640-row batch and the sweep, across 256 and 512 rows), or the full one (`plan="full"`,
 configs/plans/token.toml). `op="norm_modulate"` takes a built-in op's inputs (its quick config) and plan
-set instead of examples.
+set instead of examples. These are the RFC's probes, whose counts decide `.invariant`; the probes beyond
+them (contention, graph replay, layout) stay `h3bench run`'s, where a row's evidence is measured.
 
 Installed as `h3bench.testing` (pyproject.toml maps this folder there); import it by that name only.
 
@@ -58,8 +59,9 @@ def check_batch_invariance(fn: Callable, examples: Optional[Mapping[str, torch.T
                            per_row: Sequence[str] | str = (), *, op: Optional[str] = None, plan: str = "quick",
                            grads: bool = True, device: Any = None, name: Optional[str] = None) -> InvarianceCheck:
     """Run `fn` through the batch-invariance probes and return the record (never raises for the function's
-    own failures). `grads=False`: forward only. `device` only with `op` (default: CUDA when there is one);
-    examples run on their own device. `name` names the function in messages (default: its qualified name)."""
+    own failures). `grads=False`: forward only. `device`: with `op`, where it runs (default: CUDA when there
+    is one); examples run on their own device, which `device` may name. `name` names the function in
+    messages (default: its qualified name)."""
     started = time.perf_counter()
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
@@ -74,7 +76,7 @@ def check_batch_invariance(fn: Callable, examples: Optional[Mapping[str, torch.T
         return _check_builtin(fn, op, plan, grads, device, label, started)
     if examples is None:
         raise TypeError("give example inputs (a dict of name -> tensor, with per_row) or a built-in op's name (op=)")
-    rows_names = (per_row,) if isinstance(per_row, str) else tuple(per_row)
+    rows_names = (per_row,) if isinstance(per_row, str) else tuple(per_row or ())
     where = check_examples(examples, rows_names)
     if device is not None:
         asked = _as_device(device)
