@@ -211,12 +211,29 @@ def test_drawn_rows_look_like_the_examples():
     assert torch.equal(again["x"], drawn["x"])  # seeded
 
 
-def test_a_builtin_op_runs_its_own_inputs_and_plan():
+def test_a_builtin_op_runs_its_own_inputs_plan_and_constants():
+    from h3bench.harness.config import load_config
     from tests.helpers import composition
 
-    record = assert_batch_invariant(lambda x, w, sh, sc, idx: composition(x, w, sh, sc, idx),
-                                    op="norm_modulate", device="cpu", name="composition")
-    assert record.invariant and set(record.counts) >= {"full_vs_sub_batches", "batch_size_sweep"}
+    seen = []
+
+    def with_eps(x, w, sh, sc, idx, eps):
+        seen.append(eps)
+        return composition(x, w, sh, sc, idx)
+
+    record = assert_batch_invariant(with_eps, op="norm_modulate", device="cpu")
+    assert record.invariant and record.counts["full_vs_sub_batches"].compared == 28
+    assert record.counts["param_grads"].compared == 3  # w, sh, sc
+    assert set(seen) == {load_config("norm_modulate", quick=True).inputs.eps}
+    message = _failing_op(lambda x, w, sh, sc, idx: composition(x, w, sh, sc, idx)
+                          + torch.arange(x.shape[0]).unsqueeze(1).to(x.dtype))
+    assert "all_rows 3" in message
+
+
+def _failing_op(fn) -> str:
+    with pytest.raises(AssertionError) as caught:
+        assert_batch_invariant(fn, op="norm_modulate", device="cpu")
+    return str(caught.value)
 
 
 # --- the function's own failures: "unavailable: <reason>" --------------------------------------------------
