@@ -230,6 +230,14 @@ def plans_path(name: str) -> Path:
     return path
 
 
+def load_plans(name: str) -> dict[str, Any]:
+    """The probe plan records of the built-in plan set `name` alone, by table (`all_rows`, `full_vs_sub`,
+    ...): for a caller that brings its own inputs instead of an op's `[inputs]` (h3bench.testing)."""
+    data = _read_toml(plans_path(name))
+    return {table: _build(_plan_type(table), values, table) for table, values in data.items()
+            if table in PLAN_TABLES + OPTIONAL_PLAN_TABLES}
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         return tomllib.loads(Path(path).read_text())
