@@ -314,7 +314,7 @@ Row = Union[RowResult, UnavailableRow]
 @dataclass
 class UnavailableMode:
     """A global mode that could not run at all (its switch does not import, its child process crashed
-    or hung): `results.<mode>` is then this record instead of rows (OPERATORS.md)."""
+    or hung): `results.<mode>` is then this record instead of rows (docs/operators.md, Modes)."""
 
     unavailable: str
 

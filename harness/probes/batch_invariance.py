@@ -1,7 +1,7 @@
 """Batch invariance, bitwise: a row's outputs and row gradients must not depend on the batch it rides in,
-and parameter gradients must repeat run to run. Method and counts: shared/prior-art/README.md.
+and parameter gradients must repeat run to run. Method and counts: docs/probes.md.
 
-Ops with several outputs or per-row gradients (OPERATORS.md): a row's forward differs when any of its
+Ops with several outputs or per-row gradients (docs/operators.md, "Common to all"): a row's forward differs when any of its
 outputs differs (so `fwd_differ` counts rows, or sub-batches, as in the prior art); the per-row
 gradients are compared one by one and their counts summed into `rowgrad_differ`; a sweep comparison
 differs when any output or per-row gradient of the probe row differs.
