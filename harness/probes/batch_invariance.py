@@ -28,7 +28,7 @@ from h3bench.harness.schema import (AllRowsCase, BatchInvariance, BatchSizeSweep
 
 
 def totals(config) -> dict[str, int]:
-    """Progress units of the RFC's three probes under a run's config (harness/config.RunConfig)."""
+    """Progress units of the RFC's three probes under a run's config (harness/config.py's RunConfig)."""
     return {"all_rows": all_rows_total(config.all_rows),
             "full_vs_sub_batches": sub_batches_total(config.full_vs_sub),
             "batch_size_sweep": sweep_total(config.sweep)}
