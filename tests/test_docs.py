@@ -6,8 +6,8 @@ folder beside the clone, a page that was renamed) sends its reader nowhere. Cite
 with one of the repository's top folders (`docs/...`, `harness/...`, `kernels/notes/...`, `tools/...`,
 ...) or with `shared/` (a folder beside a clone, never part of it, so cited, it fails even where a checkout
 has one), and a bare upper-case page name
-(`OPERATORS.md`, `NOTES.md`), which must be some tracked file's name. Templates (`configs/<op>/...`) and
-globs (`tools/bench_*`) name no single file and are left out; so are absolute paths (`/tmp/...`: a
+(`OPERATORS.md`, `NOTES.md`), which must be some tracked file's name. A glob (`tools/bench_*.py`) must match
+some file; templates (`configs/<op>/...`) name no single file and are left out, and so are absolute paths (`/tmp/...`: a
 machine's, not the repository's), dotted module names (`h3bench.harness.schema`) and a path qualified by a
 commit (`db36112's kernels/x.py`, `db36112:kernels/x.py`: that commit's tree, which `git show` reads).
 """
@@ -26,6 +26,7 @@ TEXT_NAMES = {"Makefile", "run", "gpu-nightly", ".gitignore"}
 # Files whose paths are not this repository's, each with the reason.
 NOT_OURS = {
     "reports/evidence/b200/PROVENANCE.md": "names each file's path in the RFC's repository (RL-Align/RL-Kernel)",
+    "tests/test_docs.py": "its examples are the citations this test must catch",
 }
 # Run logs record the machine a run was made on (its /tmp folders, its package paths): output, not citations.
 NOT_CITING = ("reports/evidence/logs/",)
@@ -33,12 +34,13 @@ NOT_CITING = ("reports/evidence/logs/",)
 # A path token: a top folder, then path characters; not inside a longer path, a URL or a dotted module name.
 _PATH = re.compile(r"(?<![\w./~$-])((?:%s)/[\w./<>*{}$-]*)" % "|".join(re.escape(t) for t in TOP_FOLDERS))
 _PAGE = re.compile(r"(?<![\w./-])([A-Z][A-Z0-9_]+\.md)\b")
-_TEMPLATE = re.compile(r"[<>*{}$]")
+_TEMPLATE = re.compile(r"[<>{}$]")
 _AT_COMMIT = re.compile(r"\b[0-9a-f]{7,40}(?:'s |:)$")
 
 
 def cited_paths(text: str) -> list[str]:
-    """The repository paths `text` cites, as written (trailing punctuation dropped), templates left out."""
+    """The repository paths (and globs) `text` cites, as written (trailing punctuation dropped), templates
+    left out."""
     found = []
     for match in _PATH.finditer(text):
         token = match.group(1).rstrip(".,;:")
@@ -49,6 +51,11 @@ def cited_paths(text: str) -> list[str]:
 
 def cited_pages(text: str) -> list[str]:
     return [m.group(1) for m in _PAGE.finditer(text)]
+
+
+def _exists(path: str) -> bool:
+    """A path exists; a glob matches something."""
+    return any(REPO.glob(path)) if "*" in path else (REPO / path).exists()
 
 
 def _tracked() -> list[str]:
@@ -67,11 +74,13 @@ def _text_files(tracked: list[str]) -> list[str]:
 
 def test_the_scanner_finds_paths_and_leaves_the_rest():
     text = ("see docs/operators.md, norm_modulate; `harness/probes/layout.py` and (kernels/notes/gemm.md).\n"
-            "not: configs/<op>/default.toml, tools/bench_*, /work/shared/x.md, h3bench.harness.schema, "
+            "not: configs/<op>/default.toml, /work/shared/x.md, h3bench.harness.schema, "
             "https://github.com/a/docs/x.md, foo/harness/x.py, db36112's kernels/x.py, db36112:tools/y.py\n"
             "shared/prior-art/README.md and OPERATORS.md")
     assert cited_paths(text) == ["docs/operators.md", "harness/probes/layout.py", "kernels/notes/gemm.md",
                                  "shared/prior-art/README.md"]
+    assert cited_paths("the tools (tools/bench_*.py, tools/probe_*.py)") == ["tools/bench_*.py", "tools/probe_*.py"]
+    assert [p for p in ("tools/bench_*.py", "tools/probe_*.py") if not _exists(p)] == ["tools/probe_*.py"]
     assert cited_pages(text) == ["OPERATORS.md"]
 
 
@@ -82,7 +91,7 @@ def test_every_cited_repository_path_exists():
         text = (REPO / rel).read_text(encoding="utf-8", errors="replace")
         for line_no, line in enumerate(text.splitlines(), 1):
             missing += [f"{rel}:{line_no}: {p}" for p in cited_paths(line)
-                        if p.startswith("shared/") or not (REPO / p).exists()]
+                        if p.startswith("shared/") or not _exists(p)]
     assert not missing, "cited paths the checkout does not hold:\n" + "\n".join(missing)
 
 
