@@ -1,8 +1,8 @@
 """Importing the RFC's own CUDA ops (rl-kernel's `rl_engine`), shared by every op's rl-kernel rows, and the
 one loader those rows share (`rl_kernel_row`: they differ only in the class, its modules and the call).
 
-rl_engine is not on the package index. The GPU evidence run builds the reassembly in
-`shared/third_party/rl-kernel-h3` into a scratch copy (tools/build_rl_kernel.sh), which writes
+rl_engine is not on the package index. The GPU evidence run builds the rl-kernel reassembly
+(docs/third_party.md) into a scratch copy (tools/build_rl_kernel.sh), which writes
 `H3BENCH_SOURCE` beside the `rl_engine` package naming the reassembly and its upstream commits; that line
 goes into the rows' `source` and the file's `rl_kernel_commit` (harness.environment.rl_kernel_commit).
 A git checkout of rl-kernel is named by its HEAD instead. The ops have lived in two places (the RFC script's commit, then a later layout); both
@@ -87,7 +87,7 @@ def rl_kernel_row(op: str, class_name: str, modules: tuple[str, ...], grads: tup
     - `check(params, module)`: refuses constants rl-kernel builds in, just before the device check;
       `module` is where the class was found, or None while it is not imported yet;
     - `name_the_op_first`: import before the device check, with an ImportError naming the op (the ops
-      OPERATORS.md lists as not public, so a CPU run's reason says that the op is missing, not only that
+      docs/operators.md lists as not public, so a CPU run's reason says that the op is missing, not only that
       CUDA is); otherwise the device is checked first and the import's own error is the reason.
     """
     def load(device: torch.device, params: Any) -> Loaded:

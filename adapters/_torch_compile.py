@@ -36,7 +36,7 @@ MAX_AUTOTUNE = "max-autotune-no-cudagraphs"
 # minute (on a 2-core CPU the norm_modulate row's seven compilations took 27 s cold, 5 s from the
 # on-disk cache); ten minutes means a stuck compile. max-autotune: each GEMM is benchmarked against
 # Inductor's Triton templates per shape class, and automatic dynamic shapes recompile per new size range
-# and grad mode. On an H100 (h3bench 9bfba68, full plan, `h3bench run --op timestep_mlp`) one of
+# and grad mode. On an H100 (full plan, `h3bench run --op timestep_mlp`) one of
 # timestep_mlp's compiles autotuned for 28.9 s (21.7 s benchmarking and 7.1 s precompiling 19 choices for
 # one mm), it was the seventh compile of the row, and the op's run had not finished after 227 s. Three
 # minutes lets about six such compiles through and then records the row as over its budget, instead of

@@ -67,7 +67,7 @@ RL_KERNEL_MARKER = "H3BENCH_SOURCE"  # written beside `rl_engine` by tools/build
 
 def rl_kernel_commit() -> Optional[str]:
     """What the importable `rl_engine` was built from, without importing it: the marker line a build of
-    the reassembly in shared/third_party writes (it names the upstream commits), or a git checkout's
+    the reassembly (docs/third_party.md) writes (it names the upstream commits), or a git checkout's
     HEAD; None when rl_engine is not importable."""
     try:
         spec = importlib.util.find_spec("rl_engine")

@@ -1,7 +1,7 @@
 """The evidence file as typed records, and the one codec between them and JSON.
 
 The key names and nesting are the contract set by the RFC's prior-art file
-(`norm_modulate_b200.json`): never rename a field here. Fields marked `additive()` are h3bench's own
+(`tests/data/norm_modulate_b200.json`; docs/probes.md, "The contract"): never rename a field here. Fields marked `additive()` are h3bench's own
 additions: optional when reading (the prior art lacks them) and left out of the JSON when None.
 Everything that reads an evidence file (validate, report, compare, merge) goes through `from_json`,
 so a file that parses is a file that validates.
@@ -314,7 +314,7 @@ Row = Union[RowResult, UnavailableRow]
 @dataclass
 class UnavailableMode:
     """A global mode that could not run at all (its switch does not import, its child process crashed
-    or hung): `results.<mode>` is then this record instead of rows (OPERATORS.md)."""
+    or hung): `results.<mode>` is then this record instead of rows (docs/operators.md, Modes)."""
 
     unavailable: str
 

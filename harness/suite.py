@@ -20,7 +20,7 @@ from h3bench.harness.ops import get_op
 from h3bench.harness.schema import Evidence, save
 
 # Seconds of one full-plan run of the op in mode plain with every row: `wall_s` of the committed evidence
-# (reports/evidence/<op>_h200.json, NVIDIA H200; commit 281764f, timestep_mlp and adaln_projection 7f8260d).
+# (reports/evidence/<op>_h200.json, NVIDIA H200; reports/evidence/README.md names each file's command).
 # Only their order is used (longest first); every mode of an op gets the op's figure.
 RELATIVE_COST = {
     "norm_modulate": 199.7,

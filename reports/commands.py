@@ -1,4 +1,4 @@
-"""What the CLI's `report`, `compare` and `merge` commands do; harness/cli.py only parses arguments.
+"""What the `report`, `compare` and `merge` commands do, once reports/cli.py has parsed their arguments.
 
 Errors are raised, not printed: FileNotFoundError, schema.SchemaError, merge.MergeError.
 """

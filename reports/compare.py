@@ -29,8 +29,7 @@ from h3bench.harness.schema import size_key
 ERROR_GROWTH_FACTOR = 1.5
 
 # Allowed relative slow-down before a latency counts as a regression: new/old > 1 + LATENCY_NOISE.
-# Measured on the lent H200 (three full runs, 2026-12-02; their files are in git's history of
-# reports/evidence/): at R = 32768 the same code's latencies spread by at most 1.5% between runs
+# Measured on the lent H200 (three full-plan runs of the same code): at R = 32768 the same code's latencies spread by at most 1.5% between runs
 # (torch_rms_norm fwd 215.1-218.1 us, liger fwd+bwd 4172.6-4213.8 us), so 10% is far outside noise. At
 # R = 4097 every row is bound by host launch time on that VM and spread up to 1.8x even between the two
 # timings of one run (liger fwd 140 vs 250 us), so only the largest common size is judged, and each file
@@ -39,7 +38,7 @@ LATENCY_NOISE = 0.10
 
 # When both files carry their samples' spread (h3bench records p10/p90 per figure), the allowed slow-down
 # is the measured noise instead: the larger of the two files' relative p10-p90 width and of the distance
-# between a figure's two timings, and never under MIN_LATENCY_NOISE. Example from the H200 (issue 9): the
+# between a figure's two timings, and never under MIN_LATENCY_NOISE. Example from the H200: the
 # same net fwd+bwd took 626.6 us and then 550.2 us in one run (12%); its samples' p10-p90 showed it.
 MIN_LATENCY_NOISE = 0.03
 
@@ -51,9 +50,10 @@ MIN_JUDGED_SAMPLES = 20
 
 LATENCY_KEYS = ("fwd_us", "fwd_bwd_us", "fwd_bwd_net_us", "fwd_stream_us", "fwd_bwd_stream_us",
                 "fwd_bwd_net_stream_us", "fwd_graph_us", "fwd_bwd_graph_us", "fwd_bwd_net_graph_us")
-# What the latencies of files without a timing record mean (shared/prior-art/README.md: the RFC's script
-# synchronizes after each sample; h3bench before issue 9 recorded back-to-back samples under fwd_us).
-RFC_SCRIPT_METHOD = "synchronized (the RFC script, shared/prior-art/README.md)"
+# What the latencies of files without a timing record mean (docs/probes.md: the RFC's script
+# synchronizes after each sample; h3bench files from before the timing record hold back-to-back samples
+# under fwd_us).
+RFC_SCRIPT_METHOD = "synchronized (the RFC script, docs/probes.md)"
 OLD_H3BENCH_METHOD = "back-to-back (h3bench before its timing record)"
 
 

@@ -1,4 +1,4 @@
-"""Every report artifact of one evidence file: NAME.md, NAME.html and three PNGs, next to the JSON."""
+"""Every report artifact of one evidence file: <name>.md, <name>.html and three PNGs, next to the JSON."""
 from __future__ import annotations
 
 import os

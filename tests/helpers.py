@@ -59,7 +59,7 @@ def even(t: torch.Tensor) -> bool:
     return t.shape[0] % 2 == 0
 
 
-# The RFC's counts per plan set (shared/prior-art/README.md, OPERATORS.md), written out.
+# The RFC's counts per plan set (docs/probes.md), written out.
 RFC_ALL_ROWS = {"64": 192, "257": 771, "2048": 6144}
 RFC_SUB_BATCHES = {"token": 2124, "timestep": 2060, "sinusoid": 2060}
 RFC_FULL_BATCH = {"token": 131072, "timestep": 4096, "sinusoid": 8192}
@@ -196,7 +196,7 @@ def no_rl_engine(monkeypatch):
 
 def rl_kernel_reasons(monkeypatch, adapter, params) -> tuple[str, str]:
     """The rl_kernel row's reasons on CUDA (the device is only looked at): without rl_engine, then with an
-    rl_engine that lacks the op (as the reassembly in shared/third_party)."""
+    rl_engine that lacks the op (as the reassembly, docs/third_party.md)."""
     monkeypatch.setitem(sys.modules, "rl_engine", None)
     missing = adapter.try_load(CUDA, params)
     install(monkeypatch, "rl_engine")

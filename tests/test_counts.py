@@ -15,7 +15,7 @@ from h3bench.harness.ops import get_op
 from h3bench.harness.probes import batch_invariance as bi
 from h3bench.harness.probes.context import ProbeContext
 
-# The prior art's numbers (shared/prior-art/README.md and norm_modulate_b200.json), written out.
+# The prior art's numbers (docs/probes.md and tests/data/norm_modulate_b200.json), written out.
 PRIOR_BATCH_SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255,
                      256, 257, 511, 512, 513, 1023, 1024, 1025, 2047, 2048]
 PRIOR_PROBE_ROWS = [0, 259, 515, 771, 1027, 1283, 1539, 2047]

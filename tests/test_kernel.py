@@ -378,7 +378,7 @@ def test_a_launch_key_tells_aligned_from_unaligned_tensors(device, table_rows):
             assert torch.equal(as_bits(grads[name]), as_bits(results[0][1][name])), name
 
 
-# --- every dtype users bring (issue 13) ------------------------------------------------------------------
+# --- every dtype users bring -----------------------------------------------------------------------------
 
 def _retyped(inputs, dtypes):
     """The case with w, sh, sc cast to `dtypes` (x keeps its own); sh and sc stay strided views."""
@@ -426,7 +426,7 @@ def test_mixed_dtypes_invariant_and_repeatable(device):
         assert torch.equal(as_bits(g1["x"][0]), as_bits(grads["x"][r]))
 
 
-# --- many table rows: the global plan, bounded partial memory (issue 13) --------------------------------
+# --- many table rows: the global plan, bounded partial memory -------------------------------------------
 
 def _config(monkeypatch, hidden, **changes):
     """Use launch_config(hidden) with `changes` (small chunks give many backward programs on the CPU)."""
@@ -459,7 +459,7 @@ KERNEL_SETS = {"rows+rows": dict(fwd_rows=4, plan_walk_rows=0, bwd_rows=2, bwd_c
                "rows+split": dict(fwd_rows=2, plan_walk_rows=0, bwd_rows=2, bwd_cols=8, dots_rows=2, dots_chunk=8)}
 
 
-# On an H100 (commit e90ee4f) the split backward's dx under the local plan differs by 1-2 ULP between the
+# On an H100 the split backward's dx under the local plan differs by 1-2 ULP between the
 # PARAMS-off and PARAMS-on compilations: kernels/notes/norm_modulate.md, "Open defect". Strict: a fix shows.
 SPLIT_LOCAL_ON_CUDA = pytest.mark.xfail(condition=DEVICE == "cuda", strict=True,
                                         reason="open defect: dx of the PARAMS-off split backward, local plan")
@@ -567,7 +567,7 @@ def test_partial_memory_is_bounded():
         assert K.partial_rows(table_rows, global_plan=True) == 5
 
 
-# --- wide H: the split backward (issue 13) ----------------------------------------------------------------
+# --- wide H: the split backward ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("hidden,rows", [(12288, 3), (32768, 2)])
 def test_wide_rows_default_backward(device, hidden, rows):

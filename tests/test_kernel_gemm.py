@@ -361,8 +361,8 @@ def test_fp64_gemm_rounds_once_from_float64(device):
     assert rel_err(dw, dy.double().T @ x.double()) <= U32
     with pytest.raises(ValueError, match="fp64 config takes no split-K"):
         gemm.LaunchConfig(64, 64, 32, split_k=2, precision="fp64")
-    # fp64 tiers may differ in tile, warps and stages (the MMA's k-ordered chain: bitwise on the H200 at
-    # commit 6d8fd82), never in the step (block_k) or the precision
+    # fp64 tiers may differ in tile, warps and stages (the MMA's k-ordered chain: bitwise on the
+    # H200), never in the step (block_k) or the precision
     dataclasses.replace(TM.DEFAULT, fwd1=((4, gemm.LaunchConfig(16, 8, 32, num_warps=1, precision="fp64")),
                                           (1 << 40, gemm.LaunchConfig(64, 64, 32, precision="fp64"))))
     for other in (gemm.LaunchConfig(64, 64, 64, precision="fp64"), gemm.LaunchConfig(64, 64, 32)):
@@ -719,7 +719,7 @@ def test_swapped_forward_gives_the_unswapped_bits(device, rows):
     C^T, the two small products and the scale-backs in the unswapped order): the same bits at every T,
     rows of the batch alone too, and within fp32's bound of float64. Under the interpreter the dots are
     fixed-order FMA chains; on the GPU this is the tensor core's claim (measured bitwise on the H200 at the
-    op's size, commits a328a83, 281764f; `python -m tools.bench_gemm` rechecks rows alone against T = 2048)."""
+    op's size; `python -m tools.bench_gemm` rechecks rows alone against T = 2048)."""
     unswapped = dataclasses.replace(SWAP, block_m=16, block_n=32, swap_ab=False)
     g = torch.Generator().manual_seed(rows)
     a = (torch.randn(rows, 300, generator=g) * torch.exp2(torch.randint(-8, 9, (rows, 300), generator=g))).to(device)

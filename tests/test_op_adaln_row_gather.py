@@ -1,4 +1,4 @@
-"""adaln_row_gather (OPERATORS.md): inputs, float64 reference, CPU rows, the RFC's counts, floors, CUDA-only rows.
+"""adaln_row_gather (docs/operators.md, adaln_row_gather): inputs, float64 reference, CPU rows, the RFC's counts, floors, CUDA-only rows.
 
 `outs = table[ti * 3 + tag].chunk(6, dim=1)`: a copy forward, and a table gradient that sums each table
 row's upstream gradients (the only gradient: no per-row gradient).
@@ -210,7 +210,7 @@ def test_default_plan_counts_with_the_diffusers_row():
 
 def test_floor_bytes_match_operators_md():
     params = DEFAULT.inputs
-    per_row, table = 16 + 64512, 580608  # OPERATORS.md: 16 (indices) + 64512 per row; table 0.58 MB
+    per_row, table = 16 + 64512, 580608  # docs/operators.md, memory floors: 16 (indices) + 64512 per row; table 0.58 MB
     assert 6 * 5376 * 2 == 64512 and 9 * 6 * 5376 * 2 == table and round(table / 1e6, 2) == 0.58
     for rows in (0, 1, 4097, 131072):
         assert OP.floor_bytes(params, rows, backward=False) == rows * per_row + table

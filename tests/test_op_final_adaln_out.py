@@ -1,4 +1,4 @@
-"""final_adaln_out (OPERATORS.md): inputs, float64 reference, the diffusers row, the RFC's counts, floors,
+"""final_adaln_out (docs/operators.md, final_adaln_out): inputs, float64 reference, the diffusers row, the RFC's counts, floors,
 the CUDA-only row.
 
 `[shift | scale] = (W bf16(silu(temb)) + b).chunk(2)`, `out = rms_norm(x, nw, eps) * (1 + scale[ti]) + shift[ti]`

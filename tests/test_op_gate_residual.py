@@ -1,4 +1,4 @@
-"""gate_residual (OPERATORS.md): inputs, float64 reference, CPU rows, the RFC's counts, floors, CUDA-only row.
+"""gate_residual (docs/operators.md, gate_residual): inputs, float64 reference, CPU rows, the RFC's counts, floors, CUDA-only row.
 
 `out = res + gate[idx] * y`, with two per-row gradients (res, y) and the gate's parameter gradient.
 """
@@ -285,7 +285,7 @@ def test_quick_plan_through_the_runner():
         assert all(c.rowgrad_differ == 0 for c in row.batch_invariance.all_rows.values())
         assert_accuracy_within(row, QUICK, 2 * U, GRADS)
     # Parity faults in one per-row gradient, in the other, and in both: each per-row gradient is compared
-    # on its own and the counts add up (OPERATORS.md: "each compared bitwise, summed into rowgrad_differ").
+    # on its own and the counts add up (docs/operators.md, "Common to all": "each compared bitwise, summed into rowgrad_differ").
     subs = odd_sub_batches(QUICK.full_vs_sub)
     for name, faults in (("planted_y", 1), ("planted_res", 1), ("planted_res_y", 2)):
         inv = rows[name].batch_invariance

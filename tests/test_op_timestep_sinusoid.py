@@ -80,7 +80,7 @@ def test_reference_is_the_formula_in_float64():
             f = math.exp(-math.log(10000) * k / 4)
             assert out[r, k].item() == pytest.approx(math.cos(t * f), rel=1e-15, abs=1e-15)
             assert out[r, 4 + k].item() == pytest.approx(math.sin(t * f), rel=1e-15, abs=1e-15)
-    # at the model's size the frequencies are exp(-ln(10000) k / 128) (OPERATORS.md)
+    # at the model's size the frequencies are exp(-ln(10000) k / 128) (docs/operators.md, timestep_sinusoid)
     t = torch.tensor([1.0])
     full = OP.reference(DEFAULT.inputs, OP.bundle({"t": t}), None, (), OP.name).outputs[0][0]
     k = torch.arange(128, dtype=torch.float64)

@@ -204,6 +204,8 @@ def test_a_fault_that_switches_on_at_a_batch_size_is_flagged(quick_rows, name):
     assert subs.first_difference.batch < rows
     if differ_sweep:
         assert bi.batch_size_sweep.first_failures[0].batch == min(n for n in QUICK.sweep.batch_sizes() if n >= rows)
+
+
 def test_rowgrad_on_batch_parity_is_flagged(quick_rows):
     bi = quick_rows["rowgrad_on_batch_parity"].batch_invariance
     assert bi.batch_invariant is False
@@ -228,9 +230,10 @@ def test_run_order_table_gradients_are_flagged(quick_rows):
     assert bi.batch_size_sweep.differ == 0
 
 
-def test_the_old_quick_plan_missed_two_of_them():
-    """Why the plan changed: the previous quick plan (a 64-row full batch, all_rows batches of 3 and 8
-    rows) passes the >100-row forward and the run-order table sums; the current one flags both."""
+def test_a_plan_without_the_large_batches_misses_two_of_them():
+    """What the quick plan's 640-row full batch and 32-row all_rows batch are for: the same probes with a
+    64-row full batch and all_rows batches of 3 and 8 rows (no table row gets three contributions) pass the
+    >100-row forward and the run-order table sums, which the quick plan flags (tests above)."""
     from h3bench.harness.config import AllRowsPlan, SubBatchPlan, SweepPlan
 
     old = dataclasses.replace(

@@ -1,4 +1,4 @@
-"""The suite fanned out over GPUs (issue 14): one job per (op, mode), longest first, a dead worker's job
+"""The suite fanned out over GPUs: one job per (op, mode), longest first, a dead worker's job
 retried once on another GPU, each op's parts merged into its usual evidence file. The scheduler itself
 is tested in tests/test_fanout.py; here its jobs are real `h3bench run` command lines and the launcher is
 a fake that writes real part files made by an in-process quick run."""

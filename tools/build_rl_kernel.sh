@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the RFC's own CUDA ops (the reassembly of RL-Align/RL-Kernel in shared/third_party/rl-kernel-h3)
+# Build the RFC's own CUDA ops (the reassembly of RL-Align/RL-Kernel, docs/third_party.md)
 # into a scratch copy, never into the source, and name what was built so the evidence can say so.
 #
 #   bash tools/build_rl_kernel.sh SRC DEST     e.g. SRC=.third_party/rl-kernel-h3 DEST=/tmp/rl-kernel-h3

@@ -2,7 +2,7 @@
 (RFC #420 `final_adaln_out`): a deterministic projection GEMV and the fused norm/modulation kernel, one
 autograd node.
 
-Not in the rl-kernel reassembly this project builds (shared/third_party/rl-kernel-h3); the row tries the
+Not in the rl-kernel reassembly this project builds (docs/third_party.md); the row tries the
 RFC script's module and the later layout, so it is recorded unavailable with the ImportError naming both,
 and runs unchanged on an rl_engine that has the op.
 """

@@ -2,7 +2,7 @@
 residual + gate[index] * y in one pass with the eager expression's two roundings, the gate gathered from
 the table view inside the kernel, and a sorted fp32 segment sum for the gate gradient instead of atomics.
 
-Not in the rl-kernel reassembly this project builds (shared/third_party/rl-kernel-h3); the row tries the
+Not in the rl-kernel reassembly this project builds (docs/third_party.md); the row tries the
 RFC script's module and the later layout, so it is recorded unavailable with the ImportError naming both,
 and runs unchanged on an rl_engine that has the op.
 """

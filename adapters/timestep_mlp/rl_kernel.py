@@ -1,10 +1,10 @@
-"""The RFC's own CUDA op: `H3TimestepMLPCudaOp()(x, w1, b1, w2, b2)` (plain mode only, per OPERATORS.md).
+"""The RFC's own CUDA op: `H3TimestepMLPCudaOp()(x, w1, b1, w2, b2)` (plain mode only, per docs/operators.md, timestep_mlp).
 
-OPERATORS.md lists it as not public. Public RL-Align/RL-Kernel files do define it (the two module paths
+docs/operators.md (timestep_mlp) lists it as not public. Public RL-Align/RL-Kernel files do define it (the two module paths
 below: the RFC script's layout, then the later one; the call is the RFC script's): two batch-invariant
 "h3-det-linear-v1" GEMVs from `rl_engine._C.h3_det_linear_*`, SiLU fused into the first, with a
 deterministic backward for all five inputs. The rl-kernel reassembly h3bench builds
-(shared/third_party/rl-kernel-h3) has neither the module nor `csrc/cuda/h3/det_linear.cu`: there the row
+(docs/third_party.md) has neither the module nor `csrc/cuda/h3/det_linear.cu`: there the row
 is unavailable, and its reason names the class and every module tried. The class refuses to construct
 when `rl_engine._C` lacks the det_linear symbols.
 

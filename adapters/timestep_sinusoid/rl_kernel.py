@@ -1,8 +1,8 @@
 """The RFC's own CUDA op: `H3TimestepSinusoidCudaOp().forward(t, num_channels=..., check_range=False)`.
 
-OPERATORS.md lists it as not public. Public RL-Align/RL-Kernel files do define it (the two module paths
-below, at commits 0522865 and 47dc612: the RFC script's layout, then the later one; the call is the RFC
-script's), but the rl-kernel reassembly h3bench builds (shared/third_party/rl-kernel-h3) has neither the
+docs/operators.md (timestep_sinusoid) lists it as not public. Public RL-Align/RL-Kernel files do define it (the two module paths
+below: the RFC script's layout, then the later one; the call is the RFC
+script's), but the rl-kernel reassembly h3bench builds (docs/third_party.md) has neither the
 module nor `csrc/cuda/h3/timestep_sinusoid.cu`: there the row is unavailable, and its reason names the
 class and every module tried. The class refuses to construct
 when `rl_engine._C` lacks `h3_timestep_sinusoid_forward`, and rl-kernel builds in the model's constants

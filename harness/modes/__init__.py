@@ -1,4 +1,4 @@
-"""Global modes a run can be made under (OPERATORS.md, "Global batch-invariant modes").
+"""Global modes a run can be made under (docs/operators.md, Modes).
 
 Each mode but `plain` runs in its own child process (harness/children.py). A new mode is one ModeSpec in a
 module here plus one line below. Modes from elsewhere (a package's entry points in the `h3bench.modes`

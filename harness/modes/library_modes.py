@@ -1,4 +1,4 @@
-"""The RFC's global batch-invariant modes from vLLM, SGLang and Megatron-Core (OPERATORS.md).
+"""The RFC's global batch-invariant modes from vLLM, SGLang and Megatron-Core (docs/operators.md, Modes).
 
 Each switch imports only the library's batch-invariance module (adapters/COMPETITORS.md lists the files
 the GPU machine carries and why), switches it on, and checks through the dispatcher that the aten ops the

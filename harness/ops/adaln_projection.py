@@ -7,12 +7,12 @@ diffusers' `MiniMaxH3AdaLayerNormModulation`: `nn.Linear(time_embed_dim, 6 * hid
 MINIMAX_H3_MODALITY_NUM)` applied to `silu(temb).to(bf16)`; the model then views each timestep's row as
 `modalities` rows of `chunks * hidden` (the [9, 6H] AdaLN table that splits into six chunks). At the
 model's size out = 6 * 3 * 5376 = 18H = 96768. One per-row input (temb), two parameters; gradients for
-all three. The GEMM op: every global mode applies (OPERATORS.md).
+all three. The GEMM op: every global mode applies (docs/operators.md, Modes).
 
 The bf16 cast of silu(temb) is the implementations' business: the reference is the op's math in float64
 with no intermediate rounding (no cast), as the RFC's reference.
 
-Draws (OPERATORS.md "Common to all"): W and b are the same for every case, drawn once from a generator
+Draws (docs/operators.md, "Common to all"): W and b are the same for every case, drawn once from a generator
 seeded with PARAM_SEED (W first): W = randn * temb_dim^-0.5, b = 0.02 randn, rounded to bf16. temb = randn
 (fp32) from the case seed. Everything is drawn on the target device.
 """

@@ -1,5 +1,5 @@
 """adaln_row_gather, the MiniMax-H3 DiT block's per-row pick of its six AdaLN modulation tensors
-(RL-Align/RL-Kernel RFC #420, OPERATORS.md).
+(RL-Align/RL-Kernel RFC #420, docs/operators.md, adaln_row_gather).
 
     outs = table[ti * M + tag].chunk(6, dim=1)     table: [T*M, 6H], ti, tag: [S] -> six [S, H]
 
@@ -9,7 +9,7 @@ are, in diffusers' order, shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, 
 
 Inputs, in the call order of rl-kernel's `H3AdaLNRowGatherCudaOp()(table, ti, tag)`:
 - `table` [T*M, chunks*H] (0.1 randn, rounded to `dtype`): differentiable, not per row. Drawn once for every
-  case (OPERATORS.md: "Parameters and tables are the same for every case"): from a generator seeded with
+  case (docs/operators.md, "Common to all": "Parameters and tables are the same for every case"): from a generator seeded with
   `PARAM_SEED` on the target device.
 - `ti`, `tag` [S] int64: the RFC's layout for the case seed (`modality_layout`: CPU generator, tags drawn
   first, the first rows get tags 0, 1, 2), moved to the device. Per row, no gradient.
@@ -27,7 +27,7 @@ import torch
 from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, TableParams, Traffic, adaln_table, element_size,
                               generator, modality_layout, positive_fields, randn_grad_outs, torch_dtype)
 
-# Seed of the generator the table is drawn from: the same table for every case seed (OPERATORS.md).
+# Seed of the generator the table is drawn from: the same table for every case seed (docs/operators.md, adaln_row_gather).
 PARAM_SEED = 0
 # diffusers' chunk order (MiniMaxH3AdaLayerNormModulation; rl-kernel's H3_ADALN_CHUNK_NAMES)
 CHUNK_NAMES = ("shift_msa", "scale_msa", "gate_msa", "shift_mlp", "scale_mlp", "gate_mlp")

@@ -182,7 +182,7 @@ def generator(device: torch.device, seed: int) -> torch.Generator:
 
 def modality_layout(rows: int, seed: int, timesteps: int, modalities: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The RFC's per-row layout: (timestep index, modality tag) per row, drawn i.i.d. from a CPU generator
-    seeded with the case seed, tags first; the first rows get tags 0, 1, 2, ... (OPERATORS.md)."""
+    seeded with the case seed, tags first; the first rows get tags 0, 1, 2, ... (docs/operators.md, "Common to all")."""
     gen = torch.Generator().manual_seed(seed)
     tags = torch.randint(0, modalities, (rows,), generator=gen)
     steps = torch.randint(0, timesteps, (rows,), generator=gen)

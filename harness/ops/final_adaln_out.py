@@ -1,4 +1,4 @@
-"""final_adaln_out, the MiniMax-H3 DiT's output norm `norm_out` (RL-Align/RL-Kernel RFC #420, OPERATORS.md).
+"""final_adaln_out, the MiniMax-H3 DiT's output norm `norm_out` (RL-Align/RL-Kernel RFC #420, docs/operators.md, final_adaln_out).
 
     [shift | scale] = (W bf16(silu(temb)) + b).chunk(2)         temb: [T, D], W: [2H, D], b: [2H]
     out = rms_norm(x, nw, eps) * (1 + scale[ti]) + shift[ti]    x: [S, H], nw: [H], ti: [S] -> out: [S, H]
@@ -16,7 +16,7 @@ Inputs, in call order (x, nw, temb, w, b, ti), named as the RFC's evidence names
 - `x` [S, H] (2 randn, rounded to `dtype`): per row, differentiable; drawn from the case seed on the device.
 - `nw` [H] (0.5 + rand), `temb` [T, D] (randn, `temb_dtype` = float32: the time embedder's output),
   `W` [2H, D] (randn * D^-0.5), `b` [2H] (0.02 randn), W, b, nw rounded to `dtype`: differentiable, not per
-  row, drawn once for every case (OPERATORS.md) from a generator seeded with `PARAM_SEED` on the device, in
+  row, drawn once for every case (docs/operators.md, final_adaln_out) from a generator seeded with `PARAM_SEED` on the device, in
   that order. temb is an activation in the model but is not per row (one row per timestep, shared by every
   row of the batch), so it is drawn with the parameters.
 - `ti` [S] int64: the timestep of the RFC's layout for the case seed (modality_layout draws the tags first,
@@ -107,7 +107,7 @@ class FinalAdaLNOut(Op):
         Backward, added: per row read dout and x (2 x 2H) and ti again (8) and write dx (2H); once read W
         again (dtemb = silu'(temb) * (dproj @ W)) and write dW (57.8 MB each).
         Forward+backward reads (3 x 2H + 16) bytes per row plus 2 x W and writes 2 x 2H bytes per row plus
-        W. As in OPERATORS.md's table, only W is counted of the fixed tensors: b, nw and temb (21504 + 10752
+        W. As in docs/operators.md's memory floors, only W is counted of the fixed tensors: b, nw and temb (21504 + 10752
         + 32256 bytes at the model's size) are 0.1% of it."""
         row = params.hidden * element_size(params.torch_dtype)
         weight = 2 * params.hidden * params.temb_dim * element_size(params.torch_dtype)

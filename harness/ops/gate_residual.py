@@ -1,4 +1,4 @@
-"""gate_residual, the MiniMax-H3 DiT block's gated residual add (RL-Align/RL-Kernel RFC #420, OPERATORS.md).
+"""gate_residual, the MiniMax-H3 DiT block's gated residual add (RL-Align/RL-Kernel RFC #420, docs/operators.md, gate_residual).
 
     out = res + gate[idx] * y      res, y: [S, H], gate: [T*M, H], idx: [S] -> out: [S, H]
 
@@ -16,7 +16,7 @@ Inputs:
   column block of the `[T*M, chunks*H]` AdaLN table (`gate_msa`, chunk `GATE_CHUNK`): a strided view, unit
   inner stride and row stride chunks*H, so NOT contiguous (as norm_modulate's sh/sc; rl-kernel's op documents
   its gate as such a "(R, H) row view"; the RFC's script drew a contiguous [T*M, H]). The table is drawn
-  once for every case (OPERATORS.md) from a generator seeded with `PARAM_SEED` on the target device.
+  once for every case (docs/operators.md, gate_residual) from a generator seeded with `PARAM_SEED` on the target device.
 - `idx` [S] int64: timestep * modalities + tag from the RFC's layout for the case seed.
 
 Gradients: res and y (both per row, each compared bitwise) and gate (a parameter gradient, a sum over rows).
@@ -90,7 +90,7 @@ class GateResidual(Op):
         """res, y, out and the gate in the working dtype (bf16: 2 B), idx int64 (8 B).
         Forward: per row read res and y (2 x 2H bytes: 2 x 10752 at H = 5376 in bf16) and idx (8 bytes) and
         write out (2H); once per call read the gate (T*M x H: 96768 bytes, 97 KB).
-        Backward (OPERATORS.md), added: per row read dout and y (2 x 2H) and idx again (8) and write dres
+        Backward (docs/operators.md, memory floors), added: per row read dout and y (2 x 2H) and idx again (8) and write dres
         and dy (2 x 2H); once read the gate again (for dy) and write its gradient (97 KB each).
         Forward+backward reads (4 x 2H + 16) bytes per row plus 2 x the gate and writes 3 x 2H bytes per
         row plus the gate."""

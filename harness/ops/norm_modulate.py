@@ -3,7 +3,7 @@
     n = rms_norm(x, w, eps)              x: [R, H], w: [H]
     y = n * (1 + sc[idx]) + sh[idx]      sh, sc: [M, H] views of a [M, 6H] AdaLN table, idx: [R]
 
-Inputs follow the prior art (shared/prior-art/README.md) so numbers compare: x = 2 randn, w = 0.5 + rand,
+Inputs follow the prior art (docs/operators.md, norm_modulate) so numbers compare: x = 2 randn, w = 0.5 + rand,
 tables 0.1 randn, all rounded to the working dtype; idx = timestep * 3 + modality with the first three
 rows getting modalities 0, 1, 2. Dense tensors are drawn on the target device with a generator seeded
 with the case seed (drawing 131072 x 5376 on the CPU would cost seconds per case); the layout is drawn

@@ -5,9 +5,9 @@
 
 diffusers' `TimestepEmbedding(256, 5376, out_dim=2688)` (linear_1, SiLU, linear_2). Weights are stored
 [out_features, in_features] as nn.Linear stores them. One per-row input (x, the sinusoid features), four
-parameters; gradients for all five. The GEMM op: every global mode applies (OPERATORS.md).
+parameters; gradients for all five. The GEMM op: every global mode applies (docs/operators.md, Modes).
 
-Draws (OPERATORS.md "Common to all"): the parameters are the same for every case, drawn once from a
+Draws (docs/operators.md, "Common to all"): the parameters are the same for every case, drawn once from a
 generator seeded with PARAM_SEED, in the order W1, b1, W2, b2: W1 = randn * freq_dim^-0.5,
 b1 = 0.02 randn, W2 = randn * hidden^-0.5, b2 = 0.02 randn. x = randn from the case seed. Everything is
 drawn on the target device (torch.Generator(device=...)), so a CPU run and a GPU run see different values.
@@ -22,7 +22,7 @@ import torch
 from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, Traffic, element_size, generator, positive_fields,
                               randn_grad_outs)
 
-DTYPE = torch.float32  # every tensor of the op (OPERATORS.md)
+DTYPE = torch.float32  # every tensor of the op (docs/operators.md, timestep_mlp)
 PARAM_SEED = 0         # the parameters' generator seed: the same W1, b1, W2, b2 in every case
 BIAS_SCALE = 0.02
 

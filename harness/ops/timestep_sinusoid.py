@@ -5,7 +5,8 @@
 
 diffusers' `Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=0)`: cosines first (flip_sin_to_cos
 is fixed by the op, not a constant), no zero pad (freq_dim must be even), scale 1. At the model's
-constants (freq_dim 256, max_period 10000, shift 0) this is OPERATORS.md's f_k = exp(-ln(10000) k / 128).
+constants (freq_dim 256, max_period 10000, shift 0) this is
+f_k = exp(-ln(10000) k / 128) (docs/operators.md, timestep_sinusoid).
 
 One per-row input, t in [0, 1) (uniform, fp32, drawn on the target device from the case seed); one fp32
 output; no gradients (the op is forward only, mode plain). The upstream gradient `make_grad_outs` returns
@@ -22,7 +23,7 @@ import torch
 from h3bench.harness.ops.base import (Input, Op, OpInputs, Reference, Traffic, element_size, float64_leaves, generator,
                               positive)
 
-DTYPE = torch.float32  # t and out (OPERATORS.md); the sinusoid has no other dtype
+DTYPE = torch.float32  # t and out (docs/operators.md, timestep_sinusoid); the sinusoid has no other dtype
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Accuracy against float64 per row count, and latency, every row timed in the same rounds.
 
 Accuracy: max|out - ref| / max|ref|, the reference computed in float64 on the same rounded inputs; an op
-with several outputs is judged on all of them together (OPERATORS.md: "for accuracy, concatenated"). On
+with several outputs is judged on all of them together (docs/operators.md, "Common to all": "for accuracy, concatenated"). On
 a GPU the caching allocator is filled with NaN first, so an output element the implementation never
 writes shows up as NaN (an infinite error) instead of passing on stale memory.
 

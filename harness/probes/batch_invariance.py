@@ -1,7 +1,7 @@
 """Batch invariance, bitwise: a row's outputs and row gradients must not depend on the batch it rides in,
-and parameter gradients must repeat run to run. Method and counts: shared/prior-art/README.md.
+and parameter gradients must repeat run to run. Method and counts: docs/probes.md.
 
-Ops with several outputs or per-row gradients (OPERATORS.md): a row's forward differs when any of its
+Ops with several outputs or per-row gradients (docs/operators.md, "Common to all"): a row's forward differs when any of its
 outputs differs (so `fwd_differ` counts rows, or sub-batches, as in the prior art); the per-row
 gradients are compared one by one and their counts summed into `rowgrad_differ`; a sweep comparison
 differs when any output or per-row gradient of the probe row differs.
@@ -28,7 +28,7 @@ from h3bench.harness.schema import (AllRowsCase, BatchInvariance, BatchSizeSweep
 
 
 def totals(config) -> dict[str, int]:
-    """Progress units of the RFC's three probes under a run's config (harness/config.RunConfig)."""
+    """Progress units of the RFC's three probes under a run's config (harness/config.py's RunConfig)."""
     return {"all_rows": all_rows_total(config.all_rows),
             "full_vs_sub_batches": sub_batches_total(config.full_vs_sub),
             "batch_size_sweep": sweep_total(config.sweep)}

@@ -93,7 +93,7 @@ class SideLoad:
         """Wait (releasing the GIL) until the load is under way; whether it is. A run that synchronizes the
         device drains the side stream's queue with its own work, and the thread needs a moment to queue
         more: without this wait the row's next run can start on an idle device, which a GPU check of our
-        Triton row showed (h3bench 9bfba68, H100: 0 of 5 runs found the load busy)."""
+        Triton row showed (H100: 0 of 5 runs found the load busy)."""
         deadline = time.monotonic() + timeout_s
         while not self.busy():
             if time.monotonic() > deadline or not self._thread.is_alive():
