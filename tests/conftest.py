@@ -84,7 +84,7 @@ def pytest_collection_finish(session):
 
 
 # Under H3BENCH_TEST_DEVICE=cuda the suite runs what exercises the GPU: the device-parametrised tests (they
-# take the `device` fixture) and those marked `gpu` (tests/helpers.needs_cuda). The rest hold no CUDA work:
+# take the `device` fixture) and those marked `gpu` (needs_cuda in tests/helpers.py). The rest hold no CUDA work:
 # their behaviour does not depend on the device, and CI runs them on the CPU. H3BENCH_TEST_ALL=1 keeps every
 # test (the whole suite on a GPU machine).
 def pytest_configure(config):

@@ -1,5 +1,5 @@
 """What `check_batch_invariance` returns: one typed, frozen record per check of a function, built from the
-probes' own record (harness/schema.BatchInvariance) and worded as the CI gate words a failing row
+probes' own record (the BatchInvariance record of harness/schema.py) and worded as the CI gate words a failing row
 (harness/gate.py), so a test's message and `h3bench run --require-invariant` say the same thing."""
 from __future__ import annotations
 
