@@ -461,7 +461,8 @@ def test_ensure_cutlass_dsl_on_path(fresh, monkeypatch, tmp_path):
 
 # --- comfy-kitchen ----------------------------------------------------------------------------
 
-CK_ROW, CK_TRITON = "h3bench.adapters.norm_modulate.comfy_kitchen", "h3bench.adapters.norm_modulate.comfy_kitchen_triton"
+CK_ROW = "h3bench.adapters.norm_modulate.comfy_kitchen"
+CK_TRITON = "h3bench.adapters.norm_modulate.comfy_kitchen_triton"
 CK_ORDER = ("ascend", "cuda", "triton", "eager")  # comfy-kitchen's dispatch order (registry.py)
 
 
