@@ -13,7 +13,7 @@ from h3bench.harness.adapter import Adapter
 BUILTIN: dict[str, tuple[str, ...]] = {
     "norm_modulate": ("diffusers", "torch_rms_norm", "transformer_engine", "liger", "liger_rlk_gather",
                       "liger_det_gather", "sglang", "sglang_indexed", "rl_kernel", "h3bench_triton",
-                      "quack_rms_norm"),
+                      "quack_rms_norm", "comfy_kitchen", "comfy_kitchen_triton"),
     "timestep_sinusoid": ("diffusers", "sglang", "rl_kernel", "h3bench_triton"),
     "timestep_mlp": ("diffusers", "rl_kernel", "h3bench_triton"),
     "adaln_projection": ("diffusers", "h3bench_triton"),

@@ -7,6 +7,7 @@ record their arguments and compute the documented math in float64. The adapters 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import textwrap
 import types
@@ -32,9 +33,13 @@ ADAPTERS = {  # module -> top-level packages it needs (first one missing is name
     "h3bench.adapters.norm_modulate.sglang": ("sglang",),
     "h3bench.adapters.norm_modulate.sglang_indexed": ("sglang",),
     "h3bench.adapters.norm_modulate.rl_kernel": ("rl_engine",),
+    "h3bench.adapters.norm_modulate.comfy_kitchen": ("comfy_kitchen",),
+    "h3bench.adapters.norm_modulate.comfy_kitchen_triton": ("comfy_kitchen",),
 }
+# rows whose library also runs on a CPU (comfy-kitchen's eager backend): not "needs CUDA" there
+RUN_ON_CPU = ("h3bench.adapters.norm_modulate.comfy_kitchen",)
 LIBRARIES = ("liger_kernel", "rl_engine", "transformer_engine", "sglang", "nvidia_cutlass_dsl",
-             "cutlass")
+             "cutlass", "comfy_kitchen")
 
 
 def rms(x, w, eps=EPS):
@@ -69,7 +74,7 @@ def fresh(monkeypatch):
 @pytest.fixture
 def versions(monkeypatch):
     known = {"liger-kernel": "0.8.5", "sglang": "0.5.23", "nvidia-cutlass-dsl-libs-base": "4.8.0",
-             "transformer_engine": "2.20.2"}
+             "transformer_engine": "2.20.2", "comfy-kitchen": "0.2.40"}
 
     def version(dist):
         if dist in known:
@@ -135,7 +140,7 @@ def test_import_does_not_import_libraries(fresh):
     assert not [lib for lib in LIBRARIES if lib in sys.modules]
 
 
-@pytest.mark.parametrize("module_name", ADAPTERS)
+@pytest.mark.parametrize("module_name", [m for m in ADAPTERS if m not in RUN_ON_CPU])
 def test_unavailable_on_cpu(module_name):
     reason = importlib.import_module(module_name).ADAPTER.try_load(CPU, PARAMS)
     assert isinstance(reason, str)
@@ -452,3 +457,152 @@ def test_ensure_cutlass_dsl_on_path(fresh, monkeypatch, tmp_path):
     assert importlib.util.find_spec("cutlass") is None
     ensure_cutlass_dsl_on_path()
     assert importlib.import_module("cutlass").FAKE
+
+
+# --- comfy-kitchen ----------------------------------------------------------------------------
+
+CK_ROW = "h3bench.adapters.norm_modulate.comfy_kitchen"
+CK_TRITON = "h3bench.adapters.norm_modulate.comfy_kitchen_triton"
+CK_ORDER = ("ascend", "cuda", "triton", "eager")  # comfy-kitchen's dispatch order (registry.py)
+
+
+def unweighted(x, w, sh, sc, idx, eps=EPS):
+    """What comfy-kitchen's rms_adaln computes from ComfyUI's call: the norm without its weight, modulated."""
+    return rms(x, 1.0, eps) * (1 + sc[idx]) + sh[idx]
+
+
+def fake_comfy_kitchen(monkeypatch, available=("cuda", "triton", "eager"), declines=(), reasons=None):
+    """A comfy_kitchen module whose registry dispatches as the real one: a `use_backend` override first, where
+    it is available and takes the call, then the backends in order; `declines`: backends whose rules reject the
+    call. `rms_adaln` records its arguments and the backend the dispatch picked."""
+    import contextlib
+
+    calls, override = [], []
+
+    class Registry:
+        def get_capable_backend(self, func_name, kwargs):
+            assert func_name == "rms_adaln" and set(kwargs) == {"x", "scale", "shift", "eps"}
+            for name in override[-1:] + list(CK_ORDER):
+                if name in available and name not in declines:
+                    return name
+            raise RuntimeError("No capable backend found for 'rms_adaln'\n(every backend declined)")
+
+    def list_backends():
+        return {name: {"available": name in available, "disabled": False,
+                       "unavailable_reason": None if name in available else (reasons or {}).get(name, "absent"),
+                       "capabilities": ["rms_adaln"]} for name in CK_ORDER}
+
+    @contextlib.contextmanager
+    def use_backend(name):
+        assert name in available
+        override.append(name)
+        try:
+            yield
+        finally:
+            override.pop()
+
+    def rms_adaln(x, scale, shift, eps=1e-6):
+        kwargs = dict(x=x, scale=scale, shift=shift, eps=eps)
+        calls.append(dict(kwargs, backend=registry.get_capable_backend("rms_adaln", kwargs)))
+        return rms(x, 1.0, eps) * (1 + scale) + shift
+
+    registry = Registry()
+    install(monkeypatch, "comfy_kitchen", registry=registry, list_backends=list_backends, use_backend=use_backend,
+            rms_adaln=rms_adaln)
+    # the load asks the dispatch with arguments on the run's device; here the "cuda" runs use CPU tensors
+    for module_name in (CK_ROW, CK_TRITON):
+        helper = importlib.import_module(module_name).load_rms_adaln.__globals__
+        probe = helper["_probe_call"]
+        monkeypatch.setitem(helper, "_probe_call", lambda device, params, probe=probe: probe(CPU, params))
+    return calls
+
+
+def test_comfy_kitchen_rows_are_forward_only_and_judged_against_the_op():
+    for module_name in (CK_ROW, CK_TRITON):
+        adapter = importlib.import_module(module_name).ADAPTER
+        # no reference variant: ComfyUI's call leaves the norm weight out, and the accuracy columns must show it
+        assert adapter.grads == () and adapter.reference is None
+
+
+def test_comfy_kitchen_unavailable_without_library_on_cpu(fresh, monkeypatch):
+    fresh("comfy_kitchen")
+    monkeypatch.setitem(sys.modules, "comfy_kitchen", None)
+    reason = importlib.import_module(CK_ROW).ADAPTER.try_load(CPU, PARAMS)
+    assert reason.startswith("ModuleNotFoundError: ") and "comfy_kitchen" in reason and "\n" not in reason
+
+
+GPU_MACHINE, CPU_MACHINE = ("cuda", "triton", "eager"), ("eager",)  # the backends comfy-kitchen registers there
+
+
+@pytest.mark.parametrize("module_name, device, available, backend", [
+    (CK_ROW, CUDA, GPU_MACHINE, "cuda"), (CK_ROW, CPU, CPU_MACHINE, "eager"), (CK_TRITON, CUDA, GPU_MACHINE, "triton")])
+def test_comfy_kitchen_plumbing(module_name, device, available, backend, fresh, monkeypatch, versions):
+    fresh("comfy_kitchen")
+    calls = fake_comfy_kitchen(monkeypatch, available=available)
+    loaded = load(module_name, device)
+    assert loaded.source == (f"comfy-kitchen 0.2.40 rms_adaln, {backend} backend (forward only; as ComfyUI PR "
+                             "#15621 calls it: rms_adaln(x, sc[idx], sh[idx], eps), no norm weight)")
+    check(loaded.fn, (), ref=unweighted)
+    x, w, table = make_inputs()
+    sh, sc = table.chunk(6, dim=-1)[:2]
+    y = loaded.fn(x, w, sh, sc, IDX)
+    call = calls[-1]
+    assert call["x"] is x and call["eps"] == EPS and call["backend"] == backend
+    assert torch.equal(call["scale"], sc[IDX]) and torch.equal(call["shift"], sh[IDX])  # not swapped
+    assert torch.equal(loaded.fn(x, 2 * w, sh, sc, IDX), y)  # the weight never reaches the kernel
+
+
+def test_comfy_kitchen_backend_unavailable(fresh, monkeypatch):
+    fresh("comfy_kitchen")
+    fake_comfy_kitchen(monkeypatch, available=("eager",),
+                       reasons={"cuda": "Failed to load extension: libcublasLt.so.13: cannot open shared object file",
+                                "triton": "Neither CUDA nor XPU available on this system"})
+    assert importlib.import_module(CK_ROW).ADAPTER.try_load(CUDA, PARAMS) == (
+        "RuntimeError: comfy-kitchen's cuda backend is unavailable: Failed to load extension: libcublasLt.so.13: "
+        "cannot open shared object file")
+    assert importlib.import_module(CK_TRITON).ADAPTER.try_load(CUDA, PARAMS) == (
+        "RuntimeError: comfy-kitchen's triton backend is unavailable: Neither CUDA nor XPU available on this system")
+
+
+@pytest.mark.parametrize("module_name, declined, instead", [(CK_ROW, "cuda", "triton"), (CK_TRITON, "triton", "cuda")])
+def test_comfy_kitchen_dispatch_elsewhere_is_unavailable(module_name, declined, instead, fresh, monkeypatch):
+    """Where the row's backend declines the run's calls, the dispatch would quietly run the next one: the row is
+    unavailable instead, naming both."""
+    fresh("comfy_kitchen")
+    fake_comfy_kitchen(monkeypatch, declines=(declined,))
+    assert importlib.import_module(module_name).ADAPTER.try_load(CUDA, PARAMS) == (
+        f"RuntimeError: comfy-kitchen dispatches rms_adaln on bfloat16 cuda tensors to its {instead} backend here, "
+        f"not {declined}")
+
+
+def test_comfy_kitchen_no_backend_takes_the_call(fresh, monkeypatch):
+    fresh("comfy_kitchen")
+    fake_comfy_kitchen(monkeypatch, declines=("cuda", "triton", "eager"))
+    assert importlib.import_module(CK_ROW).ADAPTER.try_load(CUDA, PARAMS) == (
+        "RuntimeError: comfy-kitchen has no backend for rms_adaln on bfloat16 cuda tensors: No capable backend "
+        "found for 'rms_adaln'")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("comfy_kitchen") is None,
+                    reason="comfy-kitchen is not installed (not in the CI install; tools/pack_devpkgs.sh carries it "
+                           "to the GPU machine)")
+def test_comfy_kitchen_row_on_cpu_is_the_eager_backend_as_comfyui_calls_it():
+    """With the real package: on a CPU the row is comfy-kitchen's eager backend, its bits are those of the call
+    ComfyUI makes, and the norm weight plays no part (so against the op it is off by what the weight does)."""
+    import comfy_kitchen as ck
+
+    from h3bench.harness.ops import get_op
+
+    params = nm_params(H, eps=EPS)
+    loaded = importlib.import_module(CK_ROW).ADAPTER.load(CPU, params)
+    assert loaded.source.startswith(f"comfy-kitchen {metadata.version('comfy-kitchen')} rms_adaln, eager backend")
+    op = get_op("norm_modulate")
+    inputs = op.make_inputs(params, 40, seed=3, device=CPU).tensors
+    x, w, sh, sc, idx = (inputs[k] for k in ("x", "w", "sh", "sc", "idx"))
+    y = loaded.fn(x, w, sh, sc, idx)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    assert torch.equal(y, ck.rms_adaln(x, sc[idx], sh[idx], eps=EPS))
+    assert torch.equal(loaded.fn(x, w + 1, sh, sc, idx), y)
+    as64 = [t.double() if t.is_floating_point() else t for t in (x, w, sh, sc, idx)]
+    torch.testing.assert_close(y.double(), unweighted(*as64), rtol=2e-2, atol=2e-2)  # bf16 roundings
+    assert (y.double() - norm_modulate(*as64)).abs().max() > 0.1  # w is 0.5 + rand: leaving it out shows

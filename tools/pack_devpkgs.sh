@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Pack every wheel the GPU machine's rows need (the big set: Transformer Engine, the CuTe DSL; the small set:
-# SGLang, Liger, Quack and their imports) into .devpkgs/part-NN folders that each fit beside the working tree in
-# what one run takes to the GPU machine (64 MiB in all, the tracked tree included):
+# Pack every wheel the GPU machine's rows need (the big set: Transformer Engine, the CuTe DSL, comfy-kitchen; the
+# small set: SGLang, Liger, Quack and their imports) into .devpkgs/part-NN folders that each fit beside the working
+# tree in what one run takes to the GPU machine (64 MiB in all, the tracked tree included):
 #
 #   DEVPKGS=/path/to/devpkgs bash tools/pack_devpkgs.sh [LIMIT_MB]
 #   bash tools/pack_devpkgs.sh --devpkgs /path/to/devpkgs [LIMIT_MB]
@@ -29,6 +29,7 @@ PART_MB=$(( LIMIT_MB * 1000 * 1000 / 1048576 - 1 )) "$DEVPKGS" pack "$DIR" \
   pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 typing-extensions==4.16.0 \
   liger-kernel==0.8.5 sglang==0.5.23 orjson==3.13.0 pybase64==1.5.1 msgspec==0.23.0 starlette==1.10.0 \
   quack-kernels==0.6.5 torch-c-dlpack-ext==0.1.5 \
+  comfy-kitchen==0.2.40 \
   | grep -v WARNING
 # transformer_engine_torch is an sdist (built on the machine against its torch): devpkgs takes wheels only
 SDIST=transformer_engine_torch-2.20.2.tar.gz
