@@ -86,6 +86,10 @@ class Op:
     # Rows whose evidence name carries the mode, as the RFC's files name them (`diffusers[vllm]` in the GEMM
     # ops, where the same composition is measured under every global mode).
     mode_tagged_rows: tuple[str, ...] = ()
+    # The row whose composition is the op written plainly in torch, where the negative control
+    # (harness/control.py) plants its fault: the RFC's ops replay diffusers' (`diffusers`); the common ops
+    # are one torch.nn.functional call (`torch`).
+    composition_row: str = "diffusers"
 
     # --- derived from the declarations --------------------------------------------------------------
     @property
