@@ -223,8 +223,8 @@ def run(
     """Run every selected implementation through the probes and write the evidence JSON.
 
     Every run also puts a negative control through the batch-invariance probes, once per op in the plain
-    mode: the op's composition (its diffusers or torch row) with a planted batch-size fault, which the plan must flag. It is
-    recorded under the file's `control` key, not as a row; `--no-control` skips it.
+    mode: the op's composition (its diffusers or torch row) with a planted batch-size fault, which the plan
+    must flag. It is recorded under the file's `control` key, not as a row; `--no-control` skips it.
 
     Exit status: 0; 1 when --require-invariant fails; 2 on bad input; 3 when the plan is blind on this
     machine (the control went unflagged by a check: the file is written and says so).

@@ -224,8 +224,10 @@ def test_liger_rows_call_its_functions_as_its_functional_api(monkeypatch):
     calls: list = []
     fake_module(monkeypatch, "liger_kernel")
     fake_module(monkeypatch, "liger_kernel.ops",
-                LigerRMSNormFunction=recording_function(calls, lambda x, w, eps, *_: F.rms_norm(x, (x.shape[-1],), w, eps)),
-                LigerLayerNormFunction=recording_function(calls, lambda x, w, b, eps: F.layer_norm(x, (x.shape[-1],), w, b, eps)),
+                LigerRMSNormFunction=recording_function(
+                    calls, lambda x, w, eps, *_: F.rms_norm(x, (x.shape[-1],), w, eps)),
+                LigerLayerNormFunction=recording_function(
+                    calls, lambda x, w, b, eps: F.layer_norm(x, (x.shape[-1],), w, b, eps)),
                 LigerSoftmaxFunction=recording_function(calls, lambda x: torch.softmax(x, -1)))
     for op in ("rms_norm", "layer_norm", "softmax"):
         params, t = small_case(op)

@@ -74,7 +74,7 @@ class Op:
     `make_inputs`, `make_grad_outs`, `reference` and `floor_traffic`."""
 
     name: str
-    rfc: str = "RL-Align/RL-Kernel#420"
+    rfc: str = "RL-Align/RL-Kernel#420"  # the evidence file's `rfc` key: the RFC whose op this is
     inputs: tuple[Input, ...]
     outputs: tuple[str, ...]
     params_type: type
@@ -169,6 +169,10 @@ class Op:
 
 
 # --- helpers the op modules share -------------------------------------------------------------------
+
+# The `rfc` of the common ops (rms_norm, layer_norm, linear, softmax): no RFC audits them; their files keep
+# the RFC's format.
+NOT_IN_RFC = "none (a common op; the file keeps RL-Align/RL-Kernel#420's format)"
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 

@@ -21,8 +21,9 @@ from typing import Optional
 
 import torch
 
-from h3bench.harness.ops.base import (DtypeParams, Input, Op, OpInputs, Reference, Traffic, element_size, generator,
-                                      positive_eps, positive_fields, randn_grad_outs, torch_dtype)
+from h3bench.harness.ops.base import (NOT_IN_RFC, DtypeParams, Input, Op, OpInputs, Reference, Traffic,
+                                      element_size, generator, positive_eps, positive_fields, randn_grad_outs,
+                                      torch_dtype)
 
 PARAM_SEED = 0
 BIAS_SCALE = 0.1
@@ -53,6 +54,7 @@ def layer_norm64(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) 
 
 class LayerNorm(Op):
     name = "layer_norm"
+    rfc = NOT_IN_RFC
     inputs = (Input("x", per_row=True, differentiable=True), Input("w", differentiable=True),
               Input("b", differentiable=True))
     outputs = ("y",)

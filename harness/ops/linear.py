@@ -18,8 +18,8 @@ from typing import Optional
 
 import torch
 
-from h3bench.harness.ops.base import (DtypeParams, Input, Op, OpInputs, Reference, Traffic, element_size, generator,
-                                      positive_fields, randn_grad_outs, torch_dtype)
+from h3bench.harness.ops.base import (NOT_IN_RFC, DtypeParams, Input, Op, OpInputs, Reference, Traffic,
+                                      element_size, generator, positive_fields, randn_grad_outs, torch_dtype)
 
 PARAM_SEED = 0
 
@@ -37,6 +37,7 @@ class LinearParams(DtypeParams):
 
 class Linear(Op):
     name = "linear"
+    rfc = NOT_IN_RFC
     inputs = (Input("x", per_row=True, differentiable=True), Input("w", differentiable=True))
     outputs = ("y",)
     params_type = LinearParams

@@ -18,8 +18,9 @@ from typing import Optional
 
 import torch
 
-from h3bench.harness.ops.base import (DtypeParams, Input, Op, OpInputs, Reference, Traffic, element_size, generator,
-                                      positive_eps, positive_fields, randn_grad_outs, torch_dtype)
+from h3bench.harness.ops.base import (NOT_IN_RFC, DtypeParams, Input, Op, OpInputs, Reference, Traffic,
+                                      element_size, generator, positive_eps, positive_fields, randn_grad_outs,
+                                      torch_dtype)
 
 PARAM_SEED = 0  # the weight's generator seed: the same w in every case
 
@@ -42,6 +43,7 @@ def rms_norm64(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 
 class RmsNorm(Op):
     name = "rms_norm"
+    rfc = NOT_IN_RFC
     inputs = (Input("x", per_row=True, differentiable=True), Input("w", differentiable=True))
     outputs = ("y",)
     params_type = RmsNormParams

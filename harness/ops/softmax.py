@@ -18,8 +18,8 @@ from typing import Optional
 
 import torch
 
-from h3bench.harness.ops.base import (DtypeParams, Input, Op, OpInputs, Reference, Traffic, element_size, generator,
-                                      positive_fields, randn_grad_outs, torch_dtype)
+from h3bench.harness.ops.base import (NOT_IN_RFC, DtypeParams, Input, Op, OpInputs, Reference, Traffic,
+                                      element_size, generator, positive_fields, randn_grad_outs, torch_dtype)
 
 SCORE_SCALE = 2.0
 
@@ -36,6 +36,7 @@ class SoftmaxParams(DtypeParams):
 
 class Softmax(Op):
     name = "softmax"
+    rfc = NOT_IN_RFC
     inputs = (Input("x", per_row=True, differentiable=True),)
     outputs = ("y",)
     params_type = SoftmaxParams
