@@ -5,7 +5,9 @@
 Shape at the default config: Llama-3-8B's attention output projection `o_proj` (config.json: hidden_size
 4096, 32 heads x 128 = 4096 in, nn.Linear(4096, 4096, bias=False), torch_dtype bfloat16): bf16 activations
 and a bf16 weight stored [out, in] as nn.Linear stores it. A row is a token. The GEMM op among the common
-ops: the global modes that replace aten's mm/addmm apply to it (`mode_tagged_rows`, as timestep_mlp).
+ops, so the global modes apply to it as to timestep_mlp (`mode_tagged_rows`): F.linear reaches aten mm,
+which sglang and megatron replace; vLLM on Hopper keeps cuBLASLt and sets its workspace variables
+(harness/modes/library_modes.py lists what each mode replaces).
 
 Draws: x = randn from the case seed; w = randn * in_features^-0.5 (unit-variance outputs), the same in
 every case (PARAM_SEED); on the target device, rounded to `dtype`. Gradients: x (per row, compared
