@@ -323,3 +323,11 @@ def test_library_rows_are_unavailable_on_a_cpu_with_one_line(op):
             reason = adapter.try_load(CPU, params)
             assert isinstance(reason, str) and "\n" not in reason and "needs CUDA" in reason, (adapter.name, reason)
 
+
+
+@pytest.mark.parametrize("setting, message", [("param_dtype=int8", "param_dtype must be one of"),
+                                              ("hidden=0", "hidden must be >= 1")])
+def test_a_bad_constant_is_one_line_and_exit_2(invoke, setting, message):
+    result, text = invoke("run", "--op", "layer_norm", "--device", "cpu", "--quick", "--set", setting,
+                          "--no-render", "--quiet")
+    assert result.exit_code == 2 and message in text and "Traceback" not in result.output

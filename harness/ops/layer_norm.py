@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-from h3bench.harness.ops.base import (NOT_IN_RFC, DtypeParams, Input, Op, OpInputs, Reference, Traffic,
+from h3bench.harness.ops.base import (DTYPES, NOT_IN_RFC, DtypeParams, Input, Op, OpInputs, Reference, Traffic,
                                       element_size, generator, positive_eps, positive_fields, randn_grad_outs,
                                       torch_dtype)
 
@@ -39,7 +39,8 @@ class LayerNormParams(DtypeParams):
     def __post_init__(self):
         positive_fields(self, "hidden")
         torch_dtype(self.dtype)
-        torch_dtype(self.param_dtype)
+        if self.param_dtype not in DTYPES:
+            raise ValueError(f"param_dtype must be one of {sorted(DTYPES)}, got {self.param_dtype!r}")
         positive_eps(self.eps)
 
     @property
