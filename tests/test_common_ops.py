@@ -331,3 +331,26 @@ def test_a_bad_constant_is_one_line_and_exit_2(invoke, setting, message):
     result, text = invoke("run", "--op", "layer_norm", "--device", "cpu", "--quick", "--set", setting,
                           "--no-render", "--quiet")
     assert result.exit_code == 2 and message in text and "Traceback" not in result.output
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: every library row is a GPU kernel")
+@pytest.mark.parametrize("op", COMMON_OPS)
+def test_installed_library_rows_are_accurate_on_a_gpu(op):
+    """Each library row that loads computes the op: its forward within 8 units of the dtype's epsilon of the
+    float64 reference, relative to the reference's largest element (a swapped or missing parameter is off
+    by order one)."""
+    spec, params = get_op(op), load_config(op, quick=True).inputs
+    case = spec.make_inputs(params, 130, seed=3, device=CUDA)
+    (ref,) = spec.reference(params, case, None, (), spec.name).outputs
+    eps, ran = torch.finfo(params.torch_dtype).eps, []
+    for adapter in builtin_adapters(op):
+        loaded = adapter.try_load(CUDA, params) if adapter.name in LIBRARY_ROWS[op] else None
+        if not isinstance(loaded, Loaded):
+            continue
+        with torch.no_grad():
+            got = loaded.fn(*case.tensors.values())
+        assert (got.shape, got.dtype) == (ref.shape, params.torch_dtype), adapter.name
+        assert float((got.double() - ref).abs().max() / ref.abs().max()) < 8 * eps, adapter.name
+        ran.append(adapter.name)
+    if not ran:
+        pytest.skip(f"no library row of {op} loads here ({', '.join(sorted(LIBRARY_ROWS[op]))})")
