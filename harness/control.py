@@ -2,9 +2,9 @@
 
 A determinism suite whose checks pass proves nothing unless the same checks fail a row that is known to be
 wrong (vLLM's suite runs such a control). Per op, `h3bench run` puts the op's composition row
-(`Op.composition_row`: `diffusers` for the RFC's ops, `torch` for the common ops) with
-a planted batch-size fault (harness/control_fault.py) through the run's batch-invariance probes (all_rows,
-the sub-batches, the sweep; no accuracy or latency), in the plain mode, once per run. The plan is *blind*
+(`Op.composition_row`: `diffusers` for the RFC's ops, `torch` for the common ops) with a planted batch-size
+fault (harness/control_fault.py) through the run's batch-invariance probes (all_rows, the sub-batches, the
+sweep; no accuracy or latency), in the plain mode, once per run. The plan is *blind*
 on this machine when a check did not see the fault: the forward or the row gradients of all_rows or of the
 sub-batches, or the sweep, counted nothing. The record goes under the evidence file's `control` key, not
 under `results`, so no table, comparison, gate or index takes it for a row.
