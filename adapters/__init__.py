@@ -20,8 +20,14 @@ BUILTIN: dict[str, tuple[str, ...]] = {
     "adaln_row_gather": ("diffusers", "torch_embedding", "rl_kernel", "h3bench_triton"),
     "gate_residual": ("diffusers", "torch_addcmul", "rl_kernel", "h3bench_triton"),
     "final_adaln_out": ("diffusers", "rl_kernel", "h3bench_triton"),
+    # the common ops: torch's own function, then the libraries users pick for it
+    "rms_norm": ("torch", "liger", "quack", "transformer_engine"),
+    "layer_norm": ("torch", "liger", "transformer_engine"),
+    "linear": ("torch", "transformer_engine"),
+    "softmax": ("torch", "liger", "quack"),
 }
-# Every op also has the torch.compile rows (adapters/_torch_compile.py): its diffusers composition compiled.
+# Every op also has the torch.compile rows (adapters/_torch_compile.py): its composition row (the RFC's ops'
+# diffusers row, the common ops' torch row: `Op.composition_row`) compiled.
 COMPILED = ("torch_compile", "torch_compile_max_autotune")
 BUILTIN = {op: rows + COMPILED for op, rows in BUILTIN.items()}
 

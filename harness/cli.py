@@ -153,12 +153,12 @@ def _check_writable(path: Path) -> None:
 
 
 def _ops(op: str) -> list[str]:
-    """`--op NAME[,NAME]` or `--op all`, in the order given (all: registry order)."""
-    from h3bench.harness.ops import OP_MODULES
+    """`--op NAME[,NAME]` or `--op all`, in the order given (all: the RFC's suite, `all_ops`)."""
+    from h3bench.harness.ops import OP_MODULES, all_ops
 
     names = [n.strip() for n in op.split(",") if n.strip()]
     if ALL_OPS in names:
-        return list(OP_MODULES)
+        return all_ops()
     unknown = [n for n in names if n not in OP_MODULES]
     if unknown or not names:
         fail(f"unknown op {', '.join(unknown) or repr(op)}; known ops: {', '.join(OP_MODULES)}, or {ALL_OPS}")
@@ -185,7 +185,7 @@ def _child_args(op: str, device, config: Optional[Path], sets: List[str], quick:
 @app.command()
 def run(
     op: str = typer.Option("norm_modulate", "--op", help=f"Operator(s) to run: NAME[,NAME], or {ALL_OPS} "
-                                                         "(one evidence file per op)."),
+                                                         "(the RFC's seven ops; one evidence file per op)."),
     config: Optional[Path] = typer.Option(None, "--config", help="TOML config (default: the op's built-in)."),
     set_: List[str] = typer.Option([], "--set", help="Override a config key: KEY=VALUE or TABLE.KEY=VALUE."),
     quick: Optional[bool] = typer.Option(None, "--quick/--full",
@@ -223,8 +223,8 @@ def run(
     """Run every selected implementation through the probes and write the evidence JSON.
 
     Every run also puts a negative control through the batch-invariance probes, once per op in the plain
-    mode: the op's diffusers composition with a planted batch-size fault, which the plan must flag. It is
-    recorded under the file's `control` key, not as a row; `--no-control` skips it.
+    mode: the op's composition (its diffusers or torch row) with a planted batch-size fault, which the plan
+    must flag. It is recorded under the file's `control` key, not as a row; `--no-control` skips it.
 
     Exit status: 0; 1 when --require-invariant fails; 2 on bad input; 3 when the plan is blind on this
     machine (the control went unflagged by a check: the file is written and says so).

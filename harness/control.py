@@ -1,9 +1,10 @@
 """The negative control: each run's proof that its plan can see a batch-variant row on this machine.
 
 A determinism suite whose checks pass proves nothing unless the same checks fail a row that is known to be
-wrong (vLLM's suite runs such a control). Per op, `h3bench run` puts the op's `diffusers` composition with
-a planted batch-size fault (harness/control_fault.py) through the run's batch-invariance probes (all_rows,
-the sub-batches, the sweep; no accuracy or latency), in the plain mode, once per run. The plan is *blind*
+wrong (vLLM's suite runs such a control). Per op, `h3bench run` puts the op's composition row
+(`Op.composition_row`: `diffusers` for the RFC's ops, `torch` for the common ops) with a planted batch-size
+fault (harness/control_fault.py) through the run's batch-invariance probes (all_rows, the sub-batches, the
+sweep; no accuracy or latency), in the plain mode, once per run. The plan is *blind*
 on this machine when a check did not see the fault: the forward or the row gradients of all_rows or of the
 sub-batches, or the sweep, counted nothing. The record goes under the evidence file's `control` key, not
 under `results`, so no table, comparison, gate or index takes it for a row.
@@ -30,19 +31,18 @@ HERE, SKIP, ELSEWHERE = "here", "skip", "elsewhere"
 SKIPPED_BY_USER = "--no-control"
 # `h3bench run`'s exit status when a plan is blind on this machine (0 ok, 1 a failed gate, 2 bad input).
 BLIND_EXIT = 3
-COMPOSITION = "diffusers"  # the row whose composition the fault is planted in
 PROBES = ("all_rows", "full_vs_sub_batches", "batch_size_sweep")
 
 Record = Union[ControlResult, ControlSkipped]
 
 
-def composition_adapter(op: str) -> Optional[Adapter]:
-    """The op's built-in diffusers row, or None for an op without one."""
+def composition_adapter(op: Op) -> Optional[Adapter]:
+    """The op's built-in composition row (`op.composition_row`), or None for an op without one."""
     from h3bench.adapters import BUILTIN
 
-    if COMPOSITION not in BUILTIN.get(op, ()):
+    if op.composition_row not in BUILTIN.get(op.name, ()):
         return None
-    return importlib.import_module(f"h3bench.adapters.{op}.{COMPOSITION}").ADAPTER
+    return importlib.import_module(f"h3bench.adapters.{op.name}.{op.composition_row}").ADAPTER
 
 
 def unmeasured(where: str) -> Optional[ControlSkipped]:
@@ -61,15 +61,15 @@ def probe_units(config: RunConfig) -> int:
 def measure(op: Op, config: RunConfig, device: torch.device,
             progress: Callable[[int], None] = lambda n: None) -> Record:
     """The control's record. The composition's own failure (ImplementationError) propagates to the runner,
-    which blames it as it blames a row; an op without a diffusers row, or one that does not load, is
+    which blames it as it blames a row; an op without its composition row, or one that does not load, is
     recorded as skipped, with the reason."""
-    adapter = composition_adapter(op.name)
+    adapter = composition_adapter(op)
     if adapter is None:
-        return ControlSkipped(skipped=f"op {op.name} has no {COMPOSITION} row to plant the fault in")
+        return ControlSkipped(skipped=f"op {op.name} has no {op.composition_row} row to plant the fault in")
     started = time.perf_counter()
     loaded = adapter.try_load(device, config.inputs)
     if not isinstance(loaded, Loaded):
-        return ControlSkipped(skipped=f"the {COMPOSITION} row did not load: {loaded}")
+        return ControlSkipped(skipped=f"the {op.composition_row} row did not load: {loaded}")
     row_grads = [i.per_row and i.differentiable and i.name in adapter.grads for i in op.inputs]
     fn = planted(loaded.fn, [i.per_row for i in op.inputs], row_grads)
     ctx = ProbeContext(op=op, params=config.inputs, fn=fn, grads=adapter.grads, device=device,

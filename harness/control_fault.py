@@ -2,7 +2,7 @@
 
 A split-K GEMM or a chunked reduction picks its split from the number of rows, and with it how the partial
 results round: a row's bits then depend on the batch it rides in, by an ULP or two. The control plants
-that fault, small and known, into an honest composition (the op's `diffusers` row):
+that fault, small and known, into an honest composition (the op's composition row, `Op.composition_row`):
 
 - forward: every output element is rounded by adding and then subtracting a power of two at the
   element's own magnitude, `(y + c) - c` in the output's dtype, which rounds away the element's lowest

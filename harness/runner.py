@@ -173,7 +173,7 @@ def measure_control(request: RunRequest, op: Op, observer: Observer) -> Optional
     if request.control != control.HERE:
         return control.unmeasured(request.control)
     _disable_tf32()
-    observer.phase_started("plain", "control: the diffusers composition with a planted batch-size fault",
+    observer.phase_started("plain", f"control: the {op.composition_row} composition with a planted batch-size fault",
                            control.probe_units(request.config))
     try:
         record = control.measure(op, request.config, request.device, progress=observer.advance)

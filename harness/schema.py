@@ -326,7 +326,7 @@ ModeResults = Union[UnavailableMode, dict[str, Row]]
 
 @dataclass
 class ControlResult:
-    """The run's negative control (harness/control.py): the op's diffusers composition with a planted
+    """The run's negative control (harness/control.py): the op's composition row with a planted
     batch-size fault, through the batch-invariance probes of the run's plan in the plain mode. `row_grads`:
     the per-row gradients compared; `flagged`: every check saw the fault (a non-zero count in the forward
     and, where there are row gradients, the row gradients of all_rows and of the sub-batches, and in the

@@ -21,7 +21,8 @@ from h3bench.harness.schema import Evidence, save
 
 # Seconds of one full-plan run of the op in mode plain with every row: `wall_s` of the committed evidence
 # (reports/evidence/<op>_h200.json, NVIDIA H200; reports/evidence/README.md names each file's command).
-# Only their order is used (longest first); every mode of an op gets the op's figure.
+# Only their order is used (longest first); every mode of an op gets the op's figure. The common ops
+# (rms_norm, layer_norm, linear, softmax) have no committed full-plan evidence yet: DEFAULT_COST.
 RELATIVE_COST = {
     "norm_modulate": 199.7,
     "adaln_row_gather": 107.4,

@@ -93,3 +93,37 @@ def test_gate_residual():
     # backward: dout, y, idx, gate in; dres, dy, dgate out
     check(op, p, Traffic(read=nbytes(t["res"], t["y"], t["idx"]) + gate, written=out),
           Traffic(read=nbytes(dout, t["y"], t["idx"]) + gate, written=nbytes(t["res"], t["y"]) + gate))
+
+
+def test_rms_norm():
+    op, p, t, (dy,) = case("rms_norm", hidden=64, dtype="bfloat16", eps=1e-5)
+    y = ROWS * 64 * 2                                  # [R, H] bf16
+    assert nbytes(dy) == y
+    # forward: x, w in; y out; backward: x, dy, w in; dx, dw out
+    check(op, p, Traffic(read=nbytes(t["x"], t["w"]), written=y),
+          Traffic(read=nbytes(t["x"], dy, t["w"]), written=nbytes(t["x"], t["w"])))
+
+
+def test_layer_norm():
+    op, p, t, (dy,) = case("layer_norm", hidden=64, dtype="bfloat16", param_dtype="float32", eps=1e-6)
+    y = ROWS * 64 * 2                                  # [R, H] bf16; w and b fp32
+    assert nbytes(dy) == y and t["w"].dtype == t["b"].dtype == torch.float32
+    # forward: x, w, b in; y out; backward: x, dy, w in; dx, dw, db out
+    check(op, p, Traffic(read=nbytes(t["x"], t["w"], t["b"]), written=y),
+          Traffic(read=nbytes(t["x"], dy, t["w"]), written=nbytes(t["x"], t["w"], t["b"])))
+
+
+def test_linear():
+    op, p, t, (dy,) = case("linear", in_features=6, out_features=10, dtype="bfloat16")
+    y = ROWS * 10 * 2                                  # [R, out_features] bf16
+    assert nbytes(dy) == y
+    # forward: x, W in; y out; backward: dy, W (for dx), x (for dW) in; dx, dW out
+    check(op, p, Traffic(read=nbytes(t["x"], t["w"]), written=y),
+          Traffic(read=nbytes(dy, t["w"], t["x"]), written=nbytes(t["x"], t["w"])))
+
+
+def test_softmax():
+    op, p, t, (dy,) = case("softmax", width=64, dtype="float32")
+    y = ROWS * 64 * 4                                  # [R, S] fp32
+    # forward: x in, y out; backward: y (saved) and dy in, dx out
+    check(op, p, Traffic(read=nbytes(t["x"]), written=y), Traffic(read=y + nbytes(dy), written=nbytes(t["x"])))

@@ -73,13 +73,16 @@ def test_plan_jobs_one_per_op_and_mode_with_the_mode_environment(tmp_path):
 
 
 def test_every_builtin_op_has_a_cost_and_an_unknown_op_the_default():
-    """The cost table is code (no file read at run time): one entry per built-in op, the heaviest first."""
-    from h3bench.harness.ops import OP_MODULES
+    """The cost table is code (no file read at run time): one entry per op of `--op all` (the RFC's, each
+    with committed full-plan evidence to take its cost from), the heaviest first; the common ops, with no
+    committed evidence yet, cost the default."""
+    from h3bench.harness.ops import COMMON_OPS, OP_MODULES, all_ops
 
     builtin = {op for op, module in OP_MODULES.items() if module.startswith("h3bench.harness.ops.")}
-    assert set(suite.RELATIVE_COST) == builtin
+    assert set(suite.RELATIVE_COST) == builtin & set(all_ops())
     assert all(suite.estimated_cost(op) == cost > 0 for op, cost in suite.RELATIVE_COST.items())
     assert suite.estimated_cost("toy") == suite.DEFAULT_COST
+    assert all(suite.estimated_cost(op) == suite.DEFAULT_COST for op in COMMON_OPS)
     requests = [request(op, ["plain"], None) for op in ("timestep_sinusoid", "gate_residual", "norm_modulate")]
     jobs = suite.plan_jobs(requests, Path("."))
     assert [jobs[i].key for i in fanout.longest_first(jobs)] == \

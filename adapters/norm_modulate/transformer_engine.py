@@ -6,34 +6,18 @@ and is not reported. One module per (hidden size, device, eps), bf16 parameters.
 """
 from __future__ import annotations
 
-import sys
-from importlib import metadata
-
 import torch
 
+from h3bench.adapters._transformer_engine import import_te_pytorch, te_version
 from h3bench.harness.adapter import Adapter, Loaded
 from h3bench.harness.ops.norm_modulate import NormModulateParams
-
-
-def _import_te_pytorch():
-    # transformer_engine/__init__.py also imports its JAX bindings whenever `jax` is importable
-    # (the GPU image has it): blocking that submodule makes TE skip it (it catches ImportError).
-    blocked = "transformer_engine" not in sys.modules and "transformer_engine.jax" not in sys.modules
-    if blocked:
-        sys.modules["transformer_engine.jax"] = None
-    try:
-        import transformer_engine.pytorch as te
-    finally:
-        if blocked and sys.modules.get("transformer_engine.jax", 0) is None:
-            del sys.modules["transformer_engine.jax"]
-    return te
 
 
 def _load(device: torch.device, params: NormModulateParams) -> Loaded:
     eps = params.eps
     if device.type != "cuda":
         raise RuntimeError(f"needs CUDA, got device {device}")
-    te = _import_te_pytorch()
+    te = import_te_pytorch()
     modules: dict = {}
 
     def fn(x, w, sh, sc, idx):
@@ -46,11 +30,7 @@ def _load(device: torch.device, params: NormModulateParams) -> Loaded:
             module.weight.copy_(w)
         return module(x)
 
-    try:
-        version = metadata.version("transformer_engine")
-    except metadata.PackageNotFoundError:
-        version = "(version unknown)"
-    return Loaded(fn=fn, source=f"TE {version} RMSNorm (no modulation)")
+    return Loaded(fn=fn, source=f"TE {te_version()} RMSNorm (no modulation)")
 
 
 ADAPTER = Adapter(name="transformer_engine", op="norm_modulate", grads=("x",), load=_load,

@@ -16,7 +16,15 @@ OP_MODULES: dict[str, str] = {
     "adaln_row_gather": "h3bench.harness.ops.adaln_row_gather",
     "gate_residual": "h3bench.harness.ops.gate_residual",
     "final_adaln_out": "h3bench.harness.ops.final_adaln_out",
+    # common ops of any LLM or DiT, audited at a current model's shapes (no kernels of ours)
+    "rms_norm": "h3bench.harness.ops.rms_norm",
+    "layer_norm": "h3bench.harness.ops.layer_norm",
+    "linear": "h3bench.harness.ops.linear",
+    "softmax": "h3bench.harness.ops.softmax",
 }
+# `--op all` is the RFC's suite: every registered op but these. Its files are the ones the committed
+# baselines, the nightly job and the RFC's B200 files cover; the common ops are named (`--op linear,...`).
+COMMON_OPS = ("rms_norm", "layer_norm", "linear", "softmax")
 MODULES_VARIABLE = "H3BENCH_OP_MODULES"
 
 
@@ -29,6 +37,11 @@ def get_op(name: str) -> Op:
     if op.name != name:
         raise RuntimeError(f"{module} defines op {op.name!r}, registered as {name!r}")
     return op
+
+
+def all_ops() -> list[str]:
+    """The ops `--op all` runs, in registry order: every registered op but the common ops."""
+    return [name for name in OP_MODULES if name not in COMMON_OPS]
 
 
 def register(name: str, module: str) -> None:

@@ -74,7 +74,7 @@ class Op:
     `make_inputs`, `make_grad_outs`, `reference` and `floor_traffic`."""
 
     name: str
-    rfc: str = "RL-Align/RL-Kernel#420"
+    rfc: str = "RL-Align/RL-Kernel#420"  # the evidence file's `rfc` key: the RFC whose op this is
     inputs: tuple[Input, ...]
     outputs: tuple[str, ...]
     params_type: type
@@ -86,6 +86,10 @@ class Op:
     # Rows whose evidence name carries the mode, as the RFC's files name them (`diffusers[vllm]` in the GEMM
     # ops, where the same composition is measured under every global mode).
     mode_tagged_rows: tuple[str, ...] = ()
+    # The row whose composition is the op written plainly in torch, where the negative control
+    # (harness/control.py) plants its fault: the RFC's ops replay diffusers' (`diffusers`); the common ops
+    # are one torch.nn.functional call (`torch`).
+    composition_row: str = "diffusers"
 
     # --- derived from the declarations --------------------------------------------------------------
     @property
@@ -165,6 +169,10 @@ class Op:
 
 
 # --- helpers the op modules share -------------------------------------------------------------------
+
+# The `rfc` of the common ops (rms_norm, layer_norm, linear, softmax): no RFC audits them; their files keep
+# the RFC's format.
+NOT_IN_RFC = "none (a common op; the file keeps RL-Align/RL-Kernel#420's format)"
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
