@@ -1,12 +1,14 @@
 """The negative control: each run's proof that its plan can see a batch-variant row on this machine.
 
 A determinism suite whose checks pass proves nothing unless the same checks fail a row that is known to be
-wrong (vLLM's suite runs such a control). Per op, `h3bench run` puts the op's `diffusers` composition with
-a planted batch-size fault (harness/control_fault.py) through the run's batch-invariance probes (all_rows,
-the sub-batches, the sweep; no accuracy or latency), in the plain mode, once per run. The plan is *blind*
-on this machine when a check did not see the fault: the forward or the row gradients of all_rows or of the
-sub-batches, or the sweep, counted nothing. The record goes under the evidence file's `control` key, not
-under `results`, so no table, comparison, gate or index takes it for a row.
+wrong (vLLM's suite runs such a control). Per op, `h3bench run` puts the op's `diffusers` composition (a user
+op's declared composition, else its reference evaluated in the inputs' own dtype: an honest implementation
+that rounds as a real one does, where float64 would hide one to three low bits under its cast) with a planted
+batch-size fault (harness/control_fault.py) through the run's batch-invariance probes (all_rows, the
+sub-batches, the sweep; no accuracy or latency), in the plain mode, once per run. The plan is *blind* on this
+machine when a check did not see the fault: the forward or the row gradients of all_rows or of the
+sub-batches, or the sweep, counted nothing. The record goes under the evidence file's `control` key, not under
+`results`, so no table, comparison, gate or index takes it for a row.
 """
 from __future__ import annotations
 
@@ -16,10 +18,11 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.adapter import Adapter, Loaded, from_function
 from h3bench.harness.config import RunConfig
 from h3bench.harness.control_fault import planted
 from h3bench.harness.ops.base import Op
+from h3bench.harness.ops.declared import DeclaredOp
 from h3bench.harness.probes import batch_invariance as bi
 from h3bench.harness.probes.context import ProbeContext
 from h3bench.harness.schema import ControlResult, ControlSkipped, Evidence
@@ -36,13 +39,18 @@ PROBES = ("all_rows", "full_vs_sub_batches", "batch_size_sweep")
 Record = Union[ControlResult, ControlSkipped]
 
 
-def composition_adapter(op: str) -> Optional[Adapter]:
-    """The op's built-in diffusers row, or None for an op without one."""
+def composition_adapter(op: Op) -> Optional[Adapter]:
+    """The op's built-in diffusers row; for a user op (harness/ops/declared.py), the composition it
+    declares, else its reference evaluated in the inputs' own dtype; None for an op with neither."""
     from h3bench.adapters import BUILTIN
 
-    if COMPOSITION not in BUILTIN.get(op, ()):
-        return None
-    return importlib.import_module(f"h3bench.adapters.{op}.{COMPOSITION}").ADAPTER
+    if COMPOSITION in BUILTIN.get(op.name, ()):
+        return importlib.import_module(f"h3bench.adapters.{op.name}.{COMPOSITION}").ADAPTER
+    if isinstance(op, DeclaredOp):
+        fn, what = op.control_composition()
+        return from_function(fn, name=COMPOSITION, op=op.name, differentiable=op.differentiable, source=what,
+                             constants=op.constants)
+    return None
 
 
 def unmeasured(where: str) -> Optional[ControlSkipped]:
@@ -63,7 +71,7 @@ def measure(op: Op, config: RunConfig, device: torch.device,
     """The control's record. The composition's own failure (ImplementationError) propagates to the runner,
     which blames it as it blames a row; an op without a diffusers row, or one that does not load, is
     recorded as skipped, with the reason."""
-    adapter = composition_adapter(op.name)
+    adapter = composition_adapter(op)
     if adapter is None:
         return ControlSkipped(skipped=f"op {op.name} has no {COMPOSITION} row to plant the fault in")
     started = time.perf_counter()

@@ -86,6 +86,8 @@ class Op:
     # Rows whose evidence name carries the mode, as the RFC's files name them (`diffusers[vllm]` in the GEMM
     # ops, where the same composition is measured under every global mode).
     mode_tagged_rows: tuple[str, ...] = ()
+    # Whether `floor_traffic` is implemented: a user op may leave it out, and its run then has no floors.
+    declares_traffic: bool = True
 
     # --- derived from the declarations --------------------------------------------------------------
     @property
