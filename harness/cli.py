@@ -478,7 +478,11 @@ def list_(device: str = typer.Option("auto", "--device", help="Where availabilit
     if op is not None:
         ops = _ops(op)
         for name in ops:
-            print(signature(name))
+            try:
+                text = signature(name)
+            except ValueError as exc:  # a user op's own code failed while its outputs' shapes were read
+                fail(str(exc))
+            print(text)
     table = Table(title=f"h3bench on {dev}")
     for column in ("op", "adapter", "grads", "status", "source or reason"):
         table.add_column(column, overflow="fold")  # names are typed back: fold, never cut
