@@ -162,7 +162,7 @@ def _ops(op: str) -> list[str]:
     if ALL_OPS in names:
         return list(OP_MODULES)
     if not names:
-        fail(f"unknown op {op!r}; known ops: {', '.join(OP_MODULES)}, or {ALL_OPS}; or {op_source.FORMS}")
+        fail(f"unknown op {op!r}; known ops: {', '.join(OP_MODULES)}, or {ALL_OPS}; {op_source.FORMS}")
     try:
         return list(dict.fromkeys(op_source.resolve(n).name for n in names))
     except ValueError as exc:

@@ -11,6 +11,10 @@ A config has one table per probe plan and one `[inputs]` table whose keys are th
    `--set sweep.rows=64` names the table. Values are TOML literals (`[3, 4]`, `true`, `"float16"`; a
    bare word is a string) and must have the type of the key they replace.
 
+A user's op (harness/ops/declared.py) has no TOML file of its own: its plans (the plan set, file or
+tables it declares; by default `token`, and `quick` for the quick plan) with its constants' declared
+defaults as `[inputs]`, then `--config FILE` and `--set` as above.
+
 The plan records have no defaults of their own: every number comes from a file, so no op's numbers
 hide in the code.
 """

@@ -26,7 +26,7 @@ from h3bench.harness.ops.declared import DeclaredOp, UserOpError
 from h3bench.harness.ops.public import UserOp
 
 ENTRY_POINT_GROUP = "h3bench.ops"
-FORMS = "a built-in op's name, PATH/FILE.py:ATTR, package.module:ATTR, or a name in the h3bench.ops entry-point group"
+FORMS = "or a user op: PATH/FILE.py:ATTR, package.module:ATTR, or a name in the h3bench.ops entry-point group"
 
 
 def resolve(text: str) -> Op:
@@ -142,4 +142,4 @@ def _entry_point(name: str) -> Any:
             except Exception as exc:
                 raise UserOpError(f"--op {name}: entry point {ep.name} = {ep.value} ({ENTRY_POINT_GROUP}) raised "
                                   f"{_describe(exc)}") from exc
-    raise ValueError(f"unknown op {name!r}; known ops: {', '.join(OP_MODULES)}; or {FORMS}")
+    raise ValueError(f"unknown op {name!r}; known ops: {', '.join(OP_MODULES)}; {FORMS}")
