@@ -282,7 +282,7 @@ def run(
     for name in ops:
         try:
             cfg = load_config(name, config, plan_quick, tuple(set_))
-            op_source.check(name, cfg.inputs)  # a user op's own mistakes, named before anything is measured
+            op_source.check(name, cfg.inputs, dev)  # a user op's own mistakes, named before anything runs
         except (ConfigError, ValueError) as exc:
             fail(f"{name}: {exc}" if len(ops) > 1 else str(exc))
         chosen = _select_adapters(name, adapters, adapter, forward_only)

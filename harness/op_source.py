@@ -19,6 +19,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Optional
 
+import torch
+
 from h3bench.harness.execute import describe_exception as _describe
 from h3bench.harness.ops import DECLARED_SOURCES, OP_MODULES, get_op, known, register_declared
 from h3bench.harness.ops.base import Op
@@ -63,12 +65,12 @@ def spec_of(name: str) -> str:
     return DECLARED_SOURCES.get(name, name)
 
 
-def check(name: str, params: Any) -> None:
-    """A user op's declaration run once on a small case with the run's constants (DeclaredOp.check): its
-    own failure is a UserOpError naming it. Built-in ops are not checked."""
+def check(name: str, params: Any, device: torch.device) -> None:
+    """A user op's declaration run once on a small case with the run's constants on the run's device
+    (DeclaredOp.check): its own failure is a UserOpError naming it. Built-in ops are not checked."""
     op = get_op(name)
     if isinstance(op, DeclaredOp):
-        op.check(params)
+        op.check(params, device)
 
 
 def as_op(obj: Any, spec: str, text: str, base_dir: Optional[Path]) -> Op:

@@ -126,7 +126,7 @@ class DeclaredOp(Op):
             f"{decl.name.replace('-', '_')}_constants",
             [(key, type(value), dataclasses.field(default=value)) for key, value in decl.constants.items()],
             frozen=True)
-        self._shapes: dict[Any, tuple[tuple[tuple[int, ...], ...], torch.dtype]] = {}
+        self._shapes: dict[tuple, tuple[tuple[tuple[int, ...], ...], torch.dtype]] = {}
 
     # --- blame --------------------------------------------------------------------------------------------
     def _fail(self, what: str, detail: str) -> UserOpError:
@@ -179,23 +179,25 @@ class DeclaredOp(Op):
                                                 f"gradient needs a floating-point tensor")
         return self.bundle(dict(made))
 
-    def _contract(self, params: Any) -> tuple[tuple[tuple[int, ...], ...], torch.dtype]:
-        """The outputs' shapes past the row dimension (from the float64 reference of a small case) and
-        their dtype: the first floating-point per-row input's (else the first floating-point input's)."""
-        if params not in self._shapes:
-            inputs = self.make_inputs(params, SHAPE_ROWS, 0, torch.device("cpu"))
+    def _contract(self, params: Any, device: torch.device) -> tuple[tuple[tuple[int, ...], ...], torch.dtype]:
+        """The outputs' shapes past the row dimension (from the float64 reference of a small case on
+        `device`) and their dtype: the first floating-point per-row input's (else the first floating-point
+        input's)."""
+        key = (params, device.type)
+        if key not in self._shapes:
+            inputs = self.make_inputs(params, SHAPE_ROWS, 0, device)
             outputs = self.reference(params, inputs, None, (), self.name).outputs
             floating = [t.dtype for name, t in inputs.tensors.items() if t.is_floating_point()
                         and name in inputs.row_names] or [t.dtype for t in inputs.tensors.values()
                                                           if t.is_floating_point()] or [torch.float32]
-            self._shapes[params] = tuple(tuple(o.shape[1:]) for o in outputs), floating[0]
-        return self._shapes[params]
+            self._shapes[key] = tuple(tuple(o.shape[1:]) for o in outputs), floating[0]
+        return self._shapes[key]
 
     def make_grad_outs(self, params: Any, rows: int, seed: int, device: torch.device) -> tuple[torch.Tensor, ...]:
         if self.declaration.make_grad_outs is not None:
             found = self._call("make_grad_outs", self.declaration.make_grad_outs, params, rows, seed, device)
             return self.as_outputs(found, rows, "make_grad_outs")
-        shapes, dtype = self._contract(params)
+        shapes, dtype = self._contract(params, device)
         gen = generator(device, seed)
         return tuple(torch.randn(rows, *shape, generator=gen, device=device).to(dtype) for shape in shapes)
 
@@ -237,12 +239,11 @@ class DeclaredOp(Op):
 
         return in_inputs_dtype, f"the op's reference in the inputs' dtype ({self.source})"
 
-    def check(self, params: Any) -> None:
-        """Run the declaration once on a small CPU case (inputs, upstream gradients, the float64 reference
-        with every gradient), so that its own mistakes are named before anything is measured."""
-        cpu = torch.device("cpu")
-        inputs = self.make_inputs(params, SHAPE_ROWS + 1, 0, cpu)
-        grad_outs = self.make_grad_outs(params, SHAPE_ROWS + 1, 0, cpu)
+    def check(self, params: Any, device: torch.device) -> None:
+        """Run the declaration once on a small case on `device` (inputs, upstream gradients, the float64
+        reference with every gradient), so that its own mistakes are named before anything is measured."""
+        inputs = self.make_inputs(params, SHAPE_ROWS + 1, 0, device)
+        grad_outs = self.make_grad_outs(params, SHAPE_ROWS + 1, 0, device)
         found = self.reference(params, inputs, grad_outs, self.differentiable, self.name)
         for name, got, want in zip(self.outputs, found.outputs, grad_outs):
             if tuple(got.shape) != tuple(want.shape):
