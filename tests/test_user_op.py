@@ -215,6 +215,20 @@ def test_bad_op_declarations_are_one_line_and_exit_2(invoke, tmp_path, command, 
     assert not (tmp_path / "x.json").exists()  # nothing half-written
 
 
+def test_an_op_without_traffic_has_no_floors_and_says_so(invoke, tmp_path):
+    spec = op_file(tmp_path, GOOD.format(extra=""))
+    out = tmp_path / "twice.json"
+    result, text = invoke("run", "--op", spec, "--adapter", spec.replace(":OP", ":reference"), "--device", "cpu",
+                          "--quick", "--quiet", "--no-render", "--out", str(out))
+    assert result.exit_code == 0, text + repr(result.exception)
+    evidence = schema.load(out)
+    assert evidence.environment.floor_model.startswith("none: the op declares no floor_traffic")
+    row = evidence.results["plain"]["reference"]
+    assert all(size.fwd_floor_model_us is None and size.fwd_floor_fraction is None
+               for size in row.accuracy_latency.values())
+    assert evidence.control.flagged is True
+
+
 def test_a_declared_composition_is_the_controls():
     def composition(x):
         return x * 2
