@@ -191,7 +191,8 @@ def _child_args(op: str, device, config: Optional[Path], sets: List[str], quick:
 @app.command()
 def run(
     op: str = typer.Option("norm_modulate", "--op", help=f"Operator(s) to run: NAME[,NAME], or {ALL_OPS} "
-                                                         "(one evidence file per op)."),
+                                                         "(one evidence file per op); a user op: PATH.py:ATTR, "
+                                                         "module:ATTR or an h3bench.ops entry point."),
     config: Optional[Path] = typer.Option(None, "--config", help="TOML config (default: the op's built-in)."),
     set_: List[str] = typer.Option([], "--set", help="Override a config key: KEY=VALUE or TABLE.KEY=VALUE."),
     quick: Optional[bool] = typer.Option(None, "--quick/--full",
@@ -466,7 +467,8 @@ def signature(op: str) -> str:
 
 @app.command("list")
 def list_(device: str = typer.Option("auto", "--device", help="Where availability is judged."),
-          op: Optional[str] = typer.Option(None, "--op", help="One op: its call signature, then its rows.")):
+          op: Optional[str] = typer.Option(None, "--op", help="One op (or a user op, PATH.py:ATTR): its call "
+                                                              "signature, then its rows.")):
     """Ops with their rows, each available or not, with the reason; with --op, the op's call signature."""
     from rich.table import Table
 

@@ -15,7 +15,7 @@ from h3bench.harness.ops import Input, Traffic, UserOp
 
 
 def make_inputs(params, rows: int, seed: int, device: torch.device) -> dict:
-    """x drawn from `seed`; weight from a fixed seed, so every case shares it (it does not depend on rows)."""
+    """x drawn from `seed`; weight from a fixed seed, so every case has the same weight."""
     dtype = getattr(torch, params.dtype)
     x = torch.randn(rows, params.hidden, generator=torch.Generator(device=device).manual_seed(seed), device=device)
     weight = 1 + 0.1 * torch.randn(params.hidden, generator=torch.Generator(device=device).manual_seed(0),

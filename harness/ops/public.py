@@ -43,8 +43,8 @@ class UserOp:
       NAME=VALUE` changes one); `make_inputs` reads them as attributes of its `params` record, and the
       reference and every implementation receive, as keyword arguments, those they name.
     - `make_inputs(params, rows, seed, device)`: a dict of the inputs by name, drawn from `seed` only. The
-      per-row inputs have `rows` rows (their first dimension); the shared ones must not depend on `rows`
-      or `seed` (draw them from a fixed seed), since the probes compare rows across cases.
+      per-row inputs have `rows` rows (their first dimension); the shared ones are shared by every row of
+      the case (a fixed seed for them, as in the example, makes them the same in every case too).
     - `reference(*inputs, **constants)`: the op's outputs, a tensor or a tuple in `outputs` order, each with
       the rows as its first dimension.
     - `composition`: an honest implementation in the inputs' dtype for the negative control (default: the
