@@ -100,6 +100,8 @@ def named_constants(fn: Callable, constants: tuple[str, ...]) -> tuple[str, ...]
 
 
 def _describe(exc: BaseException) -> str:
+    """"Type: first line", as harness/execute.py's describe_exception words a row's failure (ops/ imports
+    nothing above it)."""
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
