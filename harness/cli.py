@@ -153,22 +153,28 @@ def _check_writable(path: Path) -> None:
 
 
 def _ops(op: str) -> list[str]:
-    """`--op NAME[,NAME]` or `--op all`, in the order given (all: the RFC's suite, `all_ops`)."""
+    """`--op NAME[,NAME]` or `--op all`, in the order given (all: the RFC's suite, `all_ops`); a NAME may be a user's op
+    (harness/op_source.py: PATH.py:ATTR, module:ATTR, an h3bench.ops entry point)."""
+    from h3bench.harness import op_source
     from h3bench.harness.ops import OP_MODULES, all_ops
 
     names = [n.strip() for n in op.split(",") if n.strip()]
     if ALL_OPS in names:
         return all_ops()
-    unknown = [n for n in names if n not in OP_MODULES]
-    if unknown or not names:
-        fail(f"unknown op {', '.join(unknown) or repr(op)}; known ops: {', '.join(OP_MODULES)}, or {ALL_OPS}")
-    return list(dict.fromkeys(names))
+    if not names:
+        fail(f"unknown op {op!r}; known ops: {', '.join(OP_MODULES)}, or {ALL_OPS}; {op_source.FORMS}")
+    try:
+        return list(dict.fromkeys(op_source.resolve(n).name for n in names))
+    except ValueError as exc:
+        fail(str(exc))
 
 
 def _child_args(op: str, device, config: Optional[Path], sets: List[str], quick: bool,
                 selection: Optional[str], externals: List[str], forward_only: bool = False) -> tuple[str, ...]:
     """The arguments that make a mode's child process run the same op, plan and rows."""
-    args = ["--op", op, "--device", device.type, "--quick" if quick else "--full"]
+    from h3bench.harness.op_source import spec_of
+
+    args = ["--op", spec_of(op), "--device", device.type, "--quick" if quick else "--full"]
     if forward_only:
         args.append("--forward-only")
     if selection is not None:
@@ -185,7 +191,8 @@ def _child_args(op: str, device, config: Optional[Path], sets: List[str], quick:
 @app.command()
 def run(
     op: str = typer.Option("norm_modulate", "--op", help=f"Operator(s) to run: NAME[,NAME], or {ALL_OPS} "
-                                                         "(the RFC's seven ops; one evidence file per op)."),
+                                                         "(the RFC's seven ops; one evidence file per op); a user op: PATH.py:ATTR, "
+                                                         "module:ATTR or an h3bench.ops entry point."),
     config: Optional[Path] = typer.Option(None, "--config", help="TOML config (default: the op's built-in)."),
     set_: List[str] = typer.Option([], "--set", help="Override a config key: KEY=VALUE or TABLE.KEY=VALUE."),
     quick: Optional[bool] = typer.Option(None, "--quick/--full",
@@ -230,8 +237,10 @@ def run(
     machine (the control went unflagged by a check: the file is written and says so).
     """
     from h3bench.harness import control as negative_control
+    from h3bench.harness import op_source
     from h3bench.harness.config import ConfigError, load_config
     from h3bench.harness.modes import parse_modes
+    from h3bench.harness.ops.declared import UserOpError
     from h3bench.harness.runner import RunRequest, default_out_path
     from h3bench.harness.runner import run as run_evidence
 
@@ -274,6 +283,7 @@ def run(
     for name in ops:
         try:
             cfg = load_config(name, config, plan_quick, tuple(set_))
+            op_source.check(name, cfg.inputs, dev)  # a user op's own mistakes, named before anything runs
         except (ConfigError, ValueError) as exc:
             fail(f"{name}: {exc}" if len(ops) > 1 else str(exc))
         chosen = _select_adapters(name, adapters, adapter, forward_only)
@@ -304,7 +314,10 @@ def run(
             fail("--in-process runs one mode here; it does not fan out")
         found = _fan_out(requests, gpus, ray, console)
     else:
-        found = _run_requests(requests, console, quiet, run_evidence, plan_note=quick is None)
+        try:
+            found = _run_requests(requests, console, quiet, run_evidence, plan_note=quick is None)
+        except UserOpError as exc:  # a user op's own code failed mid-run (its make_inputs, its reference)
+            fail(str(exc))
     written = [r.out for r in requests]
     # a fan-out's control job reports to its parent through its part file, not its exit status
     blind = not in_process and any(negative_control.blind(evidence) for evidence in found)
@@ -454,7 +467,8 @@ def signature(op: str) -> str:
 
 @app.command("list")
 def list_(device: str = typer.Option("auto", "--device", help="Where availability is judged."),
-          op: Optional[str] = typer.Option(None, "--op", help="One op: its call signature, then its rows.")):
+          op: Optional[str] = typer.Option(None, "--op", help="One op (or a user op, PATH.py:ATTR): its call "
+                                                              "signature, then its rows.")):
     """Ops with their rows, each available or not, with the reason; with --op, the op's call signature."""
     from rich.table import Table
 
@@ -466,7 +480,11 @@ def list_(device: str = typer.Option("auto", "--device", help="Where availabilit
     if op is not None:
         ops = _ops(op)
         for name in ops:
-            print(signature(name))
+            try:
+                text = signature(name)
+            except ValueError as exc:  # a user op's own code failed while its outputs' shapes were read
+                fail(str(exc))
+            print(text)
     table = Table(title=f"h3bench on {dev}")
     for column in ("op", "adapter", "grads", "status", "source or reason"):
         table.add_column(column, overflow="fold")  # names are typed back: fold, never cut
@@ -498,11 +516,16 @@ def env(device: str = typer.Option("auto", "--device"),
 
 
 @app.command()
-def validate(files: List[Path] = typer.Argument(..., help="Evidence JSON file(s) (or norm_modulate sweep files).")):
+def validate(files: List[Path] = typer.Argument(..., help="Evidence JSON file(s) (or norm_modulate sweep files)."),
+             op: List[str] = typer.Option([], "--op", help="A user op the files are of: PATH.py:ATTR, "
+                                                           "module:ATTR or an h3bench.ops entry point.")):
     """Check files against the contract (keys, nesting, types) and for meaning (figures, counts, verdicts,
     plan totals); every file is checked and each problem named; exit 1 if any file fails."""
     from h3bench.harness import semantics
     from h3bench.harness.schema import SchemaError, from_json, read_json
+
+    for text in op:
+        _ops(text)
 
     bad = 0
     for file in files:

@@ -11,6 +11,10 @@ A config has one table per probe plan and one `[inputs]` table whose keys are th
    `--set sweep.rows=64` names the table. Values are TOML literals (`[3, 4]`, `true`, `"float16"`; a
    bare word is a string) and must have the type of the key they replace.
 
+A user's op (harness/ops/declared.py) has no TOML file of its own: its plans (the plan set, file or
+tables it declares; by default `token`, and `quick` for the quick plan) with its constants' declared
+defaults as `[inputs]`, then `--config FILE` and `--set` as above.
+
 The plan records have no defaults of their own: every number comes from a file, so no op's numbers
 hide in the code.
 """
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from h3bench.harness.ops import get_op
+from h3bench.harness.ops.declared import DeclaredOp
 
 
 class ConfigError(ValueError):
@@ -260,7 +265,9 @@ def _layer(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 
 def load_config(op: str, path: Optional[Path] = None, quick: bool = False,
                 overrides: tuple[str, ...] = ()) -> RunConfig:
-    get_op(op)  # an unknown op is named as such before any file is looked for
+    spec = get_op(op)  # an unknown op is named as such before any file is looked for
+    if isinstance(spec, DeclaredOp):
+        return _declared_config(spec, path, quick, overrides)
     source = path or builtin_config_path(op, quick)
     data = _read_toml(source)
     file_op = data.pop("op", op)
@@ -277,6 +284,39 @@ def load_config(op: str, path: Optional[Path] = None, quick: bool = False,
     for item in overrides:
         apply_override(merged, item, op)
     return build_config(op, merged, quick, str(source), plans)
+
+
+def _declared_config(op: DeclaredOp, path: Optional[Path], quick: bool, overrides: tuple[str, ...]) -> RunConfig:
+    """A user op's config, with no TOML file of its own: its plans (the quick or the full plan it declares,
+    by default the built-in `quick` and `token` sets), with its constants' declared defaults as `[inputs]`
+    (the params record's defaults), then `--config FILE` (which may name other `plans`), then `--set`."""
+    data = _read_toml(path) if path is not None else {}
+    file_op = data.pop("op", op.name)
+    if file_op != op.name:
+        raise ConfigError(f"{path} is a config for op {file_op!r}, not {op.name!r}")
+    quick = bool(data.pop("quick", quick))
+    chosen = data.pop("plans", None) or (op.declaration.quick_plans if quick else op.declaration.plans)
+    label, tables = _plan_tables(chosen, op.base_dir)
+    merged = _layer(tables, data)
+    for item in overrides:
+        apply_override(merged, item, op.name)
+    return build_config(op.name, merged, quick, str(path) if path is not None else op.source, label)
+
+
+def _plan_tables(source: Any, base_dir: Optional[Path]) -> tuple[str, dict[str, Any]]:
+    """(the name recorded as the config's `plans`, the plan tables) of a user op's plan: a built-in plan
+    set's name, a TOML file (a relative path is found beside the op's file), or the tables as a dict."""
+    if isinstance(source, dict) or hasattr(source, "items"):
+        return "the op's own plan tables", {k: dict(v) if hasattr(v, "items") else v for k, v in source.items()}
+    text = str(source)
+    if isinstance(source, Path) or text.endswith(".toml") or "/" in text:
+        file = Path(text).expanduser()
+        if not file.is_absolute() and base_dir is not None:
+            file = base_dir / file
+        return str(file), _read_toml(file)
+    if not isinstance(source, str):
+        raise ConfigError(f"plans must be a plan set's name, a TOML path or a dict of plan tables, got {source!r}")
+    return text, _read_toml(plans_path(text))
 
 
 def build_config(op_name: str, data: dict[str, Any], quick: bool, source: str, plans: str = "") -> RunConfig:

@@ -2,12 +2,14 @@
 
 A determinism suite whose checks pass proves nothing unless the same checks fail a row that is known to be
 wrong (vLLM's suite runs such a control). Per op, `h3bench run` puts the op's composition row
-(`Op.composition_row`: `diffusers` for the RFC's ops, `torch` for the common ops) with a planted batch-size
-fault (harness/control_fault.py) through the run's batch-invariance probes (all_rows, the sub-batches, the
-sweep; no accuracy or latency), in the plain mode, once per run. The plan is *blind*
-on this machine when a check did not see the fault: the forward or the row gradients of all_rows or of the
-sub-batches, or the sweep, counted nothing. The record goes under the evidence file's `control` key, not
-under `results`, so no table, comparison, gate or index takes it for a row.
+(`Op.composition_row`: `diffusers` for the RFC's ops, `torch` for the common ops; a user op's declared
+composition, else its reference evaluated in the inputs' own dtype: an honest implementation that rounds as a
+real one does, where float64 would hide one to three low bits under its cast) with a planted batch-size fault
+(harness/control_fault.py) through the run's batch-invariance probes (all_rows, the sub-batches, the sweep; no
+accuracy or latency), in the plain mode, once per run. The plan is *blind* on this machine when a check did not
+see the fault: the forward or the row gradients of all_rows or of the sub-batches, or the sweep, counted
+nothing. The record goes under the evidence file's `control` key, not under `results`, so no table,
+comparison, gate or index takes it for a row.
 """
 from __future__ import annotations
 
@@ -17,10 +19,11 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from h3bench.harness.adapter import Adapter, Loaded
+from h3bench.harness.adapter import Adapter, Loaded, from_function
 from h3bench.harness.config import RunConfig
 from h3bench.harness.control_fault import planted
 from h3bench.harness.ops.base import Op
+from h3bench.harness.ops.declared import DeclaredOp
 from h3bench.harness.probes import batch_invariance as bi
 from h3bench.harness.probes.context import ProbeContext
 from h3bench.harness.schema import ControlResult, ControlSkipped, Evidence
@@ -37,12 +40,18 @@ Record = Union[ControlResult, ControlSkipped]
 
 
 def composition_adapter(op: Op) -> Optional[Adapter]:
-    """The op's built-in composition row (`op.composition_row`), or None for an op without one."""
+    """The op's built-in composition row (`op.composition_row`); for a user op (harness/ops/declared.py),
+    the composition it declares, else its reference evaluated in the inputs' own dtype; None for an op with
+    neither."""
     from h3bench.adapters import BUILTIN
 
-    if op.composition_row not in BUILTIN.get(op.name, ()):
-        return None
-    return importlib.import_module(f"h3bench.adapters.{op.name}.{op.composition_row}").ADAPTER
+    if op.composition_row in BUILTIN.get(op.name, ()):
+        return importlib.import_module(f"h3bench.adapters.{op.name}.{op.composition_row}").ADAPTER
+    if isinstance(op, DeclaredOp):
+        fn, what = op.control_composition()
+        return from_function(fn, name=op.composition_row, op=op.name, differentiable=op.differentiable,
+                             source=what, constants=op.constants)
+    return None
 
 
 def unmeasured(where: str) -> Optional[ControlSkipped]:

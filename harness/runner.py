@@ -208,8 +208,8 @@ def measure_mode(request: RunRequest, op: Op, spec: ModeSpec, observer: Observer
     mode_env = mode_variables(spec)
     if spec.needs:
         mode_env["libraries"] = {name: environment.library_version(name) for name in spec.needs}
-    env = environment.capture(request.device, {spec.name: mode_env}, request.measure_bandwidth,
-                              timing_record(request.config, request.device))
+    env = _without_floors_unless_declared(op, environment.capture(
+        request.device, {spec.name: mode_env}, request.measure_bandwidth, timing_record(request.config, request.device)))
     try:
         active = spec.switch()
         found = active.check()
@@ -413,9 +413,20 @@ def default_out_path(op: str, device: torch.device, quick: bool) -> Path:
 
 def _evidence_without_rows(op: Op, request: RunRequest) -> Evidence:
     """A file with this process's environment and no mode's rows yet."""
-    env = environment.capture(request.device, {}, request.measure_bandwidth,
-                              timing_record(request.config, request.device))
+    env = _without_floors_unless_declared(op, environment.capture(
+        request.device, {}, request.measure_bandwidth, timing_record(request.config, request.device)))
     return evidence_of(op, request, env, {})
+
+
+NO_TRAFFIC = "none: the op declares no floor_traffic (its bytes read and written), so it has no memory floors"
+
+
+def _without_floors_unless_declared(op: Op, env: Environment) -> Environment:
+    """`env`, whose floor model says there is none where the op declares no traffic (a user op may leave
+    it out): the bandwidths stay measured, no floor is made from them."""
+    if not op.declares_traffic and env.floor_model:
+        env.floor_model = NO_TRAFFIC
+    return env
 
 
 def combine_modes(op: Op, request: RunRequest, parts: Sequence[Evidence | UnavailableMode]) -> Evidence:

@@ -162,11 +162,12 @@ def _plan_problems(bi: BatchInvariance, totals: dict, where: str) -> list[str]:
 
 def problems(evidence: Evidence) -> list[str]:
     """Every way `evidence` contradicts itself or h3bench's ops; empty when it means what it says."""
-    from h3bench.harness.ops import OP_MODULES
+    from h3bench.harness.ops import OP_MODULES, known
 
     found = []
-    if evidence.op not in OP_MODULES:
-        found.append(f"$.op: {evidence.op!r} is not an op h3bench knows ({', '.join(OP_MODULES)})")
+    if not known(evidence.op):
+        found.append(f"$.op: {evidence.op!r} is not an op h3bench knows ({', '.join(OP_MODULES)}; a user op's "
+                     f"file validates with --op PATH.py:ATTR)")
     measured = [rows for rows in evidence.results.values() if not isinstance(rows, UnavailableMode) and rows]
     if not measured:
         found.append("$.results: no mode has a row")
@@ -190,9 +191,9 @@ def problems(evidence: Evidence) -> list[str]:
 
 def _row_grads(op: str) -> "tuple[str, ...] | None":
     """The op's per-row gradients; None for an op h3bench does not know."""
-    from h3bench.harness.ops import OP_MODULES, get_op
+    from h3bench.harness.ops import get_op, known
 
-    return get_op(op).row_grads if op in OP_MODULES else None
+    return get_op(op).row_grads if known(op) else None
 
 
 def _control_problems(record: ControlResult, totals: dict, row_grads: "tuple[str, ...] | None") -> list[str]:

@@ -1,12 +1,21 @@
 """Operators h3bench knows. A new op is one module here plus one line below (and its configs/<op>/ and
 adapters/<op>/). Ops from elsewhere are registered with `register` or, for child processes too, through
-H3BENCH_OP_MODULES ("name=module,..."; how the tests add their toy op)."""
+H3BENCH_OP_MODULES ("name=module,..."; how the tests add their toy op).
+
+A user's own op is declared with the public names exported here (`UserOp`, `Input`, `Traffic`:
+harness/ops/public.py) and reaches the registry through harness/op_source.py (`--op path.py:ATTR`,
+`module:ATTR` or the `h3bench.ops` entry-point group), which calls `register_declared`. `--op all` and
+OP_MODULES stay the built-in ops.
+"""
 from __future__ import annotations
 
 import importlib
 import os
 
-from h3bench.harness.ops.base import Op
+from h3bench.harness.ops.base import Input, Op, Traffic
+from h3bench.harness.ops.public import UserOp
+
+__all__ = ["Input", "Traffic", "UserOp", "Op", "get_op", "known", "register", "register_declared"]
 
 OP_MODULES: dict[str, str] = {
     "norm_modulate": "h3bench.harness.ops.norm_modulate",
@@ -26,9 +35,15 @@ OP_MODULES: dict[str, str] = {
 # baselines, the nightly job and the RFC's B200 files cover; the common ops are named (`--op linear,...`).
 COMMON_OPS = ("rms_norm", "layer_norm", "linear", "softmax")
 MODULES_VARIABLE = "H3BENCH_OP_MODULES"
+# Ops resolved in this process from a user's declaration (harness/op_source.py), by name, and where each
+# was declared (the text that resolves it again, in a mode's child process too).
+DECLARED: dict[str, Op] = {}
+DECLARED_SOURCES: dict[str, str] = {}
 
 
 def get_op(name: str) -> Op:
+    if name in DECLARED:
+        return DECLARED[name]
     try:
         module = OP_MODULES[name]
     except KeyError:
@@ -42,6 +57,23 @@ def get_op(name: str) -> Op:
 def all_ops() -> list[str]:
     """The ops `--op all` runs, in registry order: every registered op but the common ops."""
     return [name for name in OP_MODULES if name not in COMMON_OPS]
+
+
+def known(name: str) -> bool:
+    """Whether `name` is an op of this process: built in, registered by module, or declared."""
+    return name in OP_MODULES or name in DECLARED
+
+
+def register_declared(op: Op, source: str) -> None:
+    """Make a declared op findable by name in this process. A built-in op's name is refused; so is a
+    second declaration of a name from another source (the same source, resolved again, replaces it)."""
+    if op.name in OP_MODULES:
+        raise ValueError(f"op {op.name!r} ({source}) has a built-in op's name: name yours otherwise")
+    earlier = DECLARED_SOURCES.get(op.name, source)
+    if earlier != source:
+        raise ValueError(f"op {op.name!r} is declared twice: by {earlier} and by {source}")
+    DECLARED[op.name] = op
+    DECLARED_SOURCES[op.name] = source
 
 
 def register(name: str, module: str) -> None:

@@ -90,6 +90,8 @@ class Op:
     # (harness/control.py) plants its fault: the RFC's ops replay diffusers' (`diffusers`); the common ops
     # are one torch.nn.functional call (`torch`).
     composition_row: str = "diffusers"
+    # Whether `floor_traffic` is implemented: a user op may leave it out, and its run then has no floors.
+    declares_traffic: bool = True
 
     # --- derived from the declarations --------------------------------------------------------------
     @property

@@ -143,10 +143,10 @@ def time_rows(op: Op, params: Any, rows: list[TimedRow], plan: AccuracyPlan, tim
               progress: Callable[[int], None] = lambda n: None, graph_capture: Optional[GraphCapture] = None,
               memory: Optional[Readers] = None) -> None:
     """Time every row's figures at every size, rows interleaved, then add the floors (none without
-    `rates`). A row whose call fails here gets `error` set and its remaining figures skipped; the other
-    rows go on, and only theirs count for the floors. `graph_capture` (None: no graph figures) captures a
-    step for the `*_graph_us` figures; `memory` (None: no peak figures) reads the allocator for
-    `*_peak_bytes`."""
+    `rates`, or for an op that declares no traffic). A row whose call fails here gets `error` set and its
+    remaining figures skipped; the other rows go on, and only theirs count for the floors. `graph_capture`
+    (None: no graph figures) captures a step for the `*_graph_us` figures; `memory` (None: no peak
+    figures) reads the allocator for `*_peak_bytes`."""
     flush = L2Flush(device) if timing.flush_l2 else None
     methods = METHODS + ((GRAPH,) if graph_capture is not None else ())
     for size in plan.rows:
@@ -175,7 +175,7 @@ def time_rows(op: Op, params: Any, rows: list[TimedRow], plan: AccuracyPlan, tim
                     _measure_peaks(rows, subjects, figure, str(size), memory)
                 del subjects, found  # a captured graph's memory pool goes with it
         del inputs
-    if rates is None:
+    if rates is None or not op.declares_traffic:
         return
     for size in plan.rows:
         add_floors(op, params, size, {row.name: row.sizes[str(size)] for row in rows if row.error is None}, rates)
