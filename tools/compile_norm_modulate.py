@@ -40,11 +40,21 @@ def _signature(kernel, constexprs: dict) -> dict:
     return sig
 
 
-def resources(kernel, constexprs: dict, num_warps: int, arch: int = 90) -> dict:
+def compile_for(kernel, constexprs: dict, num_warps: int, arch: int = 90):
+    """`kernel` compiled for the target with `constexprs` (and the launch option `enable_fp_fusion` when it
+    is among them: the backward's, `_bwd_recipe`). Not under TRITON_INTERPRET (its kernels do not compile)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    options = {"num_warps": num_warps}
+    if "enable_fp_fusion" in constexprs:
+        constexprs = dict(constexprs)
+        options["enable_fp_fusion"] = constexprs.pop("enable_fp_fusion")
     src = ASTSource(kernel, _signature(kernel, constexprs), constexprs=constexprs)
-    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def resources(kernel, constexprs: dict, num_warps: int, arch: int = 90) -> dict:
+    compiled = compile_for(kernel, constexprs, num_warps, arch)
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as handle:
         handle.write(compiled.asm["cubin"])
         path = handle.name
@@ -70,7 +80,7 @@ def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9) -> list[t
                          BY_HAND=False), cfg.plan_walk_warps))
     for plan in (False, True):
         k_p2 = 2 if plan else triton.next_power_of_2(table_rows + 2)
-        common = dict(H=hidden, CMAX=256, K_P2=k_p2, GLOBAL=plan, PARAMS=True, BY_HAND=False)
+        common = dict(H=hidden, CMAX=256, K_P2=k_p2, GLOBAL=plan, PARAMS=True, BY_HAND=False, enable_fp_fusion=False)
         if cfg.bwd_cols:
             out.append((f"bwd split global={plan}", K._bwd_kernel,
                         dict(common, BLOCK_H=cfg.bwd_cols, ROWS=cfg.bwd_rows, COLS=True), cfg.bwd_warps))
