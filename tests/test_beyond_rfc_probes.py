@@ -448,16 +448,25 @@ def test_grad_set_without_parameter_gradients_is_not_applicable(grads, reason):
     assert grad_set.grad_set_total(plan, ctx) == 0
 
 
-def test_grad_set_with_no_per_row_gradient_is_not_applicable():
-    """adaln_row_gather: the table is the only differentiable input; its per-row inputs are indices."""
-    from h3bench.harness.config import load_config as load
-
-    cfg = load("adaln_row_gather", quick=True)
-    op = get_op("adaln_row_gather")
+@pytest.mark.parametrize("op_name,reason,frozen_sets", [
+    ("norm_modulate", None, 4), ("gate_residual", None, 1), ("final_adaln_out", None, 5),
+    ("timestep_mlp", None, 5), ("adaln_projection", None, 3),
+    # the table is the only differentiable input; the per-row inputs are indices
+    ("adaln_row_gather", "no per-row gradients to compare", 0),
+    ("timestep_sinusoid", "no parameter gradients: nothing to freeze", 0)])
+def test_every_op_has_a_grad_set_plan_and_says_whether_it_applies(op_name, reason, frozen_sets):
+    """Every op's plans have the probe; with every declared gradient its applicability and run count follow
+    from the op's inputs (per-row gradients to compare, parameters to freeze)."""
+    cfg = load_config(op_name, quick=False)
+    assert (cfg.grad_set.rows, cfg.grad_set.seeds) == (257, (3,))
+    op = get_op(op_name)
     ctx = ProbeContext(op=op, params=cfg.inputs, fn=None, grads=op.differentiable, device=CPU,
                        reference_variant=op.name)
-    record = grad_set.grad_set(ctx, cfg.grad_set)
-    assert record.not_applicable == "no per-row gradients to compare" and record.invariant is None
+    assert grad_set.not_applicable_reason(ctx) == reason
+    assert grad_set.grad_set_total(cfg.grad_set, ctx) == (1 + frozen_sets if frozen_sets else 0)
+    if reason is not None:  # recorded without running the implementation (fn=None)
+        record = grad_set.grad_set(ctx, cfg.grad_set)
+        assert (record.not_applicable, record.invariant, record.cases) == (reason, None, {})
 
 
 def test_grad_set_runs_each_frozen_set_once_a_seed_with_the_same_inputs():
