@@ -180,6 +180,16 @@ class LayoutPlan:
 
 
 @dataclass(frozen=True)
+class GradSetPlan:
+    rows: int
+    seeds: tuple[int, ...]
+
+    def __post_init__(self):
+        _require(self.rows >= 1, "rows must be >= 1")
+        _require(bool(self.seeds), "seeds must not be empty")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     op: str
     inputs: Any
@@ -194,6 +204,7 @@ class RunConfig:
     contention: Optional[ContentionPlan] = None
     graph_replay: Optional[GraphReplayPlan] = None
     layout: Optional[LayoutPlan] = None
+    grad_set: Optional[GradSetPlan] = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"op": self.op, "quick": self.quick, "plans": self.plans,
@@ -206,7 +217,7 @@ def _plain(obj: Any) -> Any:
 
 
 PLAN_TABLES = ("all_rows", "full_vs_sub", "sweep", "accuracy", "timing")
-OPTIONAL_PLAN_TABLES = ("contention", "graph_replay", "layout")
+OPTIONAL_PLAN_TABLES = ("contention", "graph_replay", "layout", "grad_set")
 
 
 CONFIG_PACKAGE = "h3bench.configs"

@@ -1,7 +1,7 @@
 """`h3bench run --require-invariant ROW[,ROW]|all`: the RFC's reuse rule as an exit code. A selected row
 fails when it is not batch-invariant, when its parameter gradients do not repeat bitwise, or when it is
 unavailable (a mode that is unavailable as a whole fails every selected row of it), or when one of h3bench's
-probes beyond the RFC's (contention, graph replay, layout) found a difference; each failure is one line
+probes beyond the RFC's (contention, graph replay, layout, grad set) found a difference; each failure is one line
 naming the op, row, mode and the counts that failed."""
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def _counts(label: str, fwd: int, rowgrad: int, rows: int, at: str) -> str:
 
 
 def beyond_rfc_failures(bi: BatchInvariance, located: bool = True) -> list[str]:
-    """Each failed check of the probes beyond the RFC's (contention, graph replay, layout), as `what_failed`
+    """Each failed check of the probes beyond the RFC's (contention, graph replay, layout, grad set), as `what_failed`
     words them."""
     found = []
     if bi.contention is not None:
@@ -80,6 +80,11 @@ def beyond_rfc_failures(bi: BatchInvariance, located: bool = True) -> list[str]:
             if case.fwd_differ or case.rowgrad_differ:
                 found.append(_counts(f"layout {label}", case.fwd_differ, case.rowgrad_differ, case.rows,
                                      _at(case.first_difference, located)))
+    if bi.grad_set is not None:
+        for label, case in bi.grad_set.cases.items():
+            if case.rowgrad_differ:
+                found.append(f"grad_set {label}: rowgrad {case.rowgrad_differ} of {case.rows} rows"
+                             f"{_at(case.first_difference, located)}")
     return found
 
 

@@ -36,7 +36,7 @@ from h3bench.harness.ops import get_op
 from h3bench.harness.ops.base import Op
 from h3bench.harness.probes import accuracy_latency as acc
 from h3bench.harness.probes import batch_invariance as bi
-from h3bench.harness.probes import contention, graph_replay, layout
+from h3bench.harness.probes import contention, grad_set, graph_replay, layout
 from h3bench.harness.probes.context import ProbeContext
 from h3bench.harness.schema import (ControlSkipped, Environment, Evidence, RowResult, SizeResult, TimingRecord,
                                     UnavailableMode, UnavailableRow, save)
@@ -44,9 +44,9 @@ from h3bench.harness.peak_memory import readers_for
 from h3bench.harness.timing import FLUSH_BYTES, GRAPH_WARMUP, graph_capture_for, timer_for
 
 PROBES = ("all_rows", "full_vs_sub_batches", "batch_size_sweep", "contention", "graph_replay", "layout",
-          "accuracy_latency")
+          "grad_set", "accuracy_latency")
 # h3bench's probes beyond the RFC's: run where the config has their plan (harness/config.py)
-OPTIONAL_PROBES = ("contention", "graph_replay", "layout")
+OPTIONAL_PROBES = ("contention", "graph_replay", "layout", "grad_set")
 INTERLEAVED = "rows round-robin: each row takes a block of samples per turn, the order rotating each round"
 
 
@@ -109,6 +109,8 @@ def probe_totals(config: RunConfig, ctx: Optional[ProbeContext] = None) -> dict[
         totals["graph_replay"] = graph_replay.graph_total(config.graph_replay, ctx.device)
     if ctx is not None and config.layout is not None:
         totals["layout"] = layout.layout_total(config.layout, len(layout.applicable(ctx, config.layout.rows)))
+    if ctx is not None and config.grad_set is not None:
+        totals["grad_set"] = grad_set.grad_set_total(config.grad_set, ctx)
     totals["accuracy_latency"] = len(config.accuracy.rows)
     return totals
 
@@ -294,6 +296,7 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
         "contention": lambda: contention.contention(ctx, cfg.contention),
         "graph_replay": lambda: graph_replay.graph_replay(ctx, cfg.graph_replay),
         "layout": lambda: layout.layout(ctx, cfg.layout),
+        "grad_set": lambda: grad_set.grad_set(ctx, cfg.grad_set),
         "accuracy_latency": lambda: acc.accuracy(ctx, cfg.accuracy),
     }
     current = PROBES[0]

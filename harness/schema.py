@@ -179,6 +179,35 @@ class Layouts:
 
 
 @dataclass
+class GradSetCase:
+    """The rows' per-row gradients (`tensors`) with only `requested` of the row's parameter gradients asked for
+    (`frozen` not), against the same rows with every one asked for: `rowgrad_differ` of `rows` differ;
+    `rejected`: the implementation refused to run so (not counted as a difference)."""
+
+    frozen: list[str]
+    requested: list[str]
+    tensors: list[str]
+    rows: int
+    rowgrad_differ: int
+    rejected: Optional[str] = additive()
+    first_difference: Optional[Difference] = additive()
+
+
+@dataclass
+class GradSet:
+    """Per frozen set (`frozen w`, ..., `none requested`) of the parameters whose gradients the row declares
+    (`params`); `invariant`: no frozen set changed a per-row gradient's bits, None when the probe does not
+    apply (`not_applicable` says why) or no frozen set ran."""
+
+    rows: int
+    seeds: list[int]
+    params: list[str]
+    cases: dict[str, GradSetCase]
+    invariant: Optional[bool]
+    not_applicable: Optional[str] = additive()
+
+
+@dataclass
 class BatchInvariance:
     all_rows: dict[str, AllRowsCase]
     params_repeatable: Optional[bool]
@@ -190,6 +219,7 @@ class BatchInvariance:
     contention: Optional[Contention] = additive()
     graph_replay: Optional[GraphReplay] = additive()
     layout: Optional[Layouts] = additive()
+    grad_set: Optional[GradSet] = additive()
 
 
 # --- accuracy and latency ---------------------------------------------------------------------------

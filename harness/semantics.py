@@ -4,7 +4,7 @@
 - every figure is a finite, non-negative number (errors, latencies, floors, their fractions and spreads);
 - counts fit their totals (differing rows <= rows, first failures <= failures <= comparisons);
 - each verdict follows from its counts (batch_invariant is true exactly when nothing differed and the
-  parameter gradients did not fail to repeat; the contention, graph replay and layout flags likewise);
+  parameter gradients did not fail to repeat; the contention, graph replay, layout and grad set flags likewise);
 - where the file records its floor model (harness/floors.py), no floor fraction is above 1;
 - where the file records its plan (`config`), the totals are the plan's (rows per case, sub-batches,
   sweep comparisons);
@@ -101,7 +101,7 @@ def _within(path: str, fwd: int, rowgrad: int, rows: int) -> list[str]:
 def _beyond_rfc_problems(bi: BatchInvariance, where: str) -> list[str]:
     """The probes beyond the RFC's: counts within their rows, a load's busy runs within its runs, each flag
     what its counts say."""
-    from h3bench.harness.probes import contention, graph_replay, layout
+    from h3bench.harness.probes import contention, grad_set, graph_replay, layout
 
     found = []
     checked = []
@@ -122,6 +122,10 @@ def _beyond_rfc_problems(bi: BatchInvariance, where: str) -> list[str]:
         for label, case in bi.layout.cases.items():
             found += _within(f"{where}.layout.cases.{label}", case.fwd_differ, case.rowgrad_differ, case.rows)
         checked.append(("layout", bi.layout.invariant, layout.invariant(bi.layout)))
+    if bi.grad_set is not None:
+        for label, case in bi.grad_set.cases.items():
+            found += _within(f"{where}.grad_set.cases.{label}", 0, case.rowgrad_differ, case.rows)
+        checked.append(("grad_set", bi.grad_set.invariant, grad_set.invariant(bi.grad_set)))
     for name, recorded, expected in checked:
         if recorded != expected:
             found.append(f"{where}.{name}.invariant: {recorded} but its counts say {expected}")

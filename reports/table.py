@@ -185,7 +185,7 @@ def _beyond_rfc_table(evidence: Evidence, mode: str) -> Optional[TableSpec]:
     """The probes beyond the RFC's, one column each (status and counts); None when no row has any."""
     rows = [(name, row) for name, row in evidence.rows(mode).items() if isinstance(row, RowResult)]
     bi_of = [row.batch_invariance for _, row in rows]
-    if not any(b.contention or b.graph_replay or b.layout for b in bi_of):
+    if not any(b.contention or b.graph_replay or b.layout or b.grad_set for b in bi_of):
         return None
     body = []
     for name, row in rows:
@@ -197,7 +197,9 @@ def _beyond_rfc_table(evidence: Evidence, mode: str) -> Optional[TableSpec]:
         note="Not part of batch-invariant (the RFC's verdict). contention: the rows' comparisons repeated under a "
              "memory-bound and a compute-bound side load, each run against the same run idle; graph replay: a "
              "CUDA graph captured once, replayed with other inputs, against eager; layout: the rows as strided "
-             "views (a row offset, padded rows, column-major) against the contiguous bits.")
+             "views (a row offset, padded rows, column-major) against the contiguous bits; grad set: the rows' "
+             "per-row gradients with each parameter frozen in turn and with none requested, against every "
+             "parameter gradient requested.")
 
 
 def _accuracy_table(evidence: Evidence, mode: str, part: pd.DataFrame, measured: list[dict]) -> TableSpec:

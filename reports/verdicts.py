@@ -9,8 +9,8 @@ from enum import Enum
 from typing import Optional
 
 from h3bench.harness.probes.difference import describe, describe_param
-from h3bench.harness.schema import (Contention, Difference, GraphCapture, GraphReplay, Layouts, ParamDifference,
-                                    RowResult)
+from h3bench.harness.schema import (Contention, Difference, GradSet, GraphCapture, GraphReplay, Layouts,
+                                    ParamDifference, RowResult)
 
 
 class Status(str, Enum):
@@ -22,7 +22,7 @@ class Status(str, Enum):
 # Column order of the verdict grid; `batch_invariant` is the recorded overall verdict (the RFC's checks').
 RFC_CHECKS: tuple[str, ...] = ("all_rows fwd", "all_rows rowgrad", "params repeatable", "full_vs_sub", "sweep")
 # h3bench's probes beyond the RFC's, each with its own flag; n.a. in a file that lacks them (the prior art)
-BEYOND_RFC_CHECKS: tuple[str, ...] = ("contention", "graph replay", "layout")
+BEYOND_RFC_CHECKS: tuple[str, ...] = ("contention", "graph replay", "layout", "grad set")
 CHECKS: tuple[str, ...] = RFC_CHECKS + BEYOND_RFC_CHECKS
 GRID_CHECKS: tuple[str, ...] = CHECKS + ("batch_invariant",)
 
@@ -36,6 +36,7 @@ FAILED_LABEL = {
     "contention": "contention",
     "graph replay": "graph replay",
     "layout": "layout",
+    "grad set": "grad set",
 }
 
 
@@ -101,7 +102,8 @@ def checks(row: RowResult) -> list[Check]:
                    else f", first at seed {f.seed}, batch {f.batch}, position {f.position}, row {f.row}")
     out.append(Check("sweep", Status.FAIL if sweep.differ else Status.PASS, detail,
                      f"{sweep.differ}/{sweep.comparisons}"))
-    return out + [_contention(bi.contention), _graph_replay(bi.graph_replay), _layout(bi.layout)]
+    return out + [_contention(bi.contention), _graph_replay(bi.graph_replay), _layout(bi.layout),
+                  _grad_set(bi.grad_set)]
 
 
 def _flag(flag: Optional[bool]) -> Status:
@@ -152,6 +154,19 @@ def _layout(record: Optional[Layouts]) -> Check:
              f"{where(case.first_difference)}" for name, case in record.cases.items()]
     differ = sum(c.fwd_differ + c.rowgrad_differ for c in record.cases.values())
     return Check("layout", _flag(record.invariant), "; ".join(parts) or "no per-row input takes a strided layout",
+                 f"{differ}/{sum(c.rows for c in record.cases.values())}")
+
+
+def _grad_set(record: Optional[GradSet]) -> Check:
+    if record is None:
+        return Check("grad set", Status.NA, "not measured")
+    if record.not_applicable:
+        return Check("grad set", Status.NA, f"not applicable: {record.not_applicable}")
+    parts = [case.rejected if case.rejected and not case.rows else
+             f"{name} ({', '.join(case.tensors)}): {_count(case.rowgrad_differ, case.rows, 'rows')}"
+             f"{where(case.first_difference)}" for name, case in record.cases.items()]
+    differ = sum(c.rowgrad_differ for c in record.cases.values())
+    return Check("grad set", _flag(record.invariant), "; ".join(parts),
                  f"{differ}/{sum(c.rows for c in record.cases.values())}")
 
 

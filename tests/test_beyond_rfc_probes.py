@@ -1,11 +1,13 @@
-"""The probes beyond the RFC's (contention, graph replay, layout) each catch a fault the RFC's probes pass.
+"""The probes beyond the RFC's (contention, graph replay, layout, grad set) each catch a fault the RFC's
+probes pass.
 
 Each planted implementation is the honest composition with one fault that shows only under one new probe:
 a result that changes while a side load runs (contention), a slow path for strided inputs that sums in
 another order (layout), a size read from a Python global that a graph keeps from capture time (graph
-replay: on the CPU through a capture double, on a GPU through a real CUDA graph). The honest rows (the
-composition, diffusers, our Triton kernel) are clean under all three; an implementation that rejects
-non-contiguous inputs records the rejection, which is no failure.
+replay: on the CPU through a capture double, on a GPU through a real CUDA graph), a backward whose dx sums
+in another order when the norm's weight is frozen (grad set). The honest rows (the composition, diffusers,
+our Triton kernel) are clean under all four; an implementation that rejects non-contiguous inputs, or a
+frozen parameter, records the rejection, which is no failure.
 """
 from __future__ import annotations
 
@@ -14,12 +16,14 @@ import threading
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from h3bench.adapters import builtin_adapters
 from h3bench.harness import gate
-from h3bench.harness.config import ContentionPlan, GraphReplayPlan, LayoutPlan, load_config
+from h3bench.harness.config import ContentionPlan, GradSetPlan, GraphReplayPlan, LayoutPlan, load_config
+from h3bench.harness.execute import as_bits
 from h3bench.harness.ops import get_op
-from h3bench.harness.probes import contention, graph_replay, layout
+from h3bench.harness.probes import contention, grad_set, graph_replay, layout
 from h3bench.harness.probes.context import ProbeContext
 from h3bench.harness.probes.side_load import THREAD_PREFIX, SideLoad
 from h3bench.harness.progress import summary_table
@@ -69,8 +73,75 @@ def contiguous_only(x, w, sh, sc, idx):
     return composition(x, w, sh, sc, idx)
 
 
+EPS = 1e-5
+
+
+def row_dot(g: torch.Tensor, xhat: torch.Tensor, one_pass: bool) -> torch.Tensor:
+    """Per row, sum(g * xhat) over the hidden size: in one float32 pass, or column by column in bf16 (another
+    order and rounding: what a cheaper path might do)."""
+    if one_pass:
+        return (g * xhat).sum(-1, keepdim=True)
+    products = (g * xhat).to(torch.bfloat16)
+    total = products[:, 0]
+    for j in range(1, products.shape[1]):
+        total = total + products[:, j]
+    return total.float()[:, None]
+
+
+def norm_dx(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, one_pass: bool) -> torch.Tensor:
+    """rms_norm(x) * w's dx from the upstream gradient dy, with row_dot's sum."""
+    xf = x.float().contiguous()
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)
+    xhat, g = xf * rstd, (dy.float() * w.float()).contiguous()
+    return ((g - xhat * row_dot(g, xhat, one_pass) / x.shape[1]) * rstd).to(x.dtype)
+
+
+class NormWithOwnBackward(torch.autograd.Function):
+    """F.rms_norm(x) * w forward; a backward of its own whose dx sums in one float32 pass, or, with
+    `cheaper_when_frozen` and the weight's gradient not requested, column by column in bf16."""
+
+    @staticmethod
+    def forward(ctx, x, w, cheaper_when_frozen):
+        ctx.save_for_backward(x, w)
+        ctx.cheaper_when_frozen = cheaper_when_frozen
+        return F.rms_norm(x, (x.shape[-1],), w, EPS)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        one_pass = ctx.needs_input_grad[1] or not ctx.cheaper_when_frozen
+        dx = norm_dx(x, w, dy, one_pass) if ctx.needs_input_grad[0] else None
+        dw = None
+        if ctx.needs_input_grad[1]:
+            xf = x.float().contiguous()
+            dw = (dy.float() * xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)).sum(0).to(w.dtype)
+        return dx, dw, None
+
+
+def _modulated(y, sh, sc, idx):
+    return y * (1 + sc.index_select(0, idx)) + sh.index_select(0, idx)
+
+
+def own_backward(x, w, sh, sc, idx):
+    return _modulated(NormWithOwnBackward.apply(x, w, False), sh, sc, idx)
+
+
+def frozen_weight_path(x, w, sh, sc, idx):
+    """A backward that takes a cheaper dx path when the norm's weight is frozen (no dw requested)."""
+    return _modulated(NormWithOwnBackward.apply(x, w, True), sh, sc, idx)
+
+
+def needs_every_gradient(x, w, sh, sc, idx):
+    """Trains only with every parameter: refuses a frozen one (a forward without gradients runs)."""
+    if x.requires_grad and not (w.requires_grad and sh.requires_grad and sc.requires_grad):
+        raise ValueError("every parameter must require grad")
+    return composition(x, w, sh, sc, idx)
+
+
 PLANTED = {"under_side_load": under_side_load, "strided_slow_path": strided_slow_path,
-           "contiguous_only": contiguous_only, "honest": honest}
+           "contiguous_only": contiguous_only, "honest": honest, "own_backward": own_backward,
+           "frozen_weight_path": frozen_weight_path, "needs_every_gradient": needs_every_gradient}
+FROZEN_SETS = ["frozen w", "frozen sh", "frozen sc", "none requested"]
 
 
 @pytest.fixture(scope="module")
@@ -83,11 +154,14 @@ def _bi(evidence, name):
     return evidence.results["plain"][name].batch_invariance
 
 
-@pytest.mark.parametrize("name", ["honest", "diffusers"])
+@pytest.mark.parametrize("name", ["honest", "diffusers", "own_backward"])
 def test_honest_rows_are_clean_under_every_probe(quick_rows, name):
     bi = _bi(quick_rows, name)
     assert bi.batch_invariant is True
-    assert bi.contention.invariant is True and bi.layout.invariant is True
+    assert bi.contention.invariant is True and bi.layout.invariant is True and bi.grad_set.invariant is True
+    assert list(bi.grad_set.cases) == FROZEN_SETS and bi.grad_set.params == ["w", "sh", "sc"]
+    assert all(c.rows == QUICK.grad_set.rows and c.tensors == ["grad x"] and c.rejected is None
+               for c in bi.grad_set.cases.values())
     assert set(bi.layout.cases) == {"row_offset", "padded_rows", "column_major"}
     assert bi.layout.cases["row_offset"].tensors == ["x", "idx"]
     assert all(c.rejected is None and c.rows == QUICK.layout.rows for c in bi.layout.cases.values())
@@ -161,19 +235,25 @@ def test_validate_holds_the_new_flags_to_their_counts(quick_rows):
     evidence = from_json(to_dict(quick_rows))
     evidence.results["plain"]["under_side_load"].batch_invariance.contention.invariant = True
     evidence.results["plain"]["strided_slow_path"].batch_invariance.layout.invariant = True
+    evidence.results["plain"]["frozen_weight_path"].batch_invariance.grad_set.invariant = True
+    evidence.results["plain"]["honest"].batch_invariance.grad_set.cases["frozen w"].rowgrad_differ = 99
     found = problems(evidence)
     assert any(p.endswith("contention.invariant: True but its counts say False") for p in found)
     assert any(p.endswith("layout.invariant: True but its counts say False") for p in found)
+    assert any("frozen_weight_path" in p and p.endswith("grad_set.invariant: True but its counts say False")
+               for p in found)
+    assert any("grad_set.cases.frozen w: differing rows (0, 99) not within 0..8" in p for p in found)
 
 
 def test_a_config_without_the_new_tables_leaves_them_out():
     from h3bench.harness.config import build_config
 
     data = {k: v for k, v in QUICK.to_dict().items() if k not in ("op", "quick", "plans")}
-    old = {k: v for k, v in data.items() if k not in ("contention", "graph_replay", "layout")}
+    old = {k: v for k, v in data.items() if k not in ("contention", "graph_replay", "layout", "grad_set")}
     built = build_config("norm_modulate", old, True, "old.toml")
-    assert (built.contention, built.graph_replay, built.layout) == (None, None, None)
-    assert "contention" not in built.to_dict()
+    assert (built.contention, built.graph_replay, built.layout, built.grad_set) == (None, None, None, None)
+    assert "contention" not in built.to_dict() and "grad_set" not in built.to_dict()
+    assert build_config("norm_modulate", data, True, "new.toml").grad_set == QUICK.grad_set
     assert build_config("norm_modulate", data, True, "new.toml").contention == QUICK.contention
 
 
@@ -304,3 +384,118 @@ def test_a_real_cuda_graph_keeps_the_stale_size_and_honest_rows_replay_clean():
         clean = graph_replay.graph_replay(ctx, REPLAY_PLAN)
         assert clean.invariant is True, (adapter.name, clean)
         assert clean.forward.captured and clean.forward_backward.captured, (adapter.name, clean)
+
+
+# --- grad set ----------------------------------------------------------------------------------------------
+
+def test_a_cheaper_path_for_a_frozen_weight_is_caught_by_grad_set_only(quick_rows):
+    """The planted backward sums dx in bf16 when w is frozen: the RFC's probes (every gradient requested)
+    and the other new probes pass it; grad set counts exactly the rows whose dx the two sums give apart,
+    under the sets that freeze w, and none under the others."""
+    bi = _bi(quick_rows, "frozen_weight_path")
+    assert bi.batch_invariant is True and bi.params_repeatable is True
+    assert bi.contention.invariant is True and bi.layout.invariant is True
+    plan = QUICK.grad_set
+    inputs, grad_out = OP.make_inputs(QUICK.inputs, plan.rows, plan.seeds[0], CPU), \
+        OP.make_grad_outs(QUICK.inputs, plan.rows, plan.seeds[0], CPU)[0]
+    t = inputs.tensors
+    dy = grad_out * (1 + t["sc"].index_select(0, t["idx"]))  # what the modulation hands the norm
+    apart = (as_bits(norm_dx(t["x"], t["w"], dy, True)) != as_bits(norm_dx(t["x"], t["w"], dy, False))).any(1)
+    expected = int(apart.sum())
+    assert expected > 0  # the plan's rows show the fault
+    cases = bi.grad_set.cases
+    assert bi.grad_set.invariant is False
+    assert [cases[k].rowgrad_differ for k in FROZEN_SETS] == [expected, 0, 0, expected]
+    first = cases["frozen w"].first_difference
+    assert first.tensor == "grad x" and first.row == int(apart.nonzero()[0, 0]) and first.max_ulp >= 1
+    assert cases["frozen sh"].first_difference is None
+    failed = gate.what_failed(bi)
+    assert [line.split(":")[0] for line in failed] == ["grad_set frozen w", "grad_set none requested"]
+    assert failed[0].startswith(f"grad_set frozen w: rowgrad {expected} of {plan.rows} rows (first: grad x row ")
+    statuses = {c.name: c.status for c in verdicts.checks(quick_rows.results["plain"]["frozen_weight_path"])}
+    assert statuses["grad set"] is verdicts.Status.FAIL
+    assert all(statuses[c] is not verdicts.Status.FAIL for c in verdicts.CHECKS if c != "grad set")
+
+
+def test_a_refused_frozen_parameter_is_recorded_not_failed(quick_rows):
+    bi = _bi(quick_rows, "needs_every_gradient")
+    cases = bi.grad_set.cases
+    assert all(cases[k].rejected == f"rejects {k}: ValueError: every parameter must require grad"
+               and (cases[k].rows, cases[k].rowgrad_differ) == (0, 0) for k in FROZEN_SETS)
+    assert bi.grad_set.invariant is None and gate.what_failed(bi) == []
+    check = next(c for c in verdicts.checks(quick_rows.results["plain"]["needs_every_gradient"])
+                 if c.name == "grad set")
+    assert check.status is verdicts.Status.NA and "rejects frozen w" in check.detail
+
+
+def test_the_file_names_the_grad_set_failure(quick_rows):
+    evidence = from_json(to_dict(quick_rows))
+    assert problems(evidence) == []
+    lines = gate.failures(evidence, gate.ALL)
+    assert any("frozen_weight_path" in line and "grad_set frozen w" in line for line in lines)
+    assert not any("/own_backward " in line or "/needs_every_gradient " in line for line in lines)
+    assert "frozen_weight_path: grad_set frozen w" in str(summary_table(evidence).caption)
+    markdown = render_markdown(evidence)
+    assert "grad set" in markdown and "frozen sh (grad x): 0/8 rows differ" in markdown
+
+
+@pytest.mark.parametrize("grads,reason", [(("x",), "no parameter gradients: nothing to freeze"),
+                                          ((), "no parameter gradients: nothing to freeze")])
+def test_grad_set_without_parameter_gradients_is_not_applicable(grads, reason):
+    ctx = _ctx(honest, grads=grads)
+    plan = GradSetPlan(rows=2, seeds=(3,))
+    record = grad_set.grad_set(ctx, plan)
+    assert (record.not_applicable, record.invariant, record.cases) == (reason, None, {})
+    assert grad_set.grad_set_total(plan, ctx) == 0
+
+
+@pytest.mark.parametrize("op_name,reason,frozen_sets", [
+    ("norm_modulate", None, 4), ("gate_residual", None, 1), ("final_adaln_out", None, 5),
+    ("timestep_mlp", None, 5), ("adaln_projection", None, 3),
+    # the table is the only differentiable input; the per-row inputs are indices
+    ("adaln_row_gather", "no per-row gradients to compare", 0),
+    ("timestep_sinusoid", "no parameter gradients: nothing to freeze", 0)])
+def test_every_op_has_a_grad_set_plan_and_says_whether_it_applies(op_name, reason, frozen_sets):
+    """Every op's plans have the probe; with every declared gradient its applicability and run count follow
+    from the op's inputs (per-row gradients to compare, parameters to freeze)."""
+    cfg = load_config(op_name, quick=False)
+    assert (cfg.grad_set.rows, cfg.grad_set.seeds) == (257, (3,))
+    op = get_op(op_name)
+    ctx = ProbeContext(op=op, params=cfg.inputs, fn=None, grads=op.differentiable, device=CPU,
+                       reference_variant=op.name)
+    assert grad_set.not_applicable_reason(ctx) == reason
+    assert grad_set.grad_set_total(cfg.grad_set, ctx) == (1 + frozen_sets if frozen_sets else 0)
+    if reason is not None:  # recorded without running the implementation (fn=None)
+        record = grad_set.grad_set(ctx, cfg.grad_set)
+        assert (record.not_applicable, record.invariant, record.cases) == (reason, None, {})
+
+
+def test_grad_set_runs_each_frozen_set_once_a_seed_with_the_same_inputs():
+    """Which gradients each run requests, and that every run sees the same inputs and upstream gradients."""
+    seen = []
+
+    def recording(x, w, sh, sc, idx):
+        seen.append((tuple(n for n, t in zip("x w sh sc".split(), (x, w, sh, sc)) if t.requires_grad),
+                     as_bits(x).sum().item(), as_bits(idx).sum().item()))
+        return composition(x, w, sh, sc, idx)
+
+    plan = GradSetPlan(rows=3, seeds=(3, 4))
+    record = grad_set.grad_set(_ctx(recording), plan)
+    assert grad_set.grad_set_total(plan, _ctx(recording)) == 2 * 5 == len(seen)
+    requested = [s[0] for s in seen[:5]]
+    assert requested == [("x", "w", "sh", "sc"), ("x", "sh", "sc"), ("x", "w", "sc"), ("x", "w", "sh"), ("x",)]
+    assert len({s[1:] for s in seen[:5]}) == 1 and len({s[1:] for s in seen[5:]}) == 1
+    assert seen[0][1:] != seen[5][1:]
+    assert record.invariant is True and all(c.rows == 6 for c in record.cases.values())
+    assert grad_set.subsets(("w",)) == [("w",)] and grad_set.label(("w",), ("w",)) == "frozen w"
+
+
+def test_our_triton_kernel_is_clean_under_grad_set(device):
+    """Our kernel's backward without parameter gradients compiles without the parameter sums (PARAMS off):
+    its dx must be the all-gradients dx (kernels/notes/norm_modulate.md)."""
+    adapter = next(a for a in builtin_adapters("norm_modulate") if a.name == "h3bench_triton")
+    params = dataclasses.replace(QUICK.inputs, hidden=16)
+    ctx = ProbeContext(op=OP, params=params, fn=adapter.load(device, params).fn, grads=adapter.grads,
+                       device=device, reference_variant=OP.name)
+    record = grad_set.grad_set(ctx, GradSetPlan(rows=3, seeds=(3,)))
+    assert record.invariant is True and list(record.cases) == FROZEN_SETS

@@ -159,3 +159,19 @@ def test_quack_matches_torch_rms_norm_within_bf16_tolerance():
         scale = eager.grads[name].float().abs().max().item()
         torch.testing.assert_close(quack.grads[name].float(), eager.grads[name].float(), rtol=1.6e-2,
                                    atol=1.6e-2 * scale)
+
+
+def test_the_hooks_raise_dynamos_recompile_limit_and_put_it_back():
+    """The probes call a compiled row with more guard sets than Dynamo's default limit of 8 (past it the rest
+    would run eagerly and count as differences): installing the hooks raises it, uninstalling restores it."""
+    import torch._dynamo.config as dynamo_config
+
+    tc.HOOKS.uninstall()
+    before = dynamo_config.recompile_limit
+    try:
+        tc.HOOKS.install()
+        assert dynamo_config.recompile_limit == max(before, tc.RECOMPILE_LIMIT) > 8
+        tc.HOOKS.install()  # a second row's load: the value to restore stays the one found
+    finally:
+        tc.HOOKS.uninstall()
+    assert dynamo_config.recompile_limit == before

@@ -1,6 +1,6 @@
 """Compile the norm_modulate kernels for an NVIDIA target without a GPU, and report registers and spills.
 
-    python -m tools.compile_norm_modulate --hidden 1024,5376,12288 [--arch 90]
+    python -m tools.compile_norm_modulate --hidden 1024,5376,12288 [--arch 90] [--params on|off] [--bwd-fp-fusion]
 
 Triton compiles for a target (GPUTarget("cuda", 90, 32) = H100/H200) with its bundled ptxas; cuobjdump
 reads the registers per thread and the spill stack (bytes per thread) of the cubin. No GPU is used, so
@@ -40,11 +40,21 @@ def _signature(kernel, constexprs: dict) -> dict:
     return sig
 
 
-def resources(kernel, constexprs: dict, num_warps: int, arch: int = 90) -> dict:
+def compile_for(kernel, constexprs: dict, num_warps: int, arch: int = 90):
+    """`kernel` compiled for the target with `constexprs` (and the launch option `enable_fp_fusion` when it
+    is among them: the backward's, `_bwd_recipe`). Not under TRITON_INTERPRET (its kernels do not compile)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    options = {"num_warps": num_warps}
+    if "enable_fp_fusion" in constexprs:
+        constexprs = dict(constexprs)
+        options["enable_fp_fusion"] = constexprs.pop("enable_fp_fusion")
     src = ASTSource(kernel, _signature(kernel, constexprs), constexprs=constexprs)
-    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def resources(kernel, constexprs: dict, num_warps: int, arch: int = 90) -> dict:
+    compiled = compile_for(kernel, constexprs, num_warps, arch)
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as handle:
         handle.write(compiled.asm["cubin"])
         path = handle.name
@@ -57,9 +67,11 @@ def resources(kernel, constexprs: dict, num_warps: int, arch: int = 90) -> dict:
             "warps": num_warps}
 
 
-def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9) -> list[tuple[str, object, dict, int]]:
+def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9,
+                bwd_fp_fusion: bool = False) -> list[tuple[str, object, dict, int]]:
     """(label, kernel, constexprs, warps) of every launch `forward` and `backward` can make for `hidden`
-    (CMAX 256: R = 32768 on 132 SMs)."""
+    (CMAX 256: R = 32768 on 132 SMs); `bwd_fp_fusion`: the backward with FMA contraction on, as it was
+    compiled before its launches turned it off (kernels/notes/norm_modulate.md), for comparison."""
     head, tail = K._head_tail(hidden)
     out = [("fwd rows", K._fwd_rows_kernel,
             dict(H=hidden, ROWS=cfg.fwd_rows, HEAD=head, TAIL=tail, L1_TABLES=cfg.fwd_l1_tables, RELOAD=cfg.fwd_reload,
@@ -70,7 +82,8 @@ def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9) -> list[t
                          BY_HAND=False), cfg.plan_walk_warps))
     for plan in (False, True):
         k_p2 = 2 if plan else triton.next_power_of_2(table_rows + 2)
-        common = dict(H=hidden, CMAX=256, K_P2=k_p2, GLOBAL=plan, PARAMS=True, BY_HAND=False)
+        common = dict(H=hidden, CMAX=256, K_P2=k_p2, GLOBAL=plan, PARAMS=True, BY_HAND=False,
+                      enable_fp_fusion=bwd_fp_fusion)
         if cfg.bwd_cols:
             out.append((f"bwd split global={plan}", K._bwd_kernel,
                         dict(common, BLOCK_H=cfg.bwd_cols, ROWS=cfg.bwd_rows, COLS=True), cfg.bwd_warps))
@@ -101,6 +114,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", default="1024,2048,3072,4096,5376,8192,12288,32768")
     parser.add_argument("--arch", type=int, default=90)
+    parser.add_argument("--params", choices=("on", "off"), default="on",
+                        help="the backward with parameter gradients (PARAMS) or without")
+    parser.add_argument("--bwd-fp-fusion", action="store_true",
+                        help="compile the backward with FMA contraction on (its launches turn it off)")
     parser.add_argument("--set", action="append", default=[],
                         help="override a LaunchConfig field for every H, e.g. --set bwd_cols=2048")
     args = parser.parse_args()
@@ -110,7 +127,9 @@ def main() -> None:
             name, value = item.split("=")
             field_type = type(getattr(cfg, name))
             cfg = dataclasses.replace(cfg, **{name: value == "True" if field_type is bool else int(value)})
-        for label, kernel, constexprs, warps in kernels_for(hidden, cfg):
+        for label, kernel, constexprs, warps in kernels_for(hidden, cfg, bwd_fp_fusion=args.bwd_fp_fusion):
+            if "PARAMS" in constexprs:
+                constexprs = dict(constexprs, PARAMS=args.params == "on")
             print(f"H={hidden:6d} {label:28s} {resources(kernel, constexprs, warps, args.arch)}", flush=True)
 
 

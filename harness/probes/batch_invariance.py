@@ -24,7 +24,8 @@ from h3bench.harness.probes.comparison import pairs, picked_at
 from h3bench.harness.probes.context import ProbeContext, select_grad_outs
 from h3bench.harness.probes.difference import first_difference, param_difference
 from h3bench.harness.schema import (AllRowsCase, BatchInvariance, BatchSizeSweep, Contention, Difference,
-                                    FullVsSubBatches, GraphReplay, Layouts, ParamDifference, SweepFailure)
+                                    FullVsSubBatches, GradSet, GraphReplay, Layouts, ParamDifference,
+                                    SweepFailure)
 
 
 def totals(config) -> dict[str, int]:
@@ -214,16 +215,17 @@ def invariant(cases: dict[str, AllRowsCase], repeatable: Optional[bool], subs: F
 def verdict(cases: dict[str, AllRowsCase], repeatable: Optional[bool], subs: FullVsSubBatches,
             sweep: BatchSizeSweep, params_differences: Optional[list[ParamDifference]] = None,
             contention: Optional[Contention] = None, graph_replay: Optional[GraphReplay] = None,
-            layout: Optional[Layouts] = None) -> BatchInvariance:
+            layout: Optional[Layouts] = None, grad_set: Optional[GradSet] = None) -> BatchInvariance:
     """`batch_invariant` is the RFC's verdict, from the RFC's probes only (so files compare with the prior
-    art); the probes beyond them (contention, graph replay, layout) each carry their own flag."""
+    art); the probes beyond them (contention, graph replay, layout, grad set) each carry their own flag."""
     return BatchInvariance(all_rows=cases, params_repeatable=repeatable, full_vs_sub_batches=subs,
                            batch_size_sweep=sweep, batch_invariant=invariant(cases, repeatable, subs, sweep),
                            params_differences=params_differences or None, contention=contention,
-                           graph_replay=graph_replay, layout=layout)
+                           graph_replay=graph_replay, layout=layout, grad_set=grad_set)
 
 
 def beyond_rfc_failed(bi: BatchInvariance) -> list[str]:
     """The probes beyond the RFC's whose own flag says a difference was found, by name."""
-    found = [("contention", bi.contention), ("graph_replay", bi.graph_replay), ("layout", bi.layout)]
+    found = [("contention", bi.contention), ("graph_replay", bi.graph_replay), ("layout", bi.layout),
+             ("grad_set", bi.grad_set)]
     return [name for name, record in found if record is not None and record.invariant is False]
