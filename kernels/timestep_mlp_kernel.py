@@ -38,7 +38,7 @@ from typing import Optional
 
 import torch
 
-from h3bench.kernels import checks, gemm, graph_replay
+from h3bench.kernels import checks, gemm, graph_cache
 from h3bench.kernels.common import interpreter_active
 from h3bench.kernels.gemm import LaunchConfig as C
 from h3bench.kernels.gemm import Tiers, pick
@@ -251,18 +251,18 @@ def _inference(x, w1, b1, w2, b2) -> torch.Tensor:
     if rows > GRAPH_MAX_ROWS or not GRAPHS.usable(x):
         launch()
         return out
-    GRAPHS.run((found,) + graph_replay.placed(x.get_device(), x, w1, b1, w2, b2, out), launch)
+    GRAPHS.run((found,) + graph_cache.placed(x.get_device(), x, w1, b1, w2, b2, out), launch)
     return out
 
 
-# The no-grad forward's launches as CUDA graphs (kernels/graph_replay.py), on unless H3BENCH_GRAPHS=0: a
+# The no-grad forward's launches as CUDA graphs (kernels/graph_cache.py), on unless H3BENCH_GRAPHS=0: a
 # loop's calls with their tensors where the previous call's were replay one graph instead of two Python
 # launches (H200, commit 5bc9e71, the harness's medians: T = 1 forward 90.3 / 85.3 us synchronized / stream
 # without, 61.1 / 54.8 with; T = 8 101.1 / 95.2 against 67.3 / 67.2; the same bits). At most 8 graphs of at
 # most 64 rows, each pool under 6 MB (at 64 rows h is 1.4 MB and GEMM2's six fp32 partial planes 4.1 MB):
 # under 50 MB in all.
 GRAPH_MAX_ROWS = 64
-GRAPHS = graph_replay.GraphCache(on_by_default=True)
+GRAPHS = graph_cache.GraphCache(on_by_default=True)
 
 
 # --- autograd ------------------------------------------------------------------------------------------

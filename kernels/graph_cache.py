@@ -23,7 +23,7 @@ A graph replays on one stream at a time: the stream is part of the key, so two s
 holds its intermediates in a private pool of at least one 2 MB segment (the caller bounds what a graph may
 hold: timestep_mlp takes graphs only up to 64 rows, under 6 MB of intermediates each). The result is
 bitwise the plain launches' (the same kernels on the same values: tested on the GPU,
-tests/test_graph_replay.py). The capture is thread-local (`capture_error_mode="thread_local"`): another
+tests/test_graph_cache.py). The capture is thread-local (`capture_error_mode="thread_local"`): another
 thread's CUDA calls during it are not made illegal by it.
 
 On or off per cache: each caller states its default (`GraphCache(on_by_default=...)`, from what its op's

@@ -1,10 +1,10 @@
-"""kernels/graph_replay.py: when a call's launches are captured and replayed, and (on a GPU) that a
+"""kernels/graph_cache.py: when a call's launches are captured and replayed, and (on a GPU) that a
 replayed timestep_mlp forward gives the plain launches' bits and follows its inputs' contents."""
 import pytest
 import torch
 
-from h3bench.kernels import graph_replay
-from h3bench.kernels.graph_replay import GraphCache
+from h3bench.kernels import graph_cache
+from h3bench.kernels.graph_cache import GraphCache
 
 from tests.test_kernel_gemm import MLP_NAMES, as_bits, mlp_case
 
@@ -106,7 +106,7 @@ def test_no_graph_above_the_row_limit(device, monkeypatch):
     seen = []
     monkeypatch.setattr(TM.GRAPHS, "usable", lambda t: True)
     monkeypatch.setattr(TM.GRAPHS, "run", lambda key, launch: (seen.append(key), launch()))
-    monkeypatch.setattr(graph_replay, "placed", lambda device, *tensors: tuple(t.data_ptr() for t in tensors))
+    monkeypatch.setattr(graph_cache, "placed", lambda device, *tensors: tuple(t.data_ptr() for t in tensors))
     inputs, _ = mlp_case(device, 3)
     x, w1, b1, w2, b2 = (inputs.tensors[n].detach() for n in MLP_NAMES)
     monkeypatch.setattr(TM, "GRAPH_MAX_ROWS", 2)
