@@ -29,9 +29,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import torch
-
-from h3bench.kernels import checks, gemm
+from h3bench.kernels import gemm
 from h3bench.kernels.common import interpreter_active
 from h3bench.kernels.gemm import LaunchConfig as C
 from h3bench.kernels.gemm import Tiers, pick
@@ -122,63 +120,25 @@ def configs() -> ProjectionConfigs:
     return INTERPRETER if interpreter_active() else _CONFIGS[0]
 
 
-def _check(temb, w, b) -> None:
-    named = {"temb": temb, "w": w, "b": b}
-    checks.tensors(named)
-    checks.same_device(named, "temb")
-    checks.triton_device("temb", temb, what="the Triton kernels need", any_device_interpreted=True)
-    checks.dtype_in("temb", temb, checks.FLOATS, "expected float32 (or bfloat16, float16)")
-    checks.dtype_in("w", w, (torch.bfloat16, torch.float16), "expected bfloat16 or float16 (the tensor-core GEMM)")
-    checks.same_dtype(named, ("b",), "w")
-    if temb.dim() != 2 or temb.shape[1] < 1:
-        raise ValueError(f"temb must be [T, temb_dim] with temb_dim >= 1, got shape {tuple(temb.shape)}")
-    if w.dim() != 2 or w.shape[1] != temb.shape[1] or w.shape[0] < 1:
-        raise ValueError(f"w must be [out_features, {temb.shape[1]}] (temb is [T, {temb.shape[1]}]), "
-                         f"got {tuple(w.shape)}")
-    if b.shape != (w.shape[0],):
-        raise ValueError(f"b must have shape ({w.shape[0]},) to match w, got {tuple(b.shape)}")
 
 
-def _forward(temb, w, b, keep_a: bool):
+def forward(temb, w, b, keep_a: bool):
+    """(table, a): a kept (with its ones column) when keep_a, for the backward."""
     a = gemm.silu_cast(temb, w.dtype, ones_column=keep_a)
     table, _ = gemm.forward(a, w, b, pick(configs().fwd, temb.shape[0]), out_dtype=w.dtype)
     return table, a
 
 
-class _AdaLNProjection(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, temb, w, b):
-        table, a = _forward(temb, w, b, keep_a=True)
-        ctx.save_for_backward(temb, w, a)
-        return table
-
-    @staticmethod
-    def backward(ctx, dy):
-        temb, w, a = ctx.saved_tensors
-        need_temb, need_w, need_b = ctx.needs_input_grad[:3]
-        if dy.stride(-1) != 1 or (dy.shape[0] > 1 and dy.stride(0) == 0):
-            dy = dy.contiguous()
-        cfg, rows = configs(), dy.shape[0]
-        dtemb = dw = db = None
-        if need_temb:
-            dtemb = gemm.input_grad(dy, w, pick(cfg.dx, rows), dsilu_of=temb, out_dtype=temb.dtype)
-        if need_w or need_b:
-            dw, db = gemm.weight_grad(dy, a, pick(cfg.dw, rows), a_ones="stored", dw_dtype=w.dtype,
-                                      db_dtype=w.dtype if need_b else None)
-        return dtemb, (dw if need_w else None), db
-
-
-def adaln_projection(temb: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """table = W cast(silu(temb)) + b with gradients for temb, w and b.
-
-    temb: [T, D] fp32 (bf16/fp16 accepted); w: [N, D] bf16 or fp16; b: [N] in w's dtype; one device
-    (CUDA, or the CPU under TRITON_INTERPRET=1). Returns [T, N] in w's dtype. T = 0 gives an empty
-    table and zero weight gradients. Each table row is bitwise the same whatever T is; dW and db
-    repeat bitwise."""
-    _check(temb, w, b)
-    if temb.device.type == "cuda" and temb.device.index != torch.cuda.current_device():
-        with torch.cuda.device(temb.device):
-            return adaln_projection(temb, w, b)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (temb, w, b)):
-        return _AdaLNProjection.apply(temb, w, b)
-    return _forward(temb, w, b, keep_a=False)[0]
+def backward(dy, temb, w, a, need_temb: bool, need_w: bool, need_b: bool):
+    """(dtemb, dW, db), None where not needed: dtemb = (dy W) silu'(temb) in temb's dtype, dW = dy^T a and db
+    (a's ones column) in w's dtype."""
+    if dy.stride(-1) != 1 or (dy.shape[0] > 1 and dy.stride(0) == 0):
+        dy = dy.contiguous()
+    cfg, rows = configs(), dy.shape[0]
+    dtemb = dw = db = None
+    if need_temb:
+        dtemb = gemm.input_grad(dy, w, pick(cfg.dx, rows), dsilu_of=temb, out_dtype=temb.dtype)
+    if need_w or need_b:
+        dw, db = gemm.weight_grad(dy, a, pick(cfg.dw, rows), a_ones="stored", dw_dtype=w.dtype,
+                                  db_dtype=w.dtype if need_b else None)
+    return dtemb, (dw if need_w else None), db

@@ -38,7 +38,7 @@ from typing import Optional
 
 import torch
 
-from h3bench.kernels import checks, gemm, graph_cache
+from h3bench.kernels import gemm, graph_cache
 from h3bench.kernels.common import interpreter_active
 from h3bench.kernels.gemm import LaunchConfig as C
 from h3bench.kernels.gemm import Tiers, pick
@@ -162,50 +162,8 @@ def configs() -> MLPConfigs:
 
 # --- checks --------------------------------------------------------------------------------------------
 
-def _check(x, w1, b1, w2, b2) -> None:
-    named = {"x": x, "w1": w1, "b1": b1, "w2": w2, "b2": b2}
-    checks.tensors(named)
-    checks.same_device(named, "x")
-    checks.triton_device("x", x, what="the Triton kernels need", any_device_interpreted=True)
-    for name, t in named.items():
-        checks.dtype_in(name, t, (torch.float32,), "timestep_mlp is fp32 throughout (expected torch.float32)")
-    if x.dim() != 2:
-        raise ValueError(f"x must be [T, freq_dim], got shape {tuple(x.shape)}")
-    if w1.dim() != 2 or w1.shape[1] != x.shape[1] or w1.shape[0] < 1:
-        raise ValueError(f"w1 must be [hidden, {x.shape[1]}] (x is [T, {x.shape[1]}]), got {tuple(w1.shape)}")
-    if x.shape[1] < 1:
-        raise ValueError(f"x must have freq_dim >= 1, got shape {tuple(x.shape)}")
-    hidden = w1.shape[0]
-    if b1.shape != (hidden,):
-        raise ValueError(f"b1 must have shape ({hidden},) to match w1, got {tuple(b1.shape)}")
-    if w2.dim() != 2 or w2.shape[1] != hidden or w2.shape[0] < 1:
-        raise ValueError(f"w2 must be [temb_dim, {hidden}] (w1 has {hidden} rows), got {tuple(w2.shape)}")
-    if b2.shape != (w2.shape[0],):
-        raise ValueError(f"b2 must have shape ({w2.shape[0]},) to match w2, got {tuple(b2.shape)}")
 
 
-def _fast_ok(x, w1, b1, w2, b2) -> bool:
-    """Every argument well formed and all on one CUDA device, or all on the CPU under the interpreter (the
-    common case, checked with attribute reads only; the CPU case so the tests and tools/hostcost_cpu.py
-    take the path a GPU call takes). False sends the call through `_check`, which raises naming the
-    argument or accepts what this does not cover. True only where `_check` passes (tests)."""
-    try:
-        f32 = torch.float32
-        if not (x.dtype == f32 and w1.dtype == f32 and b1.dtype == f32 and w2.dtype == f32 and b2.dtype == f32):
-            return False
-        device = x.get_device()
-        if device >= 0:
-            same = (x.is_cuda and w1.is_cuda and b1.is_cuda and w2.is_cuda and b2.is_cuda
-                    and w1.get_device() == device and b1.get_device() == device and w2.get_device() == device
-                    and b2.get_device() == device)
-        else:
-            same = x.is_cpu and w1.is_cpu and b1.is_cpu and w2.is_cpu and b2.is_cpu and interpreter_active()
-        hidden = w1.shape[0]
-        return (same and x.dim() == 2 and w1.dim() == 2 and w2.dim() == 2 and b1.dim() == 1 and b2.dim() == 1
-                and 0 < x.shape[1] == w1.shape[1] and 0 < hidden == b1.shape[0] == w2.shape[1]
-                and 0 < w2.shape[0] == b2.shape[0])
-    except (AttributeError, IndexError, TypeError, RuntimeError):
-        return False
 
 
 # --- the no-grad forward ---------------------------------------------------------------------------------
@@ -214,7 +172,7 @@ def _fast_ok(x, w1, b1, w2, b2) -> bool:
 class _Inference:
     """The two launches of a no-grad forward for one (shape, strides, device) under one config set:
     GEMM1 (+ b1, silu) and GEMM2 (+ b2), both reading their operands as they are. plans None: this case
-    takes `_forward` (a config that needs maxima or copies, a strided bias, zero rows)."""
+    takes `forward` (a config that needs maxima or copies, a strided bias, zero rows)."""
     configs: MLPConfigs
     plans: Optional[tuple]
 
@@ -222,7 +180,7 @@ class _Inference:
 _INFERENCE: dict = {}
 
 
-def _inference(x, w1, b1, w2, b2) -> torch.Tensor:
+def inference(x, w1, b1, w2, b2) -> torch.Tensor:
     """The no-grad forward with its shape-dependent work done once per (shape, strides, device, config
     set): at T <= 8 the host time of a call is most of its time (two launches, two allocations here)."""
     cfg = configs()
@@ -236,7 +194,7 @@ def _inference(x, w1, b1, w2, b2) -> torch.Tensor:
             _INFERENCE.clear()
         found = _INFERENCE[key] = _Inference(cfg, (plan1, plan2) if plan1 and plan2 else None)
     if found.plans is None:
-        return _forward(x, w1, b1, w2, b2, keep_pre=False)[0]
+        return forward(x, w1, b1, w2, b2, keep_pre=False)[0]
     plan1, plan2 = found.plans
     rows = x.shape[0]
     out = x.new_empty((rows, w2.shape[0]))
@@ -265,14 +223,12 @@ GRAPH_MAX_ROWS = 64
 GRAPHS = graph_cache.GraphCache(on_by_default=True)
 
 
-# --- autograd ------------------------------------------------------------------------------------------
-
 def _scaled(*configs: C) -> bool:
     """Whether any of these GEMMs takes its fp16x3 scales from row maxima (not from each step's tiles)."""
     return any(gemm.needs_maxima(cfg) for cfg in configs)
 
 
-def _forward(x, w1, b1, w2, b2, keep_pre: bool):
+def forward(x, w1, b1, w2, b2, keep_pre: bool):
     """(out, h, z1, maxima of h's and w2's rows or None): the maxima, one launch for both, when GEMM2 or
     (keep_pre: a backward will follow) dz1 or dW2 runs in fp16x3, so the backward does not redo them."""
     cfg = configs()
@@ -286,38 +242,31 @@ def _forward(x, w1, b1, w2, b2, keep_pre: bool):
     return out, h, z1, maxima
 
 
-class _TimestepMLP(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, w1, b1, w2, b2):
-        out, h, z1, (h_max, w2_max) = _forward(x, w1, b1, w2, b2, keep_pre=True)
-        ctx.save_for_backward(x, w1, w2, h, z1, h_max, w2_max)
-        return out
 
-    @staticmethod
-    def backward(ctx, dy):
-        x, w1, w2, h, z1, h_max, w2_max = ctx.saved_tensors
-        need_x, need_w1, need_b1, need_w2, need_b2 = ctx.needs_input_grad[:5]
-        if dy.stride(-1) != 1 or (dy.shape[0] > 1 and dy.stride(0) == 0):
-            dy = dy.contiguous()
-        cfg = configs()
-        rows = x.shape[0]
-        cfg_dw2, cfg_dh = pick(cfg.dw2, rows), pick(cfg.dh, rows)
-        dy_max = gemm.row_maxima(dy)[0] if rows and _scaled(cfg_dw2, cfg_dh) else None
-        dw2 = db2 = dx = dw1 = db1 = None
-        if need_w2:
-            dw2, _ = gemm.weight_grad(dy, h, cfg_dw2, dw_dtype=torch.float32, db_dtype=None, dy_max=dy_max,
-                                      a_max=h_max)
-        if need_b2:
-            db2 = _bias_grad(dy)
-        if need_x or need_w1 or need_b1:
-            dz1 = gemm.input_grad(dy, w2, cfg_dh, dsilu_of=z1, dy_max=dy_max, w_max=w2_max)
-            if need_x:
-                dx = gemm.input_grad(dz1, w1, pick(cfg.dx, rows))
-            if need_w1:
-                dw1, _ = gemm.weight_grad(dz1, x, pick(cfg.dw1, rows), dw_dtype=torch.float32, db_dtype=None)
-            if need_b1:
-                db1 = _bias_grad(dz1)
-        return dx, dw1, db1, dw2, db2
+
+def backward(dy, x, w1, w2, h, z1, h_max, w2_max, need_x: bool, need_w1: bool, need_b1: bool, need_w2: bool,
+             need_b2: bool):
+    """(dx, dW1, db1, dW2, db2), None where not needed, from what `forward(keep_pre=True)` kept."""
+    if dy.stride(-1) != 1 or (dy.shape[0] > 1 and dy.stride(0) == 0):
+        dy = dy.contiguous()
+    cfg = configs()
+    rows = x.shape[0]
+    cfg_dw2, cfg_dh = pick(cfg.dw2, rows), pick(cfg.dh, rows)
+    dy_max = gemm.row_maxima(dy)[0] if rows and _scaled(cfg_dw2, cfg_dh) else None
+    dw2 = db2 = dx = dw1 = db1 = None
+    if need_w2:
+        dw2, _ = gemm.weight_grad(dy, h, cfg_dw2, dw_dtype=torch.float32, db_dtype=None, dy_max=dy_max, a_max=h_max)
+    if need_b2:
+        db2 = _bias_grad(dy)
+    if need_x or need_w1 or need_b1:
+        dz1 = gemm.input_grad(dy, w2, cfg_dh, dsilu_of=z1, dy_max=dy_max, w_max=w2_max)
+        if need_x:
+            dx = gemm.input_grad(dz1, w1, pick(cfg.dx, rows))
+        if need_w1:
+            dw1, _ = gemm.weight_grad(dz1, x, pick(cfg.dw1, rows), dw_dtype=torch.float32, db_dtype=None)
+        if need_b1:
+            db1 = _bias_grad(dz1)
+    return dx, dw1, db1, dw2, db2
 
 
 def _bias_grad(dy: torch.Tensor) -> torch.Tensor:
@@ -326,19 +275,3 @@ def _bias_grad(dy: torch.Tensor) -> torch.Tensor:
     return gemm.column_sums(dy if dy.stride(1) == 1 else dy.contiguous(), torch.float32)
 
 
-def timestep_mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
-                 b2: torch.Tensor) -> torch.Tensor:
-    """out = W2 silu(W1 x + b1) + b2 with gradients for x, w1, b1, w2 and b2.
-
-    x: [T, F] fp32; w1: [Hd, F]; b1: [Hd]; w2: [D, Hd]; b2: [D], all fp32 on one device (CUDA, or the
-    CPU under TRITON_INTERPRET=1). T = 0 gives an empty [0, D] output and zero weight gradients.
-    Each output row is bitwise the same whatever T is; the weight gradients repeat bitwise."""
-    if not _fast_ok(x, w1, b1, w2, b2):
-        _check(x, w1, b1, w2, b2)
-    if x.is_cuda and x.get_device() != torch.cuda.current_device():
-        with torch.cuda.device(x.device):  # triton launches on the current device
-            return timestep_mlp(x, w1, b1, w2, b2)
-    if torch.is_grad_enabled() and (x.requires_grad or w1.requires_grad or b1.requires_grad or w2.requires_grad
-                                    or b2.requires_grad):
-        return _TimestepMLP.apply(x, w1, b1, w2, b2)
-    return _inference(x, w1, b1, w2, b2)

@@ -50,8 +50,8 @@ def _inputs(rows: int, device: torch.device) -> tuple:
 def _call(configs: str):
     if configs == CUBLAS:
         return lambda x, w1, b1, w2, b2: F.linear(F.silu(F.linear(x, w1, b1)), w2, b2)
-    from h3bench.kernels import timestep_mlp_kernel as TM
-    return TM.timestep_mlp
+    from h3bench.kernels.timestep_mlp_api import timestep_mlp
+    return timestep_mlp
 
 
 def measure(configs: str, rows: int, step_name: str, warmup: int, steps: int, floor_us: float) -> StepTimes:
