@@ -158,10 +158,9 @@ def norm_modulate(x: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.
 
 
 # The inference forward's launch as a CUDA graph (kernels/graph_cache.py), on unless H3BENCH_GRAPHS=0: a
-# loop's calls with their tensors where the previous call's were replay it. Small but measured on two H200
-# hosts, in both timings, at R = 4097, H = 5376 (synchronized / stream us, off -> on): 49.3 / 36.5 -> 48.0 /
-# 33.8 and 63.2 / 59.1 -> 58.6 / 56.1 (`python -m tools.probe_graph_host`), the bits the same; it serves where
-# the per-sample forward is a few us behind torch's (kernels/notes/norm_modulate.md, "Host path"). The graph
+# loop's calls with their tensors where the previous call's were replay it. The gain is small but was
+# measured on two H200 hosts in both timings, with the same bits, where the per-sample forward is a few us
+# behind torch's (kernels/notes/norm_modulate.md, "Host path", has the figures and the command). The graph
 # holds the one launch and nothing else (y and every input come from outside: their addresses are the key).
 GRAPHS = graph_cache.GraphCache(on_by_default=True)
 
