@@ -86,9 +86,9 @@ def _one_local_order(tiers: Tiers) -> bool:
     """fp16x3 tiers with each step's own scales that differ only in tiles, warps, stages, step pairing and
     swap_ab: each output element is one fp32 expression of its k steps (the scales, the three products, the
     scale-backs and the adds, `gemm._mainloop`) whatever the tile; that a step's MMA sum does not depend on
-    the tile's shape or on which operand holds W is the tensor core's, measured bitwise on the H200 (commits
-    a328a83, 281764f and 6d8fd82: every GEMM2 tile, swapped or not, paired or not, at T = 1-16 on four data sets,
-    alone and as rows of T = 2048; `python -m tools.bench_gemm` rechecks rows alone against T = 2048)."""
+    the tile's shape or on which operand holds W is the tensor core's, measured bitwise on the H200 for every
+    GEMM2 tile, swapped or not, paired or not (kernels/notes/gemm.md, "Reduction order"; `python -m
+    tools.bench_gemm` rechecks rows alone against T = 2048)."""
     def order(cfg: C) -> tuple:
         return cfg.precision, cfg.local_scales, cfg.block_k, cfg.split_k
     return all(cfg.local_scales for _, cfg in tiers) and len({order(cfg) for _, cfg in tiers}) == 1
@@ -97,8 +97,7 @@ def _one_local_order(tiers: Tiers) -> bool:
 def _one_fp64_order(tiers: Tiers) -> bool:
     """float64 tiers that differ only in tiles, warps and stages: each output is the fp64 MMA's chain over k
     in k order (products exact, one float64 add a k4 slice) whatever the tile, rounded once to fp32; measured
-    bitwise on the H200 for 13 tiles against 32 x 32 x 32's, z1 and h, alone and as rows of T = 2048 (commit
-    6d8fd82)."""
+    bitwise on the H200 for 13 tiles against 32 x 32 x 32's (kernels/notes/gemm.md, "Reduction order")."""
     def order(cfg: C) -> tuple:
         return cfg.precision, cfg.block_k, cfg.split_k
     return all(cfg.precision == "fp64" for _, cfg in tiers) and len({order(cfg) for _, cfg in tiers}) == 1
@@ -108,28 +107,22 @@ BIG = 1 << 62
 _F64 = {"precision": "fp64"}
 _GEMM2 = {"split_k": 6, "precision": "fp16x3", "local_scales": True}
 _H3 = {"precision": "fp16x3"}
-# The default. Each choice with the H200 figure that made it (kernels/notes/gemm.md has the table;
-# `python -m tools.bench_gemm --candidate KERNEL:T:CONFIG` times a config against the default's at T):
-# - fwd1 (GEMM1, K = 256) in float64: z1 and h within half an ulp; errors at T <= 8 within 1.29x cuBLAS's
-#   (the FMA chains' h: w2 at 3.08x), 150.6 us at T = 2048 against the FMA chains' 209.4 (commits 081f3f4,
-#   fcfe379). Tiles: 16 x 8 x 32 on 1 warp up to 16 rows (5.7-5.9 us at T = 1-16 against 7.5-7.6, commit
-#   5bc9e71), 32 x 32 x 32 above (6.4 us at T = 1 against 8.4 for 32 x 64 x 32; 145.6 against 150.8 at
-#   T = 2048, commit 09b024d).
-# - fwd2 (GEMM2, K = 5376) fp16x3 with each k32 step's own scales in 6 K chunks: no maxima pass over W2's
-#   58 MB (no-grad kernels at T = 1 61.4 us against 76.2 with row maxima, commit dc47b5a). Up to 16 rows
-#   swapped (out^T = W2 h^T) on 32 x 16 x 32 tiles, 2 warps, 3 stages, two steps an iteration: 25.0-28.5 us
-#   at T = 1-16 against 29.6-31.2 swapped on 64 x 16 x 32 tiles (commit 5bc9e71) and 40.3-41.0 unswapped
-#   (commit a328a83); 64 x 128 x 32 above 16 rows (40.8 us at T = 1 against 52.3 for 128 x 128 x 64, 876.8
-#   at T = 2048, commit 09b024d).
-# - dh (dz1 = dy W2 silu'(z1)) fp16x3 with row maxima in 2 K chunks: 590.5 us at T = 2048 against
-#   tf32x3's 961.0 (commit 6ecfb00).
-# - dx (dz1 W1) tf32x3 on K-major copies, 6 K chunks, 4 stages: 119.5-152.0 us against 171.2-185.8 with 3
-#   (commit 6ecfb00).
+# The default, and why each choice (kernels/notes/gemm.md, "Launch configuration", has the H200 figures that
+# made them and the commands; `python -m tools.bench_gemm --candidate KERNEL:T:CONFIG` times a config against
+# the default's at T):
+# - fwd1 (GEMM1, K = 256) in float64: z1 and h within half an ulp, so h's error (dW2's at T = 1) stays near
+#   cuBLAS's where FMA chains tripled it, and faster than FMA chains at T = 2048. Small tiles on one warp up
+#   to 16 rows, where the GEMM is a few us of latency; 32 x 32 x 32 above.
+# - fwd2 (GEMM2, K = 5376) fp16x3 with each k32 step's own scales in 6 K chunks: no maxima pass re-reading
+#   W2's 58 MB. Up to 16 rows swapped (out^T = W2 h^T) on 32 x 16 x 32 tiles, two steps an iteration: the
+#   MMA's 16-row side holds T, so no MMA rows idle; 64 x 128 x 32 above 16 rows.
+# - dh (dz1 = dy W2 silu'(z1)) fp16x3 with row maxima in 2 K chunks: faster than tf32x3 at T = 2048.
+# - dx (dz1 W1) tf32x3 on K-major copies (Hopper's tf32 wgmma reads shared operands K-major only), 6 K
+#   chunks, 4 stages.
 # - dw2, dw1: FMA chains up to 64 rows (a dW element sums T exact products; tf32x3's ~2^-22 product error
-#   would dominate there), above that dw2 fp16x3 (636.8 us at T = 2048 against tf32x3's 869.4, commit
-#   6ecfb00) and dw1 tf32x3 (163.6 against the FMA chains' 267.2, commits 7ffb2da, c7acaa3).
-# - db1, db2: float64 column sums (`gemm.column_sums`): b2's error 2.86e-8 against cuBLAS's 1.17e-7
-#   (commit c7acaa3).
+#   would dominate there); above that dw2 fp16x3 and dw1 tf32x3, the fastest measured at T = 2048.
+# - db1, db2: float64 column sums (`gemm.column_sums`): b2's error below cuBLAS's, where one fp32 chain over
+#   T was an order of magnitude above it.
 DEFAULT = MLPConfigs(
     fwd1=((16, C(16, 8, 32, num_warps=1, num_stages=4, **_F64)),
           (BIG, C(32, 32, 32, num_warps=4, num_stages=3, **_F64))),
@@ -215,8 +208,8 @@ def inference(x, w1, b1, w2, b2) -> torch.Tensor:
 
 # The no-grad forward's launches as CUDA graphs (kernels/graph_cache.py), on unless H3BENCH_GRAPHS=0: a
 # loop's calls with their tensors where the previous call's were replay one graph instead of two Python
-# launches (H200, commit 5bc9e71, the harness's medians: T = 1 forward 90.3 / 85.3 us synchronized / stream
-# without, 61.1 / 54.8 with; T = 8 101.1 / 95.2 against 67.3 / 67.2; the same bits). At most 8 graphs of at
+# launches, with the same bits: at T <= 8 that takes a third off the forward's per-sample time on the
+# H200 (kernels/notes/gemm.md, "No-grad forward", has the figures and the command). At most 8 graphs of at
 # most 64 rows, each pool under 6 MB (at 64 rows h is 1.4 MB and GEMM2's six fp32 partial planes 4.1 MB):
 # under 50 MB in all.
 GRAPH_MAX_ROWS = 64
@@ -270,8 +263,8 @@ def backward(dy, x, w1, w2, h, z1, h_max, w2_max, need_x: bool, need_w1: bool, n
 
 
 def _bias_grad(dy: torch.Tensor) -> torch.Tensor:
-    """A bias gradient: dy's column sums in float64, rounded once (`gemm.column_sums`; H200, commit c7acaa3:
-    b2's error 2.86e-8 against cuBLAS's 1.17e-7, where one fp32 chain over the rows gave 1.37e-6)."""
+    """A bias gradient: dy's column sums in float64, rounded once (`gemm.column_sums`): below cuBLAS's error,
+    where one fp32 chain over the rows was an order of magnitude above it (kernels/notes/gemm.md)."""
     return gemm.column_sums(dy if dy.stride(1) == 1 else dy.contiguous(), torch.float32)
 
 

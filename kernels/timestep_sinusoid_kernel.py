@@ -52,9 +52,8 @@ def launch_config(freq_dim: int) -> LaunchConfig:
 
 def config_for(freq_dim: int, interpreted: bool) -> LaunchConfig:
     """On a GPU: [8, 128] angle blocks (4 warps, 8 angles per thread) at the model's 256 features. The
-    per-sample latency is the host's at every T: on the H200 (commit 7ffb2da, `python -m
-    tools.bench_memory_ops --ops timestep_sinusoid`) blocks of [4|2|1, 128] on 2 or 4 warps came within
-    the host's 10-15 us jitter of this one at T = 1 and 2048, none measurably faster
+    per-sample latency is the host's at every T: on the H200 blocks of [4|2|1, 128] on 2 or 4 warps came
+    within the host's jitter of this one at T = 1 and 2048, none measurably faster
     (kernels/notes/timestep_sinusoid.md). The interpreter runs programs one after another at a fixed
     Python cost each: large blocks there."""
     half_p2 = next_power_of_2(max(1, freq_dim // 2))

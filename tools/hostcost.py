@@ -232,7 +232,8 @@ def sinusoid_pieces(dev) -> dict[str, float]:
 
 
 # Our rows whose launches go through `kernels.common.launch_keyed`, with the row counts timed (the GEMM ops'
-# small-T forward targets; norm_modulate's issue-13 host figures at R = 8 and 4097, final_adaln_out likewise).
+# small-T forward targets; norm_modulate's host figures at R = 8 and 4097 (kernels/notes/norm_modulate.md,
+# "Host path"), final_adaln_out likewise).
 KEYED_SIZES = {"adaln_projection": (1, 4), "timestep_mlp": (1, 4), "norm_modulate": (8, 4097),
                "final_adaln_out": (8, 4097)}
 
