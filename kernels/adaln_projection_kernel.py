@@ -13,15 +13,15 @@ Reduction orders: kernels/gemm.py. bf16 dots have no proof that two tile configs
 of the three GEMMs computes ONE tile config for every T (tiles, k step, K chunks, warps). What may change
 with T is only how the same tiles are fetched, walked and stored (`HOW_FIELDS`: TMA descriptors or
 pointers, one program a tile or one an SM, pipeline stages, tile grouping): the same products and sums,
-measured bitwise the same on the H200 (commits 6d8fd82 and 5bc9e71: every such candidate against the
-pointer kernel's output at T = 1 to 2048), and `ProjectionConfigs` refuses tiers that differ in anything
+measured bitwise the same on the H200 (every such candidate against the pointer kernel's output at T = 1 to
+2048: kernels/notes/gemm.md, "Reduction order"), and `ProjectionConfigs` refuses tiers that differ in anything
 else. The silu is elementwise (no order).
 
 Why the silu is a separate launch and not in the GEMM's A-operand load: at T = 2048 every one of the 378
 column tiles would redo 2048 x 2688 silus (ex2 + rcp on the SFU, ~1000 cycles per 128 x 64 tile step
 against ~1400 of MMA) and read the fp32 temb (2x the bytes of the bf16 a); the separate pass moves 33 MB at
-T = 2048 (~8 us at the copy rate) and writes a, which the weight gradient needs anyway (H200, commit 9fb680b:
-the forward with the silu in its A load 241.3 / 3671.4 us at T = 1 / 2048 against 148.5 / 2165.9).
+T = 2048 (~8 us at the copy rate) and writes a, which the weight gradient needs anyway. Measured on the H200,
+the silu in the A load made the forward ~1.6x slower at T = 1 and 2048 (kernels/notes/gemm.md, `fuse_silu`).
 """
 from __future__ import annotations
 
@@ -29,9 +29,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import torch
-
-from h3bench.kernels import checks, gemm
+from h3bench.kernels import gemm
 from h3bench.kernels.common import interpreter_active
 from h3bench.kernels.gemm import LaunchConfig as C
 from h3bench.kernels.gemm import Tiers, pick
@@ -86,23 +84,20 @@ class ProjectionConfigs:
         return cls(fwd=((BIG, fwd),), dx=((BIG, dx),), dw=((BIG, dw),))
 
 
-# Each GEMM's tile, k step and K chunks, one for every T (the order), with the choices the H200 measured
-# (tools/bench_gemm.py's candidates; kernels/notes/gemm.md has the table):
-# - fwd: 128 x 256 x 64, 8 warps (two warp groups of m64n256k16 wgmma), persistent: 1593.8 us at T = 2048
-#   against 2108.8 one program a tile (commit 7ffb2da);
+# Each GEMM's tile, k step and K chunks, one for every T (the order), as the H200 measured them
+# (tools/bench_gemm.py's candidates; kernels/notes/gemm.md has the figures and the commands):
+# - fwd: 128 x 256 x 64, 8 warps (two warp groups of m64n256k16 wgmma), persistent: a quarter less time than one
+#   program a tile at T = 2048;
 # - dx: 128 x 128 x 64, 8 warps, dtemb's K = 96768 in DX_SPLIT fixed chunks: 126 programs stream W at T = 1;
 # - dw: 128 x 256 x 64, 8 warps.
 _FWD = C(128, 256, 64, num_warps=8, num_stages=4, group_m=16, persistent=True)
 _DX = C(128, 128, 64, num_warps=8, num_stages=4, group_m=8, split_k=DX_SPLIT)
 _DW = C(128, 256, 64, num_warps=8, num_stages=3, group_m=8, tma=True, tma_store=True, persistent=True)
-# How each is fetched, by T (H200, commit 5bc9e71, `python -m tools.bench_gemm` stream us at T = 1 / 64 / 256
-# / 1024 / 2048, every candidate bitwise the pointer kernel's output):
-#   dW   TMA, one program an SM, 3 stages, stores through a descriptor at every T: 245.6 / 252.8 / 357.9 /
-#        944.9 / 1739.5 against pointers' 331.4 / 335.4 / 456.8 / 1045.9 / 1872.9;
-#   dx   pointers below TMA_FROM (133.9 / 142.3 / 235.7 against TMA's 202.2 / 175.1 / 239.4), TMA with one
-#        program an SM from it (896.5 / 1767.1 against 914.5 / 1820.4);
-#   fwd  pointers below TMA_FROM (128.7 / 136.0 / 203.7 against TMA's 179.1 / 149.5 / 226.3), TMA, 3 stages,
-#        descriptor stores from it (798.8 / 1574.8 against 810.2 / 1592.5).
+# How each is fetched, by T (H200, `python -m tools.bench_gemm`, every candidate bitwise the pointer kernel's
+# output; the figures at T = 1 to 2048 are in kernels/notes/gemm.md): dW through TMA descriptors, one program
+# an SM, stores through a descriptor, at every T (faster than pointers at every T measured); dx and fwd
+# through pointers below TMA_FROM, where pointers were faster, and through TMA from it, where TMA was (one
+# program an SM for dx; 3 stages and descriptor stores for fwd).
 TMA_FROM = 1024
 DEFAULT = ProjectionConfigs(
     fwd=((TMA_FROM - 1, _FWD), (BIG, dataclasses.replace(_FWD, num_stages=3, tma=True, tma_store=True))),
@@ -122,63 +117,25 @@ def configs() -> ProjectionConfigs:
     return INTERPRETER if interpreter_active() else _CONFIGS[0]
 
 
-def _check(temb, w, b) -> None:
-    named = {"temb": temb, "w": w, "b": b}
-    checks.tensors(named)
-    checks.same_device(named, "temb")
-    checks.triton_device("temb", temb, what="the Triton kernels need", any_device_interpreted=True)
-    checks.dtype_in("temb", temb, checks.FLOATS, "expected float32 (or bfloat16, float16)")
-    checks.dtype_in("w", w, (torch.bfloat16, torch.float16), "expected bfloat16 or float16 (the tensor-core GEMM)")
-    checks.same_dtype(named, ("b",), "w")
-    if temb.dim() != 2 or temb.shape[1] < 1:
-        raise ValueError(f"temb must be [T, temb_dim] with temb_dim >= 1, got shape {tuple(temb.shape)}")
-    if w.dim() != 2 or w.shape[1] != temb.shape[1] or w.shape[0] < 1:
-        raise ValueError(f"w must be [out_features, {temb.shape[1]}] (temb is [T, {temb.shape[1]}]), "
-                         f"got {tuple(w.shape)}")
-    if b.shape != (w.shape[0],):
-        raise ValueError(f"b must have shape ({w.shape[0]},) to match w, got {tuple(b.shape)}")
 
 
-def _forward(temb, w, b, keep_a: bool):
+def forward(temb, w, b, keep_a: bool):
+    """(table, a): a kept (with its ones column) when keep_a, for the backward."""
     a = gemm.silu_cast(temb, w.dtype, ones_column=keep_a)
     table, _ = gemm.forward(a, w, b, pick(configs().fwd, temb.shape[0]), out_dtype=w.dtype)
     return table, a
 
 
-class _AdaLNProjection(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, temb, w, b):
-        table, a = _forward(temb, w, b, keep_a=True)
-        ctx.save_for_backward(temb, w, a)
-        return table
-
-    @staticmethod
-    def backward(ctx, dy):
-        temb, w, a = ctx.saved_tensors
-        need_temb, need_w, need_b = ctx.needs_input_grad[:3]
-        if dy.stride(-1) != 1 or (dy.shape[0] > 1 and dy.stride(0) == 0):
-            dy = dy.contiguous()
-        cfg, rows = configs(), dy.shape[0]
-        dtemb = dw = db = None
-        if need_temb:
-            dtemb = gemm.input_grad(dy, w, pick(cfg.dx, rows), dsilu_of=temb, out_dtype=temb.dtype)
-        if need_w or need_b:
-            dw, db = gemm.weight_grad(dy, a, pick(cfg.dw, rows), a_ones="stored", dw_dtype=w.dtype,
-                                      db_dtype=w.dtype if need_b else None)
-        return dtemb, (dw if need_w else None), db
-
-
-def adaln_projection(temb: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """table = W cast(silu(temb)) + b with gradients for temb, w and b.
-
-    temb: [T, D] fp32 (bf16/fp16 accepted); w: [N, D] bf16 or fp16; b: [N] in w's dtype; one device
-    (CUDA, or the CPU under TRITON_INTERPRET=1). Returns [T, N] in w's dtype. T = 0 gives an empty
-    table and zero weight gradients. Each table row is bitwise the same whatever T is; dW and db
-    repeat bitwise."""
-    _check(temb, w, b)
-    if temb.device.type == "cuda" and temb.device.index != torch.cuda.current_device():
-        with torch.cuda.device(temb.device):
-            return adaln_projection(temb, w, b)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (temb, w, b)):
-        return _AdaLNProjection.apply(temb, w, b)
-    return _forward(temb, w, b, keep_a=False)[0]
+def backward(dy, temb, w, a, need_temb: bool, need_w: bool, need_b: bool):
+    """(dtemb, dW, db), None where not needed: dtemb = (dy W) silu'(temb) in temb's dtype, dW = dy^T a and db
+    (a's ones column) in w's dtype."""
+    if dy.stride(-1) != 1 or (dy.shape[0] > 1 and dy.stride(0) == 0):
+        dy = dy.contiguous()
+    cfg, rows = configs(), dy.shape[0]
+    dtemb = dw = db = None
+    if need_temb:
+        dtemb = gemm.input_grad(dy, w, pick(cfg.dx, rows), dsilu_of=temb, out_dtype=temb.dtype)
+    if need_w or need_b:
+        dw, db = gemm.weight_grad(dy, a, pick(cfg.dw, rows), a_ones="stored", dw_dtype=w.dtype,
+                                  db_dtype=w.dtype if need_b else None)
+    return dtemb, (dw if need_w else None), db

@@ -76,10 +76,10 @@ def config_for(hidden: int, interpreted: bool) -> LaunchConfig:
     """On a GPU: [16, 256] forward tiles (4 warps: 32 bf16 per thread, four 16-byte accesses), eight
     tiles per program; [16, 256] backward steps (8 KB per load: with ~7 programs resident per SM, ~56 KB
     in flight, above the ~32-42 KB 4.25 TB/s needs at ~1-1.3 us per dependent index + tile load), 16
-    walk programs per SM. H200, commit 281764f, S = 32768, H = 5376 (`h3bench run --op adaln_row_gather
-    --device cuda --full`): forward 541.8 us streamed (92% of its floor), net forward+backward 1182.2 (85%);
-    no other shape has been timed on a GPU. The interpreter runs programs and operations one after another
-    at a fixed Python cost each: few, large tiles there."""
+    walk programs per SM. Timed on the H200 at S = 32768, H = 5376 only (kernels/notes/adaln_row_gather.md
+    has the figures, 92% of the forward floor, and the command); no other shape has been timed on a GPU.
+    The interpreter runs programs and operations one after another at a fixed Python cost each: few, large
+    tiles there."""
     block_c = min(256, next_power_of_2(hidden))
     if interpreted:
         rows = max(1, min(256, 16384 // block_c))

@@ -14,9 +14,8 @@ H3BENCH_FAST_LAUNCH=0):
   (timestep_sinusoid).
 * `launch_keyed`: the binder once per key the caller names (norm_modulate, the GEMM ops).
 
-Host time per launch on the H200 VM, commit 3c77436, `python -m tools.hostcost --sinusoid-only` (the
-timestep_sinusoid kernel, tight loop): `kernel[grid]` 9.96 us, `launch` 7.1, `launch_ready` 4.62 (the
-binder alone 1.47). A remembered compiled kernel is called through `runner` (below), which skips
+Each skips host work that a small op's call is mostly made of (kernels/notes/launch.md has the H200
+figures and the commands). A remembered compiled kernel is called through `runner` (below), which skips
 triton's launcher class.
 
 The fixed-order segmented reduction (parameter gradients of gathered tables): the rows are split into
@@ -51,10 +50,8 @@ if INTERPRETED:  # tl.dot in a fixed order, not the CPU's BLAS (kernels/interpre
 
     interpreted_dot.install()
 _COMPILED: dict = {}
-# `runner` skips `CudaLauncher.__call__` unless H3BENCH_DIRECT_LAUNCH=0. H200 VM, commit 3c77436,
-# `python -m tools.hostcost --sinusoid-only`: a launch through `compiled.run` 3.98 us, through the direct
-# call 3.52; timestep_sinusoid's whole call 6.38 / 6.77 us direct against 7.21 / 7.20 (two interleaved
-# rounds). The switch is what `tools.hostcost --switch direct` flips to measure that again.
+# `runner` skips `CudaLauncher.__call__` unless H3BENCH_DIRECT_LAUNCH=0: about half a us a launch on the H200
+# VM (kernels/notes/launch.md). The switch is what `tools.hostcost --switch direct` flips to measure that again.
 DIRECT = os.environ.get("H3BENCH_DIRECT_LAUNCH", "1") != "0"
 
 
@@ -135,7 +132,7 @@ def runner(compiled) -> tuple:
 # --- launching a kernel whose compiled code depends on dtypes only ----------------------------------------
 #
 # For an op whose whole cost is its host path (timestep_sinusoid: 2 MB at most), even triton's binder
-# (1.47 us a call on the H200 VM, commit 3c77436, `python -m tools.hostcost --sinusoid-only`) is worth
+# (a fifth or more of a launch's host time on the H200 VM: kernels/notes/launch.md) is worth
 # skipping. That is only safe for a kernel whose compiled code cannot depend on an argument's value:
 # every integer argument in `do_not_specialize`, every pointer the caller does not allocate itself in
 # `do_not_specialize_on_alignment` (the others the caller guarantees 16-byte aligned: fresh torch
@@ -175,8 +172,7 @@ def ready_runner(kernel, device: int, key, meta: tuple) -> tuple | None:
     """(run, head, tail) of a `launch_ready` entry made for (kernel, device, key, meta), or None: for a
     caller that keeps it and launches with `run(g0, g1, g2, stream, *head, *args, *tail)` itself, e.g. with
     int pointers (the C launcher then skips each tensor's data_ptr() call and its cuPointerGetAttribute
-    check: the sinusoid's three-pointer launch 3.52 -> 3.23 us on the H200 VM, commit 3c77436,
-    `python -m tools.hostcost --sinusoid-only`). Such a caller must take the entry only while
+    check: kernels/notes/launch.md). Such a caller must take the entry only while
     `fast_launch_allowed()` and with every integer argument in int32, as `launch_ready` does."""
     entry = _READY.get((kernel, device, key, meta))
     return None if entry is None else entry[:3]
@@ -248,10 +244,8 @@ def ready_specialization(kernel, names: list, specialization: list, n_args: int,
 # caller's fresh allocation, the constexprs and launch options (the caller's `meta`), the device.
 
 _KEYED: dict = {}
-# H3BENCH_KEYED_LAUNCH=0: `launch`'s binder on every call instead. H200 VM, commit b36d90f,
-# `python -m tools.hostcost --gemm-only` (host us a call, keyed against the binder, two interleaved
-# rounds): adaln_projection forward T = 1 77.3 / 142.0 against 99.0 / 207.1; timestep_mlp forward T = 1
-# 145.6 / 272.0 against 288.2 / 380.7. The switch is what `tools.hostcost --switch keyed` flips.
+# H3BENCH_KEYED_LAUNCH=0: `launch`'s binder on every call instead, which took from a quarter more to twice the
+# host time a call on the H200 VM (kernels/notes/launch.md). The switch is what `tools.hostcost --switch keyed` flips.
 KEYED = os.environ.get("H3BENCH_KEYED_LAUNCH", "1") != "0"
 
 
@@ -372,8 +366,8 @@ def param_tile(programs: int, limit: int) -> int:
 def rounded(v, dtype: tl.constexpr, BY_HAND: tl.constexpr):
     """fp32 -> `dtype`, rounding to nearest even. The GPU's cast does that; the Triton interpreter's
     fp32 -> bf16 cast truncates, so there (BY_HAND) the rounding is done on the bits first and the
-    cast is exact. Never on the GPU: there it cost norm_modulate's forward kernel 17 us (208 us against
-    191 on the H200, recorded in commit 100f3f7; kernels/notes/norm_modulate.md)."""
+    cast is exact. Never on the GPU: there it cost norm_modulate's forward kernel 17 us
+    (kernels/notes/norm_modulate.md, "hand rounding on the GPU")."""
     if BY_HAND:
         if dtype == tl.bfloat16:
             bits = v.to(tl.uint32, bitcast=True)

@@ -19,7 +19,7 @@ every T and S (`PROJECTION_DX`, `PROJECTION_DW`: fixed split-K chunks, t-ascendi
 parameter gradients repeat bitwise. Only dproj carries S, and it comes from norm_modulate's fixed-order
 reduction.
 
-The whole op is one autograd node (`_FinalAdaLNOut`) whose forward runs the projection (a =
+The whole op is one autograd node (`final_adaln_out_api._FinalAdaLNOut`) whose forward runs the projection (a =
 `gemm.silu_cast(temb)`: silu in fp32 and one rounding to W's dtype, then F.linear) and then norm_modulate's
 forward launcher directly (the arguments were checked here once; shift is passed as the whole [T, 2H]
 projection, whose row stride the kernel takes, scale as a view of its second half), and whose backward has
@@ -30,10 +30,9 @@ removes host work, not GPU work; the notes list the alternatives measured agains
 """
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 
-from h3bench.kernels import checks, gemm
+from h3bench.kernels import gemm
 from h3bench.kernels import norm_modulate_kernel as NM
 from h3bench.kernels.norm_modulate_api import as_rows, global_plan
 
@@ -68,9 +67,9 @@ def _projection_grads(dproj, temb, a, w, need_temb, need_w, need_b):
     return dtemb, (dw if need_w else None), db
 
 
-def _forward(x, nw, temb, w, b, ti, eps, training):
+def forward(x, nw, temb, w, b, ti, eps, training):
     """The projection, then norm_modulate's forward launcher on the rows (arguments already checked by
-    `_check`). Returns (out, temb as the backward needs it, a, x2d, nw, ti1d, sc view, rstd, plan,
+    `final_adaln_out_api._check`). Returns (out, temb as the backward needs it, a, x2d, nw, ti1d, sc view, rstd, plan,
     norm_modulate config). norm_modulate_api's row layout (`as_rows`), plan rule (`global_plan`) and launch;
     shift is passed as the whole [T, 2H] projection (row stride 2H: the kernel reads its first H columns),
     scale as the view of its second half."""
@@ -84,126 +83,25 @@ def _forward(x, nw, temb, w, b, ti, eps, training):
     return (y if x.dim() == 2 else y.view(x.shape)), temb, a, x2d, nw, ti, sc, rstd, plan, cfg
 
 
-class _FinalAdaLNOut(torch.autograd.Function):
-    """The whole op as one autograd node. Backward: norm_modulate's backward launcher writes dshift and
-    dscale into the two column halves of one [T, 2H] dproj buffer, then `_projection_grads` on it."""
-
-    @staticmethod
-    def forward(ctx, x, nw, temb, w, b, ti, eps):
-        y, temb, a, x2d, nw, ti, sc, rstd, plan, cfg = _forward(x, nw, temb, w, b, ti, eps, True)
-        ctx.save_for_backward(x2d, nw, ti, temb, w)
-        # intermediates, not inputs or outputs: no version check needed
-        ctx.a, ctx.sc, ctx.rstd, ctx.plan, ctx.cfg, ctx.x_shape = a, sc, rstd, plan, cfg, x.shape
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        x2d, nw, ti, temb, w = ctx.saved_tensors
-        need_x, need_nw, need_temb, need_w, need_b = ctx.needs_input_grad[:5]
-        hidden = x2d.shape[1]
-        dy2d = dy if dy.dim() == 2 else dy.reshape(-1, hidden)
-        if dy2d.stride(-1) != 1 or (dy2d.shape[0] > 1 and dy2d.stride(0) == 0):
-            dy2d = dy2d.contiguous()
-        sc = ctx.sc
-        need_proj = need_temb or need_w or need_b
-        if need_proj:
-            dproj = w.new_empty((sc.shape[0], 2 * hidden))  # [dshift | dscale], in the projection's dtype
-            out = (dproj, dproj.narrow(1, hidden, hidden))
-        else:
-            out = None
-        dx, dnw, _, _ = NM.backward(dy2d, x2d, nw, sc, ti, ctx.rstd, sc.shape[0], sc.dtype, need_nw or need_proj,
-                                    ctx.cfg, ctx.plan, out=out)
-        if need_x and len(ctx.x_shape) != 2:
-            dx = dx.view(ctx.x_shape)
-        dtemb, dw, db = (_projection_grads(dproj, temb, ctx.a, w, need_temb, need_w, need_b)
-                         if need_proj else (None, None, None))
-        return dx if need_x else None, dnw if need_nw else None, dtemb, dw, db, None, None
-
-
-def _apply(x, nw, temb, w, b, ti, eps):
-    if torch.is_grad_enabled() and (x.requires_grad or nw.requires_grad or temb.requires_grad or w.requires_grad
-                                    or b.requires_grad):
-        return _FinalAdaLNOut.apply(x, nw, temb, w, b, ti, eps)
-    return _forward(x, nw, temb, w, b, ti, eps, False)[0]
-
-
-def _well_formed(x, nw, temb, w, b, ti, device: int) -> bool:
-    """What `_check` accepts, as one predicate of attribute reads for the common case (every tensor's
-    get_device() is `device`, ti one entry per row of x flat): True only where `_check` passes; False
-    sends the call through `_check`, which raises naming the argument, or accepts what this does not
-    cover (ti shaped like x's leading dims, zero rows with no timesteps)."""
-    try:
-        hidden = x.shape[-1]
-        return (nw.get_device() == device and temb.get_device() == device and w.get_device() == device
-                and b.get_device() == device and ti.get_device() == device and x.get_device() == device
-                and x.dtype in checks.FLOATS and nw.dtype in checks.FLOATS and w.dtype in checks.FLOATS
-                and b.dtype == w.dtype
-                and temb.dtype in checks.FLOATS and ti.dtype in checks.INDEX
-                and 0 < hidden <= NM.MAX_HIDDEN and nw.dim() == 1 and nw.shape[0] == hidden
-                and temb.dim() == 2 and temb.shape[0] > 0 and temb.shape[1] > 0
-                and w.dim() == 2 and w.shape[0] == 2 * hidden and w.shape[1] == temb.shape[1]
-                and b.dim() == 1 and b.shape[0] == 2 * hidden and ti.dim() == 1 and ti.shape[0] * hidden == x.numel())
-    except (AttributeError, IndexError, TypeError, RuntimeError):
-        return False
-
-
-def _fast_ok(x, nw, temb, w, b, ti) -> bool:
-    """Every argument well formed and all on one CUDA device (one predicate: the host path is what the
-    H200 timeline is short of)."""
-    try:
-        return (x.is_cuda and nw.is_cuda and temb.is_cuda and w.is_cuda and b.is_cuda and ti.is_cuda
-                and _well_formed(x, nw, temb, w, b, ti, x.get_device()))
-    except AttributeError:
-        return False
-
-
-def _check(x, nw, temb, w, b, ti) -> None:
-    named = {"x": x, "nw": nw, "temb": temb, "w": w, "b": b, "ti": ti}
-    checks.tensors(named)
-    checks.same_device(named, "x")
-    checks.triton_device("x", x)
-    for name in ("x", "nw", "w", "temb"):  # each its own float dtype (b goes with w: F.linear's bias)
-        checks.float_dtype(name, named[name])
-    checks.same_dtype(named, ("b",), "w")
-    checks.index_dtype("ti", ti)
-    if x.dim() < 1 or x.shape[-1] < 1:
-        raise ValueError(f"x must be [..., H] with H >= 1, got shape {tuple(x.shape)}")
-    hidden = x.shape[-1]
-    if nw.shape != (hidden,):
-        raise ValueError(f"nw must have shape ({hidden},) to match x's last dimension, got {tuple(nw.shape)}")
-    if temb.dim() != 2 or temb.shape[1] < 1:
-        raise ValueError(f"temb must be [T, D] with D >= 1, got shape {tuple(temb.shape)}")
-    steps, dim = temb.shape
-    if w.shape != (2 * hidden, dim):
-        raise ValueError(f"w must have shape ({2 * hidden}, {dim}) (2H x temb's D), got {tuple(w.shape)}")
-    if b.shape != (2 * hidden,):
-        raise ValueError(f"b must have shape ({2 * hidden},), got {tuple(b.shape)}")
-    rows = x.numel() // hidden
-    if ti.shape != x.shape[:-1] and ti.shape != (rows,):
-        raise ValueError(f"ti must have shape {tuple(x.shape[:-1])} (one entry per row of x), got {tuple(ti.shape)}")
-    if rows and steps == 0:
-        raise ValueError("temb has no rows (timesteps), so no ti can be valid")
-    if hidden > NM.MAX_HIDDEN:  # norm_modulate's bound (its launchers are called unchecked)
-        raise ValueError(f"x has H = {hidden}; this kernel supports H <= {NM.MAX_HIDDEN}")
-
-
-def final_adaln_out(x: torch.Tensor, nw: torch.Tensor, temb: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
-                    ti: torch.Tensor, eps: float = 1e-5, check_index: bool = True) -> torch.Tensor:
-    """rms_norm(x, nw, eps) * (1 + scale[ti]) + shift[ti], [shift | scale] = F.linear(silu(temb).to(w.dtype), w, b).
-
-    x: [..., H]; nw: [H]; w: [2H, D]; b: [2H] in w's dtype; temb: [T, D]; x, nw, w and temb each bf16, fp16
-    or fp32 independently (the model: bf16, fp32 temb); ti: one int32/int64 entry per row of x, in [0, T).
-    out comes in x's dtype (norm_modulate's rule), shift and scale in w's; gradients for x, nw, temb, w
-    and b, each in its input's dtype. `check_index=False` skips the range check (a host sync); a row whose ti is out
-    of range then comes out as NaN and adds nothing to the parameter gradients.
-    """
-    if not _fast_ok(x, nw, temb, w, b, ti):
-        _check(x, nw, temb, w, b, ti)
-    if not (type(eps) is float and 0.0 <= eps < checks.INF):  # the common case inline: this runs every call
-        eps = checks.epsilon(eps)
-    if check_index:
-        checks.index_range("ti", ti, temb.shape[0], rows_of="temb")
-    if x.is_cuda and x.get_device() != torch.cuda.current_device():
-        with torch.cuda.device(x.device):  # triton launches on the current device
-            return _apply(x, nw, temb, w, b, ti, eps)
-    return _apply(x, nw, temb, w, b, ti, eps)
+def backward(dy, x2d, nw, ti, temb, w, a, sc, rstd, plan, cfg, x_shape, need_x: bool, need_nw: bool,
+             need_temb: bool, need_w: bool, need_b: bool):
+    """(dx, dnw, dtemb, dW, db), None where not needed, from what `forward(training=True)` returned:
+    norm_modulate's backward launcher writes dshift and dscale into the two column halves of one [T, 2H]
+    dproj buffer, then `_projection_grads` on it."""
+    hidden = x2d.shape[1]
+    dy2d = dy if dy.dim() == 2 else dy.reshape(-1, hidden)
+    if dy2d.stride(-1) != 1 or (dy2d.shape[0] > 1 and dy2d.stride(0) == 0):
+        dy2d = dy2d.contiguous()
+    need_proj = need_temb or need_w or need_b
+    if need_proj:
+        dproj = w.new_empty((sc.shape[0], 2 * hidden))  # [dshift | dscale], in the projection's dtype
+        out = (dproj, dproj.narrow(1, hidden, hidden))
+    else:
+        out = None
+    dx, dnw, _, _ = NM.backward(dy2d, x2d, nw, sc, ti, rstd, sc.shape[0], sc.dtype, need_nw or need_proj, cfg, plan,
+                                out=out)
+    if need_x and len(x_shape) != 2:
+        dx = dx.view(x_shape)
+    dtemb, dw, db = (_projection_grads(dproj, temb, a, w, need_temb, need_w, need_b)
+                     if need_proj else (None, None, None))
+    return dx if need_x else None, dnw if need_nw else None, dtemb, dw, db

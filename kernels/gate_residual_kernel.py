@@ -32,9 +32,9 @@ Backward, two launches, no atomics:
 
 dres is written by the backward kernel (one more store per element) rather than returned as dy itself:
 autograd clones a returned dy when it accumulates into a leaf whose upstream gradient is still referenced
-(the harness's case), a separate read and write of the same bytes. H200, commit 9fb680b, S = 32768,
-H = 5376: forward+backward 1036.3 / 858.6 us (sync / stream) writing it, 1146.2 / 961.5 returning dy
-(`python -m tools.bench_memory_ops --ops gate_residual --timeline`; kernels/notes/gate_residual.md).
+(the harness's case), a separate read and write of the same bytes: writing dres took ~10% less
+forward+backward time on the H200 (kernels/notes/gate_residual.md, `dres_is_dy`, has the figures and the
+command).
 """
 from __future__ import annotations
 
@@ -83,11 +83,11 @@ def launch_config(hidden: int) -> LaunchConfig:
 def config_for(hidden: int, interpreted: bool) -> LaunchConfig:
     """On a GPU: [16, 256] forward tiles, 8 per program (4 warps: 32 elements per thread, 16-byte
     accesses); backward: [4, 512] steps from H = 512 up, [16, 256] below; 16 programs per SM, chunks of at
-    most 512 rows. H200, S = 32768, H = 5376, `python -m tools.bench_memory_ops --ops gate_residual
-    --timeline`: the backward kernel 407.6 us in [4, 512] steps against 514.6 in [16, 256] (commit
-    c7acaa3); [16, 256] steps at 16 programs per SM 518.6 us against 572.0 for [8, 256] at 8 (commit
-    9fb680b). Below H = 512 the [4, 512] steps are not measured. The interpreter runs programs and
-    operations one after another at a fixed Python cost each: few, large tiles there."""
+    most 512 rows. On the H200 at S = 32768, H = 5376 the [4, 512] steps took a fifth less backward time
+    than [16, 256], and [16, 256] at 16 programs per SM less than [8, 256] at 8
+    (kernels/notes/gate_residual.md has the figures and the command). Below H = 512 the [4, 512] steps are
+    not measured. The interpreter runs programs and operations one after another at a fixed Python cost
+    each: few, large tiles there."""
     block_c = min(256, next_power_of_2(hidden))
     if interpreted:
         rows = max(1, min(256, 16384 // block_c))

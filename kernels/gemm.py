@@ -46,11 +46,11 @@ invariance checks rerun):
   lo*hi, hi*lo, hi*hi (in that order, wgmma k16 slices) into a FRESH tensor-core accumulator, which
   is then added to the fp32 total on the CUDA cores (round to nearest); the total is scaled back
   (exact). Hopper's tensor cores keep fewer bits than fp32 when they carry a long accumulation: the
-  same products accumulated across steps in the MMA's accumulator measured 2.2e-5 of error against
-  the per-step sum's 4.9e-7 (H200, timestep_mlp's GEMM2 at T = 2048, commit 1a5da06). The scales: a row
-  of an activation operand gets its own (from that row's max|v|: batch-invariant), a weight's rows their own
-  in the forward, and where the scaled axis would be the batch (weight gradients) or the reduction,
-  one scale for the whole tensor (`row_maxima` gives the maxima; `_pow2_scale` the scale). Magnitudes
+  same products accumulated across steps in the MMA's accumulator measured ~45x the per-step sum's error
+  on the H200 (kernels/notes/gemm.md). The scales: a row of an activation operand gets its own (from that
+  row's max|v|: batch-invariant), a weight's rows their own in the forward, and where the scaled axis would
+  be the batch (weight gradients) or the reduction, one scale for the whole tensor (`row_maxima` gives the
+  maxima; `_pow2_scale` the scale). Magnitudes
   below 2^-24 of the scaled maximum (fp16 subnormals' spacing) lose bits: an absolute error of at most
   ~2^-38 of that maximum per element. One config for every row count, as tf32x3.
   With `local_scales` (LaunchConfig) the scales come from each step's own tiles instead: a row of A's
@@ -64,8 +64,8 @@ invariance checks rerun):
   64-row tile padded with zeros at small T); the same scales, products (the two small ones taken back
   in the unswapped order), scale-backs and adds, so each element is the same fp32 expression; the
   tensor core's per-step sum measured bitwise the same whichever operand holds W and whatever the tile
-  (H200, commits a328a83, 281764f and 6d8fd82: wgmma m64n16 / m64n32 / m64n64 and mma.sync m16n8k16
-  tiles, swapped or not, paired or not, T = 1-16, four data sets, alone and as rows of T = 2048), which
+  (H200: every tile, swapped or not, paired or not, alone and as rows of T = 2048; kernels/notes/gemm.md,
+  "Reduction order"), which
   lets a forward's tiers swap by row count. `pair_steps` issues two steps' products before either's
   scale-back: the same values added in the same order.
 * A persistent config (LaunchConfig.persistent) runs the same per-tile loop for tiles pid, pid + P,
@@ -127,9 +127,8 @@ class LaunchConfig:
     precision: str = "ieee"   # or "fp64": float64 products and sums, one rounding at the store (above)
     # input gradients only: multiply a transposed copy of W (W^T, [K, N]) so both operands are K-contiguous.
     # Hopper's tf32 wgmma reads its shared operands K-major only; an N-contiguous B goes through a
-    # transposing shuffle (H200, commits 7ffb2da and c7acaa3: timestep_mlp's tf32x3 dz1 at T = 2048 took
-    # 1919.9 us with W as stored, 1031.7 on the copy). The copy is one read and write of W; no arithmetic
-    # changes.
+    # transposing shuffle (timestep_mlp's tf32x3 dz1 at T = 2048 took nearly twice as long with W as stored
+    # on the H200: kernels/notes/gemm.md). The copy is one read and write of W; no arithmetic changes.
     k_major: bool = False
     # one program per SM slot looping over output tiles (tl.range(..., flatten=True): the next tile's
     # loads are software-pipelined under this tile's epilogue); each tile's arithmetic is unchanged, so
@@ -143,13 +142,14 @@ class LaunchConfig:
     # products and the two scale-backs taken in the unswapped order, `_mainloop`): each output element
     # is the same fp32 expression; that the tensor core sums a step's products the same whichever operand
     # holds W is the hardware's, measured bitwise on the H200 (module docstring). timestep_mlp's GEMM2 at
-    # T = 1-16: 28.3-31.0 us swapped on 64 x 16 x 32 tiles against 40.3-41.0 on 64 x 128 x 32 (commit a328a83)
+    # T = 1-16: 25-30% less time swapped on narrow tiles than unswapped on 64 x 128 x 32 on the H200
+    # (kernels/notes/gemm.md)
     swap_ab: bool = False
     # fp16x3 with local scales: two steps a loop iteration, both split before either's products are issued
     # and their sums added in step order (the same values, products and sums as one step an iteration):
     # one step's MMAs run while the next step's split is made. Taken only where every K chunk has an even
     # number of full steps (`_plan`); elsewhere one step an iteration, the same bits. GEMM2 swapped on
-    # 64 x 16 x 32 tiles at T = 1-16: 28.1-30.0 us paired against 29.3-31.3 (H200, commit 6d8fd82)
+    # 64 x 16 x 32 tiles at T = 1-16: ~1 us faster paired on the H200 (kernels/notes/gemm.md)
     pair_steps: bool = False
     # 16-bit operands: A and B through TMA tensor descriptors made in the kernel (`_gemm_tma_kernel`), the
     # same tiles, K chunks, steps and epilogues, so the same bits as without; with `persistent` one program

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from h3bench.kernels import checks, graph_replay
+from h3bench.kernels import checks, graph_cache
 from h3bench.kernels import norm_modulate_kernel as K
 
 
@@ -157,13 +157,12 @@ def norm_modulate(x: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.
     return y if x.dim() == 2 else y.view(x.shape)
 
 
-# The inference forward's launch as a CUDA graph (kernels/graph_replay.py), on unless H3BENCH_GRAPHS=0: a
-# loop's calls with their tensors where the previous call's were replay it. Small but measured on two H200
-# hosts, in both timings, at R = 4097, H = 5376 (synchronized / stream us, off -> on): 49.3 / 36.5 -> 48.0 /
-# 33.8 and 63.2 / 59.1 -> 58.6 / 56.1 (`python -m tools.probe_graph_host`), the bits the same; it serves where
-# the per-sample forward is a few us behind torch's (kernels/notes/norm_modulate.md, "Host path"). The graph
+# The inference forward's launch as a CUDA graph (kernels/graph_cache.py), on unless H3BENCH_GRAPHS=0: a
+# loop's calls with their tensors where the previous call's were replay it. The gain is small but was
+# measured on two H200 hosts in both timings, with the same bits, where the per-sample forward is a few us
+# behind torch's (kernels/notes/norm_modulate.md, "Host path", has the figures and the command). The graph
 # holds the one launch and nothing else (y and every input come from outside: their addresses are the key).
-GRAPHS = graph_replay.GraphCache(on_by_default=True)
+GRAPHS = graph_cache.GraphCache(on_by_default=True)
 
 
 def _replayed(x2d, w, sh, sc, idx, eps: float, cfg) -> torch.Tensor:
@@ -172,6 +171,6 @@ def _replayed(x2d, w, sh, sc, idx, eps: float, cfg) -> torch.Tensor:
     address, y's included)."""
     y = torch.empty_like(x2d)
     key = (x2d.shape, x2d.stride()[0], sh.shape[0], sh.stride()[0], sc.stride()[0], x2d.dtype, w.dtype, sh.dtype,
-           sc.dtype, idx.dtype, eps, cfg) + graph_replay.placed(x2d.get_device(), x2d, w, sh, sc, idx, y)
+           sc.dtype, idx.dtype, eps, cfg) + graph_cache.placed(x2d.get_device(), x2d, w, sh, sc, idx, y)
     GRAPHS.run(key, lambda: K.forward(x2d, w, sh, sc, idx, eps, save_rstd=False, config=cfg, out=y))
     return y

@@ -134,10 +134,8 @@ class LaunchConfig:
 # Interpreter: one parameter program per 1024 columns (each interpreted program costs milliseconds).
 _PARAM_COLS = 1024 if INTERPRETED else 32
 # H above this takes the split backward (kernels/notes/norm_modulate.md, "Launch configuration by width"):
-# at H = 8192 the whole-row backward spills ~120 B a thread at sm_90 and is still the faster one (H200 at
-# d68ffeb, `python -m tools.kernel_times --hidden 8192 --variants default,bwd-split-r4c2048`: kernels per
-# fwd+bwd step 817.6 us against the split backward's 1117.6); at 16384 lanes a row it would spill several
-# times that.
+# at H = 8192 the whole-row backward spills ~120 B a thread at sm_90 and is still the faster one on the H200;
+# at 16384 lanes a row it would spill several times that.
 SPLIT_ABOVE = 8192
 
 
@@ -146,41 +144,35 @@ def launch_config(hidden: int) -> LaunchConfig:
     """The default launch configuration for rows of `hidden` elements. Each choice and the H200 kernel
     times that made it: kernels/notes/norm_modulate.md, "Launch configuration by width"; registers per
     thread (sm_90, `python -m tools.compile_norm_modulate`) set the shapes, each kernel with 16-32 KB of
-    loads in flight per SM. The figures below are kernel times per fwd+bwd step at R = 32768 from
-    `python -m tools.kernel_times --hidden H --table-rows M --variants default,PRESET` (the presets of
-    tools/sweep_norm_modulate.py name each alternative)."""
+    loads in flight per SM. The comments below say why each choice; the note has the kernel times per
+    fwd+bwd step at R = 32768 and the command for each (`python -m tools.kernel_times --hidden H --table-rows
+    M --variants default,PRESET`, the presets of tools/sweep_norm_modulate.py naming each alternative)."""
     block_h = next_power_of_2(hidden)
     common = dict(block_h=block_h, bwd_programs_per_sm=1, param_cols=_PARAM_COLS)
     if block_h <= 4096:
         # the per-row forward with the tables kept in L1, under the global plan too: the plan walk measured
-        # slower here (H200, c63022d-c32fe83, `plan-walk`: forward kernel at M = 1024, H = 1024 81.6 us against
-        # 42.6; 2048 91.2 against 74.9)
+        # slower here (`plan-walk`)
         rows, warps = row_tile(block_h)
         fwd = dict(fwd_rows=rows, fwd_warps=warps, fwd_l1_tables=True)
     else:
-        # x read again for y (H200, c63022d-c32fe83, `fwd-no-reload`: forward kernel H = 5376 221 -> 188 us,
-        # 8192 311 -> 288, 12288 585 -> 431; the same bits), and the plan walk under the global plan
-        # (`fwd-plan-rows`: H = 5376, M = 1024 204 us against the per-row forward's 259; M = 4096 221 against
-        # 310; at M = 64 195-198 either way)
+        # x read again for y (`fwd-no-reload`: faster from 5376 lanes, the same bits), and the plan walk
+        # under the global plan (`fwd-plan-rows`: faster at M = 1024 and 4096, even at M = 64)
         fwd = dict(fwd_rows=1, fwd_warps=4 if block_h <= 8192 else 8,  # 16 warps spill at 32768
                    fwd_reload=True, plan_walk_rows=1, plan_walk_warps=8)
     if hidden > SPLIT_ABOVE:
-        # [2, 4096] steps on 8 warps: 1.8-2.4% less kernel time than [4, 2048] (`bwd-split-r4c2048`) at
-        # H = 12288, M = 9 and 64, in two H200 runs at d68ffeb (72 B spilled at sm_90 under the global plan,
-        # triton 3.6)
+        # [2, 4096] steps on 8 warps: a few % less kernel time than [4, 2048] (`bwd-split-r4c2048`) at
+        # H = 12288 (72 B spilled at sm_90 under the global plan, triton 3.6)
         bwd = dict(bwd_rows=2, bwd_warps=8, bwd_cols=4096)
     else:
         rows, warps = whole_row_tile(block_h)
         if block_h <= 4096:
-            # two programs an SM, each half the tile on half the warps (H200 at c32fe83 and 468acb0,
-            # `bwd-1sm`: H = 1024 214 -> 140 us, 2048 278 -> 239, 3072 385 -> 347, 4096 439 -> 433;
-            # partials 2x: 20 MB at H = 1024, M = 9)
+            # two programs an SM, each half the tile on half the warps (`bwd-1sm`: faster at every width up
+            # to 4096, most at 1024; the partials double: 20 MB at H = 1024, M = 9)
             bwd = dict(bwd_rows=max(1, rows // 2), bwd_warps=max(1, warps // 2), bwd_programs_per_sm=2)
             if block_h <= 2048 and not INTERPRETED:
-                # twice the partial rows of one program an SM: 16 columns a parameter program (H200 at
-                # 6aef8a7, `param-c8` / `-c16` / `-c64`, parameter stage at M = 9: H = 1024 18.2 -> 10.6 us,
-                # 2048 21.9 -> 16.5, two runs each; at 3072 and 5376 16 columns were slower, 8 slower than
-                # 16 at every width)
+                # twice the partial rows of one program an SM: 16 columns a parameter program (`param-c8` /
+                # `-c16` / `-c64`: the fastest up to 2048 lanes; at 3072 and 5376 16 columns were slower, 8
+                # slower than 16 at every width)
                 bwd["param_cols"] = 16
         else:
             bwd = dict(bwd_rows=rows, bwd_warps=warps)

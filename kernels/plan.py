@@ -26,8 +26,8 @@ Integer arithmetic only, no atomics: the plan is a function of idx and M. BLOCK 
 counters (M + 2) * P would pass COUNTERS, then doubled up to MAX_BLOCK; beyond that, or where a place
 program's chunk sums (ceil((M + 2) / SCAN_BUCKETS) * BLOCK) would pass PLACE_WORK (M in the millions),
 torch's stable sort of the clamped indices makes the same plan. Scratch: 4 * (R + (M + 2) * (P + 1) +
-ceil((M + 2) / SCAN_BUCKETS)) bytes (at most ~16 MB of counters). H200, R = 32768, M = 64-4096 (commit
-468acb0, `python -m tools.kernel_times`): count 5.8-6.3 us, scan 4.8-5.3, place 2.6-5.2. The other ways
+ceil((M + 2) / SCAN_BUCKETS)) bytes (at most ~16 MB of counters). Each launch takes a few us on the H200 at
+R = 32768 (kernels/notes/norm_modulate.md has the figures and the command). The other ways
 measured (per-block tl.sort, one program's scan, 512-row blocks, torch.cumsum between four launches,
 place programs summing every bucket): kernels/notes/norm_modulate.md, "Variants tried and rejected".
 """

@@ -38,7 +38,7 @@ from typing import Optional
 
 import torch
 
-from h3bench.kernels import checks, gemm, graph_replay
+from h3bench.kernels import gemm, graph_cache
 from h3bench.kernels.common import interpreter_active
 from h3bench.kernels.gemm import LaunchConfig as C
 from h3bench.kernels.gemm import Tiers, pick
@@ -86,9 +86,9 @@ def _one_local_order(tiers: Tiers) -> bool:
     """fp16x3 tiers with each step's own scales that differ only in tiles, warps, stages, step pairing and
     swap_ab: each output element is one fp32 expression of its k steps (the scales, the three products, the
     scale-backs and the adds, `gemm._mainloop`) whatever the tile; that a step's MMA sum does not depend on
-    the tile's shape or on which operand holds W is the tensor core's, measured bitwise on the H200 (commits
-    a328a83, 281764f and 6d8fd82: every GEMM2 tile, swapped or not, paired or not, at T = 1-16 on four data sets,
-    alone and as rows of T = 2048; `python -m tools.bench_gemm` rechecks rows alone against T = 2048)."""
+    the tile's shape or on which operand holds W is the tensor core's, measured bitwise on the H200 for every
+    GEMM2 tile, swapped or not, paired or not (kernels/notes/gemm.md, "Reduction order"; `python -m
+    tools.bench_gemm` rechecks rows alone against T = 2048)."""
     def order(cfg: C) -> tuple:
         return cfg.precision, cfg.local_scales, cfg.block_k, cfg.split_k
     return all(cfg.local_scales for _, cfg in tiers) and len({order(cfg) for _, cfg in tiers}) == 1
@@ -97,8 +97,7 @@ def _one_local_order(tiers: Tiers) -> bool:
 def _one_fp64_order(tiers: Tiers) -> bool:
     """float64 tiers that differ only in tiles, warps and stages: each output is the fp64 MMA's chain over k
     in k order (products exact, one float64 add a k4 slice) whatever the tile, rounded once to fp32; measured
-    bitwise on the H200 for 13 tiles against 32 x 32 x 32's, z1 and h, alone and as rows of T = 2048 (commit
-    6d8fd82)."""
+    bitwise on the H200 for 13 tiles against 32 x 32 x 32's (kernels/notes/gemm.md, "Reduction order")."""
     def order(cfg: C) -> tuple:
         return cfg.precision, cfg.block_k, cfg.split_k
     return all(cfg.precision == "fp64" for _, cfg in tiers) and len({order(cfg) for _, cfg in tiers}) == 1
@@ -108,28 +107,22 @@ BIG = 1 << 62
 _F64 = {"precision": "fp64"}
 _GEMM2 = {"split_k": 6, "precision": "fp16x3", "local_scales": True}
 _H3 = {"precision": "fp16x3"}
-# The default. Each choice with the H200 figure that made it (kernels/notes/gemm.md has the table;
-# `python -m tools.bench_gemm --candidate KERNEL:T:CONFIG` times a config against the default's at T):
-# - fwd1 (GEMM1, K = 256) in float64: z1 and h within half an ulp; errors at T <= 8 within 1.29x cuBLAS's
-#   (the FMA chains' h: w2 at 3.08x), 150.6 us at T = 2048 against the FMA chains' 209.4 (commits 081f3f4,
-#   fcfe379). Tiles: 16 x 8 x 32 on 1 warp up to 16 rows (5.7-5.9 us at T = 1-16 against 7.5-7.6, commit
-#   5bc9e71), 32 x 32 x 32 above (6.4 us at T = 1 against 8.4 for 32 x 64 x 32; 145.6 against 150.8 at
-#   T = 2048, commit 09b024d).
-# - fwd2 (GEMM2, K = 5376) fp16x3 with each k32 step's own scales in 6 K chunks: no maxima pass over W2's
-#   58 MB (no-grad kernels at T = 1 61.4 us against 76.2 with row maxima, commit dc47b5a). Up to 16 rows
-#   swapped (out^T = W2 h^T) on 32 x 16 x 32 tiles, 2 warps, 3 stages, two steps an iteration: 25.0-28.5 us
-#   at T = 1-16 against 29.6-31.2 swapped on 64 x 16 x 32 tiles (commit 5bc9e71) and 40.3-41.0 unswapped
-#   (commit a328a83); 64 x 128 x 32 above 16 rows (40.8 us at T = 1 against 52.3 for 128 x 128 x 64, 876.8
-#   at T = 2048, commit 09b024d).
-# - dh (dz1 = dy W2 silu'(z1)) fp16x3 with row maxima in 2 K chunks: 590.5 us at T = 2048 against
-#   tf32x3's 961.0 (commit 6ecfb00).
-# - dx (dz1 W1) tf32x3 on K-major copies, 6 K chunks, 4 stages: 119.5-152.0 us against 171.2-185.8 with 3
-#   (commit 6ecfb00).
+# The default, and why each choice (kernels/notes/gemm.md, "Launch configuration", has the H200 figures that
+# made them and the commands; `python -m tools.bench_gemm --candidate KERNEL:T:CONFIG` times a config against
+# the default's at T):
+# - fwd1 (GEMM1, K = 256) in float64: z1 and h within half an ulp, so h's error (dW2's at T = 1) stays near
+#   cuBLAS's where FMA chains tripled it, and faster than FMA chains at T = 2048. Small tiles on one warp up
+#   to 16 rows, where the GEMM is a few us of latency; 32 x 32 x 32 above.
+# - fwd2 (GEMM2, K = 5376) fp16x3 with each k32 step's own scales in 6 K chunks: no maxima pass re-reading
+#   W2's 58 MB. Up to 16 rows swapped (out^T = W2 h^T) on 32 x 16 x 32 tiles, two steps an iteration: the
+#   MMA's 16-row side holds T, so no MMA rows idle; 64 x 128 x 32 above 16 rows.
+# - dh (dz1 = dy W2 silu'(z1)) fp16x3 with row maxima in 2 K chunks: faster than tf32x3 at T = 2048.
+# - dx (dz1 W1) tf32x3 on K-major copies (Hopper's tf32 wgmma reads shared operands K-major only), 6 K
+#   chunks, 4 stages.
 # - dw2, dw1: FMA chains up to 64 rows (a dW element sums T exact products; tf32x3's ~2^-22 product error
-#   would dominate there), above that dw2 fp16x3 (636.8 us at T = 2048 against tf32x3's 869.4, commit
-#   6ecfb00) and dw1 tf32x3 (163.6 against the FMA chains' 267.2, commits 7ffb2da, c7acaa3).
-# - db1, db2: float64 column sums (`gemm.column_sums`): b2's error 2.86e-8 against cuBLAS's 1.17e-7
-#   (commit c7acaa3).
+#   would dominate there); above that dw2 fp16x3 and dw1 tf32x3, the fastest measured at T = 2048.
+# - db1, db2: float64 column sums (`gemm.column_sums`): b2's error below cuBLAS's, where one fp32 chain over
+#   T was an order of magnitude above it.
 DEFAULT = MLPConfigs(
     fwd1=((16, C(16, 8, 32, num_warps=1, num_stages=4, **_F64)),
           (BIG, C(32, 32, 32, num_warps=4, num_stages=3, **_F64))),
@@ -162,50 +155,8 @@ def configs() -> MLPConfigs:
 
 # --- checks --------------------------------------------------------------------------------------------
 
-def _check(x, w1, b1, w2, b2) -> None:
-    named = {"x": x, "w1": w1, "b1": b1, "w2": w2, "b2": b2}
-    checks.tensors(named)
-    checks.same_device(named, "x")
-    checks.triton_device("x", x, what="the Triton kernels need", any_device_interpreted=True)
-    for name, t in named.items():
-        checks.dtype_in(name, t, (torch.float32,), "timestep_mlp is fp32 throughout (expected torch.float32)")
-    if x.dim() != 2:
-        raise ValueError(f"x must be [T, freq_dim], got shape {tuple(x.shape)}")
-    if w1.dim() != 2 or w1.shape[1] != x.shape[1] or w1.shape[0] < 1:
-        raise ValueError(f"w1 must be [hidden, {x.shape[1]}] (x is [T, {x.shape[1]}]), got {tuple(w1.shape)}")
-    if x.shape[1] < 1:
-        raise ValueError(f"x must have freq_dim >= 1, got shape {tuple(x.shape)}")
-    hidden = w1.shape[0]
-    if b1.shape != (hidden,):
-        raise ValueError(f"b1 must have shape ({hidden},) to match w1, got {tuple(b1.shape)}")
-    if w2.dim() != 2 or w2.shape[1] != hidden or w2.shape[0] < 1:
-        raise ValueError(f"w2 must be [temb_dim, {hidden}] (w1 has {hidden} rows), got {tuple(w2.shape)}")
-    if b2.shape != (w2.shape[0],):
-        raise ValueError(f"b2 must have shape ({w2.shape[0]},) to match w2, got {tuple(b2.shape)}")
 
 
-def _fast_ok(x, w1, b1, w2, b2) -> bool:
-    """Every argument well formed and all on one CUDA device, or all on the CPU under the interpreter (the
-    common case, checked with attribute reads only; the CPU case so the tests and tools/hostcost_cpu.py
-    take the path a GPU call takes). False sends the call through `_check`, which raises naming the
-    argument or accepts what this does not cover. True only where `_check` passes (tests)."""
-    try:
-        f32 = torch.float32
-        if not (x.dtype == f32 and w1.dtype == f32 and b1.dtype == f32 and w2.dtype == f32 and b2.dtype == f32):
-            return False
-        device = x.get_device()
-        if device >= 0:
-            same = (x.is_cuda and w1.is_cuda and b1.is_cuda and w2.is_cuda and b2.is_cuda
-                    and w1.get_device() == device and b1.get_device() == device and w2.get_device() == device
-                    and b2.get_device() == device)
-        else:
-            same = x.is_cpu and w1.is_cpu and b1.is_cpu and w2.is_cpu and b2.is_cpu and interpreter_active()
-        hidden = w1.shape[0]
-        return (same and x.dim() == 2 and w1.dim() == 2 and w2.dim() == 2 and b1.dim() == 1 and b2.dim() == 1
-                and 0 < x.shape[1] == w1.shape[1] and 0 < hidden == b1.shape[0] == w2.shape[1]
-                and 0 < w2.shape[0] == b2.shape[0])
-    except (AttributeError, IndexError, TypeError, RuntimeError):
-        return False
 
 
 # --- the no-grad forward ---------------------------------------------------------------------------------
@@ -214,7 +165,7 @@ def _fast_ok(x, w1, b1, w2, b2) -> bool:
 class _Inference:
     """The two launches of a no-grad forward for one (shape, strides, device) under one config set:
     GEMM1 (+ b1, silu) and GEMM2 (+ b2), both reading their operands as they are. plans None: this case
-    takes `_forward` (a config that needs maxima or copies, a strided bias, zero rows)."""
+    takes `forward` (a config that needs maxima or copies, a strided bias, zero rows)."""
     configs: MLPConfigs
     plans: Optional[tuple]
 
@@ -222,7 +173,7 @@ class _Inference:
 _INFERENCE: dict = {}
 
 
-def _inference(x, w1, b1, w2, b2) -> torch.Tensor:
+def inference(x, w1, b1, w2, b2) -> torch.Tensor:
     """The no-grad forward with its shape-dependent work done once per (shape, strides, device, config
     set): at T <= 8 the host time of a call is most of its time (two launches, two allocations here)."""
     cfg = configs()
@@ -236,7 +187,7 @@ def _inference(x, w1, b1, w2, b2) -> torch.Tensor:
             _INFERENCE.clear()
         found = _INFERENCE[key] = _Inference(cfg, (plan1, plan2) if plan1 and plan2 else None)
     if found.plans is None:
-        return _forward(x, w1, b1, w2, b2, keep_pre=False)[0]
+        return forward(x, w1, b1, w2, b2, keep_pre=False)[0]
     plan1, plan2 = found.plans
     rows = x.shape[0]
     out = x.new_empty((rows, w2.shape[0]))
@@ -251,28 +202,26 @@ def _inference(x, w1, b1, w2, b2) -> torch.Tensor:
     if rows > GRAPH_MAX_ROWS or not GRAPHS.usable(x):
         launch()
         return out
-    GRAPHS.run((found,) + graph_replay.placed(x.get_device(), x, w1, b1, w2, b2, out), launch)
+    GRAPHS.run((found,) + graph_cache.placed(x.get_device(), x, w1, b1, w2, b2, out), launch)
     return out
 
 
-# The no-grad forward's launches as CUDA graphs (kernels/graph_replay.py), on unless H3BENCH_GRAPHS=0: a
+# The no-grad forward's launches as CUDA graphs (kernels/graph_cache.py), on unless H3BENCH_GRAPHS=0: a
 # loop's calls with their tensors where the previous call's were replay one graph instead of two Python
-# launches (H200, commit 5bc9e71, the harness's medians: T = 1 forward 90.3 / 85.3 us synchronized / stream
-# without, 61.1 / 54.8 with; T = 8 101.1 / 95.2 against 67.3 / 67.2; the same bits). At most 8 graphs of at
+# launches, with the same bits: at T <= 8 that takes a third off the forward's per-sample time on the
+# H200 (kernels/notes/gemm.md, "No-grad forward", has the figures and the command). At most 8 graphs of at
 # most 64 rows, each pool under 6 MB (at 64 rows h is 1.4 MB and GEMM2's six fp32 partial planes 4.1 MB):
 # under 50 MB in all.
 GRAPH_MAX_ROWS = 64
-GRAPHS = graph_replay.GraphCache(on_by_default=True)
+GRAPHS = graph_cache.GraphCache(on_by_default=True)
 
-
-# --- autograd ------------------------------------------------------------------------------------------
 
 def _scaled(*configs: C) -> bool:
     """Whether any of these GEMMs takes its fp16x3 scales from row maxima (not from each step's tiles)."""
     return any(gemm.needs_maxima(cfg) for cfg in configs)
 
 
-def _forward(x, w1, b1, w2, b2, keep_pre: bool):
+def forward(x, w1, b1, w2, b2, keep_pre: bool):
     """(out, h, z1, maxima of h's and w2's rows or None): the maxima, one launch for both, when GEMM2 or
     (keep_pre: a backward will follow) dz1 or dW2 runs in fp16x3, so the backward does not redo them."""
     cfg = configs()
@@ -286,59 +235,36 @@ def _forward(x, w1, b1, w2, b2, keep_pre: bool):
     return out, h, z1, maxima
 
 
-class _TimestepMLP(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, w1, b1, w2, b2):
-        out, h, z1, (h_max, w2_max) = _forward(x, w1, b1, w2, b2, keep_pre=True)
-        ctx.save_for_backward(x, w1, w2, h, z1, h_max, w2_max)
-        return out
 
-    @staticmethod
-    def backward(ctx, dy):
-        x, w1, w2, h, z1, h_max, w2_max = ctx.saved_tensors
-        need_x, need_w1, need_b1, need_w2, need_b2 = ctx.needs_input_grad[:5]
-        if dy.stride(-1) != 1 or (dy.shape[0] > 1 and dy.stride(0) == 0):
-            dy = dy.contiguous()
-        cfg = configs()
-        rows = x.shape[0]
-        cfg_dw2, cfg_dh = pick(cfg.dw2, rows), pick(cfg.dh, rows)
-        dy_max = gemm.row_maxima(dy)[0] if rows and _scaled(cfg_dw2, cfg_dh) else None
-        dw2 = db2 = dx = dw1 = db1 = None
-        if need_w2:
-            dw2, _ = gemm.weight_grad(dy, h, cfg_dw2, dw_dtype=torch.float32, db_dtype=None, dy_max=dy_max,
-                                      a_max=h_max)
-        if need_b2:
-            db2 = _bias_grad(dy)
-        if need_x or need_w1 or need_b1:
-            dz1 = gemm.input_grad(dy, w2, cfg_dh, dsilu_of=z1, dy_max=dy_max, w_max=w2_max)
-            if need_x:
-                dx = gemm.input_grad(dz1, w1, pick(cfg.dx, rows))
-            if need_w1:
-                dw1, _ = gemm.weight_grad(dz1, x, pick(cfg.dw1, rows), dw_dtype=torch.float32, db_dtype=None)
-            if need_b1:
-                db1 = _bias_grad(dz1)
-        return dx, dw1, db1, dw2, db2
+
+def backward(dy, x, w1, w2, h, z1, h_max, w2_max, need_x: bool, need_w1: bool, need_b1: bool, need_w2: bool,
+             need_b2: bool):
+    """(dx, dW1, db1, dW2, db2), None where not needed, from what `forward(keep_pre=True)` kept."""
+    if dy.stride(-1) != 1 or (dy.shape[0] > 1 and dy.stride(0) == 0):
+        dy = dy.contiguous()
+    cfg = configs()
+    rows = x.shape[0]
+    cfg_dw2, cfg_dh = pick(cfg.dw2, rows), pick(cfg.dh, rows)
+    dy_max = gemm.row_maxima(dy)[0] if rows and _scaled(cfg_dw2, cfg_dh) else None
+    dw2 = db2 = dx = dw1 = db1 = None
+    if need_w2:
+        dw2, _ = gemm.weight_grad(dy, h, cfg_dw2, dw_dtype=torch.float32, db_dtype=None, dy_max=dy_max, a_max=h_max)
+    if need_b2:
+        db2 = _bias_grad(dy)
+    if need_x or need_w1 or need_b1:
+        dz1 = gemm.input_grad(dy, w2, cfg_dh, dsilu_of=z1, dy_max=dy_max, w_max=w2_max)
+        if need_x:
+            dx = gemm.input_grad(dz1, w1, pick(cfg.dx, rows))
+        if need_w1:
+            dw1, _ = gemm.weight_grad(dz1, x, pick(cfg.dw1, rows), dw_dtype=torch.float32, db_dtype=None)
+        if need_b1:
+            db1 = _bias_grad(dz1)
+    return dx, dw1, db1, dw2, db2
 
 
 def _bias_grad(dy: torch.Tensor) -> torch.Tensor:
-    """A bias gradient: dy's column sums in float64, rounded once (`gemm.column_sums`; H200, commit c7acaa3:
-    b2's error 2.86e-8 against cuBLAS's 1.17e-7, where one fp32 chain over the rows gave 1.37e-6)."""
+    """A bias gradient: dy's column sums in float64, rounded once (`gemm.column_sums`): below cuBLAS's error,
+    where one fp32 chain over the rows was an order of magnitude above it (kernels/notes/gemm.md)."""
     return gemm.column_sums(dy if dy.stride(1) == 1 else dy.contiguous(), torch.float32)
 
 
-def timestep_mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
-                 b2: torch.Tensor) -> torch.Tensor:
-    """out = W2 silu(W1 x + b1) + b2 with gradients for x, w1, b1, w2 and b2.
-
-    x: [T, F] fp32; w1: [Hd, F]; b1: [Hd]; w2: [D, Hd]; b2: [D], all fp32 on one device (CUDA, or the
-    CPU under TRITON_INTERPRET=1). T = 0 gives an empty [0, D] output and zero weight gradients.
-    Each output row is bitwise the same whatever T is; the weight gradients repeat bitwise."""
-    if not _fast_ok(x, w1, b1, w2, b2):
-        _check(x, w1, b1, w2, b2)
-    if x.is_cuda and x.get_device() != torch.cuda.current_device():
-        with torch.cuda.device(x.device):  # triton launches on the current device
-            return timestep_mlp(x, w1, b1, w2, b2)
-    if torch.is_grad_enabled() and (x.requires_grad or w1.requires_grad or b1.requires_grad or w2.requires_grad
-                                    or b2.requires_grad):
-        return _TimestepMLP.apply(x, w1, b1, w2, b2)
-    return _inference(x, w1, b1, w2, b2)

@@ -24,7 +24,7 @@ CORES = ("", "Prescott", "Haswell", "Zen", "SkylakeX")  # "": this CPU's own pic
 CHILD = r'''
 import hashlib, json
 import torch
-from h3bench.kernels.timestep_mlp_kernel import timestep_mlp
+from h3bench.kernels.timestep_mlp_api import timestep_mlp
 from tools.openblas_core import openblas_core
 
 g = torch.Generator().manual_seed(5)

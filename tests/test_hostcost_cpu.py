@@ -13,7 +13,7 @@ from tools import hostcost_cpu
 def test_stub_replaces_every_launcher_binding_and_restore_puts_them_back():
     import h3bench.kernels.final_adaln_out_kernel  # noqa: F401  (the modules whose bindings are checked must be loaded)
     import h3bench.kernels.norm_modulate_kernel  # noqa: F401
-    import h3bench.kernels.timestep_sinusoid_kernel  # noqa: F401
+    import h3bench.kernels.timestep_sinusoid_api  # noqa: F401
 
     launchers = hostcost_cpu.launchers()
     assert {common.launch, common.launch_keyed, common.launch_ready} <= launchers

@@ -9,8 +9,8 @@ from h3bench.harness.config import load_config
 from h3bench.harness.execute import as_bits
 from h3bench.harness.ops.final_adaln_out import OP
 from h3bench.harness.probes.accuracy_latency import rel_err
-from h3bench.kernels import final_adaln_out_kernel as FA
-from h3bench.kernels.final_adaln_out_kernel import final_adaln_out
+from h3bench.kernels import final_adaln_out_api as FA
+from h3bench.kernels.final_adaln_out_api import final_adaln_out
 from tests.helpers import STRIDED, assert_same_bits, run_quick_plan
 
 NAMES = ("x", "nw", "temb", "w", "b")

@@ -21,8 +21,9 @@ from h3bench.harness.ops.timestep_mlp import OP as MLP
 from h3bench.harness.ops.timestep_mlp import TimestepMLPParams
 from h3bench.harness.probes.accuracy_latency import rel_err
 from h3bench.kernels import gemm
-from h3bench.kernels.adaln_projection_kernel import adaln_projection
-from h3bench.kernels.timestep_mlp_kernel import DX_SPLIT, MLPConfigs, timestep_mlp
+from h3bench.kernels.adaln_projection_api import adaln_projection
+from h3bench.kernels.timestep_mlp_api import timestep_mlp
+from h3bench.kernels.timestep_mlp_kernel import DX_SPLIT, MLPConfigs
 from tests.helpers import gapped, run_quick_plan, within
 
 # Odd widths: no K or N is a multiple of the interpreter's tiles (32 x 64 x 32).
@@ -671,7 +672,7 @@ def test_column_mask_needed():
 def test_timestep_mlp_bad_input_names_the_argument(device, change, error, match):
     inputs, _ = mlp_case(device, 5)
     args = {**inputs.tensors}
-    from h3bench.kernels import timestep_mlp_kernel as TM
+    from h3bench.kernels import timestep_mlp_api as TM
     assert TM._fast_ok(*(inputs.tensors[n] for n in MLP_NAMES))   # the good call takes the cheap check
     args.update(change(args))
     assert not TM._fast_ok(*(args[n] for n in MLP_NAMES))   # a bad one never does: `_check` names it

@@ -176,7 +176,7 @@ def test_tma_projection_configs_give_the_default_bits(device, monkeypatch):
     on the CPU the interpreter runs the GPU's config set (its 128 x 256 tiles), which it otherwise swaps
     for INTERPRETER's."""
     from h3bench.harness.ops.adaln_projection import AdaLNProjectionParams
-    from h3bench.kernels.adaln_projection_kernel import adaln_projection
+    from h3bench.kernels.adaln_projection_api import adaln_projection
 
     if device.type != "cuda":
         monkeypatch.setattr(AP, "interpreter_active", lambda: False)

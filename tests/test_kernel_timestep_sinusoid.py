@@ -6,7 +6,8 @@ import torch
 from h3bench.harness.execute import as_bits
 from h3bench.harness.ops.timestep_sinusoid import TimestepSinusoidParams, sinusoid64
 from h3bench.harness.probes.accuracy_latency import rel_err
-from h3bench.kernels.timestep_sinusoid_kernel import LaunchConfig, config_for, timestep_sinusoid
+from h3bench.kernels.timestep_sinusoid_api import timestep_sinusoid
+from h3bench.kernels.timestep_sinusoid_kernel import LaunchConfig, config_for
 from tests.helpers import gapped, run_quick_plan, within
 
 MODEL = TimestepSinusoidParams(freq_dim=256, max_period=10000, downscale_freq_shift=0.0)

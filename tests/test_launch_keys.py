@@ -16,10 +16,10 @@ import torch
 from h3bench.harness.ops.norm_modulate import OP as NM_OP
 from h3bench.kernels import common, gemm
 from h3bench.kernels import norm_modulate_kernel as K
-from h3bench.kernels.adaln_projection_kernel import adaln_projection
-from h3bench.kernels.final_adaln_out_kernel import final_adaln_out
+from h3bench.kernels.adaln_projection_api import adaln_projection
+from h3bench.kernels.final_adaln_out_api import final_adaln_out
 from h3bench.kernels.norm_modulate_api import norm_modulate
-from h3bench.kernels.timestep_mlp_kernel import timestep_mlp
+from h3bench.kernels.timestep_mlp_api import timestep_mlp
 from tests.helpers import nm_params, shifted
 from tests.test_kernel_gemm import ADA_NAMES, MLP_NAMES, ada_case, mlp_case
 

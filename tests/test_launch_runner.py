@@ -119,7 +119,8 @@ def test_on_the_gpu_the_direct_path_is_active_and_computes_the_same(device):
     if common.triton.__version__ not in common.DIRECT_VERSIONS or not common.DIRECT:
         pytest.skip(f"triton {common.triton.__version__} keeps CudaLauncher.__call__ (direct path for "
                     f"{common.DIRECT_VERSIONS} only)")
-    from h3bench.kernels import timestep_sinusoid_kernel as S
+    from h3bench.kernels import timestep_sinusoid_api as S
+    from h3bench.kernels import timestep_sinusoid_kernel as SK
 
     base = torch.linspace(0, 999, 154, device=device)
     for t in (base[:77], base[1::2], base.half()[3:80], base.double(), base[5:6]):
@@ -134,7 +135,7 @@ def test_on_the_gpu_the_direct_path_is_active_and_computes_the_same(device):
             common.ENABLED = enabled
         torch.cuda.synchronize()
         assert torch.equal(first, second) and torch.equal(third, plain) and torch.equal(first, plain), t.dtype
-    entries = [e for k, e in common._READY.items() if k[0] is S._sinusoid_kernel]
+    entries = [e for k, e in common._READY.items() if k[0] is SK._sinusoid_kernel]
     assert entries and all(type(e[0]).__name__ == "builtin_function_or_method" for e in entries)
     recipes = [r for r in S._RECIPES.values() if r[3]]
     assert recipes and all(type(e[0]).__name__ == "builtin_function_or_method" and isinstance(e[3], int)

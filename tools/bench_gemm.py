@@ -57,6 +57,8 @@ from h3bench.harness.timing import STREAM, SYNCHRONIZED, median, take  # noqa: E
 from h3bench.kernels import adaln_projection_kernel as AP  # noqa: E402
 from h3bench.kernels import gemm  # noqa: E402
 from h3bench.kernels import timestep_mlp_kernel as TM  # noqa: E402
+from h3bench.kernels.adaln_projection_api import adaln_projection  # noqa: E402
+from h3bench.kernels.timestep_mlp_api import timestep_mlp  # noqa: E402
 from h3bench.kernels.gemm import LaunchConfig as C  # noqa: E402
 from tools.kernel_times import summed_kernel_us  # noqa: E402
 
@@ -136,7 +138,7 @@ def composition(op: str):
     return projection
 
 
-OURS = {"timestep_mlp": TM.timestep_mlp, "adaln_projection": AP.adaln_projection}
+OURS = {"timestep_mlp": timestep_mlp, "adaln_projection": adaln_projection}
 
 
 def leaves_of(inputs, names):

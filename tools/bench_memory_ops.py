@@ -115,13 +115,13 @@ def variants(op: str, params: Any) -> dict[str, Callable]:
 
         return {"default": lambda res, y, gate, idx: gate_residual(res, y, gate, idx, check_index=False)}
     if op == "final_adaln_out":
-        from h3bench.kernels.final_adaln_out_kernel import final_adaln_out
+        from h3bench.kernels.final_adaln_out_api import final_adaln_out
 
         eps = params.eps
         return {"default": lambda x, nw, temb, w, b, ti: final_adaln_out(x, nw, temb, w, b, ti, eps,
                                                                          check_index=False)}
     if op == "timestep_sinusoid":
-        from h3bench.kernels.timestep_sinusoid_kernel import timestep_sinusoid
+        from h3bench.kernels.timestep_sinusoid_api import timestep_sinusoid
 
         dim, period, shift = params.freq_dim, params.max_period, params.downscale_freq_shift
         return {"default": lambda t: timestep_sinusoid(t, dim, period, shift)}

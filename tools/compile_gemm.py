@@ -37,10 +37,10 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler.compiler import ASTSource
 
-from h3bench.kernels import adaln_projection_kernel as AP
+from h3bench.kernels import adaln_projection_api as AP
 from h3bench.kernels import final_adaln_out_kernel as FA
 from h3bench.kernels import gemm
-from h3bench.kernels import timestep_mlp_kernel as TM
+from h3bench.kernels import timestep_mlp_api as TM
 
 DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int32: "i32"}
 SASS_KEYS = ("FFMA", "HGMMA", "HMMA", "LDS", "LDSM", "LDGSTS", "LDG", "STG", "STS", "BAR", "SHFL", "UTMALDG", "UTMASTG")

@@ -8,8 +8,8 @@ F.linear, F.silu, F.linear in fp32 with TF32 off; row count T; step: `fwd` under
 time per step and their sum; then, without the profiler, the wall time per step of `--steps` steps queued
 back to back (one synchronize at the end: the harness's stream timing) and the host time per step (the
 same loop's time before that synchronize: while the GPU keeps up, the host sets the pace). Against the
-op's floor (weights read once: the forward's bytes at the copy bandwidth measured here): the target of
-issue 11 is a forward at >= 70% of that floor at T <= 8.
+op's floor (weights read once: the forward's bytes at the copy bandwidth measured here): the target
+(tools/targets.py) is a forward at >= 70% of that floor at T <= 8.
 """
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ def _inputs(rows: int, device: torch.device) -> tuple:
 def _call(configs: str):
     if configs == CUBLAS:
         return lambda x, w1, b1, w2, b2: F.linear(F.silu(F.linear(x, w1, b1)), w2, b2)
-    from h3bench.kernels import timestep_mlp_kernel as TM
-    return TM.timestep_mlp
+    from h3bench.kernels.timestep_mlp_api import timestep_mlp
+    return timestep_mlp
 
 
 def measure(configs: str, rows: int, step_name: str, warmup: int, steps: int, floor_us: float) -> StepTimes:

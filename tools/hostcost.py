@@ -164,14 +164,15 @@ def timeline(dev, rows: int) -> list[str]:
 def sinusoid_pieces(dev) -> dict[str, float]:
     """Host us per call of the timestep_sinusoid row and of each piece of its path, next to SGLang's row
     (when it loads): the op moves at most 2 MB, so its per-sample latency is this host path."""
-    from h3bench.kernels import timestep_sinusoid_kernel as S
+    from h3bench.kernels import timestep_sinusoid_api as S
+    from h3bench.kernels import timestep_sinusoid_kernel as SK
     from h3bench.kernels.common import fast_launch_allowed, launch, launch_ready, ready_runner, runner
 
     t = torch.zeros(1, dtype=torch.float32, device=dev)
     out = S.timestep_sinusoid(t)
-    freqs = S.frequencies(dev, 128, 10000, 0.0)
-    cfg = S.config_for(256, False)
-    kernel, grid = S._sinusoid_kernel, (1,)
+    freqs = SK.frequencies(dev, 128, 10000, 0.0)
+    cfg = SK.config_for(256, False)
+    kernel, grid = SK._sinusoid_kernel, (1,)
     meta = dict(HALF=128, BLOCK_K=128, ROWS=cfg.rows, INTERPRETED=False, num_warps=cfg.warps)
     meta_items, index = tuple(meta.items()), torch.cuda.current_device()  # made once, as the op keeps them
     res = {"whole call (T=1)": host_us(lambda: S.timestep_sinusoid(t)),
@@ -231,7 +232,8 @@ def sinusoid_pieces(dev) -> dict[str, float]:
 
 
 # Our rows whose launches go through `kernels.common.launch_keyed`, with the row counts timed (the GEMM ops'
-# small-T forward targets; norm_modulate's issue-13 host figures at R = 8 and 4097, final_adaln_out likewise).
+# small-T forward targets; norm_modulate's host figures at R = 8 and 4097 (kernels/notes/norm_modulate.md,
+# "Host path"), final_adaln_out likewise).
 KEYED_SIZES = {"adaln_projection": (1, 4), "timestep_mlp": (1, 4), "norm_modulate": (8, 4097),
                "final_adaln_out": (8, 4097)}
 
@@ -240,7 +242,7 @@ def set_direct(direct: bool) -> None:
     """`kernels.common.runner` calling the C launcher itself (True) or through `CudaLauncher.__call__`; the
     launch caches emptied, so the next launches remember runners made under this setting."""
     from h3bench.kernels import common
-    from h3bench.kernels import timestep_sinusoid_kernel as S
+    from h3bench.kernels import timestep_sinusoid_api as S
     common.DIRECT = direct
     for cache in (common._COMPILED, common._READY, common._KEYED):
         cache.clear()
@@ -334,11 +336,11 @@ def profile_rows(dev, ops, steps: int = 30) -> list[str]:
 
 
 def _adaln_pieces(dev, temb, w, b) -> dict[str, float]:
+    from h3bench.kernels import adaln_projection_api, gemm
     from h3bench.kernels import adaln_projection_kernel as AP
-    from h3bench.kernels import gemm
     cfg = AP.configs()
     a = gemm.silu_cast(temb, w.dtype)
-    return {"adaln _check": host_us(lambda: AP._check(temb, w, b)),
+    return {"adaln _check": host_us(lambda: adaln_projection_api._check(temb, w, b)),
             "adaln silu_cast": host_us(lambda: gemm.silu_cast(temb, w.dtype)),
             "adaln gemm.forward": host_us(lambda: gemm.forward(a, w, b, gemm.pick(cfg.fwd, temb.shape[0]),
                                                                out_dtype=w.dtype)),

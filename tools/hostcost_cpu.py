@@ -20,7 +20,7 @@ every torch call stay real. Each case is timed as the best of `--blocks` blocks 
   harness's fwd_bwd_net step).
 * fwd (no grad): an inference call under torch.no_grad().
 
-`--op final_adaln_out` times kernels.final_adaln_out.final_adaln_out. `--profile` adds a cProfile of the
+`--op final_adaln_out` times kernels.final_adaln_out_api.final_adaln_out. `--profile` adds a cProfile of the
 fwd+bwd loop per case (top functions by own time and by cumulative time). Calls pass check_index=False (the harness does), unless --check-index.
 
 Differences from the GPU: no launch cost at all (on the H200 a fast launch, binder + compiled.run, is
@@ -131,7 +131,7 @@ def norm_modulate_case(rows: int, hidden: int, table_rows: int, dtype: torch.dty
 
 def final_adaln_out_case(rows: int, hidden: int, table_rows: int, dtype: torch.dtype, check_index: bool,
                          temb_dim: int = 64) -> dict[str, Callable[[], None]]:
-    from h3bench.kernels.final_adaln_out_kernel import final_adaln_out
+    from h3bench.kernels.final_adaln_out_api import final_adaln_out
     g = torch.Generator().manual_seed(0)
     x = _leaf(2 * torch.randn(rows, hidden, generator=g).to(dtype))
     nw = _leaf((0.5 + torch.rand(hidden, generator=g)).to(dtype))
@@ -146,9 +146,10 @@ def final_adaln_out_case(rows: int, hidden: int, table_rows: int, dtype: torch.d
 
 def timestep_mlp_case(rows: int, hidden: int, freq_dim: int = 16, temb_dim: int = 24
                       ) -> dict[str, Callable[[], None]]:
-    """fp32 throughout, with the GPU's config set (kernels.timestep_mlp.DEFAULT: fp16x3 GEMM2, split-K),
+    """fp32 throughout, with the GPU's config set (kernels.timestep_mlp_kernel.DEFAULT: fp16x3 GEMM2, split-K),
     not the interpreter's: the host path a CUDA call takes (the launches are stubbed, nothing runs)."""
     from h3bench.kernels import timestep_mlp_kernel as TM
+    from h3bench.kernels.timestep_mlp_api import timestep_mlp
     TM.configs = lambda: TM._CONFIGS[0]
     g = torch.Generator().manual_seed(0)
     x = _leaf(torch.randn(rows, freq_dim, generator=g))
@@ -157,7 +158,7 @@ def timestep_mlp_case(rows: int, hidden: int, freq_dim: int = 16, temb_dim: int 
     w2 = _leaf(0.1 * torch.randn(temb_dim, hidden, generator=g))
     b2 = _leaf(0.1 * torch.randn(temb_dim, generator=g))
     dy = torch.randn(rows, temb_dim, generator=g)
-    return _steps(lambda: TM.timestep_mlp(x, w1, b1, w2, b2), (x, w1, b1, w2, b2), dy)
+    return _steps(lambda: timestep_mlp(x, w1, b1, w2, b2), (x, w1, b1, w2, b2), dy)
 
 
 def profile_text(fn: Callable[[], None], calls: int, top: int) -> str:
@@ -189,9 +190,9 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
 
     torch.set_num_threads(1)
-    import h3bench.kernels.final_adaln_out_kernel  # noqa: F401  (every launcher's module, so stub_launches sees them)
+    import h3bench.kernels.final_adaln_out_api  # noqa: F401  (every launcher's module, so stub_launches sees them)
     import h3bench.kernels.norm_modulate_api  # noqa: F401
-    import h3bench.kernels.timestep_mlp_kernel  # noqa: F401
+    import h3bench.kernels.timestep_mlp_api  # noqa: F401
     restore = stub_launches()
     try:
         cases = []

@@ -8,7 +8,7 @@
 #
 # LIMIT_MB (default 35): decimal MB per part, pieces and wheels together. Then `run_h200.sh stash` once per
 # part but the smallest, and the smallest with `.third_party` in the run of `stash install ...`
-# (adapters/COMPETITORS.md). Needs the devpkgs tool (it cuts wheels into pieces) and PyPI.
+# (adapters/COMPETITORS.md). Needs the devpkgs tool (it cuts wheels into pieces) and pip with a package index.
 set -euo pipefail
 if [ "${1:-}" = "--devpkgs" ]; then
   DEVPKGS=${2:?--devpkgs needs a path: the devpkgs tool}
@@ -31,12 +31,15 @@ PART_MB=$(( LIMIT_MB * 1000 * 1000 / 1048576 - 1 )) "$DEVPKGS" pack "$DIR" \
   quack-kernels==0.6.5 torch-c-dlpack-ext==0.1.5 \
   comfy-kitchen==0.2.40 \
   | grep -v WARNING
-# transformer_engine_torch is an sdist (built on the machine against its torch): devpkgs takes wheels only
+# transformer_engine_torch is an sdist (built on the machine against its torch): devpkgs takes wheels only. pip
+# fetches it by name; --no-binary names this one package, so its build requirements (pip prepares the sdist's
+# metadata) may come as wheels.
 SDIST=transformer_engine_torch-2.20.2.tar.gz
-URL=$(curl -s https://pypi.org/simple/transformer-engine-torch/ | grep -o "https://[^\"#]*/$SDIST" | head -1)
-curl -sSL -o "/tmp/$SDIST" "$URL"
-echo "4c40ced8a6261649e689076f198d4feaf02277b1ba18931a66eccdaceb33c43e  /tmp/$SDIST" | sha256sum -c -
-python3 - "$DIR" "$LIMIT_MB" "/tmp/$SDIST" <<'EOF'
+SDIST_DIR=$(mktemp -d)
+python3 -m pip download --quiet --no-deps --no-binary transformer-engine-torch transformer-engine-torch==2.20.2 \
+  -d "$SDIST_DIR"
+echo "4c40ced8a6261649e689076f198d4feaf02277b1ba18931a66eccdaceb33c43e  $SDIST_DIR/$SDIST" | sha256sum -c -
+python3 - "$DIR" "$LIMIT_MB" "$SDIST_DIR/$SDIST" <<'EOF'
 """Merge the parts, smallest first, into as few as fit LIMIT_MB each; the sdist rides with the smallest;
 every part gets PIECES (how many wheel pieces make the whole set: run_h200.sh's install waits for them)."""
 import shutil, sys

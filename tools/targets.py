@@ -1,4 +1,4 @@
-"""Issue 11's targets for our `h3bench_triton` rows, checked against evidence files: one line per target,
+"""The performance targets for our `h3bench_triton` rows, checked against evidence files: one line per target,
 what was measured and whether it is met.
 
     python -m tools.targets reports/evidence/*_h200.json [--modes reports/evidence/*_modes_h200.json]

@@ -11,7 +11,7 @@ from h3bench.harness.ops.adaln_projection import AdaLNProjectionParams
 
 
 def _load(device: torch.device, params: AdaLNProjectionParams) -> Loaded:
-    from h3bench.kernels.adaln_projection_kernel import adaln_projection
+    from h3bench.kernels.adaln_projection_api import adaln_projection
     from h3bench.kernels.common import interpreter_active, require_triton_device
 
     require_triton_device(device)

@@ -12,7 +12,7 @@ from h3bench.harness.ops.final_adaln_out import OP, FinalAdaLNOutParams
 
 def _load(device: torch.device, params: FinalAdaLNOutParams) -> Loaded:
     from h3bench.kernels.common import interpreter_active, require_triton_device
-    from h3bench.kernels.final_adaln_out_kernel import final_adaln_out
+    from h3bench.kernels.final_adaln_out_api import final_adaln_out
 
     require_triton_device(device)
     eps = params.eps

@@ -14,7 +14,8 @@ from h3bench.harness.ops.timestep_mlp import TimestepMLPParams
 
 def _load(device: torch.device, params: TimestepMLPParams) -> Loaded:
     from h3bench.kernels.common import interpreter_active, require_triton_device
-    from h3bench.kernels.timestep_mlp_kernel import GRAPHS, timestep_mlp
+    from h3bench.kernels.timestep_mlp_api import timestep_mlp
+    from h3bench.kernels.timestep_mlp_kernel import GRAPHS
 
     require_triton_device(device)
     where = "Triton interpreter" if interpreter_active() else "CUDA"

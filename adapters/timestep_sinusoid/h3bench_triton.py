@@ -12,7 +12,7 @@ from h3bench.harness.ops.timestep_sinusoid import TimestepSinusoidParams
 
 def _load(device: torch.device, params: TimestepSinusoidParams) -> Loaded:
     from h3bench.kernels.common import interpreter_active, require_triton_device
-    from h3bench.kernels.timestep_sinusoid_kernel import timestep_sinusoid
+    from h3bench.kernels.timestep_sinusoid_api import timestep_sinusoid
 
     require_triton_device(device)
     dim, period, shift = params.freq_dim, params.max_period, params.downscale_freq_shift

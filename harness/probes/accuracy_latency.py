@@ -30,7 +30,7 @@ figures stay. What the replay cannot show: Python-side work of the implementatio
 
 Peak memory (`<figure>_peak_bytes`, CUDA only): one more call of the eager step after its synchronized
 samples (harness/peak_memory.py). A no-grad call of h3bench's kernels that replays its own graph
-(kernels/graph_replay.py) keeps its intermediates in that graph's pool, allocated before the step.
+(kernels/graph_cache.py) keeps its intermediates in that graph's pool, allocated before the step.
 Once every size is timed, each size gets its memory floors from the rows that are still measured
 (harness/floors.py): no floor is above any of their medians.
 """

@@ -30,7 +30,7 @@
 # H3BENCH_DEADLINE_S set, a step that would start after that many seconds of this script is skipped and
 # the tools get only the time left. H3BENCH_COMMIT names the commit in the files (the machine may get the
 # working tree without its history). The measuring tools (tools/bench_*.py, tools/hostcost.py,
-# tools/kernel_times.py) are not steps: run them with `python -m tools.NAME`.
+# tools/kernel_times.py, tools/gemm_kernel_times.py) are not steps: run them with `python -m tools.NAME`.
 set -uo pipefail
 STEPS=" stash install norm_modulate ops modes all kernel-tests sweep "
 for step in "$@"; do

@@ -1,10 +1,10 @@
-"""kernels/graph_replay.py: when a call's launches are captured and replayed, and (on a GPU) that a
+"""kernels/graph_cache.py: when a call's launches are captured and replayed, and (on a GPU) that a
 replayed timestep_mlp forward gives the plain launches' bits and follows its inputs' contents."""
 import pytest
 import torch
 
-from h3bench.kernels import graph_replay
-from h3bench.kernels.graph_replay import GraphCache
+from h3bench.kernels import graph_cache
+from h3bench.kernels.graph_cache import GraphCache
 
 from tests.test_kernel_gemm import MLP_NAMES, as_bits, mlp_case
 from tests.helpers import needs_cuda
@@ -104,18 +104,19 @@ def test_the_ops_defaults_are_as_measured():
 def test_no_graph_above_the_row_limit(device, monkeypatch):
     """Above GRAPH_MAX_ROWS the no-grad forward launches plainly (a graph would keep its intermediates)."""
     from h3bench.kernels import timestep_mlp_kernel as TM
+    from h3bench.kernels.timestep_mlp_api import timestep_mlp
     seen = []
     monkeypatch.setattr(TM.GRAPHS, "usable", lambda t: True)
     monkeypatch.setattr(TM.GRAPHS, "run", lambda key, launch: (seen.append(key), launch()))
-    monkeypatch.setattr(graph_replay, "placed", lambda device, *tensors: tuple(t.data_ptr() for t in tensors))
+    monkeypatch.setattr(graph_cache, "placed", lambda device, *tensors: tuple(t.data_ptr() for t in tensors))
     inputs, _ = mlp_case(device, 3)
     x, w1, b1, w2, b2 = (inputs.tensors[n].detach() for n in MLP_NAMES)
     monkeypatch.setattr(TM, "GRAPH_MAX_ROWS", 2)
     with torch.no_grad():
-        TM.timestep_mlp(x, w1, b1, w2, b2)
+        timestep_mlp(x, w1, b1, w2, b2)
         assert seen == []
         monkeypatch.setattr(TM, "GRAPH_MAX_ROWS", 3)
-        TM.timestep_mlp(x, w1, b1, w2, b2)
+        timestep_mlp(x, w1, b1, w2, b2)
     assert len(seen) == 1
 
 
@@ -133,28 +134,29 @@ def _plain(monkeypatch, cache, op, *args, **kwargs):
 @pytest.mark.parametrize("rows", [1, 8])
 def test_replayed_forward_gives_the_plain_bits_and_follows_its_inputs(rows, monkeypatch):
     from h3bench.kernels import timestep_mlp_kernel as TM
+    from h3bench.kernels.timestep_mlp_api import timestep_mlp
     monkeypatch.setattr(TM.GRAPHS, "on", True)
     inputs, _ = mlp_case(torch.device("cuda"), rows)
     x, w1, b1, w2, b2 = (inputs.tensors[n].detach() for n in MLP_NAMES)
     TM.GRAPHS.clear()
     with torch.no_grad():
-        want = _plain(monkeypatch, TM.GRAPHS, TM.timestep_mlp, x, w1, b1, w2, b2)
+        want = _plain(monkeypatch, TM.GRAPHS, timestep_mlp, x, w1, b1, w2, b2)
         before = TM.GRAPHS.replays
         for _ in range(4):   # a loop dropping its output: the same blocks come back, the key repeats
-            got = TM.timestep_mlp(x, w1, b1, w2, b2)
+            got = timestep_mlp(x, w1, b1, w2, b2)
             assert torch.equal(as_bits(got), as_bits(want))
             del got
         assert TM.GRAPHS.captures >= 1 and TM.GRAPHS.replays > before
         x.mul_(0.5)   # new contents at the same address: the replay reads them
         w2.add_(1e-3)
-        want = _plain(monkeypatch, TM.GRAPHS, TM.timestep_mlp, x, w1, b1, w2, b2)
+        want = _plain(monkeypatch, TM.GRAPHS, timestep_mlp, x, w1, b1, w2, b2)
         replays = TM.GRAPHS.replays
         for _ in range(4):   # `want` now holds a block: the output's address (a key part) settles anew
-            got = TM.timestep_mlp(x, w1, b1, w2, b2)
+            got = timestep_mlp(x, w1, b1, w2, b2)
             assert torch.equal(as_bits(got), as_bits(want))
             del got
         assert TM.GRAPHS.replays > replays   # and a replay read the new contents
-        kept = [TM.timestep_mlp(x, w1, b1, w2, b2) for _ in range(3)]   # outputs kept: each its own block
+        kept = [timestep_mlp(x, w1, b1, w2, b2) for _ in range(3)]   # outputs kept: each its own block
         assert len({k.data_ptr() for k in kept}) == 3
         for k in kept:
             assert torch.equal(as_bits(k), as_bits(want))
@@ -163,17 +165,18 @@ def test_replayed_forward_gives_the_plain_bits_and_follows_its_inputs(rows, monk
 @cuda
 def test_inside_a_callers_capture_the_launches_join_its_graph(monkeypatch):
     from h3bench.kernels import timestep_mlp_kernel as TM
+    from h3bench.kernels.timestep_mlp_api import timestep_mlp
     monkeypatch.setattr(TM.GRAPHS, "on", True)
     inputs, _ = mlp_case(torch.device("cuda"), 3)
     x, w1, b1, w2, b2 = (inputs.tensors[n].detach() for n in MLP_NAMES)
     TM.GRAPHS.clear()
     captures = TM.GRAPHS.captures   # the counters run on across clear(): earlier tests' captures count
     with torch.no_grad():
-        want = _plain(monkeypatch, TM.GRAPHS, TM.timestep_mlp, x, w1, b1, w2, b2)
-        TM.timestep_mlp(x, w1, b1, w2, b2)
+        want = _plain(monkeypatch, TM.GRAPHS, timestep_mlp, x, w1, b1, w2, b2)
+        timestep_mlp(x, w1, b1, w2, b2)
         outer = torch.cuda.CUDAGraph()
         with torch.cuda.graph(outer):
-            got = TM.timestep_mlp(x, w1, b1, w2, b2)
+            got = timestep_mlp(x, w1, b1, w2, b2)
         outer.replay()
         torch.cuda.synchronize()
     assert TM.GRAPHS.captures == captures

@@ -1,13 +1,12 @@
 """A no-grad call's launches replayed as one CUDA graph where its tensors sit where they did last time.
 
-Used by timestep_mlp's and norm_modulate's inference paths. At small T a timestep_mlp forward's kernels
-take ~37 us and its Python launches 32-90 us of host time, depending on the host (H200 VMs, commits
-281764f and e23d96f): a loop that calls it is paced by the host; norm_modulate's per-sample forward at
-R = 4097 likewise (kernels/notes/norm_modulate.md). A CUDA graph replays the same launches for ~2.4 us of
-host time (H200, commit e23d96f: 2.41 / 2.30 us a call at T = 1 / 8 against 32.2 / 33.6 for the plain
-launches, bitwise the same outputs). A graph reads and writes fixed addresses, so it stands for a call only
-when every tensor the call touches is where it was at capture; its contents may differ (the graph reads them at
-replay). `GraphCache.run(key, launch)`:
+Used by timestep_mlp's and norm_modulate's inference paths. At small T a timestep_mlp forward's Python
+launches take as long as its kernels or longer, so a loop that calls it is paced by the host;
+norm_modulate's per-sample forward at R = 4097 likewise. A CUDA graph replays the same launches for a small
+fraction of that host time, with bitwise the same outputs (kernels/notes/gemm.md, "No-grad forward", and
+kernels/notes/norm_modulate.md, "Host path", have the H200 figures). A graph reads and writes fixed
+addresses, so it stands for a call only when every tensor the call touches is where it was at capture; its
+contents may differ (the graph reads them at replay). `GraphCache.run(key, launch)`:
   - key: everything the launches depend on besides the tensors' contents: the caller's launch recipe
     (shapes, strides, dtypes, configs), the device, the current stream, and the address of every tensor
     read or written, the fresh output included (the caching allocator hands a loop the block it freed,
@@ -23,7 +22,7 @@ A graph replays on one stream at a time: the stream is part of the key, so two s
 holds its intermediates in a private pool of at least one 2 MB segment (the caller bounds what a graph may
 hold: timestep_mlp takes graphs only up to 64 rows, under 6 MB of intermediates each). The result is
 bitwise the plain launches' (the same kernels on the same values: tested on the GPU,
-tests/test_graph_replay.py). The capture is thread-local (`capture_error_mode="thread_local"`): another
+tests/test_graph_cache.py). The capture is thread-local (`capture_error_mode="thread_local"`): another
 thread's CUDA calls during it are not made illegal by it.
 
 On or off per cache: each caller states its default (`GraphCache(on_by_default=...)`, from what its op's
