@@ -37,3 +37,13 @@ def builtin_adapters(op: str | None = None) -> list[Adapter]:
                 raise RuntimeError(f"adapters/{name}/{row}.py defines row {adapter.key}, not {(name, row)}")
             found.append(adapter)
     return found
+
+
+def control_composition(op: str) -> Adapter | None:
+    """The row the negative control plants its fault in (harness/control.py): the op's diffusers
+    composition, or None for an op without one."""
+    from h3bench.harness.control import COMPOSITION
+
+    if COMPOSITION not in BUILTIN.get(op, ()):
+        return None
+    return importlib.import_module(f"h3bench.adapters.{op}.{COMPOSITION}").ADAPTER

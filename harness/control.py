@@ -10,7 +10,6 @@ under `results`, so no table, comparison, gate or index takes it for a row.
 """
 from __future__ import annotations
 
-import importlib
 import time
 from typing import Callable, Optional, Union
 
@@ -36,15 +35,6 @@ PROBES = ("all_rows", "full_vs_sub_batches", "batch_size_sweep")
 Record = Union[ControlResult, ControlSkipped]
 
 
-def composition_adapter(op: str) -> Optional[Adapter]:
-    """The op's built-in diffusers row, or None for an op without one."""
-    from h3bench.adapters import BUILTIN
-
-    if COMPOSITION not in BUILTIN.get(op, ()):
-        return None
-    return importlib.import_module(f"h3bench.adapters.{op}.{COMPOSITION}").ADAPTER
-
-
 def unmeasured(where: str) -> Optional[ControlSkipped]:
     """The record of a control this process does not measure: skipped with --no-control, else none (another
     process of the run records it)."""
@@ -58,12 +48,12 @@ def probe_units(config: RunConfig) -> int:
     return sum(bi.totals(config).values())
 
 
-def measure(op: Op, config: RunConfig, device: torch.device,
+def measure(op: Op, adapter: Optional[Adapter], config: RunConfig, device: torch.device,
             progress: Callable[[int], None] = lambda n: None) -> Record:
-    """The control's record. The composition's own failure (ImplementationError) propagates to the runner,
-    which blames it as it blames a row; an op without a diffusers row, or one that does not load, is
-    recorded as skipped, with the reason."""
-    adapter = composition_adapter(op.name)
+    """The control's record for `adapter`, the op's diffusers composition, which the caller takes from its
+    adapter registry (harness/ does not import adapters/). The composition's own failure
+    (ImplementationError) propagates to the runner, which blames it as it blames a row; an op without a
+    diffusers row (None), or one that does not load, is recorded as skipped, with the reason."""
     if adapter is None:
         return ControlSkipped(skipped=f"op {op.name} has no {COMPOSITION} row to plant the fault in")
     started = time.perf_counter()

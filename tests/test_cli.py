@@ -148,15 +148,15 @@ def test_validate_broken_files(invoke, tmp_path):
     result, text = invoke("validate", str(not_json))
     assert result.exit_code == 1 and "not JSON" in text
 
-    result, text = invoke("validate", str(tmp_path / "missing.json"))
-    assert result.exit_code == 1 and "no such file" in text
+    result, text = invoke("validate", str(tmp_path / "missing.json"))   # bad input, not an invalid file
+    assert result.exit_code == 2 and "no such file" in text
 
 
 def test_a_folder_given_for_an_evidence_file_is_named_not_a_traceback(invoke, tmp_path):
     """validate, report and index read evidence files: a folder in a file's place is named as such
     (validate raised IsADirectoryError from json.load before)."""
     result, text = invoke("validate", str(tmp_path))
-    assert result.exit_code == 1 and "a folder, not an evidence file" in text and "Traceback" not in text
+    assert result.exit_code == 2 and "a folder, not an evidence file" in text and "Traceback" not in text
     for command in ("report", "index"):
         result, text = invoke(command, str(tmp_path))
         assert result.exit_code != 0 and "a folder, not an evidence file" in text and "Traceback" not in text
@@ -169,7 +169,7 @@ def test_a_folder_given_for_an_evidence_file_is_named_not_a_traceback(invoke, tm
 def test_validate_names_a_file_whose_name_looks_like_markup(invoke, tmp_path):
     missing = tmp_path / "[run].json"
     result, text = invoke("validate", str(missing))
-    assert result.exit_code == 1 and "[run].json: no such file" in text
+    assert result.exit_code == 2 and "[run].json: no such file" in text
 
 
 def test_validate_one_bad_among_good_fails(invoke, tmp_path):
@@ -182,20 +182,27 @@ def test_validate_one_bad_among_good_fails(invoke, tmp_path):
 
 
 def test_list_shows_every_builtin_adapter(invoke):
+    """Each row as `run` would judge it by default: available, unavailable, or skipped (a CPU runs the
+    torch.compile rows only when named, and `list` says so instead of "available")."""
     from h3bench.adapters import builtin_adapters
+    from h3bench.harness.adapter import as_default_row, is_skip
     from h3bench.harness.config import load_config
 
+    cpu = torch.device("cpu")
     result, _ = invoke("list", "--device", "cpu")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     for adapter in builtin_adapters():
         params = load_config(adapter.op).inputs
-        expected = "unavailable" if isinstance(adapter.try_load(torch.device("cpu"), params), str) else "available"
+        loaded = as_default_row(adapter, cpu).try_load(cpu, params)
+        expected = ("available" if not isinstance(loaded, str) else "skipped" if is_skip(loaded) else "unavailable")
         row = [line for line in lines
                if re.search(rf"[│|]\s*{re.escape(adapter.op)}\s*[│|]\s*{re.escape(adapter.name)}\s*[│|]", line)]
         assert len(row) == 1, (adapter.key, result.output)
-        status = re.findall(r"\b(available|unavailable)\b", row[0])
+        status = re.findall(r"[│|]\s*(available|unavailable|skipped)\s*[│|]", row[0])
         assert status == [expected], (adapter.key, row[0])
+    compiled = next(line for line in lines if re.search(r"norm_modulate\s*[│|]\s*torch_compile\s*[│|]", line))
+    assert "skipped" in compiled and "Error" not in compiled
     # on a CPU the plain torch rows are available and the GPU libraries are not
     assert "available" in next(line for line in lines if " torch_rms_norm " in line)
 
@@ -223,7 +230,7 @@ def test_tiny_run_writes_a_valid_file(invoke, tmp_path):
 def test_flush_l2_reaches_the_timing_record_and_the_recorded_plan(invoke, tmp_path, flush):
     out = tmp_path / "x.json"
     result, text = invoke("run", "--device", "cpu", "--quick", "--adapters", "torch_rms_norm",
-                          "--set", "hidden=16", *(["--flush-l2", "--graph-timing"] if flush else []), "--no-render", "--quiet",
+                          "--set", "hidden=16", *(["--flush-l2"] if flush else ["--no-graph-timing"]), "--no-render", "--quiet",
                           "--out", str(out))
     assert result.exit_code == 0, text + repr(result.exception)
     evidence = schema.load(out)
@@ -233,8 +240,8 @@ def test_flush_l2_reaches_the_timing_record_and_the_recorded_plan(invoke, tmp_pa
     assert (record.flush_applies_to is not None) is flush
     if flush:
         assert "synchronized" in record.flush_applies_to and "not the back-to-back" in record.flush_applies_to
-    # graph timing is asked for with --graph-timing; a CPU has no CUDA graphs and no allocator counters: the
-    # record says why, the figures are absent
+    # graph timing is on in the shipped plans (--no-graph-timing: off); a CPU has no CUDA graphs and no
+    # allocator counters: the record says why, the figures are absent
     assert evidence.config["timing"]["graph"] is flush and record.graph.startswith("none: ")
     assert ("cpu" in record.graph) if flush else ("--graph-timing" in record.graph)
     for size in evidence.results["plain"]["torch_rms_norm"].accuracy_latency.values():
@@ -351,4 +358,4 @@ def test_piped_output_is_never_cut(tmp_path):
                               "--quiet", "--out", str(out)], env={"COLUMNS": "80"})
     assert ran.exit_code == 0 and "…" not in ran.output, ran.output
     # --quiet hides progress only: the summary (with its units) and the "wrote" line are there
-    assert "torch_rms_norm" in ran.output and "fwd rel err" in ran.output and f"wrote {out}" in ran.output
+    assert "torch_rms_norm" in ran.output and "fwd rel" in ran.output and f"wrote {out}" in ran.output
