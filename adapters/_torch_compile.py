@@ -205,8 +205,7 @@ def compiled_load(base: Adapter, mode: str,
         mode_text = "" if mode == DEFAULT else f"mode={mode!r}, "
         source = (f"torch {torch.__version__} torch.compile({mode_text}automatic dynamic shapes) of "
                   f"[{inner.source}]; {describe_settings(mode, device)}")
-        brief = (f"torch {torch.__version__} torch.compile({mode_text}automatic dynamic shapes) of the "
-                 f"{base.name} row (`h3bench list --op {base.op}`: its Inductor settings)")
+        brief = f"torch {torch.__version__} torch.compile({mode_text}automatic dynamic shapes) of the {base.name} row"
         return Loaded(fn=fn, source=source, compile_tally=row.tally, brief=brief)
 
     return load
