@@ -1,4 +1,4 @@
-"""What the CLI's `report`, `compare` and `merge` commands do; harness/cli.py only parses arguments.
+"""What the CLI's `report`, `compare` and `merge` commands do; reports/cli.py only parses arguments.
 
 Errors are raised, not printed: FileNotFoundError, schema.SchemaError, merge.MergeError.
 """
