@@ -31,8 +31,9 @@ def child_argv(request: "RunRequest", mode: str, part: Path) -> tuple[str, ...]:
         raise ValueError(f"mode {mode} runs in a child process: the request must carry child_program (the "
                          "command that starts the program) and child_args (the CLI arguments that select the "
                          "same op, plan and rows)")
+    # --force: the part file is the parent's own scratch path, which a retried job writes again
     return (*request.child_program, "run", *request.child_args, "--mode", mode, "--in-process",
-            "--out", str(part), "--no-render", "--quiet")
+            "--out", str(part), "--force", "--no-render", "--quiet")
 
 
 def device_slot(device: torch.device) -> str:
