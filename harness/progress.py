@@ -1,4 +1,5 @@
-"""Rich progress for long runs and the summary table printed at the end."""
+"""Progress for long runs (rich bars on a terminal, a plain line per finished row elsewhere) and the summary
+table printed at the end."""
 from __future__ import annotations
 
 import time
