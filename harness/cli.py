@@ -33,6 +33,10 @@ HELP = "Batch-invariance, accuracy and latency evidence for GPU kernels."
 # What --out defaults to (harness/runner.py's default_out_path), for the help text.
 DEFAULT_OUT = "runs/<op>_<device>_<plan>_<time>.json; several ops: a folder runs/all_..."
 
+# Tables piped (`| cat`, a CI log) stay this wide: `list` and the run's summary fold long reasons onto more
+# lines, never cut; names keep their width.
+PIPED_TABLE_WIDTH = 160
+
 # Called after a run with the written evidence paths and the console; each returns the files it wrote.
 RenderHook = Callable[[list[Path], Console], list[Path]]
 
@@ -58,6 +62,12 @@ def make_app(program: Program) -> typer.Typer:
     app.command()(env)
     app.command()(validate)
     return app
+
+
+def _table_console() -> Console:
+    """Stdout for a table: a terminal's width, else PIPED_TABLE_WIDTH."""
+    console = make_console()
+    return console if console.is_terminal else Console(width=PIPED_TABLE_WIDTH, soft_wrap=False)
 
 
 def _program(ctx: typer.Context) -> Program:
@@ -439,7 +449,7 @@ def _run_requests(requests, console: Console, quiet: bool, run_evidence, plan_no
                 evidence = run_evidence(request, observer)
         else:  # a pipe, a CI log: a plain line as each row finishes, not a bar redrawn nowhere
             evidence = run_evidence(request, PlainObserver(console, cfg.op))
-        make_console().print(summary_table(evidence))
+        _table_console().print(summary_table(evidence))
         _print_control(evidence, console)
         console.print(f"{cfg.op}: finished in {time.perf_counter() - started:.1f} s", highlight=False)
         found.append(evidence)
@@ -486,7 +496,7 @@ def _fan_out(requests, gpus: Optional[str], ray: Optional[str], console: Console
     started = time.perf_counter()
     found = run_suite(requests, devices, ray_address=ray, on_event=show)
     for evidence in found:
-        make_console().print(summary_table(evidence))
+        _table_console().print(summary_table(evidence))
         _print_control(evidence, console)
     jobs = sum(len(r.modes) + (r.control == negative_control.HERE) for r in requests)  # a control job per op
     console.print(f"{len(found)} op(s), {jobs} job(s) in "
@@ -542,10 +552,6 @@ def signature(op: str) -> str:
     return "\n".join(lines)
 
 
-# `list` piped (`| cat`, a CI log) stays this wide: long reasons fold onto more lines, never cut.
-LIST_WIDTH = 160
-
-
 def list_(ctx: typer.Context,
           device: str = typer.Option("auto", "--device", help="Where availability is judged."),
           op: Optional[str] = typer.Option(None, "--op", help="One op: its call signature, then its rows with "
@@ -589,10 +595,7 @@ def list_(ctx: typer.Context,
             table.add_row(name, row, ",".join(adapter.grads) or "forward only", status, escape(text))
         if not rows:
             table.add_row(name, "-", ",".join(spec.differentiable), "", "no rows registered")
-    console = make_console()
-    if not console.is_terminal:
-        console = Console(width=LIST_WIDTH, soft_wrap=False)
-    console.print(table)
+    _table_console().print(table)
     if op is not None and sources:
         print("sources of the available rows:")
         print("\n".join(sources))

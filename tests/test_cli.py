@@ -397,6 +397,8 @@ def test_off_a_terminal_each_finished_row_and_op_is_one_plain_line(piped_run):
     # the row lines come before the summary (as the run goes), and no progress bar is drawn into the log
     assert output.index("plain/torch_rms_norm: invariant") < output.index("errors and latencies")
     assert "━" not in output
+    summary = output[output.index("errors and latencies"):output.index("finished in")]
+    assert max(len(line) for line in summary.splitlines()) <= 160, summary   # the reasons fold, not widen it
 
 
 def test_a_plain_progress_line_is_written_when_it_happens():
