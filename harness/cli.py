@@ -84,7 +84,7 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, metavar="",
                                           help="Print h3bench's version and exit.")) -> None:
     """Batch-invariance, accuracy and latency evidence for GPU kernels."""
 

@@ -522,3 +522,16 @@ def test_report_and_compare_refuse_to_overwrite_named_files_without_force(invoke
     assert result.exit_code == 2 and "--force" in text and note.read_text() == "mine", text
     result, text = invoke("compare", str(prior), str(prior), "--markdown", str(note), "--force")
     assert result.exit_code == 0 and note.read_text() != "mine", text
+
+
+def test_the_readme_synopsis_names_every_option_of_run():
+    """README.md's `h3bench run` synopsis is the program's: every option `run --help` shows is in it."""
+    import typer.main
+
+    from h3bench.reports.cli import app
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    synopsis = readme[readme.index("    h3bench run ["):readme.index("    h3bench list [")]
+    command = typer.main.get_command(app).commands["run"]
+    options = [opt for p in command.params if not getattr(p, "hidden", False) for opt in (*p.opts, *p.secondary_opts)
+               if opt.startswith("--") and opt != "--help" and opt != "--render"]   # --no-render: the non-default
+    assert options and [o for o in options if o not in synopsis] == []
