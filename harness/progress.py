@@ -107,6 +107,12 @@ class PlainObserver:
             self.phase = None
 
 
+def _label(mode: str, name: str, several: bool) -> str:
+    """A row's name in the summary: with several modes, `mode/row`, without the mode tag a row's evidence
+    name carries (`diffusers[vllm]` under vllm: Op.mode_tagged_rows)."""
+    return f"{mode}/{name.removesuffix(f'[{mode}]')}" if several else name
+
+
 def _latency_note(timing, wall: bool, graph: bool) -> str:
     """What the latency columns are: unit, clock and samples per figure."""
     clock = "host wall clock" if wall else "CUDA events"
@@ -149,7 +155,8 @@ def summary_table(evidence: Evidence) -> Table:
     if on_gpu:
         columns += ["of\nfloor"]
     blanks = len(columns) - 1
-    names = [name if len(evidence.results) == 1 else f"{mode}/{name}" for mode, rows in evidence.results.items()
+    several = len(evidence.results) > 1
+    names = [_label(mode, name, several) for mode, rows in evidence.results.items()
              for name in (rows if isinstance(rows, dict) else {"-": None})]
     # a name a user types back: one line, its full width, never folded mid-word
     table.add_column("row", justify="left", no_wrap=True, min_width=max(map(len, names), default=3))
@@ -160,13 +167,13 @@ def summary_table(evidence: Evidence) -> Table:
     unavailable, not_invariant, lowered, beyond = [], [], {}, []
     for mode, rows in evidence.results.items():
         if isinstance(rows, UnavailableMode):
-            table.add_row(f"{mode}/-", "[yellow]-[/]", *[""] * blanks)
+            table.add_row(escape(f"{mode}/-"), "[yellow]-[/]", *[""] * blanks)
             unavailable.append(f"mode {mode}: {rows.unavailable}")
             continue
         for name, row in rows.items():
-            label = name if len(evidence.results) == 1 else f"{mode}/{name}"
+            label = _label(mode, name, several)
             if isinstance(row, UnavailableRow):
-                table.add_row(label, "[yellow]-[/]", *[""] * blanks)
+                table.add_row(escape(label), "[yellow]-[/]", *[""] * blanks)
                 unavailable.append(f"{label}: {row.unavailable}")
                 continue
             bi = row.batch_invariance
@@ -183,7 +190,7 @@ def summary_table(evidence: Evidence) -> Table:
                     f"{record.key} {record.measured_us:.1f} us is below the read/write model's "
                     f"{result.fwd_floor_model_us:.1f} us (model / measured = {record.model_fraction:.2f})")
             table.add_row(
-                label, "[green]yes[/]" if bi.batch_invariant else "[red]no[/]",
+                escape(label), "[green]yes[/]" if bi.batch_invariant else "[red]no[/]",
                 {True: "yes", False: "[red]no[/]", None: "n/a"}[bi.params_repeatable],
                 _fmt(result.fwd_rel_err, ".1e"), _fmt(max(grads.values()) if grads else None, ".1e"),
                 _fmt(result.fwd_us, ".0f"), _fmt(result.fwd_stream_us, ".0f"), _fmt(result.fwd_bwd_net_us, ".0f"),

@@ -535,3 +535,23 @@ def test_the_readme_synopsis_names_every_option_of_run():
     options = [opt for p in command.params if not getattr(p, "hidden", False) for opt in (*p.opts, *p.secondary_opts)
                if opt.startswith("--") and opt != "--help" and opt != "--render"]   # --no-render: the non-default
     assert options and [o for o in options if o not in synopsis] == []
+
+
+def test_a_summary_of_several_modes_names_each_row_whole_at_120_columns():
+    """`mode/row` labels, a mode-tagged row (`diffusers[vllm]`) included: never broken, never eaten as markup."""
+    import copy
+
+    from rich.console import Console
+
+    from h3bench.harness.progress import summary_table
+
+    evidence = schema.load(require_prior_art())
+    plain = evidence.results["plain"]
+    evidence.results["vllm"] = {"diffusers[vllm]": copy.deepcopy(plain["diffusers"]),
+                                "torch_compile_max_autotune": copy.deepcopy(plain["rl_kernel"])}
+    console = Console(width=120, record=True)
+    console.print(summary_table(evidence))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 120
+    for label in ("plain/diffusers", "vllm/diffusers", "vllm/torch_compile_max_autotune", "plain/rl_kernel"):
+        assert re.search(rf"^\s*{re.escape(label)}\s", text, re.M), (label, text)
