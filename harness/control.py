@@ -55,7 +55,8 @@ def measure(op: Op, adapter: Optional[Adapter], config: RunConfig, device: torch
     (ImplementationError) propagates to the runner, which blames it as it blames a row; an op without a
     diffusers row (None), or one that does not load, is recorded as skipped, with the reason."""
     if adapter is None:
-        return ControlSkipped(skipped=f"op {op.name} has no {COMPOSITION} row to plant the fault in")
+        return ControlSkipped(skipped=f"op {op.name} has no {COMPOSITION} row to plant the fault in (none in the "
+                                       f"adapters the run was given)")
     started = time.perf_counter()
     loaded = adapter.try_load(device, config.inputs)
     if not isinstance(loaded, Loaded):

@@ -181,7 +181,8 @@ def test_an_op_without_a_diffusers_row_records_why():
     from tests.toy_op import ToyTwoOutputs
 
     assert control.measure(ToyTwoOutputs(), None, None, CPU) == ControlSkipped(
-        skipped="op toy_two_outputs has no diffusers row to plant the fault in")
+        skipped="op toy_two_outputs has no diffusers row to plant the fault in (none in the adapters the run was "
+                "given)")
 
 
 def _request(op: str, out, **changes) -> RunRequest:
