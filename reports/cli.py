@@ -71,7 +71,7 @@ def report(file: Path = typer.Argument(..., help="Evidence JSON."),
             from h3bench.reports.long_csv import write_csv
             paths.append(write_csv(file, out))
     except Exception as exc:
-        fail(f"{file}: {exc}")
+        fail(str(exc) if str(file) in str(exc) else f"{file}: {exc}")  # the file named once
     if not quiet:
         print("\n".join(str(p) for p in paths))
 
