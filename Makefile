@@ -46,7 +46,7 @@ test: $(TEST_STAMP)
 # rows. The Triton row is left out: under the interpreter the full plan's ~11,500 calls take about an hour.
 full-cpu: $(STAMP)
 	$(BIN)/h3bench run --op norm_modulate --device cpu --full --set hidden=8 --adapters diffusers,torch_rms_norm \
-	  --out runs/norm_modulate_cpu_full_h8.json
+	  --out runs/norm_modulate_cpu_full_h8.json --force
 
 clean:
 	rm -rf $(VENV) runs

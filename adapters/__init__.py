@@ -43,3 +43,15 @@ def builtin_adapters(op: str | None = None) -> list[Adapter]:
                 raise RuntimeError(f"adapters/{name}/{row}.py defines row {adapter.key}, not {(name, row)}")
             found.append(adapter)
     return found
+
+
+def control_composition(op: str) -> Adapter | None:
+    """The row the negative control plants its fault in (harness/control.py): the op's composition row
+    (`Op.composition_row`: diffusers' composition for the RFC's ops, the torch call for the common ops), or
+    None for an op without one among its built-in rows (a user op: harness/control.py uses its declaration)."""
+    from h3bench.harness.ops import get_op
+
+    row = get_op(op).composition_row
+    if row not in BUILTIN.get(op, ()):
+        return None
+    return importlib.import_module(f"h3bench.adapters.{op}.{row}").ADAPTER

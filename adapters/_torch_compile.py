@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from h3bench.harness import library_output
-from h3bench.harness.adapter import Adapter, CompileTally, Loaded
+from h3bench.harness.adapter import Adapter, CompileTally, Loaded, RowSkipped
 
 DEFAULT = "default"
 MAX_AUTOTUNE = "max-autotune-no-cudagraphs"
@@ -213,7 +213,7 @@ def compiled_load(base: Adapter, mode: str,
     time counted and held to `budget_s` (None: COMPILE_BUDGET_S[mode])."""
     def load(device: torch.device, params: Any) -> Loaded:
         if mode == MAX_AUTOTUNE and device.type == "cpu":
-            raise RuntimeError(MAX_AUTOTUNE_ON_CPU)
+            raise RowSkipped(MAX_AUTOTUNE_ON_CPU)
         if device.type == "cpu":
             _check_cpp_compiler()
         inner = base.load(device, params)
@@ -230,7 +230,8 @@ def compiled_load(base: Adapter, mode: str,
         mode_text = "" if mode == DEFAULT else f"mode={mode!r}, "
         source = (f"torch {torch.__version__} torch.compile({mode_text}automatic dynamic shapes) of "
                   f"[{inner.source}]; {describe_settings(mode, device)}")
-        return Loaded(fn=fn, source=source, compile_tally=row.tally)
+        brief = f"torch {torch.__version__} torch.compile({mode_text}automatic dynamic shapes) of the {base.name} row"
+        return Loaded(fn=fn, source=source, compile_tally=row.tally, brief=brief)
 
     return load
 

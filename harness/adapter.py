@@ -25,6 +25,20 @@ import torch
 from h3bench.harness.execute import describe_exception
 
 OpCallable = Callable[..., Any]  # the op's inputs in call order -> a tensor, or a tuple of the op's outputs
+SKIPPED = "skipped on CPU: "  # how a deliberate skip's reason starts (RowSkipped), in `list` and in the file
+
+
+class RowSkipped(Exception):
+    """Raised by a row's `load` that deliberately does not run here (not a failure): its reason is
+    recorded as "skipped on CPU: <why>", without an exception type."""
+
+    def __init__(self, why: str):
+        super().__init__(f"{SKIPPED}{why}")
+
+
+def is_skip(reason: str) -> bool:
+    """Whether an unavailable row's reason is a deliberate skip (RowSkipped), not an error."""
+    return reason.startswith(SKIPPED)
 
 
 @dataclass
@@ -46,6 +60,13 @@ class Loaded:
     fn: OpCallable
     source: str
     compile_tally: Optional[CompileTally] = None
+    # `source` in a few words where it runs long (torch.compile's rows name every Inductor setting), for
+    # `h3bench list`'s table; None: `source` is short. The file and `list --op` keep the whole source.
+    brief: Optional[str] = None
+
+    @property
+    def short_source(self) -> str:
+        return self.brief or self.source
 
 
 @dataclass(frozen=True)
@@ -79,9 +100,12 @@ class Adapter:
         return (self.op, self.name)
 
     def try_load(self, device: torch.device, params: Any) -> "Loaded | str":
-        """The loaded implementation, or the reason it is unavailable as "Type: message"."""
+        """The loaded implementation, or the reason it is unavailable as "Type: message" (a deliberate skip:
+        "skipped on CPU: why")."""
         try:
             return self.load(device, params)
+        except RowSkipped as exc:  # a deliberate skip reads as one, not as an error
+            return str(exc)
         except Exception as exc:  # every failure to load is a table cell, not a crash
             return describe_exception(exc)
 
@@ -110,7 +134,7 @@ def as_default_row(adapter: Adapter, device: torch.device) -> Adapter:
         return adapter
 
     def load(_device: torch.device, _params: Any) -> Loaded:
-        raise RuntimeError(f"on a CPU this row runs only when named (--adapters {adapter.name}): {reason}")
+        raise RowSkipped(f"{reason}; name it with --adapters {adapter.name} to run it")
 
     return dataclasses.replace(adapter, load=load)
 

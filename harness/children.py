@@ -10,7 +10,6 @@ torch builds or plans.
 """
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -24,18 +23,17 @@ from h3bench.harness.schema import ControlResult, ControlSkipped, Evidence, Sche
 if TYPE_CHECKING:
     from h3bench.harness.runner import Observer, RunRequest
 
-CHILD_MODULE = "h3bench.harness.cli"
-# How long a mode's child may run when the request names no limit: a full plan of the heaviest op takes
-# minutes on an H200; an hour means it hangs.
-DEFAULT_TIMEOUT_S = 3600.0
+DEFAULT_TIMEOUT_S = fanout.DEFAULT_JOB_TIMEOUT_S
 
 
 def child_argv(request: "RunRequest", mode: str, part: Path) -> tuple[str, ...]:
-    if not request.child_args:
-        raise ValueError(f"mode {mode} runs in a child process: the request must carry child_args "
-                         "(the CLI arguments that select the same op, plan and rows)")
-    return (sys.executable, "-m", CHILD_MODULE, "run", *request.child_args, "--mode", mode, "--in-process",
-            "--out", str(part), "--no-render", "--quiet")
+    if not request.child_args or not request.child_program:
+        raise ValueError(f"mode {mode} runs in a child process: the request must carry child_program (the "
+                         "command that starts the program) and child_args (the CLI arguments that select the "
+                         "same op, plan and rows)")
+    # --force: the part file is the parent's own scratch path, which a retried job writes again
+    return (*request.child_program, "run", *request.child_args, "--mode", mode, "--in-process",
+            "--out", str(part), "--force", "--no-render", "--quiet")
 
 
 def device_slot(device: torch.device) -> str:

@@ -1,8 +1,9 @@
 """h3bench's measuring commands (run, list, env, validate): parse, build the request, call the runner.
 
-harness/ never imports reports/: the `h3bench` program is `reports.cli`, which adds the commands that
-read evidence (report, compare, merge) and registers the renderers that `run` calls after writing its
-JSON (`RENDER_HOOKS`). `python -m h3bench.harness.cli` is this module alone: it measures and writes JSON.
+harness/ imports neither adapters/ nor reports/ (data flows one way): `make_app(program)` builds the
+commands around what the program's composition root (reports/cli.py) hands in, a `Program`: the built-in
+adapter registry, the control's composition, the renderers `run` calls after writing its JSON, and the
+command that starts the program again in a child process. The commands read it from the click context.
 """
 from __future__ import annotations
 
@@ -14,25 +15,63 @@ import sys
 import tempfile
 import time
 from importlib import metadata
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from h3bench.harness.console import make_console
+from h3bench.harness.fanout import DEFAULT_JOB_TIMEOUT_S as DEFAULT_CHILD_TIMEOUT_S
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]},
-                  help="Batch-invariance, accuracy and latency evidence for GPU kernels.")
 err = make_console(stderr=True)
 ENTRY_POINT_GROUP = "h3bench.adapters"
 ALL_OPS = "all"
+HELP = "Batch-invariance, accuracy and latency evidence for GPU kernels."
+# What --out defaults to (harness/runner.py's default_out_path), for the help text.
+DEFAULT_OUT = "runs/<op>_<device>_<plan>_<time>.json; several ops: a folder runs/all_..."
+
+# Tables piped (`| cat`, a CI log) stay this wide: `list` and the run's summary fold long reasons onto more
+# lines, never cut; names keep their width.
+PIPED_TABLE_WIDTH = 160
 
 # Called after a run with the written evidence paths and the console; each returns the files it wrote.
-# reports.cli registers the Markdown/HTML/plot renderers (per file) and the index page (for --op all).
 RenderHook = Callable[[list[Path], Console], list[Path]]
-RENDER_HOOKS: list[RenderHook] = []
+
+
+@dataclass(frozen=True)
+class Program:
+    """What the measuring commands get from the program's composition root instead of importing it."""
+
+    builtin_adapters: Callable[[str], list]          # an op's built-in rows (Adapter), in registry order
+    control_adapter: Callable[[str], Optional[object]]  # the op's row the control plants its fault in, or None
+    child_program: tuple[str, ...]                   # the command that starts this program in a child process
+    render_hooks: Sequence[RenderHook] = ()          # Markdown/HTML/plots per file, an index page for several
+
+
+def make_app(program: Program) -> typer.Typer:
+    """The measuring commands as a typer app, each reading `program` from its click context; the caller
+    adds its own commands to it."""
+    app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP,
+                      context_settings={"help_option_names": ["-h", "--help"], "obj": program})
+    app.callback()(_options)
+    app.command()(run)
+    app.command("list")(list_)
+    app.command()(env)
+    app.command()(validate)
+    return app
+
+
+def _table_console() -> Console:
+    """Stdout for a table: a terminal's width, else PIPED_TABLE_WIDTH."""
+    console = make_console()
+    return console if console.is_terminal else Console(width=PIPED_TABLE_WIDTH, soft_wrap=False)
+
+
+def _program(ctx: typer.Context) -> Program:
+    return ctx.find_object(Program)
 
 
 def _print_version(value: bool) -> None:
@@ -45,8 +84,7 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
-def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, metavar="",
                                           help="Print h3bench's version and exit.")) -> None:
     """Batch-invariance, accuracy and latency evidence for GPU kernels."""
 
@@ -102,20 +140,19 @@ def _entry_point_adapters(op: str) -> dict:
     return found
 
 
-def named_adapters(op: str) -> dict:
-    from h3bench.adapters import builtin_adapters
-
-    named = {a.name: a for a in builtin_adapters(op)}
+def named_adapters(program: Program, op: str) -> dict:
+    named = {a.name: a for a in program.builtin_adapters(op)}
     for name, adapter in _entry_point_adapters(op).items():
         named.setdefault(name, adapter)
     return named
 
 
-def _select_adapters(op: str, selection: Optional[str], externals: List[str], forward_only: bool = False) -> list:
+def _select_adapters(program: Program, op: str, selection: Optional[str], externals: List[str],
+                     forward_only: bool = False) -> list:
     from h3bench.harness.adapter import load_external, replace
     from h3bench.harness.ops import get_op
 
-    named = named_adapters(op)
+    named = named_adapters(program, op)
     if selection is None:
         chosen = list(named.values())
     elif selection.strip() == "none":
@@ -188,42 +225,74 @@ def _child_args(op: str, device, config: Optional[Path], sets: List[str], quick:
     return tuple(args)
 
 
-@app.command()
+def _check_not_overwriting(path: Path, force: bool, flag: str = "--out") -> None:
+    """A file the user named is not overwritten silently: without --force it is an error (a default path is
+    timestamped and never collides)."""
+    if path.is_file() and not force:
+        fail(f"{flag} {path}: the file exists; pass --force to overwrite it")
+
+
+def _exclusive(**given: bool) -> None:
+    """At most one of the flags of a mutually exclusive set: two are an error, not the last one winning."""
+    named = [flag for flag, on in given.items() if on]
+    if len(named) > 1:
+        fail(f"{' and '.join(named)} exclude each other: give one")
+
+
 def run(
+    ctx: typer.Context,
     op: str = typer.Option("norm_modulate", "--op", help=f"Operator(s) to run: NAME[,NAME], or {ALL_OPS} "
                                                          "(the RFC's seven ops; one evidence file per op); a user op: PATH.py:ATTR, "
                                                          "module:ATTR or an h3bench.ops entry point."),
-    config: Optional[Path] = typer.Option(None, "--config", help="TOML config (default: the op's built-in)."),
-    set_: List[str] = typer.Option([], "--set", help="Override a config key: KEY=VALUE or TABLE.KEY=VALUE."),
-    quick: Optional[bool] = typer.Option(None, "--quick/--full",
-                                         help="Quick or full plan. Default: full on CUDA, quick on CPU."),
+    config: Optional[Path] = typer.Option(None, "--config", help="TOML config.",
+                                          show_default="the op's built-in configs/<op>/default.toml"),
+    set_: List[str] = typer.Option([], "--set", help="Override a config key: KEY=VALUE or TABLE.KEY=VALUE "
+                                                     "(repeatable).", show_default=False),
+    quick: bool = typer.Option(False, "--quick", metavar="", show_default=False,
+                               help="The quick plan (default on a CPU)."),
+    full: bool = typer.Option(False, "--full", metavar="", show_default=False,
+                              help="The full plan (default on CUDA, or with --config)."),
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
-    adapters: Optional[str] = typer.Option(None, "--adapters", help="Built-in rows to run (a,b), or none."),
-    adapter: List[str] = typer.Option([], "--adapter", help="Extra implementation [name=]module:attr or "
-                                                            "[name=]path/file.py:attr (repeatable); `h3bench "
-                                                            "list --op NAME` shows the signature it must have."),
-    forward_only: bool = typer.Option(False, "--forward-only", help="The --adapter functions have no backward."),
+    adapters: Optional[str] = typer.Option(None, "--adapters", help="Built-in rows to run (a,b), or none.",
+                                           show_default="every built-in row; on a CPU the torch_compile rows "
+                                                        "only when named"),
+    adapter: List[str] = typer.Option([], "--adapter", show_default=False,
+                                      help="Extra implementation \\[name=]module:attr or \\[name=]path/file.py:attr "
+                                           "(repeatable); `h3bench list --op NAME` shows the signature it must "
+                                           "have."),
+    forward_only: bool = typer.Option(False, "--forward-only", metavar="", show_default=False,
+                                      help="The --adapter functions have no backward."),
     mode: List[str] = typer.Option(["plain"], "--mode", help="Global mode(s): NAME[,NAME], or all."),
-    out_arg: Optional[str] = typer.Option(None, "--out", help="Evidence JSON path (a folder with --op all)."),
-    render: bool = typer.Option(True, "--render/--no-render", help="Write tables and plots beside the JSON."),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bars (CI logs)."),
-    mode_timeout: Optional[float] = typer.Option(None, "--mode-timeout", help="Seconds a mode's child may run."),
+    out_arg: Optional[str] = typer.Option(None, "--out", help="Evidence JSON path (a folder with several ops).",
+                                          show_default=DEFAULT_OUT),
+    force: bool = typer.Option(False, "--force", metavar="", show_default=False,
+                               help="Overwrite the evidence file(s) --out names if they exist."),
+    render: bool = typer.Option(True, "--render/--no-render", metavar="",
+                                help="Write tables and plots beside the JSON."),
+    quiet: bool = typer.Option(False, "--quiet", metavar="", show_default=False,
+                               help="No progress (bars on a terminal, a line per row elsewhere)."),
+    mode_timeout: Optional[float] = typer.Option(None, "--mode-timeout", help="Seconds a mode's child may run.",
+                                                 show_default=f"{DEFAULT_CHILD_TIMEOUT_S:g}"),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="Fan (op, mode) jobs out over GPUs: N, all, or "
-                                                            "ids like 0,2,5; one worker per GPU."),
+                                                            "ids like 0,2,5; one worker per GPU.",
+                                       show_default="one process, no fan-out"),
     ray: Optional[str] = typer.Option(None, "--ray", help="Run the (op, mode) jobs as Ray tasks (num_gpus=1): "
-                                                          "a cluster address, or auto."),
+                                                          "a cluster address, or auto.", show_default="no Ray"),
     require_invariant: Optional[str] = typer.Option(
-        None, "--require-invariant", help="ROW[,ROW] or all: exit 1, naming each, when a selected row is not "
-                                          "batch-invariant, its parameter gradients do not repeat, or it is "
-                                          "unavailable (for CI)."),
-    flush_l2: bool = typer.Option(False, "--flush-l2", help="Zero a 256 MiB buffer before each synchronized "
-                                                           "and graph sample, outside its timing: every sample "
-                                                           "starts with a cold L2 (sets [timing] flush_l2)."),
-    graph_timing: bool = typer.Option(False, "--graph-timing", help="Also time each figure's step as a CUDA-graph "
-                                                                    "replay (*_graph_us; sets [timing] graph)."),
+        None, "--require-invariant", show_default="no gate",
+        help="ROW[,ROW] or all: exit 1, naming each, when a selected row is not batch-invariant, its parameter "
+             "gradients do not repeat, or it is unavailable (for CI)."),
+    flush_l2: bool = typer.Option(False, "--flush-l2", metavar="", show_default=False,
+                                  help="Zero a 256 MiB buffer before each synchronized and graph sample, outside "
+                                       "its timing: every sample starts with a cold L2 (sets \\[timing] flush_l2)."),
+    graph_timing: Optional[bool] = typer.Option(
+        None, "--graph-timing/--no-graph-timing", metavar="", show_default="the config's [timing] graph: on",
+        help="Also time each figure's step as a CUDA-graph replay on CUDA (*_graph_us; sets \\[timing] graph; a "
+             "CPU has no graphs)."),
     in_process: bool = typer.Option(False, "--in-process", hidden=True,
                                     help="Run the one mode in this process (how a mode's child is called)."),
-    no_control: bool = typer.Option(False, "--no-control", help="Skip the negative control (recorded in the file)."),
+    no_control: bool = typer.Option(False, "--no-control", metavar="", show_default=False,
+                                    help="Skip the negative control (recorded in the file)."),
     control_only: bool = typer.Option(False, "--control-only", hidden=True,
                                       help="Measure the negative control alone (a fan-out's control job)."),
 ):
@@ -244,12 +313,16 @@ def run(
     from h3bench.harness.runner import RunRequest, default_out_path
     from h3bench.harness.runner import run as run_evidence
 
+    program = _program(ctx)
+    _exclusive(**{"--quick": quick, "--full": full})
+    _exclusive(**{"--gpus": gpus is not None, "--ray": ray is not None})
+    _exclusive(**{"--no-control": no_control, "--control-only": control_only})
     dev = _device(device)
     ops = _ops(op)
     if flush_l2:  # a plan key like any other: it reaches the recorded config and the modes' children
         set_ = [*set_, "timing.flush_l2=true"]
-    if graph_timing:
-        set_ = [*set_, "timing.graph=true"]
+    if graph_timing is not None:
+        set_ = [*set_, f"timing.graph={'true' if graph_timing else 'false'}"]
     if mode_timeout is not None and not mode_timeout > 0:
         fail(f"--mode-timeout {mode_timeout:g}: must be a positive number of seconds")
     if ray is not None:
@@ -278,7 +351,8 @@ def run(
     # a mode's child or a fan-out job: the run's parent (or its control job) measures the control
     where = (negative_control.SKIP if no_control else
              negative_control.ELSEWHERE if in_process and not control_only else negative_control.HERE)
-    plan_quick = quick if quick is not None else (config is None and dev.type == "cpu")
+    plan_given = quick or full
+    plan_quick = quick if plan_given else (config is None and dev.type == "cpu")
     requests = []
     for name in ops:
         try:
@@ -286,14 +360,15 @@ def run(
             op_source.check(name, cfg.inputs, dev)  # a user op's own mistakes, named before anything runs
         except (ConfigError, ValueError) as exc:
             fail(f"{name}: {exc}" if len(ops) > 1 else str(exc))
-        chosen = _select_adapters(name, adapters, adapter, forward_only)
+        chosen = _select_adapters(program, name, adapters, adapter, forward_only)
         if adapters is None:  # the default rows: on a CPU, those too costly for it run only when named
             from h3bench.harness.adapter import as_default_row
             chosen = [as_default_row(a, dev) for a in chosen]
         requests.append(RunRequest(
             config=cfg, device=dev, adapters=chosen, modes=modes, out=None,
             command=shlex.join(["h3bench", *sys.argv[1:]]), mode_timeout_s=mode_timeout, in_process=in_process,
-            control=where, control_only=control_only,
+            control=where, control_only=control_only, control_adapter=program.control_adapter(name),
+            child_program=program.child_program,
             child_args=_child_args(name, dev, config, set_, cfg.quick, adapters, adapter, forward_only)))
     folder = None
     if len(ops) > 1:
@@ -306,8 +381,10 @@ def run(
         requests[0].out = out or default_out_path(ops[0], dev, requests[0].config.quick)
     for request in requests:
         _check_writable(request.out)
+        if out is not None:
+            _check_not_overwriting(request.out, force)
     required = _required(require_invariant, requests)
-    # --quiet hides the progress bars only: the summary, the "wrote" line and errors still print
+    # --quiet hides progress only: the summary, the "wrote" line and errors still print
     console = make_console(stderr=True)
     if gpus is not None or ray is not None:
         if in_process:
@@ -315,14 +392,14 @@ def run(
         found = _fan_out(requests, gpus, ray, console)
     else:
         try:
-            found = _run_requests(requests, console, quiet, run_evidence, plan_note=quick is None)
+            found = _run_requests(requests, console, quiet, run_evidence, plan_note=not plan_given)
         except UserOpError as exc:  # a user op's own code failed mid-run (its make_inputs, its reference)
             fail(str(exc))
     written = [r.out for r in requests]
     # a fan-out's control job reports to its parent through its part file, not its exit status
     blind = not in_process and any(negative_control.blind(evidence) for evidence in found)
     if render:
-        for hook in RENDER_HOOKS:
+        for hook in program.render_hooks:
             written += hook([r.out for r in requests], console)
     console.print(f"wrote {escape(', '.join(str(p) for p in written))}", highlight=False)
     if required is not None:
@@ -368,7 +445,7 @@ def _gate(paths: list[Path], selection, exit_after: bool = True) -> None:
 
 def _run_requests(requests, console: Console, quiet: bool, run_evidence, plan_note: bool) -> list:
     """Each request run here, its summary printed; returns the evidence of each."""
-    from h3bench.harness.progress import RichObserver, summary_table
+    from h3bench.harness.progress import PlainObserver, RichObserver, summary_table
 
     found = []
     for request in requests:
@@ -380,12 +457,14 @@ def _run_requests(requests, console: Console, quiet: bool, run_evidence, plan_no
         started = time.perf_counter()
         if quiet:
             evidence = run_evidence(request)
-        else:
+        elif console.is_terminal:
             with RichObserver(console) as observer:
                 evidence = run_evidence(request, observer)
-        make_console().print(summary_table(evidence))
+        else:  # a pipe, a CI log: a plain line as each row finishes, not a bar redrawn nowhere
+            evidence = run_evidence(request, PlainObserver(console, cfg.op))
+        _table_console().print(summary_table(evidence))
         _print_control(evidence, console)
-        console.print(f"{cfg.op}: {time.perf_counter() - started:.1f} s")
+        console.print(f"{cfg.op}: finished in {time.perf_counter() - started:.1f} s", highlight=False)
         found.append(evidence)
     return found
 
@@ -430,7 +509,7 @@ def _fan_out(requests, gpus: Optional[str], ray: Optional[str], console: Console
     started = time.perf_counter()
     found = run_suite(requests, devices, ray_address=ray, on_event=show)
     for evidence in found:
-        make_console().print(summary_table(evidence))
+        _table_console().print(summary_table(evidence))
         _print_control(evidence, console)
     jobs = sum(len(r.modes) + (r.control == negative_control.HERE) for r in requests)  # a control job per op
     console.print(f"{len(found)} op(s), {jobs} job(s) in "
@@ -438,45 +517,70 @@ def _fan_out(requests, gpus: Optional[str], ray: Optional[str], console: Console
     return found
 
 
+def _dims(shape: tuple[str, ...]) -> str:
+    return f"[{', '.join(shape)}]" if shape else "[?]"
+
+
 def signature(op: str) -> str:
-    """The call an external function must accept for `op`: inputs in order (per row or not, which get
-    gradients), the outputs it returns, and the constants it may take as keyword arguments."""
+    """The call an external function must accept for `op`: the formula, inputs in order with their shapes
+    (R: the batch's rows), dtypes and roles (per row or shared, which get gradients), the outputs it returns,
+    and the constants it may take as keyword arguments, with their defaults."""
+    import dataclasses
+
+    import torch
+
     from h3bench.harness.config import load_config
     from h3bench.harness.ops import get_op
 
     spec = get_op(op)
     params = load_config(op).inputs
-    inputs = ", ".join(spec.input_names)
+    # dtypes from a small batch of the quick plan (same dtypes, small tensors); sizes from the default config
+    small = load_config(op, quick=True).inputs
+    tensors = spec.make_inputs(small, 2, 0, torch.device("cpu")).tensors
+    outs = spec.make_grad_outs(small, 2, 0, torch.device("cpu"))
+    dtype = lambda t: str(t.dtype).replace("torch.", "")  # noqa: E731
     constants = ", ".join(f"{c}={getattr(params, c)!r}" for c in spec.constants)
     outputs = ", ".join(spec.outputs)
-    lines = [f"def my_{op}({inputs}{', *, ' + constants if constants else ''}):  # -> "
+    lines = [f"def my_{op}({', '.join(spec.input_names)}{', *, ' + constants if constants else ''}):  # -> "
              f"{outputs if len(spec.outputs) == 1 else '(' + outputs + ')'}"]
+    if spec.formula:
+        lines.append(f"    {spec.formula}")
+    width = max(len(_dims(i.shape)) for i in spec.inputs)
+    lines.append("  inputs, in call order (R: the rows of the batch):")
     for i in spec.inputs:
-        kind = "per row (dim 0 is the row)" if i.per_row else "shared by every row"
-        lines.append(f"    {i.name}: {kind}; {'gets a gradient' if i.differentiable else 'no gradient'}")
+        role = "per row (dim 0 is the row)" if i.per_row else "shared by every row"
+        lines.append(f"    {i.name:<6} {_dims(i.shape):<{width}}  {dtype(tensors[i.name]):<8}  {role}; "
+                     f"{'gets a gradient' if i.differentiable else 'no gradient'}")
+    lines.append("  returns (the contract: another shape, dtype or device makes the row unavailable):")
+    shapes = spec.output_shapes or [()] * len(spec.outputs)
+    for name, shape, g in zip(spec.outputs, shapes, outs):
+        lines.append(f"    {name:<6} {_dims(shape)}  {dtype(g)}")
     if spec.constants:
-        lines.append(f"    constants (keyword arguments, from the config: --set NAME=VALUE): {constants}")
-    import torch
-    shapes = ", ".join(f"{n} {list(g.shape)} {str(g.dtype).replace('torch.', '')}"
-                       for n, g in zip(spec.outputs, spec.make_grad_outs(params, 2, 0, torch.device("cpu"))))
-    lines.append(f"    returns: {shapes} for 2 rows at the default config (the contract: another shape, dtype "
-                 "or device makes the row unavailable); gradients come from autograd (--forward-only: a "
-                 "function without a backward)")
+        lines.append(f"  constants (keyword arguments, from the config: --set NAME=VALUE): {constants}")
+    sizes = {f.name: getattr(params, f.name) for f in dataclasses.fields(params)
+             if f.name not in spec.constants and isinstance(getattr(params, f.name), int)}
+    if sizes:
+        lines.append(f"  sizes at the default config: {', '.join(f'{k}={v}' for k, v in sizes.items())}")
+    lines.append("  gradients come from autograd (--forward-only: a function without a backward)")
     return "\n".join(lines)
 
 
-@app.command("list")
-def list_(device: str = typer.Option("auto", "--device", help="Where availability is judged."),
-          op: Optional[str] = typer.Option(None, "--op", help="One op (or a user op, PATH.py:ATTR): its call "
-                                                              "signature, then its rows.")):
-    """Ops with their rows, each available or not, with the reason; with --op, the op's call signature."""
+def list_(ctx: typer.Context,
+          device: str = typer.Option("auto", "--device", help="Where availability is judged."),
+          op: Optional[str] = typer.Option(None, "--op", help="One op (or a user op, PATH.py:ATTR): its call signature, then its rows with "
+                                                              "their whole sources.", show_default="every op")):
+    """Ops with their rows, each available, skipped or unavailable, with the reason; with --op, the op's call
+    signature (shapes, dtypes, roles, formula) and each row's whole source."""
     from rich.table import Table
 
+    from h3bench.harness.adapter import as_default_row, is_skip
     from h3bench.harness.config import load_config
     from h3bench.harness.ops import OP_MODULES, get_op
 
+    program = _program(ctx)
     dev = _device(device)
     ops = list(OP_MODULES)
+    sources: list[str] = []
     if op is not None:
         ops = _ops(op)
         for name in ops:
@@ -486,26 +590,37 @@ def list_(device: str = typer.Option("auto", "--device", help="Where availabilit
                 fail(str(exc))
             print(text)
     table = Table(title=f"h3bench on {dev}")
-    for column in ("op", "adapter", "grads", "status", "source or reason"):
-        table.add_column(column, overflow="fold")  # names are typed back: fold, never cut
-    for op in ops:
-        spec = get_op(op)
-        params = load_config(op).inputs
+    table.add_column("op", no_wrap=True)          # names are typed back: never broken, never cut
+    table.add_column("adapter", no_wrap=True)
+    table.add_column("grads", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("source or reason", overflow="fold")
+    for name in ops:
+        spec = get_op(name)
+        params = load_config(name).inputs
         table.add_section()
-        for name, adapter in named_adapters(op).items():
-            loaded = adapter.try_load(dev, params)
-            ok = not isinstance(loaded, str)
-            table.add_row(op, name, ",".join(adapter.grads) or "forward only",
-                          "[green]available[/]" if ok else "[yellow]unavailable[/]",
-                          escape(loaded.source if ok else loaded))
-        if not named_adapters(op):
-            table.add_row(op, "-", ",".join(spec.differentiable), "", "no rows registered")
-    make_console().print(table)
+        rows = named_adapters(program, name)
+        for row, adapter in rows.items():
+            # judged as `run` judges its default rows: a row a CPU runs only when named reads as skipped
+            loaded = as_default_row(adapter, dev).try_load(dev, params)
+            if isinstance(loaded, str):
+                status = "[yellow]skipped[/]" if is_skip(loaded) else "[yellow]unavailable[/]"
+                text = loaded
+            else:
+                status, text = "[green]available[/]", loaded.short_source
+                sources.append(f"  {row}: {loaded.source}")
+            table.add_row(name, row, ",".join(adapter.grads) or "forward only", status, escape(text))
+        if not rows:
+            table.add_row(name, "-", ",".join(spec.differentiable), "", "no rows registered")
+    _table_console().print(table)
+    if op is not None and sources:
+        print("sources of the available rows:")
+        print("\n".join(sources))
 
 
-@app.command()
-def env(device: str = typer.Option("auto", "--device"),
-        bandwidth: bool = typer.Option(True, "--bandwidth/--no-bandwidth", help="Measure copy, read and write bandwidth.")):
+def env(device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
+        bandwidth: bool = typer.Option(True, "--bandwidth/--no-bandwidth", metavar="",
+                                       help="Measure copy, read and write bandwidth.")):
     """Print the environment block an evidence file would record."""
     from h3bench.harness import environment
     from h3bench.harness.schema import to_dict
@@ -515,20 +630,26 @@ def env(device: str = typer.Option("auto", "--device"),
     print(json.dumps(to_dict(block), indent=2))
 
 
-@app.command()
 def validate(files: List[Path] = typer.Argument(..., help="Evidence JSON file(s) (or norm_modulate sweep files)."),
              op: List[str] = typer.Option([], "--op", help="A user op the files are of: PATH.py:ATTR, "
-                                                           "module:ATTR or an h3bench.ops entry point.")):
+                                                           "module:ATTR or an h3bench.ops entry point.",
+                                          show_default=False)):
     """Check files against the contract (keys, nesting, types) and for meaning (figures, counts, verdicts,
-    plan totals); every file is checked and each problem named; exit 1 if any file fails."""
+    plan totals); every file is checked and each problem named; exit 1 if any file fails, 2 if a file is
+    missing or a folder (bad input)."""
     from h3bench.harness import semantics
-    from h3bench.harness.schema import SchemaError, from_json, read_json
+    from h3bench.harness.schema import FOLDER_NOT_FILE, SchemaError, from_json, read_json
 
     for text in op:
         _ops(text)
 
-    bad = 0
+    bad, missing = 0, 0
     for file in files:
+        if not file.exists() or file.is_dir():
+            missing += 1
+            what = "no such file" if not file.exists() else FOLDER_NOT_FILE
+            err.print(f"[red]{escape(f'{file}: {what}')}[/]", highlight=False)
+            continue
         try:
             data = read_json(file)
             if semantics.is_sweep(data):
@@ -538,10 +659,6 @@ def validate(files: List[Path] = typer.Argument(..., help="Evidence JSON file(s)
                 problems = semantics.problems(evidence)
                 rows = sum(len(r) for r in evidence.measured_modes().values())
                 what = f"{evidence.op}, {rows} rows, gpu {evidence.environment.gpu}"
-        except FileNotFoundError:
-            bad += 1
-            err.print(f"[red]{escape(f'{file}: no such file')}[/]", highlight=False)
-            continue
         except (SchemaError, OSError) as exc:
             problems, what = [str(exc)], None
         if problems:
@@ -550,12 +667,4 @@ def validate(files: List[Path] = typer.Argument(..., help="Evidence JSON file(s)
                 err.print(f"[red]{escape(f'{file}: invalid: {problem}')}[/]", highlight=False)
         else:
             print(f"{file}: valid ({what})")
-    raise typer.Exit(1 if bad else 0)
-
-
-def main() -> None:
-    app()
-
-
-if __name__ == "__main__":
-    main()
+    raise typer.Exit(2 if missing else 1 if bad else 0)

@@ -129,11 +129,9 @@ class TimingPlan:
     # zero a 256 MiB buffer before each synchronized and graph sample (a cold L2); off as in the prior art, so plan
     # files written before the switch existed still load
     flush_l2: bool = False
-    # also time each figure's step as a CUDA-graph replay (*_graph_us). Off by default: on an H100 (torch 2.11)
-    # full-plan runs of gate_residual and final_adaln_out with every row, torch.compile's
-    # included, ended in "CUDA error: an illegal memory access" during the graph figures, which leaves the
-    # process's CUDA context unusable and the op without a file; the cause is not yet isolated
-    # (README.md, "Open defects"). `--graph-timing` switches it on.
+    # also time each figure's step as a CUDA-graph replay (*_graph_us) where the device has graphs (CUDA). The
+    # shipped plans set it (configs/plans/*.toml, `--no-graph-timing` clears it); False for a plan file
+    # without the key, so plan files written before the switch existed still load as they were measured.
     graph: bool = False
 
     def __post_init__(self):

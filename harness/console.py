@@ -1,6 +1,7 @@
 """Where h3bench prints: at a terminal, rich fits tables to the window (long cells fold onto more lines,
-never cut); anywhere else (a pipe, a CI log, a file) tables and lines take their natural width, whatever
-COLUMNS says, so that a row name a user must type and a number are printed whole."""
+never cut); anywhere else (a pipe, a CI log, a file) lines take their natural width, whatever COLUMNS
+says, so that a row name a user must type and a number are printed whole (the CLI prints its tables there
+within 160 columns, folding long reasons: harness/cli.py's PIPED_TABLE_WIDTH)."""
 from __future__ import annotations
 
 import sys

@@ -13,7 +13,6 @@ comparison, gate or index takes it for a row.
 """
 from __future__ import annotations
 
-import importlib
 import time
 from typing import Callable, Optional, Union
 
@@ -39,19 +38,15 @@ PROBES = ("all_rows", "full_vs_sub_batches", "batch_size_sweep")
 Record = Union[ControlResult, ControlSkipped]
 
 
-def composition_adapter(op: Op) -> Optional[Adapter]:
-    """The op's built-in composition row (`op.composition_row`); for a user op (harness/ops/declared.py),
-    the composition it declares, else its reference evaluated in the inputs' own dtype; None for an op with
-    neither."""
-    from h3bench.adapters import BUILTIN
-
-    if op.composition_row in BUILTIN.get(op.name, ()):
-        return importlib.import_module(f"h3bench.adapters.{op.name}.{op.composition_row}").ADAPTER
-    if isinstance(op, DeclaredOp):
-        fn, what = op.control_composition()
-        return from_function(fn, name=op.composition_row, op=op.name, differentiable=op.differentiable,
-                             source=what, constants=op.constants)
-    return None
+def declared_composition(op: Op) -> Optional[Adapter]:
+    """For a user op (harness/ops/declared.py), the composition it declares, else its reference evaluated in
+    the inputs' own dtype; None for any other op (a built-in op's composition row comes from the caller's
+    adapter registry: harness/ does not import adapters/)."""
+    if not isinstance(op, DeclaredOp):
+        return None
+    fn, what = op.control_composition()
+    return from_function(fn, name=op.composition_row, op=op.name, differentiable=op.differentiable,
+                         source=what, constants=op.constants)
 
 
 def unmeasured(where: str) -> Optional[ControlSkipped]:
@@ -67,14 +62,17 @@ def probe_units(config: RunConfig) -> int:
     return sum(bi.totals(config).values())
 
 
-def measure(op: Op, config: RunConfig, device: torch.device,
+def measure(op: Op, adapter: Optional[Adapter], config: RunConfig, device: torch.device,
             progress: Callable[[int], None] = lambda n: None) -> Record:
-    """The control's record. The composition's own failure (ImplementationError) propagates to the runner,
-    which blames it as it blames a row; an op without its composition row, or one that does not load, is
-    recorded as skipped, with the reason."""
-    adapter = composition_adapter(op)
+    """The control's record for `adapter`, the op's composition row (`Op.composition_row`), which the caller
+    takes from its adapter registry (harness/ does not import adapters/), or a user op's declared composition.
+    The composition's own failure (ImplementationError) propagates to the runner, which blames it as it blames
+    a row; an op without a composition (None), or one that does not load, is recorded as skipped, with the
+    reason."""
+    adapter = adapter or declared_composition(op)
     if adapter is None:
-        return ControlSkipped(skipped=f"op {op.name} has no {op.composition_row} row to plant the fault in")
+        return ControlSkipped(skipped=f"op {op.name} has no {op.composition_row} row to plant the fault in (none "
+                                       f"in the adapters the run was given)")
     started = time.perf_counter()
     loaded = adapter.try_load(device, config.inputs)
     if not isinstance(loaded, Loaded):

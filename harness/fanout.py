@@ -30,12 +30,16 @@ STDERR_TAIL_LINES = 20
 KILL_GRACE_S = 3.0
 # The device slot of a run without a GPU: its child keeps the parent's CUDA_VISIBLE_DEVICES.
 CPU = "cpu"
+# How long a job (a mode's child) may run when the request names no limit: a full plan of the heaviest op
+# takes minutes on an H200; an hour means it hangs. Here, not in children.py, so the CLI's help can show it
+# without importing torch.
+DEFAULT_JOB_TIMEOUT_S = 3600.0
 
 
 @dataclass(frozen=True)
 class Job:
     key: str  # e.g. "adaln_projection/vllm"; unique within a run
-    argv: tuple[str, ...]  # the full command, e.g. (sys.executable, "-m", "h3bench.harness.cli", "run", ...)
+    argv: tuple[str, ...]  # the full command, e.g. (sys.executable, "-m", "h3bench.reports.cli", "run", ...)
     out: Path  # the part file the command writes
     cost_s: float  # estimated seconds, for longest-first ordering
     timeout_s: Optional[float] = None

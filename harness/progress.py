@@ -1,6 +1,8 @@
-"""Rich progress for long runs and the summary table printed at the end."""
+"""Progress for long runs (rich bars on a terminal, a plain line per finished row elsewhere) and the summary
+table printed at the end."""
 from __future__ import annotations
 
+import time
 from typing import Optional
 
 from rich import box
@@ -9,6 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from h3bench.harness.adapter import is_skip
 from h3bench.harness.schema import Evidence, RowResult, UnavailableMode, UnavailableRow, sizes_of
 
 
@@ -58,11 +61,65 @@ class RichObserver:
             return
         self.progress.stop_task(task)  # an unavailable row's clock must not run on
         if isinstance(row, UnavailableRow):
-            where = f" in {row.failed_probe}" if row.failed_probe else ""
-            self.progress.update(task, description=f"{label}: unavailable{where}")
+            self.progress.update(task, description=f"{label}: {row_verdict(row)}")
         else:
-            verdict = "invariant" if row.batch_invariance.batch_invariant else "NOT invariant"
-            self.progress.update(task, description=f"{label}: {verdict} ({row.wall_s:.1f}s)")
+            self.progress.update(task, description=f"{label}: {row_verdict(row)} ({row.wall_s:.1f}s)")
+
+
+def row_verdict(row) -> str:
+    """A finished row in a word or two: invariant, NOT invariant, or why it has no verdict."""
+    if isinstance(row, UnavailableRow):
+        if is_skip(row.unavailable):
+            return "skipped"
+        return f"unavailable{f' in {row.failed_probe}' if row.failed_probe else ''}"
+    return "invariant" if row.batch_invariance.batch_invariant else "NOT invariant"
+
+
+class PlainObserver:
+    """Progress where output is not a terminal (a pipe, a CI log, `| tee`): one plain line as each row
+    finishes (op, mode/row, verdict, wall seconds) and as each shared phase ends, written at once, so a log
+    shows how far a long run got."""
+
+    def __init__(self, console: Console, op: str):
+        self.console = console
+        self.op = op
+        self.phase: Optional[tuple[str, float]] = None
+
+    def _say(self, text: str) -> None:
+        self.console.print(escape(f"{self.op} {text}"), highlight=False, soft_wrap=True)
+        self.console.file.flush()
+
+    def row_started(self, mode, name, totals): pass
+    def probe_started(self, probe): pass
+    def advance(self, n): pass
+
+    def row_finished(self, mode: str, name: str, row) -> None:
+        wall = "-" if row.wall_s is None else f"{row.wall_s:.1f}"
+        self._say(f"{mode}/{name}: {row_verdict(row)} ({wall} s)")
+
+    def phase_started(self, mode: str, label: str, total: int) -> None:
+        self.phase = (f"{mode}: {label}", time.perf_counter())
+
+    def phase_finished(self) -> None:
+        if self.phase is not None:
+            label, started = self.phase
+            self._say(f"{label}: done ({time.perf_counter() - started:.1f} s)")
+            self.phase = None
+
+
+def _label(mode: str, name: str, several: bool) -> str:
+    """A row's name in the summary: with several modes, `mode/row`, without the mode tag a row's evidence
+    name carries (`diffusers[vllm]` under vllm: Op.mode_tagged_rows)."""
+    return f"{mode}/{name.removesuffix(f'[{mode}]')}" if several else name
+
+
+def _latency_note(timing, wall: bool, graph: bool) -> str:
+    """What the latency columns are: unit, clock and samples per figure."""
+    clock = "host wall clock" if wall else "CUDA events"
+    samples = "" if timing is None else f", {timing.reps} sample{'s' if timing.reps != 1 else ''} per figure"
+    rough = " (rough)" if timing is not None and timing.reps == 1 else ""
+    figures = "fwd: forward; net: forward+backward; st: back to back" + ("; gr: CUDA-graph replay" if graph else "")
+    return f"latencies in us: {clock}{samples}{rough}; {figures}"
 
 
 def _fmt(value: Optional[float], spec: str) -> str:
@@ -70,42 +127,53 @@ def _fmt(value: Optional[float], spec: str) -> str:
 
 
 def summary_table(evidence: Evidence) -> Table:
-    """One line per row at the largest row count: the columns a reader decides on (mode and size go in
-    the title, the full detail in the rendered report). Relative errors against float64; latencies in us
-    (CUDA events, or "us (wall)" where the run timed with the host clock): fwd and net fwd+bwd
-    per-sample synchronized, back to back ("st") and, where the run took them (CUDA), as CUDA-graph
-    replays ("gr"); "of floor": the back-to-back forward's fraction of its memory floor, and below the table
-    each forward floor a row beat the model of (harness/floors.py)."""
+    """One line per row at the largest batch of the accuracy/latency probe: the columns a reader decides on
+    (mode and size go in the title, the full detail in the rendered report). Relative errors against
+    float64; latencies in us (CUDA events, or the host's wall clock, said in the caption with the samples a
+    figure took): fwd and net fwd+bwd per-sample synchronized, back to back ("st") and, where the run took
+    them (CUDA), as CUDA-graph replays ("gr"); "of floor" (on a GPU only: a CPU has no memory floor worth
+    the name): the back-to-back forward's fraction of its memory floor, and below the table each forward
+    floor a row beat the model of (harness/floors.py).
+
+    Row names are never broken (their column takes its width); the number columns have short two-line
+    headers and no padding, so the table fits a 120-column terminal."""
     sizes = sizes_of(evidence)
     size = sizes[-1] if sizes else "-"
+    on_gpu = evidence.environment.gpu is not None
     table = Table(title=f"{evidence.op} on {evidence.environment.gpu or evidence.environment.device}"
-                        f"{' (quick)' if evidence.quick else ''}, R = {size}", box=box.SIMPLE_HEAD,
-                  padding=(0, 0), pad_edge=False, caption_justify="left")
+                        f"{' (quick plan)' if evidence.quick else ''}: errors and latencies at a batch of {size} rows",
+                  box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, caption_justify="left")
     timing = evidence.environment.timing
-    timer = "us (wall)" if timing is not None and timing.timer == "wall_clock" else "us"
+    wall = timing is not None and timing.timer == "wall_clock"
     results = [r.accuracy_latency.get(size) for rows in evidence.measured_modes().values()
                for r in rows.values() if isinstance(r, RowResult)]
     graph = any(r is not None and (r.fwd_graph_us, r.fwd_bwd_net_graph_us) != (None, None) for r in results)
-    columns = ("row", "invariant", "params repeat", "fwd rel err", "grad rel err", f"fwd {timer}",
-               f"fwd st {timer}", f"net {timer}", f"net st {timer}", "of floor")
+    columns = ["invariant", "params\nrepeat", "fwd rel\nerr", "grad rel\nerr", "fwd\nus", "fwd st\nus", "net\nus",
+               "net st\nus"]
     if graph:  # a GPU run's CUDA-graph replays ("gr"), after the other times
-        columns = columns[:-1] + (f"fwd gr {timer}", f"net gr {timer}") + columns[-1:]
-    blanks = len(columns) - 2
+        columns += ["fwd gr\nus", "net gr\nus"]
+    if on_gpu:
+        columns += ["of\nfloor"]
+    blanks = len(columns) - 1
+    several = len(evidence.results) > 1
+    names = [_label(mode, name, several) for mode, rows in evidence.results.items()
+             for name in (rows if isinstance(rows, dict) else {"-": None})]
+    # a name a user types back: one line, its full width, never folded mid-word
+    table.add_column("row", justify="left", no_wrap=True, min_width=max(map(len, names), default=3))
     for column in columns:
-        # fold, never cut: a name or a number must be read whole at any terminal width
-        table.add_column(column, justify="left" if column == "row" else "right", overflow="fold")
+        table.add_column(column, justify="right", overflow="fold")
     from h3bench.harness.gate import beyond_rfc_failures, what_failed
 
     unavailable, not_invariant, lowered, beyond = [], [], {}, []
     for mode, rows in evidence.results.items():
         if isinstance(rows, UnavailableMode):
-            table.add_row(f"{mode}/-", "[yellow]-[/]", *[""] * blanks)
+            table.add_row(escape(f"{mode}/-"), "[yellow]-[/]", *[""] * blanks)
             unavailable.append(f"mode {mode}: {rows.unavailable}")
             continue
         for name, row in rows.items():
-            label = name if len(evidence.results) == 1 else f"{mode}/{name}"
+            label = _label(mode, name, several)
             if isinstance(row, UnavailableRow):
-                table.add_row(label, "[yellow]-[/]", *[""] * blanks)
+                table.add_row(escape(label), "[yellow]-[/]", *[""] * blanks)
                 unavailable.append(f"{label}: {row.unavailable}")
                 continue
             bi = row.batch_invariance
@@ -122,17 +190,22 @@ def summary_table(evidence: Evidence) -> Table:
                     f"{record.key} {record.measured_us:.1f} us is below the read/write model's "
                     f"{result.fwd_floor_model_us:.1f} us (model / measured = {record.model_fraction:.2f})")
             table.add_row(
-                label, "[green]yes[/]" if bi.batch_invariant else "[red]no[/]",
+                escape(label), "[green]yes[/]" if bi.batch_invariant else "[red]no[/]",
                 {True: "yes", False: "[red]no[/]", None: "n/a"}[bi.params_repeatable],
                 _fmt(result.fwd_rel_err, ".1e"), _fmt(max(grads.values()) if grads else None, ".1e"),
                 _fmt(result.fwd_us, ".0f"), _fmt(result.fwd_stream_us, ".0f"), _fmt(result.fwd_bwd_net_us, ".0f"),
                 _fmt(result.fwd_bwd_net_stream_us, ".0f"),
                 *((_fmt(result.fwd_graph_us, ".0f"), _fmt(result.fwd_bwd_net_graph_us, ".0f")) if graph else ()),
-                _fmt(result.fwd_stream_floor_fraction, ".0%"))
-    captions = [f"not invariant: {label}: {'; '.join(failed)}" for label, failed in not_invariant]
+                *((_fmt(result.fwd_stream_floor_fraction, ".0%"),) if on_gpu else ()))
+    captions = [_latency_note(timing, wall, graph)]
+    captions += [f"not invariant: {label}: {'; '.join(failed)}" for label, failed in not_invariant]
     captions += [f"invariant by the RFC's probes, not by h3bench's: {label}: {'; '.join(failed)}"
                  for label, failed in beyond]
     captions += lowered.values()
+    skipped = [line for line in unavailable if is_skip(line.split(": ", 1)[-1])]
+    unavailable = [line for line in unavailable if line not in skipped]
+    if skipped:
+        captions.append("skipped (-): " + "; ".join(skipped))
     if unavailable:
         captions.append("unavailable (-): " + "; ".join(unavailable))
     if captions:

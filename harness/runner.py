@@ -87,6 +87,12 @@ class RunRequest:
     work_dir: Optional[Path] = None  # where children's part files go (default: beside `out`)
     control: str = control.HERE  # where the negative control runs: control.HERE, SKIP or ELSEWHERE
     control_only: bool = False  # measure the control alone (a fan-out's control job), no rows
+    # The op's diffusers composition the control plants its fault in, from the caller's adapter registry
+    # (harness/ does not import adapters/); None: the op has none, and the control is recorded as skipped.
+    control_adapter: Optional[Adapter] = None
+    # The command that starts the `h3bench` program in a child process (a mode's child, a fan-out job),
+    # e.g. (sys.executable, "-m", "h3bench.reports.cli"): the program's composition root, named by its caller.
+    child_program: tuple[str, ...] = ()
 
 
 def resolve_device(name: str) -> torch.device:
@@ -178,7 +184,8 @@ def measure_control(request: RunRequest, op: Op, observer: Observer) -> Optional
     observer.phase_started("plain", f"control: the {op.composition_row} composition with a planted batch-size fault",
                            control.probe_units(request.config))
     try:
-        record = control.measure(op, request.config, request.device, progress=observer.advance)
+        record = control.measure(op, request.control_adapter, request.config, request.device,
+                                 progress=observer.advance)
     except ImplementationError as exc:
         _require_usable_device(request.device, "control", str(exc))
         record = ControlSkipped(skipped=f"the control failed: {exc}")

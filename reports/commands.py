@@ -1,4 +1,4 @@
-"""What the `report`, `compare` and `merge` commands do, once reports/cli.py has parsed their arguments.
+"""What the CLI's `report`, `compare` and `merge` commands do; reports/cli.py only parses arguments.
 
 Errors are raised, not printed: FileNotFoundError, schema.SchemaError, merge.MergeError.
 """

@@ -27,6 +27,16 @@ def _write_png(draw, evidence: schema.Evidence, path: Path) -> Path:
     return path
 
 
+def artifact_paths(evidence_path: Union[str, Path], out_dir: Optional[Union[str, Path]] = None,
+                   csv: bool = False) -> list[Path]:
+    """The files `render_all` (and with `csv` long_csv.write_csv) would write for one evidence file."""
+    evidence_path = Path(evidence_path)
+    out = Path(out_dir) if out_dir is not None else evidence_path.parent
+    name = evidence_path.stem
+    found = [out / f"{name}.md", out / f"{name}.html", *(out / f"{name}_{suffix}.png" for suffix, _, _ in PLOTS)]
+    return found + ([out / f"{name}.csv"] if csv else [])
+
+
 def render_all(evidence_path: Union[str, Path], out_dir: Optional[Union[str, Path]] = None,
                show_control: bool = False) -> list[Path]:
     """Write the Markdown, HTML and PNG report of one evidence file; returns the paths written. The negative

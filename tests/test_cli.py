@@ -148,15 +148,15 @@ def test_validate_broken_files(invoke, tmp_path):
     result, text = invoke("validate", str(not_json))
     assert result.exit_code == 1 and "not JSON" in text
 
-    result, text = invoke("validate", str(tmp_path / "missing.json"))
-    assert result.exit_code == 1 and "no such file" in text
+    result, text = invoke("validate", str(tmp_path / "missing.json"))   # bad input, not an invalid file
+    assert result.exit_code == 2 and "no such file" in text
 
 
 def test_a_folder_given_for_an_evidence_file_is_named_not_a_traceback(invoke, tmp_path):
     """validate, report and index read evidence files: a folder in a file's place is named as such
     (validate raised IsADirectoryError from json.load before)."""
     result, text = invoke("validate", str(tmp_path))
-    assert result.exit_code == 1 and "a folder, not an evidence file" in text and "Traceback" not in text
+    assert result.exit_code == 2 and "a folder, not an evidence file" in text and "Traceback" not in text
     for command in ("report", "index"):
         result, text = invoke(command, str(tmp_path))
         assert result.exit_code != 0 and "a folder, not an evidence file" in text and "Traceback" not in text
@@ -169,7 +169,7 @@ def test_a_folder_given_for_an_evidence_file_is_named_not_a_traceback(invoke, tm
 def test_validate_names_a_file_whose_name_looks_like_markup(invoke, tmp_path):
     missing = tmp_path / "[run].json"
     result, text = invoke("validate", str(missing))
-    assert result.exit_code == 1 and "[run].json: no such file" in text
+    assert result.exit_code == 2 and "[run].json: no such file" in text
 
 
 def test_validate_one_bad_among_good_fails(invoke, tmp_path):
@@ -182,20 +182,27 @@ def test_validate_one_bad_among_good_fails(invoke, tmp_path):
 
 
 def test_list_shows_every_builtin_adapter(invoke):
+    """Each row as `run` would judge it by default: available, unavailable, or skipped (a CPU runs the
+    torch.compile rows only when named, and `list` says so instead of "available")."""
     from h3bench.adapters import builtin_adapters
+    from h3bench.harness.adapter import as_default_row, is_skip
     from h3bench.harness.config import load_config
 
+    cpu = torch.device("cpu")
     result, _ = invoke("list", "--device", "cpu")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     for adapter in builtin_adapters():
         params = load_config(adapter.op).inputs
-        expected = "unavailable" if isinstance(adapter.try_load(torch.device("cpu"), params), str) else "available"
+        loaded = as_default_row(adapter, cpu).try_load(cpu, params)
+        expected = ("available" if not isinstance(loaded, str) else "skipped" if is_skip(loaded) else "unavailable")
         row = [line for line in lines
                if re.search(rf"[│|]\s*{re.escape(adapter.op)}\s*[│|]\s*{re.escape(adapter.name)}\s*[│|]", line)]
         assert len(row) == 1, (adapter.key, result.output)
-        status = re.findall(r"\b(available|unavailable)\b", row[0])
+        status = re.findall(r"[│|]\s*(available|unavailable|skipped)\s*[│|]", row[0])
         assert status == [expected], (adapter.key, row[0])
+    compiled = next(line for line in lines if re.search(r"norm_modulate\s*[│|]\s*torch_compile\s*[│|]", line))
+    assert "skipped" in compiled and "Error" not in compiled
     # on a CPU the plain torch rows are available and the GPU libraries are not
     assert "available" in next(line for line in lines if " torch_rms_norm " in line)
 
@@ -223,7 +230,7 @@ def test_tiny_run_writes_a_valid_file(invoke, tmp_path):
 def test_flush_l2_reaches_the_timing_record_and_the_recorded_plan(invoke, tmp_path, flush):
     out = tmp_path / "x.json"
     result, text = invoke("run", "--device", "cpu", "--quick", "--adapters", "torch_rms_norm",
-                          "--set", "hidden=16", *(["--flush-l2", "--graph-timing"] if flush else []), "--no-render", "--quiet",
+                          "--set", "hidden=16", *(["--flush-l2"] if flush else ["--no-graph-timing"]), "--no-render", "--quiet",
                           "--out", str(out))
     assert result.exit_code == 0, text + repr(result.exception)
     evidence = schema.load(out)
@@ -233,8 +240,8 @@ def test_flush_l2_reaches_the_timing_record_and_the_recorded_plan(invoke, tmp_pa
     assert (record.flush_applies_to is not None) is flush
     if flush:
         assert "synchronized" in record.flush_applies_to and "not the back-to-back" in record.flush_applies_to
-    # graph timing is asked for with --graph-timing; a CPU has no CUDA graphs and no allocator counters: the
-    # record says why, the figures are absent
+    # graph timing is on in the shipped plans (--no-graph-timing: off); a CPU has no CUDA graphs and no
+    # allocator counters: the record says why, the figures are absent
     assert evidence.config["timing"]["graph"] is flush and record.graph.startswith("none: ")
     assert ("cpu" in record.graph) if flush else ("--graph-timing" in record.graph)
     for size in evidence.results["plain"]["torch_rms_norm"].accuracy_latency.values():
@@ -351,4 +358,200 @@ def test_piped_output_is_never_cut(tmp_path):
                               "--quiet", "--out", str(out)], env={"COLUMNS": "80"})
     assert ran.exit_code == 0 and "…" not in ran.output, ran.output
     # --quiet hides progress only: the summary (with its units) and the "wrote" line are there
-    assert "torch_rms_norm" in ran.output and "fwd rel err" in ran.output and f"wrote {out}" in ran.output
+    assert "torch_rms_norm" in ran.output and "fwd rel" in ran.output and f"wrote {out}" in ran.output
+
+
+# --- the CLI a newcomer meets ------------------------------------------------------------------------------
+
+SMALL = ("--device", "cpu", "--quick", "--set", "hidden=16", "--no-render")
+
+
+@pytest.mark.parametrize("flags, named", [(("--quick", "--full"), "--quick and --full"),
+                                          (("--gpus", "1", "--ray", "auto"), "--gpus and --ray")])
+def test_mutually_exclusive_flags_are_one_line_errors(invoke, tmp_path, flags, named):
+    out = tmp_path / "x.json"
+    result, text = invoke("run", "--device", "cpu", "--adapters", "torch_rms_norm", *flags, "--out", str(out))
+    assert result.exit_code == 2 and named in text and "exclude each other" in text, text
+    assert len(result.output.strip().splitlines()) == 1 and not out.exists()
+
+
+@pytest.fixture(scope="module")
+def piped_run(tmp_path_factory):
+    """A small run whose output is not a terminal (CliRunner: a pipe), progress on: (output, file)."""
+    from typer.testing import CliRunner
+
+    from h3bench.reports.cli import app
+    out = tmp_path_factory.mktemp("piped") / "x.json"
+    ran = CliRunner().invoke(app, ["run", *SMALL, "--adapters", "torch_rms_norm,torch_compile_max_autotune",
+                                   "--out", str(out)], env=WIDE)
+    assert ran.exit_code == 0, ran.output
+    return ran.output, out
+
+
+def test_off_a_terminal_each_finished_row_and_op_is_one_plain_line(piped_run):
+    output, _ = piped_run
+    lines = output.splitlines()
+    assert any(re.fullmatch(r"norm_modulate plain/torch_rms_norm: invariant \(\d+\.\d s\)", line) for line in lines), output
+    assert "norm_modulate plain/torch_compile_max_autotune: skipped (" in output
+    assert any(re.fullmatch(r"norm_modulate: finished in \d+\.\d s", line) for line in lines), output
+    # the row lines come before the summary (as the run goes), and no progress bar is drawn into the log
+    assert output.index("plain/torch_rms_norm: invariant") < output.index("errors and latencies")
+    assert "━" not in output
+    summary = output[output.index("errors and latencies"):output.index("finished in")]
+    assert max(len(line) for line in summary.splitlines()) <= 160, summary   # the reasons fold, not widen it
+
+
+def test_a_plain_progress_line_is_written_when_it_happens():
+    import io
+
+    from rich.console import Console
+
+    from h3bench.harness.progress import PlainObserver
+    from h3bench.harness.schema import UnavailableRow
+
+    class Sink(io.StringIO):
+        flushed = ""
+
+        def flush(self):
+            self.flushed = self.getvalue()
+
+    sink = Sink()
+    observer = PlainObserver(Console(file=sink, width=200), "gate_residual")
+    observer.row_finished("plain", "mine", UnavailableRow(unavailable="ImportError: x", wall_s=0.25))
+    assert sink.flushed == "gate_residual plain/mine: unavailable (0.2 s)\n"
+
+
+def test_quiet_hides_the_progress_lines(invoke, tmp_path):
+    result, text = invoke("run", *SMALL, "--adapters", "torch_rms_norm", "--quiet", "--out", str(tmp_path / "x.json"))
+    assert result.exit_code == 0, text
+    assert "plain/torch_rms_norm: invariant" not in text and "finished in" in text
+
+
+def test_the_summary_fits_120_columns_names_whole_and_says_what_its_numbers_are(piped_run):
+    from rich.console import Console
+
+    from h3bench.harness.progress import summary_table
+
+    evidence = schema.load(piped_run[1])
+    console = Console(width=120, record=True)
+    console.print(summary_table(evidence))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 120
+    for name in ("torch_rms_norm", "torch_compile_max_autotune"):   # never broken mid-word
+        assert re.search(rf"^\s*{name}\s", text, re.M), text
+    flat = " ".join(text.split())
+    assert "rows" in flat.split("─")[0]            # the batch size in the title is a number of rows
+    assert "floor" not in flat                       # a CPU has no memory floor worth a column
+    assert "host wall clock, 1 sample per figure" in flat
+    assert "skipped (-): torch_compile_max_autotune: skipped on CPU" in flat and "RuntimeError" not in flat
+
+
+def test_piped_list_stays_within_160_columns_and_list_op_gives_the_whole_source(invoke):
+    from typer.testing import CliRunner
+
+    from h3bench.reports.cli import app
+    listed = CliRunner().invoke(app, ["list", "--device", "cpu"], env=WIDE)
+    assert listed.exit_code == 0
+    assert max(len(line) for line in listed.output.splitlines()) <= 160, listed.output
+    one, text = invoke("list", "--device", "cpu", "--op", "timestep_sinusoid")
+    assert one.exit_code == 0 and "sources of the available rows:" in text
+    assert "formula" not in text and "out = [cos(t * f), sin(t * f)]" in text
+
+
+def test_a_compiled_rows_brief_source_leaves_the_settings_to_the_file():
+    from h3bench.adapters import builtin_adapters
+    from tests.helpers import nm_params
+
+    row = next(a for a in builtin_adapters("norm_modulate") if a.name == "torch_compile")
+    loaded = row.try_load(torch.device("cpu"), nm_params())
+    if isinstance(loaded, str):
+        pytest.skip(f"torch_compile does not load here: {loaded}")
+    assert "inductor:" in loaded.source and "inductor:" not in loaded.short_source
+    assert len(loaded.short_source) < 120 and "diffusers row" in loaded.short_source
+
+
+def test_help_shows_tables_defaults_and_no_bool_type(invoke):
+    result, text = invoke("run", "-h")
+    assert result.exit_code == 0, text
+    assert "(sets [timing] flush_l2)" in text and "sets [timing] graph" in text and "[name=]module:attr" in text
+    for option in ("--out", "--adapters", "--mode-timeout", "--graph-timing"):
+        assert re.search(rf"{option} .*?\[default: ", text), option
+    options = [line for line in result.output.splitlines() if "--" in line and "--help" not in line]
+    assert options and not any("<bool>" in line for line in options), result.output
+    assert "--force" in text and "--no-graph-timing" in text
+
+
+def test_graph_timing_is_on_in_the_shipped_plans():
+    from h3bench.harness.config import load_config
+    from h3bench.harness.ops import OP_MODULES
+
+    for op in OP_MODULES:
+        assert load_config(op).timing.graph is True and load_config(op, quick=True).timing.graph is True, op
+
+
+def test_bad_input_exits_2_in_every_command(invoke, tmp_path):
+    missing = tmp_path / "missing.json"
+    for args in (("report", str(missing)), ("compare", str(missing), str(missing)), ("index", str(missing)),
+                 ("merge", str(missing), str(missing), "-o", str(tmp_path / "m.json")), ("validate", str(missing))):
+        result, text = invoke(*args)
+        assert result.exit_code == 2 and "missing.json" in text and "Traceback" not in text, (args, text)
+
+
+def test_run_refuses_to_overwrite_a_named_file_without_force(invoke, tmp_path):
+    out = tmp_path / "x.json"
+    out.write_text("{}")
+    result, text = invoke("run", *SMALL, "--adapters", "torch_rms_norm", "--quiet", "--out", str(out))
+    assert result.exit_code == 2 and "--force" in text and out.read_text() == "{}", text
+    result, text = invoke("run", *SMALL, "--adapters", "torch_rms_norm", "--quiet", "--force", "--out", str(out))
+    assert result.exit_code == 0, text
+    assert schema.load(out).op == "norm_modulate"
+
+
+def test_report_and_compare_refuse_to_overwrite_named_files_without_force(invoke, tmp_path):
+    prior = require_prior_art()
+    folder = tmp_path / "rendered"
+    assert invoke("report", str(prior), "--out", str(folder), "--quiet")[0].exit_code == 0
+    rendered = {p: p.stat().st_mtime_ns for p in folder.iterdir()}
+    result, text = invoke("report", str(prior), "--out", str(folder), "--quiet")
+    assert result.exit_code == 2 and "--force" in text, text
+    assert {p: p.stat().st_mtime_ns for p in folder.iterdir()} == rendered
+    assert invoke("report", str(prior), "--out", str(folder), "--quiet", "--force")[0].exit_code == 0
+    note = tmp_path / "note.md"
+    note.write_text("mine")
+    result, text = invoke("compare", str(prior), str(prior), "--markdown", str(note))
+    assert result.exit_code == 2 and "--force" in text and note.read_text() == "mine", text
+    result, text = invoke("compare", str(prior), str(prior), "--markdown", str(note), "--force")
+    assert result.exit_code == 0 and note.read_text() != "mine", text
+
+
+def test_the_readme_synopsis_names_every_option_of_run():
+    """README.md's `h3bench run` synopsis is the program's: every option `run --help` shows is in it."""
+    import typer.main
+
+    from h3bench.reports.cli import app
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    synopsis = readme[readme.index("    h3bench run ["):readme.index("    h3bench list [")]
+    command = typer.main.get_command(app).commands["run"]
+    options = [opt for p in command.params if not getattr(p, "hidden", False) for opt in (*p.opts, *p.secondary_opts)
+               if opt.startswith("--") and opt != "--help" and opt != "--render"]   # --no-render: the non-default
+    assert options and [o for o in options if o not in synopsis] == []
+
+
+def test_a_summary_of_several_modes_names_each_row_whole_at_120_columns():
+    """`mode/row` labels, a mode-tagged row (`diffusers[vllm]`) included: never broken, never eaten as markup."""
+    import copy
+
+    from rich.console import Console
+
+    from h3bench.harness.progress import summary_table
+
+    evidence = schema.load(require_prior_art())
+    plain = evidence.results["plain"]
+    evidence.results["vllm"] = {"diffusers[vllm]": copy.deepcopy(plain["diffusers"]),
+                                "torch_compile_max_autotune": copy.deepcopy(plain["rl_kernel"])}
+    console = Console(width=120, record=True)
+    console.print(summary_table(evidence))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 120
+    for label in ("plain/diffusers", "vllm/diffusers", "vllm/torch_compile_max_autotune", "plain/rl_kernel"):
+        assert re.search(rf"^\s*{re.escape(label)}\s", text, re.M), (label, text)

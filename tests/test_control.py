@@ -17,6 +17,7 @@ from h3bench.harness.config import load_config
 from h3bench.harness.ops import OP_MODULES, get_op
 from h3bench.harness.runner import RunRequest, run
 from h3bench.harness.schema import ControlResult, ControlSkipped
+from h3bench.reports.cli import CHILD_PROGRAM
 from tests.helpers import CPU, require_prior_art
 
 BUILTIN_OPS = [op for op, module in OP_MODULES.items() if module.startswith("h3bench.harness.ops.")]
@@ -34,7 +35,10 @@ def quick_controls() -> dict[str, ControlResult]:
     """The control of every built-in op under its quick plan, measured once on the test device."""
     from tests.conftest import DEVICE
 
-    return {op: control.measure(get_op(op), load_config(op, quick=True), torch.device(DEVICE))
+    from h3bench.adapters import control_composition
+
+    return {op: control.measure(get_op(op), control_composition(op), load_config(op, quick=True),
+                                torch.device(DEVICE))
             for op in BUILTIN_OPS}
 
 
@@ -176,8 +180,9 @@ def test_a_modes_child_never_measures_the_control_and_a_control_job_measures_onl
 def test_an_op_without_a_diffusers_row_records_why():
     from tests.toy_op import ToyTwoOutputs
 
-    assert control.measure(ToyTwoOutputs(), None, CPU) == ControlSkipped(
-        skipped="op toy_two_outputs has no diffusers row to plant the fault in")
+    assert control.measure(ToyTwoOutputs(), None, None, CPU) == ControlSkipped(
+        skipped="op toy_two_outputs has no diffusers row to plant the fault in (none in the adapters the run was "
+                "given)")
 
 
 def _request(op: str, out, **changes) -> RunRequest:
@@ -189,6 +194,7 @@ def _request(op: str, out, **changes) -> RunRequest:
                                  timing=dataclasses.replace(config.timing, repeats=1))
     rows = [a for a in builtin_adapters(op) if a.name == "diffusers"]
     return RunRequest(config=config, device=CPU, adapters=rows, modes=["plain"], out=out, measure_bandwidth=False,
+                      control_adapter=rows[0], child_program=CHILD_PROGRAM,
                       child_args=("--op", op, "--device", "cpu", "--quick", "--adapters", "diffusers",
                                   "--set", "hidden=16", "--set", "accuracy.rows=[3]"), **changes)
 

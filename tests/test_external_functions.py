@@ -45,7 +45,11 @@ def test_list_prints_the_signature(invoke):
     result, text = invoke("list", "--op", "norm_modulate", "--device", "cpu")
     assert result.exit_code == 0, text
     assert "def my_norm_modulate(x, w, sh, sc, idx, *, eps=1e-05): # -> y" in text
-    assert "x: per row (dim 0 is the row); gets a gradient" in text and "idx: per row (dim 0 is the row); no gradient" in text
+    assert "x [R, hidden] bfloat16 per row (dim 0 is the row); gets a gradient" in text
+    assert "idx [R] int64 per row (dim 0 is the row); no gradient" in text
+    assert "sh [timesteps*modalities, hidden] bfloat16 shared by every row; gets a gradient" in text
+    assert "y [R, hidden] bfloat16" in text and "y = rms_norm(x, eps) * w * (1 + sc[idx]) + sh[idx]" in text
+    assert "constants (keyword arguments, from the config: --set NAME=VALUE): eps=1e-05" in text
 
 
 def test_constants_reach_the_function_and_name_names_the_row(invoke, tmp_path, module_file):

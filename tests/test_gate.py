@@ -46,7 +46,7 @@ def test_an_empty_selection_is_refused():
 
 def run(invoke, tmp_path, *extra):
     return invoke("run", "--device", "cpu", "--quick", "--adapters", "torch_rms_norm", "--no-render",
-                  "--adapter", "tests.test_gate:on_even_batches", "--out", str(tmp_path / "x.json"), *extra)
+                  "--adapter", "tests.test_gate:on_even_batches", "--out", str(tmp_path / "x.json"), "--force", *extra)
 
 
 def test_exit_1_names_the_failing_row_and_0_for_the_clean_one(invoke, tmp_path):

@@ -663,7 +663,7 @@ def test_summary_table_adds_graph_columns_only_where_there_are_graph_figures():
         console = Console(width=400, record=True)
         console.print(summary_table(ev))
         return console.export_text()
-    assert "fwd gr us" in header(with_graph_and_peaks(prior())) and "net gr" in header(with_graph_and_peaks(prior()))
+    assert "fwd gr" in header(with_graph_and_peaks(prior())) and "net gr" in header(with_graph_and_peaks(prior()))
     assert " gr " not in header(prior())
 
 
@@ -679,7 +679,7 @@ def test_summary_table_prints_reasons_as_text():
 
 
 def test_report_and_merge_commands_exit_codes_and_files(invoke, tmp_path):
-    """`h3bench report` writes the renderings and lists them (exit 1 naming a bad file); `h3bench merge`
+    """`h3bench report` writes the renderings and lists them (exit 2 naming a bad file); `h3bench merge`
     joins two partial runs (exit 2 on a conflict, nothing written)."""
     result, text = invoke("report", str(PRIOR_ART), "--out", str(tmp_path / "rendered"))
     assert result.exit_code == 0, text
@@ -688,7 +688,7 @@ def test_report_and_merge_commands_exit_codes_and_files(invoke, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     result, text = invoke("report", str(bad))
-    assert result.exit_code == 1 and "bad.json" in text
+    assert result.exit_code == 2 and "bad.json" in text
 
     a, b = split(prior(), ["diffusers", "liger"])
     pa, pb = schema.save(a, tmp_path / "a.json"), schema.save(b, tmp_path / "b.json")

@@ -82,7 +82,10 @@ def test_validate_checks_every_file_without_a_traceback(invoke, tmp_path):
     torch_row(data)["accuracy_latency"]["4097"]["fwd_us"] = -1.0
     bad.write_text(json.dumps(data))
     result, text = invoke("validate", str(binary), str(bad), str(require_prior_art()), str(tmp_path))
-    assert result.exit_code == 1 and "Traceback" not in result.output, text
+    # every file is checked; a folder among them is bad input (exit 2), the others invalid or valid
+    assert result.exit_code == 2 and "Traceback" not in result.output, text
     assert f"{binary}: invalid: not a text file" in text
     assert f"{bad}: invalid: $.results.plain.torch_rms_norm.accuracy_latency.4097.fwd_us: -1.0" in text
-    assert f"{require_prior_art()}: valid" in text and f"{tmp_path}: invalid: a folder" in text
+    assert f"{require_prior_art()}: valid" in text and f"{tmp_path}: a folder" in text
+    result, text = invoke("validate", str(binary), str(bad), str(require_prior_art()))
+    assert result.exit_code == 1, text

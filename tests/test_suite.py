@@ -16,6 +16,7 @@ from h3bench.harness import fanout, schema, suite
 from h3bench.harness.config import load_config
 from h3bench.harness.runner import RunRequest, run
 from h3bench.harness.schema import RowResult, UnavailableMode
+from h3bench.reports.cli import CHILD_PROGRAM
 
 CPU = torch.device("cpu")
 
@@ -27,6 +28,7 @@ def request(op: str, modes: list[str], out: Path) -> RunRequest:
     config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
     rows = [a for a in builtin_adapters(op) if a.name == "diffusers"]
     return RunRequest(config=config, device=CPU, adapters=rows, modes=modes, out=out, measure_bandwidth=False,
+                      control_adapter=rows[0], child_program=CHILD_PROGRAM,
                       child_args=("--op", op, "--device", "cpu", "--quick", "--adapters", "diffusers"))
 
 

@@ -50,9 +50,12 @@ class AdaLNProjectionParams:
 
 class AdaLNProjection(Op):
     name = "adaln_projection"
-    inputs = (Input("temb", per_row=True, differentiable=True), Input("w", differentiable=True),
-              Input("b", differentiable=True))
+    inputs = (Input("temb", per_row=True, differentiable=True, shape=("R", "temb_dim")),
+              Input("w", differentiable=True, shape=("chunks*modalities*hidden", "temb_dim")),
+              Input("b", differentiable=True, shape=("chunks*modalities*hidden",)))
     outputs = ("table",)
+    output_shapes = (("R", "chunks*modalities*hidden"),)
+    formula = "table = silu(temb) @ w.T + b"
     params_type = AdaLNProjectionParams
     plan_set = "timestep"
     mode_tagged_rows = ("diffusers",)  # `diffusers[<mode>]`, as the RFC names the row in every mode

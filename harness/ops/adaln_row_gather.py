@@ -52,8 +52,11 @@ class AdaLNRowGatherParams(TableParams):
 
 class AdaLNRowGather(Op):
     name = "adaln_row_gather"
-    inputs = (Input("table", differentiable=True), Input("ti", per_row=True), Input("tag", per_row=True))
+    inputs = (Input("table", differentiable=True, shape=("timesteps*modalities", "chunks*hidden")),
+              Input("ti", per_row=True, shape=("R",)), Input("tag", per_row=True, shape=("R",)))
     outputs = CHUNK_NAMES
+    output_shapes = tuple(("R", "hidden") for _ in CHUNK_NAMES)
+    formula = f"({', '.join(CHUNK_NAMES)}) = table[ti * modalities + tag].chunk(chunks, dim=1)"
     params_type = AdaLNRowGatherParams
     plan_set = "token"
     constants = ("modalities", "chunks")

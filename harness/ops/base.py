@@ -28,6 +28,10 @@ class Input:
     name: str
     per_row: bool = False
     differentiable: bool = False
+    # Its shape in words, one expression per dimension over the op's parameter fields and R (the rows):
+    # ("R", "hidden"), ("timesteps*modalities", "hidden"). What `h3bench list --op` prints for a newcomer
+    # writing an --adapter; tests/test_op_declarations.py evaluates it against make_inputs.
+    shape: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,10 @@ class Op:
     composition_row: str = "diffusers"
     # Whether `floor_traffic` is implemented: a user op may leave it out, and its run then has no floors.
     declares_traffic: bool = True
+    # The outputs' shapes, as Input.shape, in `outputs` order.
+    output_shapes: tuple[tuple[str, ...], ...] = ()
+    # The op in one line, as its float64 reference computes it (`h3bench list --op` prints it).
+    formula: str = ""
 
     # --- derived from the declarations --------------------------------------------------------------
     @property

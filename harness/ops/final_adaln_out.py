@@ -66,10 +66,16 @@ class FinalAdaLNOutParams(DtypeParams):
 
 class FinalAdaLNOut(Op):
     name = "final_adaln_out"
-    inputs = (Input("x", per_row=True, differentiable=True), Input("nw", differentiable=True),
-              Input("temb", differentiable=True), Input("w", differentiable=True), Input("b", differentiable=True),
-              Input("ti", per_row=True))
+    inputs = (Input("x", per_row=True, differentiable=True, shape=("R", "hidden")),
+              Input("nw", differentiable=True, shape=("hidden",)),
+              Input("temb", differentiable=True, shape=("timesteps", "temb_dim")),
+              Input("w", differentiable=True, shape=("2*hidden", "temb_dim")),
+              Input("b", differentiable=True, shape=("2*hidden",)),
+              Input("ti", per_row=True, shape=("R",)))
     outputs = ("out",)
+    output_shapes = (("R", "hidden"),)
+    formula = ("shift, scale = (silu(temb) @ w.T + b).chunk(2, dim=-1); "
+               "out = rms_norm(x, eps) * nw * (1 + scale[ti]) + shift[ti]")
     params_type = FinalAdaLNOutParams
     plan_set = "token"
     constants = ("eps",)

@@ -56,9 +56,13 @@ class GateResidualParams(TableParams):
 
 class GateResidual(Op):
     name = "gate_residual"
-    inputs = (Input("res", per_row=True, differentiable=True), Input("y", per_row=True, differentiable=True),
-              Input("gate", differentiable=True), Input("idx", per_row=True))
+    inputs = (Input("res", per_row=True, differentiable=True, shape=("R", "hidden")),
+              Input("y", per_row=True, differentiable=True, shape=("R", "hidden")),
+              Input("gate", differentiable=True, shape=("timesteps*modalities", "hidden")),
+              Input("idx", per_row=True, shape=("R",)))
     outputs = ("out",)
+    output_shapes = (("R", "hidden"),)
+    formula = "out = res + gate[idx] * y"
     params_type = GateResidualParams
     plan_set = "token"
 

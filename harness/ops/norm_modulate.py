@@ -42,9 +42,14 @@ def rms_norm64(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 
 class NormModulate(Op):
     name = "norm_modulate"
-    inputs = (Input("x", per_row=True, differentiable=True), Input("w", differentiable=True),
-              Input("sh", differentiable=True), Input("sc", differentiable=True), Input("idx", per_row=True))
+    inputs = (Input("x", per_row=True, differentiable=True, shape=("R", "hidden")),
+              Input("w", differentiable=True, shape=("hidden",)),
+              Input("sh", differentiable=True, shape=("timesteps*modalities", "hidden")),
+              Input("sc", differentiable=True, shape=("timesteps*modalities", "hidden")),
+              Input("idx", per_row=True, shape=("R",)))
     outputs = ("y",)
+    output_shapes = (("R", "hidden"),)
+    formula = "y = rms_norm(x, eps) * w * (1 + sc[idx]) + sh[idx]"
     references = ("rms_norm",)  # rows that implement the norm alone (torch_rms_norm, transformer_engine)
     params_type = NormModulateParams
     plan_set = "token"

@@ -50,9 +50,14 @@ def mlp64(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
 
 class TimestepMLP(Op):
     name = "timestep_mlp"
-    inputs = (Input("x", per_row=True, differentiable=True), Input("w1", differentiable=True),
-              Input("b1", differentiable=True), Input("w2", differentiable=True), Input("b2", differentiable=True))
+    inputs = (Input("x", per_row=True, differentiable=True, shape=("R", "freq_dim")),
+              Input("w1", differentiable=True, shape=("hidden", "freq_dim")),
+              Input("b1", differentiable=True, shape=("hidden",)),
+              Input("w2", differentiable=True, shape=("temb_dim", "hidden")),
+              Input("b2", differentiable=True, shape=("temb_dim",)))
     outputs = ("out",)
+    output_shapes = (("R", "temb_dim"),)
+    formula = "out = silu(x @ w1.T + b1) @ w2.T + b2"
     params_type = TimestepMLPParams
     plan_set = "timestep"
     mode_tagged_rows = ("diffusers",)  # `diffusers[<mode>]`, as the RFC names the row in every mode

@@ -57,8 +57,11 @@ def sinusoid64(t: torch.Tensor, params: TimestepSinusoidParams) -> torch.Tensor:
 
 class TimestepSinusoid(Op):
     name = "timestep_sinusoid"
-    inputs = (Input("t", per_row=True),)
+    inputs = (Input("t", per_row=True, shape=("R",)),)
     outputs = ("out",)
+    output_shapes = (("R", "freq_dim"),)
+    formula = ("out = [cos(t * f), sin(t * f)], f[k] = exp(-ln(max_period) * k / (freq_dim/2 - "
+               "downscale_freq_shift)), k < freq_dim/2")
     params_type = TimestepSinusoidParams
     plan_set = "sinusoid"
     constants = ("freq_dim", "max_period", "downscale_freq_shift")

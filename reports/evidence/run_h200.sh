@@ -114,7 +114,7 @@ run_ops() {  # run_ops PATH OPS [args...]: one h3bench run, its wall time
   local path=$1 ops=$2; shift 2
   local t0
   t0=$(date +%s)
-  PYTHONPATH=$path timeout "$(left)" python3 -m h3bench.reports.cli run --op "$ops" --device cuda --full --no-render --quiet "$@"
+  PYTHONPATH=$path timeout "$(left)" python3 -m h3bench.reports.cli run --op "$ops" --device cuda --full --no-render --quiet --force "$@"
   echo "h3bench run --op $ops $*: rc=$? wall $(( $(date +%s) - t0 )) s"
 }
 
