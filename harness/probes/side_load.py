@@ -53,12 +53,20 @@ def select_device(device: torch.device) -> None:
     torch.cuda.current_stream(device).query()
 
 
+def indexed(device: torch.device) -> torch.device:
+    """`device` with its index (a bare "cuda" names the caller's current device, which a new thread does
+    not share): resolved in the thread that builds the load."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 class SideLoad:
     """`with SideLoad(kind, device, copy_mib, matmul_dim) as load:` the load runs in a background thread
     until the block ends (it has begun its first iteration when the block starts)."""
 
     def __init__(self, kind: str, device: torch.device, copy_mib: int, matmul_dim: int):
-        self.kind, self.device = kind, device
+        self.kind, self.device = kind, indexed(device)
         self.step = _work(kind, device, copy_mib, matmul_dim)
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.iterations = 0
