@@ -56,8 +56,10 @@ def layer_norm64(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) 
 class LayerNorm(Op):
     name = "layer_norm"
     rfc = NOT_IN_RFC
-    inputs = (Input("x", per_row=True, differentiable=True), Input("w", differentiable=True),
-              Input("b", differentiable=True))
+    inputs = (Input("x", per_row=True, differentiable=True, shape=("R", "hidden")),
+              Input("w", differentiable=True, shape=("hidden",)), Input("b", differentiable=True, shape=("hidden",)))
+    output_shapes = (("R", "hidden"),)
+    formula = "y = (x - mean(x)) * rsqrt(var(x) + eps) * w + b"
     outputs = ("y",)
     params_type = LayerNormParams
     plan_set = "token"

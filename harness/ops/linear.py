@@ -40,7 +40,10 @@ class LinearParams(DtypeParams):
 class Linear(Op):
     name = "linear"
     rfc = NOT_IN_RFC
-    inputs = (Input("x", per_row=True, differentiable=True), Input("w", differentiable=True))
+    inputs = (Input("x", per_row=True, differentiable=True, shape=("R", "in_features")),
+              Input("w", differentiable=True, shape=("out_features", "in_features")))
+    output_shapes = (("R", "out_features"),)
+    formula = "y = x @ w.T"
     outputs = ("y",)
     params_type = LinearParams
     plan_set = "token"

@@ -44,7 +44,10 @@ def rms_norm64(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 class RmsNorm(Op):
     name = "rms_norm"
     rfc = NOT_IN_RFC
-    inputs = (Input("x", per_row=True, differentiable=True), Input("w", differentiable=True))
+    inputs = (Input("x", per_row=True, differentiable=True, shape=("R", "hidden")),
+              Input("w", differentiable=True, shape=("hidden",)))
+    output_shapes = (("R", "hidden"),)
+    formula = "y = x * rsqrt(mean(x^2) + eps) * w"
     outputs = ("y",)
     params_type = RmsNormParams
     plan_set = "token"

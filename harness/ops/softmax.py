@@ -37,7 +37,9 @@ class SoftmaxParams(DtypeParams):
 class Softmax(Op):
     name = "softmax"
     rfc = NOT_IN_RFC
-    inputs = (Input("x", per_row=True, differentiable=True),)
+    inputs = (Input("x", per_row=True, differentiable=True, shape=("R", "width")),)
+    output_shapes = (("R", "width"),)
+    formula = "y = softmax(x, dim=-1)"
     outputs = ("y",)
     params_type = SoftmaxParams
     plan_set = "token"
