@@ -545,16 +545,20 @@ def signature(op: str) -> str:
              f"{outputs if len(spec.outputs) == 1 else '(' + outputs + ')'}"]
     if spec.formula:
         lines.append(f"    {spec.formula}")
-    width = max(len(_dims(i.shape)) for i in spec.inputs)
+    # an op that declares no shapes in words (a user's op may not) shows a 2-row case's at its quick config
+    shown = {i.name: _dims(i.shape) if i.shape else str(list(tensors[i.name].shape)) for i in spec.inputs}
+    width = max(len(text) for text in shown.values())
     lines.append("  inputs, in call order (R: the rows of the batch):")
     for i in spec.inputs:
         role = "per row (dim 0 is the row)" if i.per_row else "shared by every row"
-        lines.append(f"    {i.name:<6} {_dims(i.shape):<{width}}  {dtype(tensors[i.name]):<8}  {role}; "
+        lines.append(f"    {i.name:<6} {shown[i.name]:<{width}}  {dtype(tensors[i.name]):<8}  {role}; "
                      f"{'gets a gradient' if i.differentiable else 'no gradient'}")
     lines.append("  returns (the contract: another shape, dtype or device makes the row unavailable):")
     shapes = spec.output_shapes or [()] * len(spec.outputs)
     for name, shape, g in zip(spec.outputs, shapes, outs):
-        lines.append(f"    {name:<6} {_dims(shape)}  {dtype(g)}")
+        lines.append(f"    {name:<6} {_dims(shape) if shape else str(list(g.shape))}  {dtype(g)}")
+    if not all(i.shape for i in spec.inputs) or not spec.output_shapes:
+        lines.append("  (shapes in numbers: a 2-row case at the quick config; the op declares none in words)")
     if spec.constants:
         lines.append(f"  constants (keyword arguments, from the config: --set NAME=VALUE): {constants}")
     sizes = {f.name: getattr(params, f.name) for f in dataclasses.fields(params)

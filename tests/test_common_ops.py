@@ -13,13 +13,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from h3bench.adapters import builtin_adapters
+from h3bench.adapters import builtin_adapters, control_composition
 from h3bench.harness import control, semantics
 from h3bench.harness.adapter import Loaded
 from h3bench.harness.config import load_config
 from h3bench.harness.ops import COMMON_OPS, all_ops, get_op
 from h3bench.harness.probes import batch_invariance as bi
 from h3bench.harness.runner import RunRequest, run
+from tests.helpers import needs_cuda
 from h3bench.harness.schema import ControlResult, RowResult, from_json, to_dict
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
@@ -140,7 +141,8 @@ def quick_runs():
         config = load_config(op, quick=True)
         config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
         found[op] = (config, run(RunRequest(config=config, device=torch.device(DEVICE), adapters=[torch_row(op)],
-                                            modes=["plain"], out=None, measure_bandwidth=False)))
+                                            modes=["plain"], out=None, measure_bandwidth=False,
+                                            control_adapter=control_composition(op))))
     return found
 
 
@@ -333,7 +335,7 @@ def test_a_bad_constant_is_one_line_and_exit_2(invoke, setting, message):
     assert result.exit_code == 2 and message in text and "Traceback" not in result.output
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: every library row is a GPU kernel")
+@needs_cuda("needs CUDA: every library row is a GPU kernel")
 @pytest.mark.parametrize("op", COMMON_OPS)
 def test_installed_library_rows_are_accurate_on_a_gpu(op):
     """Each library row that loads computes the op: its forward within 8 units of the dtype's epsilon of the
