@@ -40,12 +40,31 @@ class _Diversion:
     def __init__(self, label: str):
         self.saved = None
         if _log is not None:
-            _log.write(f"--- {label}\n")
-            self.saved, sys.stderr = sys.stderr, _log
+            self.saved, sys.stderr = sys.stderr, _Headed(_log, f"--- {label}\n")
 
     def end(self) -> None:
         if self.saved is not None:
             sys.stderr, self.saved = self.saved, None
+
+
+class _Headed:
+    """The log as a stream that writes its stretch's label before the first text of the stretch: a
+    compilation that printed nothing leaves no line."""
+
+    def __init__(self, log: io.StringIO, label: str):
+        self.log, self.label = log, label
+
+    def write(self, text: str) -> int:
+        if text and self.label:
+            self.log.write(self.label)
+            self.label = ""
+        return self.log.write(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
 
 
 def divert(label: str) -> _Diversion:

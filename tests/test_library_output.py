@@ -52,3 +52,13 @@ def test_the_compile_hooks_divert_each_compilation(tmp_path):
     assert sys.stderr is before
     assert "AUTOTUNE addmm" in log.read_text()
     assert hooks.current.tally.compiles == 1
+
+
+def test_a_stretch_that_printed_nothing_leaves_no_label(tmp_path):
+    log = tmp_path / "run.library.log"
+    with library_output.kept_in(log):
+        with library_output.diverted("quiet compile"):
+            pass
+        with library_output.diverted("talking compile"):
+            sys.stderr.write("AUTOTUNE\n")
+    assert log.read_text() == "--- talking compile\nAUTOTUNE\n"
