@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
-import importlib.util
 import inspect
 import os
-import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -23,6 +20,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from h3bench.harness.execute import describe_exception
+from h3bench.harness.user_code import accepted_constants, import_from_cwd, load_file
 
 OpCallable = Callable[..., Any]  # the op's inputs in call order -> a tensor, or a tuple of the op's outputs
 SKIPPED = "skipped on CPU: "  # how a deliberate skip's reason starts (RowSkipped), in `list` and in the file
@@ -139,18 +137,6 @@ def as_default_row(adapter: Adapter, device: torch.device) -> Adapter:
     return dataclasses.replace(adapter, load=load)
 
 
-def accepted_constants(fn: Callable, constants: tuple[str, ...]) -> tuple[str, ...]:
-    """The op constants `fn` takes as keyword arguments (by name, or all of them through **kwargs)."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return ()
-    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        return constants
-    return tuple(c for c in constants if c in params and params[c].kind in (inspect.Parameter.KEYWORD_ONLY,
-                                                                             inspect.Parameter.POSITIONAL_OR_KEYWORD))
-
-
 def from_function(fn: OpCallable, *, name: str, op: str, differentiable: tuple[str, ...],
                   source: Optional[str] = None, constants: tuple[str, ...] = ()) -> Adapter:
     """Wrap a plain function with the op's signature: its gradients come from autograd. The op constants it
@@ -176,21 +162,11 @@ def _import_target(module_name: str, spec: str):
         path = Path(module_name).expanduser().resolve()
         if not path.is_file():
             raise ValueError(f"--adapter {spec}: no such file {module_name!r}")
-        unique = f"h3bench_external_{abs(hash(str(path)))}_{path.stem}"
-        found = importlib.util.spec_from_file_location(unique, path)
-        module = importlib.util.module_from_spec(found)
-        sys.modules[unique] = module  # pickling and dataclasses look modules up by name
-        found.loader.exec_module(module)
+        module = load_file(path, "h3bench_external")
+        if module is None:
+            raise ValueError(f"--adapter {spec}: {path} is not a Python file")
         return module
-    cwd = os.getcwd()
-    added = cwd not in sys.path
-    if added:
-        sys.path.insert(0, cwd)
-    try:
-        return importlib.import_module(module_name)
-    finally:
-        if added:
-            sys.path.remove(cwd)
+    return import_from_cwd(module_name)
 
 
 def load_external(spec: str, *, op: str, differentiable: tuple[str, ...], n_inputs: int,

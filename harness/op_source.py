@@ -10,11 +10,8 @@ declaration (and what it is), the declaration inconsistent, or its own code fail
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
 import os
-import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Optional
@@ -26,6 +23,7 @@ from h3bench.harness.ops import DECLARED_SOURCES, OP_MODULES, get_op, known, reg
 from h3bench.harness.ops.base import Op
 from h3bench.harness.ops.declared import DeclaredOp, UserOpError
 from h3bench.harness.ops.public import UserOp
+from h3bench.harness.user_code import import_from_cwd, load_file
 
 ENTRY_POINT_GROUP = "h3bench.ops"
 FORMS = "or a user op: PATH/FILE.py:ATTR, package.module:ATTR, or a name in the h3bench.ops entry-point group"
@@ -103,37 +101,25 @@ def _file_path(target: str) -> Optional[Path]:
 def _load_file(path: Path, text: str):
     if not path.is_file():
         raise ValueError(f"--op {text}: no such file {str(path)!r}")
-    unique = f"h3bench_user_op_{abs(hash(str(path)))}_{path.stem}"
-    found = importlib.util.spec_from_file_location(unique, path)
-    if found is None or found.loader is None:
-        raise ValueError(f"--op {text}: {path} is not a Python file")
-    module = importlib.util.module_from_spec(found)
-    sys.modules[unique] = module  # dataclasses and pickling look modules up by name
     try:
-        found.loader.exec_module(module)
+        module = load_file(path, "h3bench_user_op")
     except Exception as exc:
-        del sys.modules[unique]
         raise UserOpError(f"--op {text}: importing {path} raised {_describe(exc)}") from exc
+    if module is None:
+        raise ValueError(f"--op {text}: {path} is not a Python file")
     return module
 
 
 def _import_module(name: str, text: str):
     """A module by name, the current directory on the path as `python -m` would have it."""
-    cwd = os.getcwd()
-    added = cwd not in sys.path
-    if added:
-        sys.path.insert(0, cwd)
     try:
-        return importlib.import_module(name)
+        return import_from_cwd(name)
     except ModuleNotFoundError as exc:
         if exc.name and name.startswith(exc.name):
             raise ValueError(f"--op {text}: no module named {exc.name!r}") from None
         raise UserOpError(f"--op {text}: importing {name} raised {_describe(exc)}") from exc
     except Exception as exc:
         raise UserOpError(f"--op {text}: importing {name} raised {_describe(exc)}") from exc
-    finally:
-        if added:
-            sys.path.remove(cwd)
 
 
 def _entry_point(name: str) -> Any:

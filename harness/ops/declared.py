@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import keyword
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
@@ -22,6 +21,7 @@ import torch
 
 from h3bench.harness.ops.base import Input, Op, OpInputs, Reference, Traffic, generator
 from h3bench.harness.ops.public import UserOp
+from h3bench.harness.user_code import accepted_constants
 
 CONSTANT_TYPES = (bool, int, float, str)
 SHAPE_ROWS = 2  # rows of the case the outputs' shapes are read from (two: a row dimension of 1 could be squeezed)
@@ -86,19 +86,6 @@ def declaration_problems(decl: UserOp) -> list[str]:
     return found
 
 
-def named_constants(fn: Callable, constants: tuple[str, ...]) -> tuple[str, ...]:
-    """The constants `fn` takes as keyword arguments (by name, or all through **kwargs). The same rule as
-    an implementation's (harness/adapter.py: accepted_constants), kept here so ops/ imports no adapter."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return ()
-    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        return constants
-    return tuple(c for c in constants if c in params and params[c].kind in (inspect.Parameter.KEYWORD_ONLY,
-                                                                             inspect.Parameter.POSITIONAL_OR_KEYWORD))
-
-
 def _describe(exc: BaseException) -> str:
     """"Type: first line", as harness/execute.py's describe_exception words a row's failure (ops/ imports
     nothing above it)."""
@@ -143,7 +130,7 @@ class DeclaredOp(Op):
             raise self._fail(what, f"raised {_describe(exc)}") from exc
 
     def _constants_for(self, fn: Callable, params: Any) -> dict[str, Any]:
-        return {c: getattr(params, c) for c in named_constants(fn, self.constants)}
+        return {c: getattr(params, c) for c in accepted_constants(fn, self.constants)}
 
     def as_outputs(self, result: Any, rows: int, what: str) -> tuple[torch.Tensor, ...]:
         found = (result,) if isinstance(result, torch.Tensor) else result

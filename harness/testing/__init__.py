@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
 
-from h3bench.harness.adapter import accepted_constants
+from h3bench.harness.user_code import accepted_constants
 from h3bench.harness.config import load_config, load_plans
 from h3bench.harness.execute import ImplementationError, describe_exception, implementation_code, settle
 from h3bench.harness.ops import get_op
