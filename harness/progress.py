@@ -76,28 +76,43 @@ def row_verdict(row) -> str:
 
 
 class PlainObserver:
-    """Progress where output is not a terminal (a pipe, a CI log, `| tee`): one plain line as each row
-    finishes (op, mode/row, verdict, wall seconds) and as each shared phase ends, written at once, so a log
-    shows how far a long run got."""
+    """Progress where output is not a terminal (a pipe, a CI log, `| tee`): one plain line as each row's
+    probes end (a measured row's verdict comes only after the rows' shared latency rounds, which can be
+    minutes later on a GPU: without this line a slow op looked hung), as each row finishes (op, mode/row,
+    verdict, wall seconds) and as each shared phase ends, written at once, so a log shows how far a long run
+    got."""
 
     def __init__(self, console: Console, op: str):
         self.console = console
         self.op = op
         self.phase: Optional[tuple[str, float]] = None
+        self.probing: Optional[tuple[str, float]] = None
 
     def _say(self, text: str) -> None:
         self.console.print(escape(f"{self.op} {text}"), highlight=False, soft_wrap=True)
         self.console.file.flush()
 
-    def row_started(self, mode, name, totals): pass
+    def _probes_done(self) -> None:
+        if self.probing is not None:
+            label, started = self.probing
+            self._say(f"{label}: probes done ({time.perf_counter() - started:.1f} s)")
+            self.probing = None
+
+    def row_started(self, mode: str, name: str, totals) -> None:
+        self._probes_done()
+        self.probing = (f"{mode}/{name}", time.perf_counter())
+
     def probe_started(self, probe): pass
     def advance(self, n): pass
 
     def row_finished(self, mode: str, name: str, row) -> None:
+        if self.probing is not None and self.probing[0] == f"{mode}/{name}":
+            self.probing = None  # it ended before its probes (unavailable): its verdict line says so
         wall = "-" if row.wall_s is None else f"{row.wall_s:.1f}"
         self._say(f"{mode}/{name}: {row_verdict(row)} ({wall} s)")
 
     def phase_started(self, mode: str, label: str, total: int) -> None:
+        self._probes_done()
         self.phase = (f"{mode}: {label}", time.perf_counter())
 
     def phase_finished(self) -> None:

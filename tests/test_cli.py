@@ -417,8 +417,16 @@ def test_a_plain_progress_line_is_written_when_it_happens():
 
     sink = Sink()
     observer = PlainObserver(Console(file=sink, width=200), "gate_residual")
+    observer.row_started("plain", "mine", {})
     observer.row_finished("plain", "mine", UnavailableRow(unavailable="ImportError: x", wall_s=0.25))
     assert sink.flushed == "gate_residual plain/mine: unavailable (0.2 s)\n"
+    observer.row_started("plain", "ours", {})
+    observer.row_started("plain", "theirs", {})   # ours's probes ended: said before its verdict comes
+    assert sink.flushed.endswith("\ngate_residual plain/ours: probes done (0.0 s)\n")
+    observer.phase_started("plain", "latency, rows interleaved", 10)
+    assert sink.flushed.endswith("\ngate_residual plain/theirs: probes done (0.0 s)\n")
+    observer.phase_finished()
+    assert "gate_residual plain: latency, rows interleaved: done (" in sink.flushed.splitlines()[-1]
 
 
 def test_quiet_hides_the_progress_lines(invoke, tmp_path):
