@@ -103,7 +103,7 @@ class _Hooks:
         self._compiling: Optional[_RowCompile] = None
         self._started = 0.0
         self._previous_handler: Any = None
-        self._diversion: Optional[library_output._Diversion] = None
+        self._diversion: Optional[library_output.Diversion] = None
         self._previous_limit: Optional[int] = None
 
     def install(self) -> None:

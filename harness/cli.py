@@ -225,11 +225,13 @@ def _child_args(op: str, device, config: Optional[Path], sets: List[str], quick:
     return tuple(args)
 
 
-def _check_not_overwriting(path: Path, force: bool, flag: str = "--out") -> None:
-    """A file the user named is not overwritten silently: without --force it is an error (a default path is
-    timestamped and never collides)."""
-    if path.is_file() and not force:
-        fail(f"{flag} {path}: the file exists; pass --force to overwrite it")
+def refuse_overwrite(paths: list[Path], force: bool, flag: str) -> None:
+    """Files the user pointed an output option at are not overwritten silently: without --force it is an
+    error (a default path is timestamped and never collides). `report`, `compare` and `merge` use it too."""
+    existing = [str(p) for p in paths if Path(p).is_file()]
+    if existing and not force:
+        fail(f"{flag}: {', '.join(existing)} {'exists' if len(existing) == 1 else 'exist'}; "
+             f"pass --force to overwrite")
 
 
 def _exclusive(**given: bool) -> None:
@@ -382,7 +384,7 @@ def run(
     for request in requests:
         _check_writable(request.out)
         if out is not None:
-            _check_not_overwriting(request.out, force)
+            refuse_overwrite([request.out], force, "--out")
     required = _required(require_invariant, requests)
     # --quiet hides progress only: the summary, the "wrote" line and errors still print
     console = make_console(stderr=True)

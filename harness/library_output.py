@@ -3,9 +3,10 @@ every GEMM choice benchmarked, per shape, hundreds of lines a max-autotune row) 
 not to the console that shows the run's progress and summary.
 
 A run names its log (`kept_in(path)`: the runner uses `<evidence file>.library.log`); code that knows a
-library is about to talk (adapters/_torch_compile.py, around each compilation) wraps that stretch in
-`diverted(label)`. Without a log named (a library call from a test, a tool) nothing is diverted. The file
-is written only if something was printed, each stretch headed by its label."""
+library is about to talk starts `divert(label)` and ends it (adapters/_torch_compile.py: from a
+compilation's start callback to its end callback), or wraps a block in `diverted(label)`. Without a log
+named (a library call from a test, a tool) nothing is diverted. The file is written only if something was
+printed, each stretch headed by its label."""
 from __future__ import annotations
 
 import contextlib
@@ -33,7 +34,7 @@ def kept_in(path: Optional[Path]) -> Iterator[None]:
             Path(path).write_text(text)
 
 
-class _Diversion:
+class Diversion:
     """sys.stderr replaced by the log until `end()`; started and ended by callbacks that come in pairs
     (a compilation's start and end), so it is an object rather than a `with` block."""
 
@@ -67,9 +68,9 @@ class _Headed:
         return False
 
 
-def divert(label: str) -> _Diversion:
+def divert(label: str) -> Diversion:
     """Start diverting stderr to the run's log (a no-op without one); call `.end()` to stop."""
-    return _Diversion(label)
+    return Diversion(label)
 
 
 @contextlib.contextmanager

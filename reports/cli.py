@@ -15,7 +15,7 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from h3bench.harness.cli import Program, fail, make_app
+from h3bench.harness.cli import Program, fail, make_app, refuse_overwrite
 
 __all__ = ["app", "build_app", "main"]
 
@@ -34,13 +34,6 @@ def render_after_run(paths: list[Path], console: Console) -> list[Path]:
     if len(paths) > 1:
         written += write_index(paths, Path(paths[0]).parent)
     return written
-
-
-def _refuse_overwrite(paths: list[Path], force: bool, flag: str) -> None:
-    """Files the user pointed a flag at are not overwritten silently: without --force it is an error."""
-    existing = [p for p in paths if Path(p).is_file()]
-    if existing and not force:
-        fail(f"{flag}: {', '.join(str(p) for p in existing)} exist(s); pass --force to overwrite")
 
 
 FORCE = typer.Option(False, "--force", metavar="", show_default=False,
@@ -64,7 +57,7 @@ def report(file: Path = typer.Argument(..., help="Evidence JSON."),
     from h3bench.reports.render import artifact_paths
 
     if out is not None and out.is_dir():
-        _refuse_overwrite(artifact_paths(file, out, csv), force, f"--out {out}")
+        refuse_overwrite(artifact_paths(file, out, csv), force, f"--out {out}")
     try:
         paths = render_report(file, out, quiet, show_control=show_control)
         if csv:
@@ -97,13 +90,13 @@ def compare(old: Path = typer.Argument(...), new: Path = typer.Argument(...),
                 if markdown.is_file():
                     raise ValueError(f"--markdown {markdown}: a file; with two folders it names a folder")
                 pairs, _ = pair_by_op(old, new)
-                _refuse_overwrite([markdown / f"compare_{n.stem}.md" for _, n in pairs], force,
+                refuse_overwrite([markdown / f"compare_{n.stem}.md" for _, n in pairs], force,
                                   f"--markdown {markdown}")
                 markdown.mkdir(parents=True, exist_ok=True)
             code = compare_folders(old, new, allow_missing_rows=allow_missing_rows, markdown_dir=markdown)
         else:
             if markdown is not None:
-                _refuse_overwrite([markdown], force, "--markdown")
+                refuse_overwrite([markdown], force, "--markdown")
             code = compare_files(old, new, allow_missing_rows=allow_missing_rows, markdown_out=markdown)
     except typer.Exit:
         raise
@@ -118,7 +111,7 @@ def merge(files: List[Path] = typer.Argument(..., help="Evidence files of the sa
     """Combine rows measured in separate runs; refuses differing GPU, torch or mode (exit 2)."""
     from h3bench.reports.commands import merge_files
 
-    _refuse_overwrite([out], force, "--out")
+    refuse_overwrite([out], force, "--out")
     try:
         path = merge_files(files, out)
     except Exception as exc:

@@ -98,8 +98,9 @@ def exercises_gpu(item) -> bool:
 def pytest_collection_modifyitems(config, items):
     if DEVICE != "cuda" or os.environ.get("H3BENCH_TEST_ALL") == "1":
         return
-    kept = [item for item in items if exercises_gpu(item)]
-    dropped = [item for item in items if not exercises_gpu(item)]
+    kept, dropped = [], []
+    for item in items:
+        (kept if exercises_gpu(item) else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept

@@ -25,11 +25,15 @@ def timings(sync, stream, graph) -> str:
     return text if graph is None else f"{text} / {fmt.us(graph)}"
 
 
+def graph_timed(evidence: schema.Evidence) -> bool:
+    """Whether any measured row of the file has a graph figure (files before graph timing have none)."""
+    measured = [row for rows in evidence.results.values() if not isinstance(rows, UnavailableMode)
+                for row in rows.values() if isinstance(row, RowResult)]
+    return any(r.fwd_graph_us is not None for row in measured for r in row.accuracy_latency.values())
+
+
 def table(evidence: schema.Evidence, sizes: list[str]) -> str:
-    graphs = " / graph" if any(isinstance(row, RowResult) and any(r.fwd_graph_us is not None
-                                                                  for r in row.accuracy_latency.values())
-                               for rows in evidence.results.values() if not isinstance(rows, UnavailableMode)
-                               for row in rows.values()) else ""
+    graphs = " / graph" if graph_timed(evidence) else ""
     head = "| mode | row | verdict | " + " | ".join(
         f"R={s} fwd sync / stream{graphs} (floor) | R={s} net f+b sync / stream{graphs} (floor)" for s in sizes) + " |"
     out = [head, "|" + " --- |" * (3 + 2 * len(sizes))]

@@ -21,6 +21,7 @@ import torch
 from h3bench.harness.ops.base import (NOT_IN_RFC, DtypeParams, Input, Op, OpInputs, Reference, Traffic,
                                       element_size, generator, positive_eps, positive_fields, randn_grad_outs,
                                       torch_dtype)
+from h3bench.harness.ops.norm_modulate import rms_norm64  # the float64 norm of norm_modulate's reference
 
 PARAM_SEED = 0  # the weight's generator seed: the same w in every case
 
@@ -35,10 +36,6 @@ class RmsNormParams(DtypeParams):
         positive_fields(self, "hidden")
         torch_dtype(self.dtype)
         positive_eps(self.eps)
-
-
-def rms_norm64(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * w
 
 
 class RmsNorm(Op):
