@@ -11,10 +11,11 @@ another row's call in between. A Triton kernel's runtime autotuning at its first
 compilation and is not counted. In a plan without warm-up (the quick plan), the first timed sample of a
 figure that needs a new graph (the no-grad forward) holds that compile; the full plan's warm-up takes it.
 
-Budget: a row's compilations together may take `COMPILE_BUDGET_S[mode]` seconds. In the main thread
-a timer stops the compilation that passes the budget (SIGALRM, armed only while a compilation runs
-and only when no other timer is armed); elsewhere the budget is checked as each compilation ends. The
-row then becomes unavailable with the reason and the seconds spent (harness/runner.py reads the tally).
+Budget: a row's compilations together may take `COMPILE_BUDGET_S[mode]` seconds. A compilation that
+starts inside the row's own call on the main thread (its forward's) is stopped by a timer when it passes
+the budget (SIGALRM, armed only while such a compilation runs and only when no other timer is armed);
+any other (a lazily compiled backward, a compilation on another thread) is checked as it ends. The row
+then becomes unavailable with the reason and the seconds spent (harness/runner.py reads the tally).
 """
 from __future__ import annotations
 
@@ -75,6 +76,14 @@ class CompileBudgetExceeded(RuntimeError):
     """A row's compilations passed its budget."""
 
 
+class _BudgetStop(BaseException):
+    """The budget's timer going off inside a compilation. Not an Exception: Inductor compiles each
+    autotuning choice under `except Exception` and logs a failure ("Triton compilation failed") before it
+    goes on with the next choice, so a RuntimeError raised there let norm_modulate's max-autotune row on an
+    H100 compile on for 80 s past its 60 s budget. The timer is armed only inside the row's own call, which
+    turns this into CompileBudgetExceeded (`compiled_load`)."""
+
+
 class _RowCompile:
     """One loaded row's tally and budget."""
 
@@ -100,6 +109,8 @@ class _Hooks:
 
     def __init__(self):
         self.current: Optional[_RowCompile] = None
+        # the row whose compiled function the main thread is inside: only there may the timer raise
+        self.calling: Optional[_RowCompile] = None
         self._compiling: Optional[_RowCompile] = None
         self._started = 0.0
         self._previous_handler: Any = None
@@ -145,24 +156,26 @@ class _Hooks:
             self._arm(row, row.budget_s - row.tally.seconds)
 
     def _on_end(self, _args) -> None:
+        self._disarm()
         row, self._compiling = self._compiling, None
         if self._diversion is not None:
             self._diversion, diversion = None, self._diversion
             diversion.end()
         if row is None:
             return
-        self._disarm()
         row.spend(time.perf_counter() - self._started)
 
     def _arm(self, row: _RowCompile, seconds: float) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
+        if threading.current_thread() is not threading.main_thread() or self.calling is not row:
+            return  # raised anywhere else, _BudgetStop would pass the harness's blame (harness/execute.py)
         if signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0) or signal.getsignal(signal.SIGALRM) not in (
                 signal.SIG_DFL, None):
             return  # someone else's timer: fall back to the check as each compilation ends
 
         def stop(_signum, _frame):
-            raise CompileBudgetExceeded(row.overrun(row.tally.seconds + time.perf_counter() - self._started))
+            if self._compiling is row:  # not a compilation that has just ended
+                row.overrun(row.tally.seconds + time.perf_counter() - self._started)
+                raise _BudgetStop()
 
         self._previous_handler = signal.signal(signal.SIGALRM, stop)
         signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
@@ -225,8 +238,13 @@ def compiled_load(base: Adapter, mode: str,
         HOOKS.install()
 
         def fn(*args):
-            HOOKS.current = row
-            return compiled(*args)
+            HOOKS.current = HOOKS.calling = row
+            try:
+                return compiled(*args)
+            except _BudgetStop:
+                raise CompileBudgetExceeded(row.tally.overrun) from None
+            finally:
+                HOOKS.calling = None
 
         mode_text = "" if mode == DEFAULT else f"mode={mode!r}, "
         source = (f"torch {torch.__version__} torch.compile({mode_text}automatic dynamic shapes) of "

@@ -6,11 +6,17 @@ A run names its log (`kept_in(path)`: the runner uses `<evidence file>.library.l
 library is about to talk starts `divert(label)` and ends it (adapters/_torch_compile.py: from a
 compilation's start callback to its end callback), or wraps a block in `diverted(label)`. Without a log
 named (a library call from a test, a tool) nothing is diverted. The file is written only if something was
-printed, each stretch headed by its label."""
+printed, each stretch headed by its label.
+
+Libraries also talk through `logging`: a handler made with `logging.StreamHandler()` keeps the stderr of
+its making (torch's loggers: Inductor logs each autotuning choice that fails to compile, with its
+traceback, seen on an H100 when a max-autotune row's compile budget stopped one). While a stretch is
+diverted, every handler that writes to the stderr being replaced writes to the log too."""
 from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import sys
 from pathlib import Path
 from typing import Iterator, Optional
@@ -40,12 +46,25 @@ class Diversion:
 
     def __init__(self, label: str):
         self.saved = None
+        self.handlers: list[logging.StreamHandler] = []
         if _log is not None:
             self.saved, sys.stderr = sys.stderr, _Headed(_log, f"--- {label}\n")
+            self.handlers = _handlers_writing_to(self.saved)
+            for handler in self.handlers:
+                handler.stream = sys.stderr
 
     def end(self) -> None:
         if self.saved is not None:
-            sys.stderr, self.saved = self.saved, None
+            for handler in self.handlers:
+                handler.stream = self.saved
+            sys.stderr, self.saved, self.handlers = self.saved, None, []
+
+
+def _handlers_writing_to(stream) -> list[logging.StreamHandler]:
+    loggers = [logging.getLogger()] + [lg for lg in logging.Logger.manager.loggerDict.values()
+                                       if isinstance(lg, logging.Logger)]
+    return [h for lg in loggers for h in lg.handlers
+            if isinstance(h, logging.StreamHandler) and getattr(h, "stream", None) is stream]
 
 
 class _Headed:

@@ -19,6 +19,12 @@ import sys  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+# Importing the kernels under the interpreter installs their fixed-order tl.dot once for the process
+# (kernels/interpreted_dot.py): done here, before any test, so that no test is counted as having changed
+# the interpreter (the first test to import a kernel was, in some orders: `pytest tests/test_cli.py` after
+# a file that imports none).
+import h3bench.kernels.common  # noqa: E402,F401
+
 
 # Variables a library sets for itself and keeps: pytest's current test, the cache folder torch's
 # inductor writes into the environment the first time it looks it up (importing diffusers does that), and

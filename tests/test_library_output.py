@@ -2,6 +2,7 @@
 not the console; without a log nothing is diverted; the compile hooks divert each compilation."""
 from __future__ import annotations
 
+import logging
 import sys
 
 from h3bench.harness import library_output
@@ -62,3 +63,19 @@ def test_a_stretch_that_printed_nothing_leaves_no_label(tmp_path):
         with library_output.diverted("talking compile"):
             sys.stderr.write("AUTOTUNE\n")
     assert log.read_text() == "--- talking compile\nAUTOTUNE\n"
+
+
+def test_a_logging_handler_bound_to_stderr_writes_to_the_log_while_diverted(tmp_path):
+    """torch's loggers hold the stderr of their making: Inductor's failed-choice tracebacks came through."""
+    logger = logging.getLogger("h3bench.tests.library_output")
+    handler = logging.StreamHandler()  # bound to the stderr of now
+    logger.addHandler(handler)
+    try:
+        log = tmp_path / "run.library.log"
+        with library_output.kept_in(log):
+            with library_output.diverted("compile"):
+                logger.error("Triton compilation failed")
+        assert handler.stream is sys.stderr  # bound back
+        assert log.read_text() == "--- compile\nTriton compilation failed\n"
+    finally:
+        logger.removeHandler(handler)

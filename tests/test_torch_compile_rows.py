@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import time
 
 import pytest
 import torch
@@ -108,6 +109,54 @@ def test_a_spent_compile_budget_stops_the_compile_and_says_why(fresh_dynamo, dev
     assert found.failed_probe == "all_rows"
     assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL  # the timer's handler put back
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def _swallowing_compile(seconds: float):
+    """A stand-in for torch.compile whose compilation, as Inductor's per-choice autotuning compile does,
+    catches every Exception and carries on for `seconds`."""
+    def compile_(fn, **_kw):
+        def compiled(*args):
+            tc.HOOKS._on_start(None)
+            try:
+                deadline = time.perf_counter() + seconds
+                while time.perf_counter() < deadline:
+                    try:
+                        time.sleep(0.005)
+                    except Exception:  # "Triton compilation failed", and on to the next choice
+                        pass
+            finally:
+                tc.HOOKS._on_end(None)
+            return fn(*args)
+        return compiled
+    return compile_
+
+
+def test_the_budget_stops_a_compilation_that_catches_every_exception(fresh_dynamo, monkeypatch):
+    base = next(a for a in builtin_adapters("timestep_sinusoid") if a.name == "diffusers")
+    params = load_config("timestep_sinusoid", quick=True).inputs
+    monkeypatch.setattr(torch, "compile", _swallowing_compile(seconds=5.0))
+    loaded = tc.compiled_load(base, tc.DEFAULT, budget_s=0.2)(CPU, params)
+    case = get_op("timestep_sinusoid").make_inputs(params, 4, seed=3, device=CPU)
+    started = time.perf_counter()
+    with pytest.raises(tc.CompileBudgetExceeded, match=r"spent 0\.[2-9] s compiling, past its budget of 0\.2 s"):
+        loaded.fn(*case.tensors.values())
+    assert time.perf_counter() - started < 2.0  # stopped at the budget, not after the compilation's 5 s
+    assert loaded.compile_tally.overrun is not None and tc.HOOKS.calling is None
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0) and signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
+
+
+def test_the_timer_is_not_armed_outside_the_rows_own_call(fresh_dynamo):
+    """A compilation outside the row's call (a lazily compiled backward on the main thread of a CPU run) is
+    checked as it ends: a BaseException there would pass the harness's blame."""
+    hooks = tc._Hooks()
+    hooks.current = tc._RowCompile(tc.DEFAULT, budget_s=0.05)
+    hooks._on_start(None)
+    try:
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        time.sleep(0.1)
+    finally:
+        hooks._on_end(None)
+    assert hooks.current.tally.overrun is not None  # found over its budget as it ended
 
 
 def test_without_a_timer_the_budget_is_checked_as_each_compilation_ends():
