@@ -30,9 +30,11 @@ import h3bench.kernels.common  # noqa: E402,F401
 # inductor writes into the environment the first time it looks it up (importing diffusers does that), and
 # the address inductor's C++ backend hands each compiled module as it loads it (set again before every load),
 # and the Triton cache folder and ptxas that inductor points Triton at the first time it compiles for a GPU
-# (seen on an H100 with torch 2.11: a torch.compile row sets both and keeps them).
+# (seen on an H100 with torch 2.11: a torch.compile row sets both and keeps them), and the OpenMP switches
+# that importing Liger's ops sets on the GPU machine (liger-kernel 0.8.5 with torch 2.11: a fresh
+# interpreter's `import liger_kernel.ops.rms_norm` adds KMP_DUPLICATE_LIB_OK and KMP_INIT_AT_FORK).
 LIBRARY_OWN = frozenset({"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
-                         "TRITON_CACHE_DIR", "TRITON_PTXAS_PATH"})
+                         "TRITON_CACHE_DIR", "TRITON_PTXAS_PATH", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"})
 
 
 def _process_state() -> dict:
