@@ -4,8 +4,10 @@ As TritonBench and Liger report it: `torch.cuda.max_memory_allocated` over the s
 `torch.cuda.reset_peak_memory_stats`, minus `torch.cuda.memory_allocated` before the step. What exists
 before the step (the inputs, the leaves, the upstream gradients, other rows' tensors) is not the step's;
 what the step allocates and frees again (intermediates, outputs it drops, gradients it writes) is. The
-figure counts the caching allocator's tensors, not its reserved segments, so it does not depend on what
-earlier steps left cached.
+figure counts the caching allocator's blocks in use, not its reserved segments. A block is its request
+rounded up to 512 bytes, or a cached block up to 1 MiB larger (the allocator splits a large cached block
+only where more than 1 MiB would remain), so the figure may exceed what the step asked for by up to 1 MiB
+per live allocation, depending on what earlier steps left cached.
 
 The readers are parameters (`Readers`), so the arithmetic runs on a CPU with fakes; `cuda_readers` are
 torch's for one device. The CPU has no such counters: there the figure is absent, never zero.

@@ -88,5 +88,7 @@ def test_cuda_peak_of_a_known_allocation():
         torch.empty(nbytes, dtype=torch.uint8, device=device).fill_(1)
 
     found = peak_bytes(step, peak_memory.cuda_readers(device))
-    assert nbytes <= found < nbytes + (1 << 20), found
+    # the allocator counts the block it hands out: a cached block is split only where more than 1 MiB
+    # would remain, so the 3 MiB step may hold a 4 MiB block (seen under pytest-xdist on an H100)
+    assert nbytes <= found <= nbytes + (1 << 20), found
     del kept
