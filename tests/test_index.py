@@ -80,10 +80,10 @@ def test_index_command_writes_both_pages_and_refuses_non_evidence(tmp_path):
 
 
 def test_the_evidence_folder_glob_indexes(tmp_path):
-    """`h3bench index reports/evidence/*_h200.json`: the sweep file among them is listed, not refused."""
+    """`h3bench index reports/evidence/*.json`: the sweep file among them is listed, not refused."""
     from h3bench.reports.index import index_rows
     evidence = Path(__file__).resolve().parents[1] / "reports" / "evidence"
-    rows = index_rows(sorted(evidence.glob("*_h200.json")), tmp_path)
+    rows = index_rows(sorted(evidence.glob("*.json")), tmp_path)
     sweeps = [r for r in rows if r.row == "shape sweep"]
     assert len(sweeps) == 1 and sweeps[0].file.endswith("sweep_norm_modulate_h200.json")
     assert {r.op for r in rows} >= {"norm_modulate", "gate_residual", "timestep_mlp"}

@@ -28,7 +28,8 @@ def test_nightly_runs_compares_and_fails_on_a_regression(tmp_path):
     base.mkdir()
     code, summary = nightly(tmp_path / "first", base, ops=f"{OP} no_such_op")
     assert code == 1, summary  # the unknown op's run failed
-    assert f"{OP}: measured; no baseline" in summary and "no_such_op: run FAILED" in summary
+    assert f"{OP}: measured; no baseline (none of {base / f'{OP}_base.json'})" in summary, summary
+    assert "no_such_op: run FAILED" in summary
     assert (tmp_path / "first" / f"{OP}.json").is_file() and (tmp_path / "first" / f"{OP}.md").is_file()
 
     # The first run as the baseline, on "another GPU" (so CPU timing noise is shown, not judged), with a
@@ -42,8 +43,11 @@ def test_nightly_runs_compares_and_fails_on_a_regression(tmp_path):
     assert code == 1 and f"{OP}: REGRESSION" in summary and "nightly: FAILED" in summary, summary
     assert "ghost" in (tmp_path / "second" / f"compare_{OP}.md").read_text()
 
-    code, summary = nightly(tmp_path / "third", base, H3BENCH_ALLOW_MISSING_ROWS="1")
-    assert code == 0 and f"{OP}: measured; no regression" in summary and "nightly: passed" in summary, summary
+    # several suffixes: the first file that exists is the baseline (the committed H100 file before an H200 one)
+    code, summary = nightly(tmp_path / "third", base, H3BENCH_ALLOW_MISSING_ROWS="1",
+                            H3BENCH_BASELINE_SUFFIX="_newer _base")
+    assert code == 0 and "nightly: passed" in summary, summary
+    assert f"{OP}: measured; no regression against {base / f'{OP}_base.json'}" in summary, summary
 
 
 def test_nightly_refuses_an_unknown_plan(tmp_path):
