@@ -278,6 +278,10 @@ def run(
     gpus: Optional[str] = typer.Option(None, "--gpus", help="Fan (op, mode) jobs out over GPUs: N, all, or "
                                                             "ids like 0,2,5; one worker per GPU.",
                                        show_default="one process, no fan-out"),
+    per_gpu: Optional[int] = typer.Option(
+        None, "--per-gpu", show_default="1",
+        help="With --gpus: jobs at once on each GPU. Their bitwise probes overlap; the bandwidth, contention "
+             "and latency measurements take turns, each alone on the GPU."),
     ray: Optional[str] = typer.Option(None, "--ray", help="Run the (op, mode) jobs as Ray tasks (num_gpus=1): "
                                                           "a cluster address, or auto.", show_default="no Ray"),
     require_invariant: Optional[str] = typer.Option(
@@ -319,6 +323,11 @@ def run(
     _exclusive(**{"--quick": quick, "--full": full})
     _exclusive(**{"--gpus": gpus is not None, "--ray": ray is not None})
     _exclusive(**{"--no-control": no_control, "--control-only": control_only})
+    if per_gpu is not None:
+        if gpus is None:
+            fail(f"--per-gpu {per_gpu}: needs --gpus (it sets how many of the fan-out's jobs share each GPU)")
+        if per_gpu < 1:
+            fail(f"--per-gpu {per_gpu}: must be at least 1")
     dev = _device(device)
     ops = _ops(op)
     if flush_l2:  # a plan key like any other: it reaches the recorded config and the modes' children
@@ -391,7 +400,7 @@ def run(
     if gpus is not None or ray is not None:
         if in_process:
             fail("--in-process runs one mode here; it does not fan out")
-        found = _fan_out(requests, gpus, ray, console)
+        found = _fan_out(requests, gpus, ray, console, per_gpu or 1)
     else:
         try:
             found = _run_requests(requests, console, quiet, run_evidence, plan_note=not plan_given)
@@ -484,7 +493,7 @@ def _print_control(evidence, console: Console) -> None:
     console.print(f"[{style}]{escape(line)}[/]" if style else escape(line), highlight=False)
 
 
-def _fan_out(requests, gpus: Optional[str], ray: Optional[str], console: Console) -> list:
+def _fan_out(requests, gpus: Optional[str], ray: Optional[str], console: Console, per_gpu: int = 1) -> list:
     from h3bench.harness import control as negative_control
     from h3bench.harness import fanout
     from h3bench.harness.progress import summary_table
@@ -509,13 +518,14 @@ def _fan_out(requests, gpus: Optional[str], ray: Optional[str], console: Console
         console.print(escape(f"{event.key}: {text}"), highlight=False)
 
     started = time.perf_counter()
-    found = run_suite(requests, devices, ray_address=ray, on_event=show)
+    found = run_suite(requests, devices, ray_address=ray, on_event=show, per_device=per_gpu)
     for evidence in found:
         _table_console().print(summary_table(evidence))
         _print_control(evidence, console)
     jobs = sum(len(r.modes) + (r.control == negative_control.HERE) for r in requests)  # a control job per op
+    workers = len(devices) * per_gpu if devices else "Ray"
     console.print(f"{len(found)} op(s), {jobs} job(s) in "
-                  f"{time.perf_counter() - started:.1f} s on {len(devices) or 'Ray'} worker(s)")
+                  f"{time.perf_counter() - started:.1f} s on {workers} worker(s)")
     return found
 
 

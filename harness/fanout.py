@@ -1,4 +1,6 @@
-"""Fan the suite out over the GPUs of one host: one worker per GPU, one job at a time per GPU.
+"""Fan the suite out over the GPUs of one host: one worker per GPU, one job at a time per GPU, or with
+`per_device` K, K jobs at once on each GPU taking turns (harness/gpu_turns.py: their bitwise probes
+overlap, their timed phases run alone).
 
 A job is one `h3bench run` (one op under one global mode) that writes one JSON part file. Jobs are
 independent, so a worker that dies loses only its own job; that job is retried on another GPU (a
@@ -14,11 +16,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Optional, Sequence
+
+from h3bench.harness.gpu_turns import ENV as TURNS_ENV  # standard library only, as this module
 
 # Required on the H200 hosts: NVLink multicast (NVLS) hangs or fails there.
 REQUIRED_CHILD_ENV: Mapping[str, str] = {
@@ -400,23 +405,42 @@ class _Scheduler:
 
 
 def run_jobs(jobs: Sequence[Job], devices: Sequence[str], *, launcher: Launcher = subprocess_launcher,
-             retries: int = 1, on_event: Optional[EventSink] = None) -> list[Outcome]:
-    """Run `jobs` on `devices`, one at a time per device, longest first; a failed job is retried up to
-    `retries` times, each time on a device it has not failed on yet (the same one if there is no
+             retries: int = 1, on_event: Optional[EventSink] = None, per_device: int = 1) -> list[Outcome]:
+    """Run `jobs` on `devices`, `per_device` at a time per device, longest first; a failed job is retried
+    up to `retries` times, each time on a device it has not failed on yet (the same one if there is no
     other). Outcomes come back in the order of `jobs`. `on_event` is called from the worker threads,
-    one call at a time."""
+    one call at a time. With `per_device` above 1 the jobs of one device take turns on it: each gets
+    H3BENCH_GPU_TURNS naming that device's turn files (harness/gpu_turns.py)."""
     if not devices:
         raise ValueError("run_jobs: no devices to run on (devices=[]); pass at least one GPU id")
     if len(set(devices)) != len(devices):
         raise ValueError(f"run_jobs: a device is listed twice in {list(devices)}")
     if retries < 0:
         raise ValueError(f"run_jobs: retries must be >= 0, got {retries}")
+    if per_device < 1:
+        raise ValueError(f"run_jobs: per_device must be >= 1, got {per_device}")
     check_jobs(jobs)
     if not jobs:
         return []
+    if per_device == 1:
+        return _run(jobs, devices, launcher, retries, on_event, 1)
+    with tempfile.TemporaryDirectory(prefix="h3bench-turns-") as turns:
+        return _run(jobs, devices, taking_turns(launcher, Path(turns)), retries, on_event, per_device)
+
+
+def taking_turns(launcher: Launcher, folder: Path) -> Launcher:
+    """`launcher` with each job's H3BENCH_GPU_TURNS set to its device's turn file in `folder`."""
+    def launch(job: Job, device: str) -> LaunchResult:
+        turns = str(folder / f"gpu-{device}.turns")
+        return launcher(replace(job, env={**job.env, TURNS_ENV: turns}), device)
+    return launch
+
+
+def _run(jobs: Sequence[Job], devices: Sequence[str], launcher: Launcher, retries: int,
+         on_event: Optional[EventSink], per_device: int) -> list[Outcome]:
     scheduler = _Scheduler(jobs, devices, launcher, retries, on_event)
-    threads = [threading.Thread(target=scheduler.work, args=(device,), name=f"fanout-gpu{device}",
-                                daemon=True) for device in devices]
+    threads = [threading.Thread(target=scheduler.work, args=(device,), name=f"fanout-gpu{device}-{slot}",
+                                daemon=True) for device in devices for slot in range(per_device)]
     for thread in threads:
         thread.start()
     try:

@@ -26,7 +26,7 @@ from typing import Optional, Protocol, Sequence
 
 import torch
 
-from h3bench.harness import control, environment, library_output
+from h3bench.harness import control, environment, gpu_turns, library_output
 from h3bench.harness.adapter import Adapter, Loaded
 from h3bench.harness.config import RunConfig
 from h3bench.harness.execute import ImplementationError, device_usable, describe_exception
@@ -184,8 +184,9 @@ def measure_control(request: RunRequest, op: Op, observer: Observer) -> Optional
     observer.phase_started("plain", f"control: the {op.composition_row} composition with a planted batch-size fault",
                            control.probe_units(request.config))
     try:
-        record = control.measure(op, request.control_adapter, request.config, request.device,
-                                 progress=observer.advance)
+        with gpu_turns.shared():  # bitwise probes only
+            record = control.measure(op, request.control_adapter, request.config, request.device,
+                                     progress=observer.advance)
     except ImplementationError as exc:
         _require_usable_device(request.device, "control", str(exc))
         record = ControlSkipped(skipped=f"the control failed: {exc}")
@@ -217,8 +218,10 @@ def measure_mode(request: RunRequest, op: Op, spec: ModeSpec, observer: Observer
     mode_env = mode_variables(spec)
     if spec.needs:
         mode_env["libraries"] = {name: environment.library_version(name) for name in spec.needs}
-    env = _without_floors_unless_declared(op, environment.capture(
-        request.device, {spec.name: mode_env}, request.measure_bandwidth, timing_record(request.config, request.device)))
+    with gpu_turns.exclusive():  # the bandwidths are measured on a GPU no other run works on
+        env = _without_floors_unless_declared(op, environment.capture(
+            request.device, {spec.name: mode_env}, request.measure_bandwidth,
+            timing_record(request.config, request.device)))
     try:
         active = spec.switch()
         found = active.check()
@@ -310,10 +313,11 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
     try:
         for current in (p for p in PROBES if p not in OPTIONAL_PROBES or getattr(cfg, p) is not None):
             observer.probe_started(current)
-            t0 = time.perf_counter()
-            measured.probes[current] = steps[current]()
-            _sync(request.device)
-            measured.probe_wall[current] = round(time.perf_counter() - t0, 3)
+            with _turn_of(current):
+                t0 = time.perf_counter()
+                measured.probes[current] = steps[current]()
+                _sync(request.device)
+                measured.probe_wall[current] = round(time.perf_counter() - t0, 3)
     except ImplementationError as exc:  # the implementation's own failure is its row's verdict
         _require_usable_device(request.device, name, str(exc))
         return _failed_row(loaded, exc, current, round(time.perf_counter() - started, 3))
@@ -321,10 +325,25 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
     return measured
 
 
+def _turn_of(probe: str):
+    """The probe's turn on a GPU shared with other runs (harness/gpu_turns.py): contention loads the GPU
+    on purpose and compares with idle, so it has the GPU alone; the bitwise probes share it."""
+    return gpu_turns.exclusive() if probe in EXCLUSIVE_PROBES else gpu_turns.shared()
+
+
+EXCLUSIVE_PROBES = ("contention",)
+
+
 def _time_rows(request: RunRequest, op: Op, spec: ModeSpec, measured: list[_Measured], rates: Optional[Rates],
                observer: Observer) -> None:
     if not measured:
         return
+    with gpu_turns.exclusive():  # the latency rounds time a GPU no other run works on
+        _time_rows_alone(request, op, spec, measured, rates, observer)
+
+
+def _time_rows_alone(request: RunRequest, op: Op, spec: ModeSpec, measured: list[_Measured],
+                     rates: Optional[Rates], observer: Observer) -> None:
     cfg = request.config
     timed = [acc.TimedRow(name=m.name, fn=m.loaded.fn, grads=m.adapter.grads, sizes=m.sizes)
              for m in measured]

@@ -57,8 +57,11 @@ def control_jobs(requests: Sequence, folder: Path, cost: Callable[[str], float] 
 def run_suite(requests: Sequence, devices: Sequence[str], *, ray_address: Optional[str] = None,
               launcher: fanout.Launcher = fanout.subprocess_launcher, retries: int = 1,
               on_event: Optional[Callable[[fanout.Event], None]] = None,
-              work_dir: Optional[Path] = None) -> list[Evidence]:
-    """Run every (op, mode) job and write each request's merged evidence to `request.out`."""
+              work_dir: Optional[Path] = None, per_device: int = 1) -> list[Evidence]:
+    """Run every (op, mode) job and write each request's merged evidence to `request.out`; `per_device`
+    jobs at once on each GPU, taking turns (harness/fanout.py; not with Ray, which gives each task a GPU)."""
+    if ray_address is not None and per_device != 1:
+        raise ValueError("run_suite: per_device applies to the fan-out over this host's GPUs, not to Ray")
     with tempfile.TemporaryDirectory(prefix="h3bench-suite-", dir=work_dir) as tmp:
         jobs = plan_jobs(requests, Path(tmp)) + control_jobs(requests, Path(tmp))
         if ray_address is not None:
@@ -67,7 +70,8 @@ def run_suite(requests: Sequence, devices: Sequence[str], *, ray_address: Option
             outcomes = run_jobs_ray(jobs, address=None if ray_address == "auto" else ray_address,
                                     retries=retries, on_event=on_event)
         else:
-            outcomes = fanout.run_jobs(jobs, devices, launcher=launcher, retries=retries, on_event=on_event)
+            outcomes = fanout.run_jobs(jobs, devices, launcher=launcher, retries=retries, on_event=on_event,
+                                       per_device=per_device)
         by_key = {o.job.key: o for o in outcomes}
         found = []
         for request in requests:

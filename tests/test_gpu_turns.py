@@ -1,0 +1,205 @@
+"""Runs that share a GPU take turns (harness/gpu_turns.py): probes together, measurements alone. The turns
+between processes (flock, real child processes), what a run holds when it measures, the fan-out that sets
+the turns up (`--per-gpu`), and the command line's checks."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from h3bench.harness import fanout, gpu_turns
+from h3bench.harness.fanout import Job, LaunchResult, run_jobs
+
+# A child that takes one turn: it marks `<log>.asked` as it asks and `<log>.held` once it holds the turn, and
+# writes when it got the turn and when it let it go (seconds since the epoch).
+CHILD = """
+import sys, time
+from pathlib import Path
+from h3bench.harness import gpu_turns
+kind, hold, log = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+Path(log + ".asked").touch()
+with getattr(gpu_turns, kind)():
+    start = time.time()
+    Path(log + ".held").touch()
+    time.sleep(hold)
+    end = time.time()
+open(log, "w").write(f"{start} {end}")
+"""
+
+
+def _take(kind: str, hold: float, log: Path, turns: Path) -> subprocess.Popen:
+    env = {**os.environ, gpu_turns.ENV: str(turns)}
+    return subprocess.Popen([sys.executable, "-c", CHILD, kind, str(hold), str(log)], env=env)
+
+
+def _wait_for(marker: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert time.monotonic() < deadline, f"{marker.name} never appeared"
+        time.sleep(0.02)
+
+
+def _span(log: Path) -> tuple[float, float]:
+    start, end = log.read_text().split()
+    return float(start), float(end)
+
+
+def _wait_all(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        assert proc.wait(timeout=60) == 0
+
+
+def test_an_exclusive_turn_waits_for_shared_ones_and_keeps_new_ones_out(tmp_path):
+    turns = tmp_path / "gpu-0.turns"
+    first = _take("shared", 3.0, tmp_path / "first", turns)  # long enough for the other two to ask meanwhile
+    _wait_for(tmp_path / "first.held")
+    alone = _take("exclusive", 1.0, tmp_path / "alone", turns)
+    _wait_for(tmp_path / "alone.asked")
+    time.sleep(0.3)  # from asking to waiting on the lock: microseconds of its own work
+    late = _take("shared", 0.1, tmp_path / "late", turns)
+    _wait_all([first, alone, late])
+    first_span, alone_span, late_span = (_span(tmp_path / n) for n in ("first", "alone", "late"))
+    asked = {n: (tmp_path / f"{n}.asked").stat().st_mtime for n in ("alone", "late")}
+    assert asked["alone"] < first_span[1] <= alone_span[0]  # it asked during the probe and waited for it
+    assert asked["late"] < alone_span[0] and late_span[0] >= alone_span[1]  # a probe asked for meanwhile
+    # (while the measurement waited) started only after the measurement
+
+
+def test_shared_turns_overlap(tmp_path):
+    turns = tmp_path / "gpu-0.turns"
+    procs = [_take("shared", 1.5, tmp_path / f"p{i}", turns) for i in range(2)]
+    _wait_all(procs)
+    (a_start, a_end), (b_start, b_end) = _span(tmp_path / "p0"), _span(tmp_path / "p1")
+    assert max(a_start, b_start) < min(a_end, b_end)  # both held at once
+
+
+def test_exclusive_turns_do_not_overlap(tmp_path):
+    turns = tmp_path / "gpu-0.turns"
+    procs = [_take("exclusive", 0.7, tmp_path / f"p{i}", turns) for i in range(2)]
+    _wait_all(procs)
+    (a_start, a_end), (b_start, b_end) = _span(tmp_path / "p0"), _span(tmp_path / "p1")
+    assert a_end <= b_start or b_end <= a_start
+
+
+def test_without_the_variable_every_turn_is_free_and_nested_turns_are_the_outer_one(tmp_path, monkeypatch):
+    monkeypatch.delenv(gpu_turns.ENV, raising=False)
+    with gpu_turns.exclusive(), gpu_turns.shared():
+        pass
+    monkeypatch.setenv(gpu_turns.ENV, str(tmp_path / "gpu-0.turns"))
+    started = time.perf_counter()
+    with gpu_turns.shared(), gpu_turns.exclusive():  # would wait for itself forever if it were a new turn
+        pass
+    assert time.perf_counter() - started < 5
+
+
+# ---------------------------------------------------------------- what a run holds
+
+
+def test_a_run_measures_alone_and_probes_in_shared_turns(monkeypatch):
+    """The latency rounds and the contention probe in exclusive turns; the other probes and the control in
+    shared ones."""
+    from h3bench.adapters import builtin_adapters
+    from h3bench.harness.config import load_config
+    from h3bench.harness.probes import accuracy_latency, contention
+    from h3bench.harness.runner import RunRequest, run
+    from tests.helpers import CPU
+
+    held: list[str] = []
+    seen: list[tuple[str, tuple[str, ...]]] = []
+
+    def recorder(kind: str):
+        @contextlib.contextmanager
+        def turn():
+            held.append(kind)
+            try:
+                yield
+            finally:
+                held.pop()
+        return turn
+
+    def noting(name: str, fn):
+        def wrapped(*args, **kwargs):
+            seen.append((name, tuple(held)))
+            return fn(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(gpu_turns, "shared", recorder("shared"))
+    monkeypatch.setattr(gpu_turns, "exclusive", recorder("exclusive"))
+    monkeypatch.setattr(accuracy_latency, "time_rows", noting("latency", accuracy_latency.time_rows))
+    monkeypatch.setattr(accuracy_latency, "accuracy", noting("accuracy", accuracy_latency.accuracy))
+    monkeypatch.setattr(contention, "contention", noting("contention", contention.contention))
+    from h3bench.harness.probes import batch_invariance
+    monkeypatch.setattr(batch_invariance, "all_rows", noting("all_rows", batch_invariance.all_rows))
+
+    config = load_config("timestep_sinusoid", quick=True)
+    config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
+    diffusers = next(a for a in builtin_adapters("timestep_sinusoid") if a.name == "diffusers")
+    run(RunRequest(config=config, device=CPU, adapters=[diffusers], modes=["plain"], out=None,
+                   measure_bandwidth=False, control_adapter=diffusers))
+    found = {name: turn for name, turn in seen if name != "all_rows"}
+    assert found["latency"] == ("exclusive",)
+    assert found["contention"] == ("exclusive",)
+    assert found["accuracy"] == ("shared",)
+    assert [held for name, held in seen if name == "all_rows"] == [("shared",), ("shared",)]  # the row, the control
+
+
+# ---------------------------------------------------------------- the fan-out
+
+
+def test_per_device_runs_jobs_together_each_told_its_gpus_turn_files(tmp_path):
+    lock = threading.Lock()
+    running: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    turns: dict[str, str] = {}
+
+    def launcher(job: Job, device: str) -> LaunchResult:
+        with lock:
+            running[device] = running.get(device, 0) + 1
+            peak[device] = max(peak.get(device, 0), running[device])
+            turns[job.key] = job.env.get(gpu_turns.ENV, "")
+        time.sleep(0.3)
+        with lock:
+            running[device] -= 1
+        return LaunchResult(0, "", 0.3)
+
+    jobs = [Job(f"op{i}/plain", ("true",), tmp_path / f"op{i}.json", 1.0) for i in range(6)]
+    outcomes = run_jobs(jobs, ["0", "1"], launcher=launcher, per_device=3)
+    assert all(o.ok for o in outcomes)
+    assert peak == {"0": 3, "1": 3}
+    by_device = {o.job.key: o.device for o in outcomes}
+    for key, path in turns.items():
+        assert Path(path).name == f"gpu-{by_device[key]}.turns"
+    assert len({str(Path(p).parent) for p in turns.values()}) == 1  # one folder for the run's turn files
+
+    turns.clear()
+    run_jobs(jobs[:2], ["0"], launcher=launcher)
+    assert turns == {"op0/plain": "", "op1/plain": ""}  # one job a GPU: nothing to take turns for
+    with pytest.raises(ValueError, match="per_device must be >= 1"):
+        run_jobs(jobs, ["0"], launcher=launcher, per_device=0)
+
+
+def test_the_turns_module_and_the_fan_out_need_no_torch():
+    code = ("import sys; import h3bench.harness.fanout, h3bench.harness.gpu_turns; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+    assert fanout.TURNS_ENV == gpu_turns.ENV
+
+
+# ---------------------------------------------------------------- the command line
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--per-gpu", "2"), "--per-gpu 2: needs --gpus"),
+    (("--gpus", "1", "--per-gpu", "0"), "--per-gpu 0: must be at least 1"),
+])
+def test_per_gpu_is_checked_before_anything_runs(invoke, args, message):
+    result, text = invoke("run", "--op", "timestep_sinusoid", "--quick", "--no-render", *args)
+    assert result.exit_code == 2 and message in text and "Traceback" not in result.output
