@@ -203,3 +203,17 @@ def test_the_turns_module_and_the_fan_out_need_no_torch():
 def test_per_gpu_is_checked_before_anything_runs(invoke, args, message):
     result, text = invoke("run", "--op", "timestep_sinusoid", "--quick", "--no-render", *args)
     assert result.exit_code == 2 and message in text and "Traceback" not in result.output
+
+
+def test_a_suite_of_real_runs_sharing_one_device(tmp_path):
+    """`run_suite` with the real launcher, two jobs at once on one slot (the CPU's here): the op's run and its
+    control each take their turns in their own `h3bench run` process, and the parts merge as without turns."""
+    from tests.test_suite import request
+
+    from h3bench.harness import schema, suite
+
+    out = tmp_path / "timestep_sinusoid.json"
+    (found,) = suite.run_suite([request("timestep_sinusoid", ["plain"], out)], [fanout.CPU], per_device=2)
+    row = found.results["plain"]["diffusers"]
+    assert isinstance(row, schema.RowResult) and row.batch_invariance.batch_invariant
+    assert found.control.flagged and out.is_file()
