@@ -122,7 +122,7 @@ def test_the_folder_stays_under_7_mb():
         f"{p.relative_to(EVIDENCE)} {p.stat().st_size / 1e6:.2f} MB" for p in biggest)
 
 
-@pytest.mark.parametrize("name", ["README.md", "run_h200.sh", "b200/PROVENANCE.md"])
+@pytest.mark.parametrize("name", ["README.md", "run_gpu.sh", "b200/PROVENANCE.md"])
 def test_the_text_says_what_is(name):
     found = [line for line in (EVIDENCE / name).read_text().splitlines() if DIARY.search(line)]
     assert not found, found

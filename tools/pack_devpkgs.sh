@@ -6,7 +6,7 @@
 #   DEVPKGS=/path/to/devpkgs bash tools/pack_devpkgs.sh [LIMIT_MB]
 #   bash tools/pack_devpkgs.sh --devpkgs /path/to/devpkgs [LIMIT_MB]
 #
-# LIMIT_MB (default 35): decimal MB per part, pieces and wheels together. Then `run_h200.sh stash` once per
+# LIMIT_MB (default 35): decimal MB per part, pieces and wheels together. Then `run_gpu.sh stash` once per
 # part but the smallest, and the smallest with `.third_party` in the run of `stash install ...`
 # (adapters/COMPETITORS.md). Needs the devpkgs tool (it cuts wheels into pieces) and pip with a package index.
 set -euo pipefail
@@ -41,7 +41,7 @@ python3 -m pip download --quiet --no-deps --no-binary transformer-engine-torch t
 echo "4c40ced8a6261649e689076f198d4feaf02277b1ba18931a66eccdaceb33c43e  $SDIST_DIR/$SDIST" | sha256sum -c -
 python3 - "$DIR" "$LIMIT_MB" "$SDIST_DIR/$SDIST" <<'EOF'
 """Merge the parts, smallest first, into as few as fit LIMIT_MB each; the sdist rides with the smallest;
-every part gets PIECES (how many wheel pieces make the whole set: run_h200.sh's install waits for them)."""
+every part gets PIECES (how many wheel pieces make the whole set: run_gpu.sh's install waits for them)."""
 import shutil, sys
 from pathlib import Path
 root, limit, sdist = Path(sys.argv[1]), int(sys.argv[2]) * 1000 * 1000, Path(sys.argv[3])

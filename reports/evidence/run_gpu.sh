@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The steps that produce the committed H200 evidence (reports/evidence/README.md), from the repo root on an
-# H200 machine:
+# The steps that produce the committed GPU evidence (reports/evidence/README.md), from the repo root on the
+# GPU machine:
 #
-#   H3BENCH_COMMIT=<sha> bash reports/evidence/run_h200.sh STEP [STEP ...]
+#   H3BENCH_COMMIT=<sha> bash reports/evidence/run_gpu.sh STEP [STEP ...]
+#
+# Files are named for the GPU, <op>_<tag>.json: the tag is h100, h200 (from nvidia-smi's name of GPU 0),
+# else gpu; H3BENCH_GPU_TAG sets it.
 #
 # Steps (each logs to $OUT/<step>.log; the files they write go into $OUT/results.tar.gz):
 #   stash          copy the .devpkgs/part-NN folders and .devpkgs-small present in the checkout into
@@ -22,6 +25,10 @@
 #                  H3BENCH_MODES_TAG; `h3bench merge` joins files that split the modes)
 #   all            `h3bench run --op all`: the seven ops in one process, full plan, mode plain, every row (the
 #                  suite's wall time), one evidence file per op under $OUT/work/all/
+#   suite          the same on GPU 0 with H3BENCH_PER_GPU (default 3) ops at a time taking turns (`--gpus 1
+#                  --per-gpu K`, harness/gpu_turns.py), one evidence file per op under $OUT/work/suite/
+#   common         the common ops (rms_norm, layer_norm, linear, softmax), quick plan, every row, one file each
+#                  under $OUT/work/common_quick_<tag>/; then linear under the seven modes, quick plan
 #   kernel-tests   our kernels' tests on the GPU (H3BENCH_KERNEL_TESTS: test files, default every kernel's;
 #                  H3BENCH_TEST_TIMEOUT: seconds, default 200)
 #   sweep          tools/sweep_norm_modulate.py --variants= (norm_modulate over widths, table sizes and dtypes, no
@@ -32,9 +39,9 @@
 # working tree without its history). The measuring tools (tools/bench_*.py, tools/hostcost.py,
 # tools/kernel_times.py, tools/gemm_kernel_times.py) are not steps: run them with `python -m tools.NAME`.
 set -uo pipefail
-STEPS=" stash install norm_modulate ops modes all kernel-tests sweep "
+STEPS=" stash install norm_modulate ops modes all suite common kernel-tests sweep "
 for step in "$@"; do
-  [[ $STEPS == *" $step "* ]] || { echo "run_h200.sh: no step '$step' (steps:$STEPS)" >&2; exit 2; }
+  [[ $STEPS == *" $step "* ]] || { echo "run_gpu.sh: no step '$step' (steps:$STEPS)" >&2; exit 2; }
 done
 export PYTHONUNBUFFERED=1 TVM_FFI_DISABLE_TORCH_C_DLPACK=1
 OUT=${OUT:-/tmp/h3bench-out}
@@ -43,6 +50,9 @@ START=$(date +%s)
 DEADLINE=${H3BENCH_DEADLINE_S:-100000}
 left() { echo $(( DEADLINE - ($(date +%s) - START) )); }
 mkdir -p "$OUT"
+TAG=${H3BENCH_GPU_TAG:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 \
+  | grep -oiE 'H100|H200' | head -n 1 | tr 'A-Z' 'a-z')}
+TAG=${TAG:-gpu}
 NVCC=$(readlink -f "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")
 export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$NVCC")")}  # sglang's JIT links against $CUDA_HOME/lib64
 SITE=/tmp/site
@@ -119,13 +129,13 @@ run_ops() {  # run_ops PATH OPS [args...]: one h3bench run, its wall time
 }
 
 step_norm_modulate() {
-  run_ops "$FULL_PATH" norm_modulate --out "$OUT/work/norm_modulate_h200.json"
+  run_ops "$FULL_PATH" norm_modulate --out "$OUT/work/norm_modulate_$TAG.json"
 }
 
 step_ops() {
   # one process per op: a kernel that faults (an illegal address kills the CUDA context) costs its op only
   for op in ${H3BENCH_OPS:-timestep_sinusoid timestep_mlp adaln_projection adaln_row_gather gate_residual final_adaln_out}; do
-    run_ops "$FULL_PATH" "$op" --out "$OUT/work/${op}_h200.json"
+    run_ops "$FULL_PATH" "$op" --out "$OUT/work/${op}_$TAG.json"
   done
 }
 
@@ -133,12 +143,30 @@ step_all() {
   run_ops "$FULL_PATH" all --out "$OUT/work/all"
 }
 
+step_suite() {
+  run_ops "$FULL_PATH" all --gpus 1 --per-gpu "${H3BENCH_PER_GPU:-3}" --out "$OUT/work/suite"
+}
+
+step_common() {
+  local t0
+  t0=$(date +%s)
+  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m h3bench.reports.cli run --op rms_norm,layer_norm,linear,softmax \
+    --device cuda --quick --no-render --quiet --force --out "$OUT/work/common_quick_$TAG"
+  echo "common ops, quick plan: rc=$? wall $(( $(date +%s) - t0 )) s"
+  t0=$(date +%s)
+  PYTHONPATH=$MODES_PATH timeout "$(left)" python3 -m h3bench.reports.cli run --op linear --device cuda --quick \
+    --no-render --quiet --force --mode-timeout 300 \
+    --mode plain,vllm,sglang,sglang_ieee,megatron_te_native,megatron_triton,megatron_triton_ieee \
+    --out "$OUT/work/linear_modes_quick_$TAG.json"
+  echo "linear under the seven modes, quick plan: rc=$? wall $(( $(date +%s) - t0 )) s"
+}
+
 step_modes() {
   for op in ${H3BENCH_MODE_OPS:-timestep_mlp adaln_projection}; do
     # the RFC's seven modes (`all` would add torch's deterministic switch, which the RFC does not compare)
     run_ops "$MODES_PATH" "$op" --adapters diffusers --mode-timeout 300 \
       --mode "${H3BENCH_MODES:-plain,vllm,sglang,sglang_ieee,megatron_te_native,megatron_triton,megatron_triton_ieee}" \
-      --out "$OUT/work/${op}_modes_h200${H3BENCH_MODES_TAG:+_$H3BENCH_MODES_TAG}.json"
+      --out "$OUT/work/${op}_modes_$TAG${H3BENCH_MODES_TAG:+_$H3BENCH_MODES_TAG}.json"
   done
 }
 
