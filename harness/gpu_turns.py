@@ -1,8 +1,8 @@
 """Turns on a GPU that several runs share: timing alone, bitwise probes together.
 
 A full run spends most of its time in the bitwise probes (the RFC's three make about 11,500 calls of a
-row's fwd+bwd: 7107 rows alone, 2124 sub-batches, 2256 sweep batches, most of one to a few rows, so the
-host's launch path sets their pace and the GPU mostly idles), and the rest
+row's fwd+bwd: 7107 rows alone, 2124 sub-batches, 2256 sweep batches, most of them of one to a few rows,
+where the host's launch path, not the GPU, sets the pace), and the rest
 in what must have the GPU to itself: the bandwidth measurement, the contention probe (it loads the GPU on
 purpose and compares against idle) and the rows' latency rounds. Several runs on one GPU
 (`h3bench run --gpus N --per-gpu K`, harness/fanout.py) therefore take turns: a probe holds a shared turn,
