@@ -123,6 +123,10 @@ class LaunchConfig:
     dots_rows: int = DOTS_ROWS
     dots_chunk: int = DOTS_CHUNK
     dots_warps: int = DOTS_WARPS
+    # `_bwd_kernel` compiled with FMA contraction on: dx then depends on which gradients are requested
+    # (`_bwd_recipe`), so never the default; a preset of tools/sweep_norm_modulate.py for timing what
+    # turning it off costs (kernels/notes/norm_modulate.md, "dx whatever gradients are requested")
+    bwd_fp_fusion: bool = False
 
     def __post_init__(self):
         for name in ("fwd_rows", "bwd_rows", "bwd_cols", "block_h", "plan_walk_rows", "dots_rows", "dots_chunk"):
@@ -830,14 +834,15 @@ def _bwd_recipe(rows: int, hidden: int, table_rows: int, need_params: bool, cfg:
     if max(pstride, table_rows * hidden) >= 2 ** 31:
         raise ValueError(f"tables of {table_rows} rows of {hidden} are too large for this kernel's int32 offsets")
     programs, chunk, cmax = _geometry(rows, device, cfg.bwd_programs_per_sm, cfg.chunk_limit)
-    # enable_fp_fusion=False: PARAMS (a constexpr) makes two compilations of `_bwd_kernel`, and with contraction
+    # enable_fp_fusion off (cfg.bwd_fp_fusion, False but in a measuring preset): PARAMS (a constexpr) makes two
+    # compilations of `_bwd_kernel`, and with contraction
     # on, LLVM fused a different product of dx = (dy * a - xhat * c) * rstd into an FMA in each (the one whose
     # operands have fewer other uses; with PARAMS, xhat and dy also feed the parameter sums), so dx moved by
     # 1-2 ULP when the parameters need no gradient. Without contraction every operation is rounded as
     # written (PTX `.rn`, which ptxas does not fuse either): both compilations evaluate dx alike
     # (kernels/notes/norm_modulate.md, "dx whatever gradients are requested").
     meta = dict(H=hidden, CMAX=cmax, K_P2=_k_p2(table_rows, global_plan), GLOBAL=global_plan, PARAMS=need_params,
-                BY_HAND=BY_HAND, num_warps=cfg.bwd_warps, enable_fp_fusion=False)
+                BY_HAND=BY_HAND, num_warps=cfg.bwd_warps, enable_fp_fusion=cfg.bwd_fp_fusion)
     if cfg.bwd_cols:
         meta.update(BLOCK_H=cfg.bwd_cols, ROWS=cfg.bwd_rows, COLS=True)
         grid = (programs, cdiv(hidden, cfg.bwd_cols))

@@ -511,6 +511,8 @@ def test_backward_compiles_without_contraction(monkeypatch):
     each launch's constexprs and options (split and whole-row backward, local and global plan, with and
     without parameter gradients), no compilation has an FMA, so every operation of dx is rounded as written
     in both. The same kernel with contraction on does have them (the check sees one when it is there)."""
+    import dataclasses
+
     from h3bench.kernels import norm_modulate_kernel as K
     metas = []
     for kernels in ("rows+split", "rows+rows"):
@@ -520,7 +522,10 @@ def test_backward_compiles_without_contraction(monkeypatch):
                 meta = K._bwd_recipe(26, 20, table_rows, need_params, cfg, -1)[7]
                 assert meta["enable_fp_fusion"] is False
                 metas.append(dict(meta, BY_HAND=False))
-    *compiled, fused = _backward_ptx(metas + [dict(metas[0], enable_fp_fusion=True)])
+    # the measuring preset (tools/sweep_norm_modulate.py's bwd-fp-fusion) turns it back on through the config
+    on = K._bwd_recipe(26, 20, 9, True, dataclasses.replace(cfg, bwd_fp_fusion=True), -1)[7]
+    assert on["enable_fp_fusion"] is True
+    *compiled, fused = _backward_ptx(metas + [dict(on, BY_HAND=False)])
     for meta, ptx in zip(metas, compiled):
         assert "fma.rn.f32" not in ptx and "mul.rn.f32" in ptx, meta
     assert "fma.rn.f32" in fused

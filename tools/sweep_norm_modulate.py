@@ -108,6 +108,9 @@ def _presets(base) -> dict:
         "bwd-w4-2sm": dict(bwd_rows=max(1, one_sm_rows // 2), bwd_warps=max(1, one_sm_warps // 2),
                            bwd_programs_per_sm=2),
         "bwd-3sm": dict(bwd_programs_per_sm=3),
+        # the backward with FMA contraction on, as before dx was made the same whatever gradients are
+        # requested: what turning it off costs (`python -m tools.kernel_times --variants default,bwd-fp-fusion`)
+        "bwd-fp-fusion": dict(bwd_fp_fusion=True),
         # the parameter stage's columns per program (16 is the default up to 2048 lanes a row, 32 above)
         "param-c8": dict(param_cols=8),
         "param-c16": dict(param_cols=16),
