@@ -9,7 +9,6 @@ from h3bench.harness.ops.norm_modulate import OP
 from h3bench.harness.probes.accuracy_latency import rel_err
 from h3bench.kernels.norm_modulate_api import norm_modulate
 from h3bench.kernels.common import local_order
-from tests.conftest import DEVICE
 from tests.helpers import STRIDED, assert_same_bits, nm_params, row_gapped, shifted
 
 # max|err|/max|ref| bounds: one rounding of a value near max|ref| costs at most 2^-8 (bf16),

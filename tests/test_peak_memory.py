@@ -2,7 +2,6 @@
 it, read from fake counters on the CPU and from torch's on a GPU."""
 from __future__ import annotations
 
-import pytest
 import torch
 
 from h3bench.harness import peak_memory
