@@ -27,6 +27,7 @@
 #                  suite's wall time), one evidence file per op under $OUT/work/all/
 #   suite          the same on GPU 0 with H3BENCH_PER_GPU (default 3) ops at a time taking turns (`--gpus 1
 #                  --per-gpu K`, harness/gpu_turns.py), one evidence file per op under $OUT/work/suite/
+#                  (H3BENCH_OPS picks some)
 #   common         the common ops (rms_norm, layer_norm, linear, softmax), quick plan, every row, one file each
 #                  under $OUT/work/common_quick_<tag>/; then linear under the seven modes, quick plan
 #   kernel-tests   our kernels' tests on the GPU (H3BENCH_KERNEL_TESTS: test files, default every kernel's;
@@ -144,7 +145,9 @@ step_all() {
 }
 
 step_suite() {
-  run_ops "$FULL_PATH" all --gpus 1 --per-gpu "${H3BENCH_PER_GPU:-3}" --out "$OUT/work/suite"
+  local ops=all
+  [ -n "${H3BENCH_OPS:-}" ] && ops=$(echo "$H3BENCH_OPS" | tr ' ' ',')
+  run_ops "$FULL_PATH" "$ops" --gpus 1 --per-gpu "${H3BENCH_PER_GPU:-3}" --out "$OUT/work/suite"
 }
 
 step_common() {
