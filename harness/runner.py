@@ -442,8 +442,9 @@ def default_out_path(op: str, device: torch.device, quick: bool) -> Path:
 
 def _evidence_without_rows(op: Op, request: RunRequest) -> Evidence:
     """A file with this process's environment and no mode's rows yet."""
-    env = _without_floors_unless_declared(op, environment.capture(
-        request.device, {}, request.measure_bandwidth, timing_record(request.config, request.device)))
+    with gpu_turns.exclusive():  # the bandwidths are measured on a GPU no other run works on
+        env = _without_floors_unless_declared(op, environment.capture(
+            request.device, {}, request.measure_bandwidth, timing_record(request.config, request.device)))
     return evidence_of(op, request, env, {})
 
 

@@ -137,6 +137,8 @@ def test_a_run_measures_alone_and_probes_in_shared_turns(monkeypatch):
     monkeypatch.setattr(contention, "contention", noting("contention", contention.contention))
     from h3bench.harness.probes import batch_invariance
     monkeypatch.setattr(batch_invariance, "all_rows", noting("all_rows", batch_invariance.all_rows))
+    from h3bench.harness import environment
+    monkeypatch.setattr(environment, "capture", noting("capture", environment.capture))
 
     config = load_config("timestep_sinusoid", quick=True)
     config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
@@ -147,7 +149,13 @@ def test_a_run_measures_alone_and_probes_in_shared_turns(monkeypatch):
     assert found["latency"] == ("exclusive",)
     assert found["contention"] == ("exclusive",)
     assert found["accuracy"] == ("shared",)
+    assert found["capture"] == ("exclusive",)  # the environment, with the bandwidths where measured
     assert [held for name, held in seen if name == "all_rows"] == [("shared",), ("shared",)]  # the row, the control
+
+    seen.clear()  # a fan-out's control job: its environment alone, then the control's probes
+    run(RunRequest(config=config, device=CPU, adapters=[], modes=["plain"], out=None, measure_bandwidth=False,
+                   control_adapter=diffusers, control_only=True))
+    assert seen[0] == ("capture", ("exclusive",)) and ("all_rows", ("shared",)) in seen
 
 
 # ---------------------------------------------------------------- the fan-out
