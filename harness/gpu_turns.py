@@ -6,7 +6,8 @@ where the host's launch path, not the GPU, sets the pace), and the rest
 in what must have the GPU to itself: the bandwidth measurement, the contention probe (it loads the GPU on
 purpose and compares against idle) and the rows' latency rounds. Several runs on one GPU
 (`h3bench run --gpus N --per-gpu K`, harness/fanout.py) therefore take turns: a probe holds a shared turn,
-so the probes of several runs overlap; a measurement holds an exclusive turn, which waits for the probes
+so the probes of several runs overlap (and a row's load, which may build, compile or allocate); a
+measurement holds an exclusive turn, which waits for the probes
 in flight to end, keeps new ones from starting until it is done, and so times a GPU on which only its own
 run works. Between turns a run does only host work that launches nothing.
 

@@ -294,7 +294,8 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
                        reference_variant=adapter.reference or op.name, progress=observer.advance,
                        reference_guard=active.reference_off if spec.reference_with_mode_off else contextlib.nullcontext)
     observer.row_started(spec.name, name, probe_totals(cfg, ctx))
-    loaded = adapter.try_load(request.device, cfg.inputs)
+    with gpu_turns.shared():  # a load may build, compile or allocate: not while another run measures
+        loaded = adapter.try_load(request.device, cfg.inputs)
     if not isinstance(loaded, Loaded):
         return UnavailableRow(unavailable=loaded, wall_s=round(time.perf_counter() - started, 3))
     ctx.fn = loaded.fn

@@ -103,8 +103,8 @@ def test_without_the_variable_every_turn_is_free_and_nested_turns_are_the_outer_
 
 
 def test_a_run_measures_alone_and_probes_in_shared_turns(monkeypatch):
-    """The latency rounds and the contention probe in exclusive turns; the other probes and the control in
-    shared ones."""
+    """The latency rounds, the contention probe and the environment's bandwidths in exclusive turns; the
+    row's load, the other probes and the control in shared ones."""
     from h3bench.adapters import builtin_adapters
     from h3bench.harness.config import load_config
     from h3bench.harness.probes import accuracy_latency, contention
@@ -143,6 +143,7 @@ def test_a_run_measures_alone_and_probes_in_shared_turns(monkeypatch):
     config = load_config("timestep_sinusoid", quick=True)
     config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
     diffusers = next(a for a in builtin_adapters("timestep_sinusoid") if a.name == "diffusers")
+    diffusers = dataclasses.replace(diffusers, load=noting("load", diffusers.load))
     run(RunRequest(config=config, device=CPU, adapters=[diffusers], modes=["plain"], out=None,
                    measure_bandwidth=False, control_adapter=diffusers))
     found = {name: turn for name, turn in seen if name != "all_rows"}
@@ -150,6 +151,8 @@ def test_a_run_measures_alone_and_probes_in_shared_turns(monkeypatch):
     assert found["contention"] == ("exclusive",)
     assert found["accuracy"] == ("shared",)
     assert found["capture"] == ("exclusive",)  # the environment, with the bandwidths where measured
+    loads = [held for name, held in seen if name == "load"]
+    assert loads and all(held == ("shared",) for held in loads)  # the row's load first, then the control's
     assert [held for name, held in seen if name == "all_rows"] == [("shared",), ("shared",)]  # the row, the control
 
     seen.clear()  # a fan-out's control job: its environment alone, then the control's probes
