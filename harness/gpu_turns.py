@@ -2,14 +2,13 @@
 
 A full run spends most of its time in the bitwise probes (the RFC's three make about 11,500 calls of a
 row's fwd+bwd: 7107 rows alone, 2124 sub-batches, 2256 sweep batches, most of them of one to a few rows,
-where the host's launch path, not the GPU, sets the pace), and the rest
-in what must have the GPU to itself: the bandwidth measurement, the contention probe (it loads the GPU on
-purpose and compares against idle) and the rows' latency rounds. Several runs on one GPU
-(`h3bench run --gpus N --per-gpu K`, harness/fanout.py) therefore take turns: a probe holds a shared turn,
-so the probes of several runs overlap (and a row's load, which may build, compile or allocate); a
-measurement holds an exclusive turn, which waits for the probes
-in flight to end, keeps new ones from starting until it is done, and so times a GPU on which only its own
-run works. Between turns a run does only host work that launches nothing.
+where the host's launch path, not the GPU, sets the pace), and the rest in what must have the GPU to
+itself: the bandwidth measurement, the contention probe (it loads the GPU on purpose and compares against
+idle) and the rows' latency rounds. Several runs on one GPU (`h3bench run --gpus N --per-gpu K`,
+harness/fanout.py) therefore take turns. A probe, and a row's load (which may build, compile or allocate),
+holds a shared turn, so the probes of several runs overlap. A measurement holds an exclusive turn, which
+waits for the probes in flight to end and keeps new ones from starting until it is done, so it times a GPU
+on which only its own run works. Between turns a run does only host work that launches nothing.
 
 The turns are two `flock` locks on files named by H3BENCH_GPU_TURNS (one path a GPU, set by the fan-out
 for every job on that GPU): a gate and the turn itself. A shared turn passes the gate (shared) and takes the
