@@ -74,10 +74,12 @@ def test_an_exclusive_turn_waits_for_shared_ones_and_keeps_new_ones_out(tmp_path
 
 def test_shared_turns_overlap(tmp_path):
     turns = tmp_path / "gpu-0.turns"
-    procs = [_take("shared", 1.5, tmp_path / f"p{i}", turns) for i in range(2)]
-    _wait_all(procs)
-    (a_start, a_end), (b_start, b_end) = _span(tmp_path / "p0"), _span(tmp_path / "p1")
-    assert max(a_start, b_start) < min(a_end, b_end)  # both held at once
+    first = _take("shared", 3.0, tmp_path / "p0", turns)
+    _wait_for(tmp_path / "p0.held")
+    second = _take("shared", 0.1, tmp_path / "p1", turns)
+    _wait_all([first, second])
+    (_, a_end), (b_start, _) = _span(tmp_path / "p0"), _span(tmp_path / "p1")
+    assert b_start < a_end  # the second got its turn while the first held its own
 
 
 def test_exclusive_turns_do_not_overlap(tmp_path):
