@@ -218,10 +218,7 @@ def measure_mode(request: RunRequest, op: Op, spec: ModeSpec, observer: Observer
     mode_env = mode_variables(spec)
     if spec.needs:
         mode_env["libraries"] = {name: environment.library_version(name) for name in spec.needs}
-    with gpu_turns.exclusive():  # the bandwidths are measured on a GPU no other run works on
-        env = _without_floors_unless_declared(op, environment.capture(
-            request.device, {spec.name: mode_env}, request.measure_bandwidth,
-            timing_record(request.config, request.device)))
+    env = _environment(op, request, {spec.name: mode_env})
     try:
         active = spec.switch()
         found = active.check()
@@ -279,7 +276,9 @@ def measure_rows(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode
             measured.append(row_or_measured)
             rows[name] = None  # placeholder keeps the adapters' order
         _release(request.device)
-    _time_rows(request, op, spec, measured, rates, observer)
+    if measured:
+        with gpu_turns.exclusive():  # the latency rounds time a GPU no other run works on
+            _time_rows(request, op, spec, measured, rates, observer)
     for m in measured:
         rows[m.name] = _row_result(m, request.device)
         observer.row_finished(spec.name, m.name, rows[m.name])
@@ -326,25 +325,17 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
     return measured
 
 
+EXCLUSIVE_PROBES = ("contention",)
+
+
 def _turn_of(probe: str):
     """The probe's turn on a GPU shared with other runs (harness/gpu_turns.py): contention loads the GPU
     on purpose and compares with idle, so it has the GPU alone; the bitwise probes share it."""
     return gpu_turns.exclusive() if probe in EXCLUSIVE_PROBES else gpu_turns.shared()
 
 
-EXCLUSIVE_PROBES = ("contention",)
-
-
 def _time_rows(request: RunRequest, op: Op, spec: ModeSpec, measured: list[_Measured], rates: Optional[Rates],
                observer: Observer) -> None:
-    if not measured:
-        return
-    with gpu_turns.exclusive():  # the latency rounds time a GPU no other run works on
-        _time_rows_alone(request, op, spec, measured, rates, observer)
-
-
-def _time_rows_alone(request: RunRequest, op: Op, spec: ModeSpec, measured: list[_Measured],
-                     rates: Optional[Rates], observer: Observer) -> None:
     cfg = request.config
     timed = [acc.TimedRow(name=m.name, fn=m.loaded.fn, grads=m.adapter.grads, sizes=m.sizes)
              for m in measured]
@@ -443,10 +434,16 @@ def default_out_path(op: str, device: torch.device, quick: bool) -> Path:
 
 def _evidence_without_rows(op: Op, request: RunRequest) -> Evidence:
     """A file with this process's environment and no mode's rows yet."""
-    with gpu_turns.exclusive():  # the bandwidths are measured on a GPU no other run works on
-        env = _without_floors_unless_declared(op, environment.capture(
-            request.device, {}, request.measure_bandwidth, timing_record(request.config, request.device)))
-    return evidence_of(op, request, env, {})
+    return evidence_of(op, request, _environment(op, request, {}), {})
+
+
+def _environment(op: Op, request: RunRequest, mode_environment: dict) -> Environment:
+    """This process's environment record; its bandwidths are measured on a GPU no other run works on
+    (an exclusive turn, harness/gpu_turns.py)."""
+    with gpu_turns.exclusive():
+        return _without_floors_unless_declared(op, environment.capture(
+            request.device, mode_environment, request.measure_bandwidth,
+            timing_record(request.config, request.device)))
 
 
 NO_TRAFFIC = "none: the op declares no floor_traffic (its bytes read and written), so it has no memory floors"

@@ -67,11 +67,10 @@ def resources(kernel, constexprs: dict, num_warps: int, arch: int = 90) -> dict:
             "warps": num_warps}
 
 
-def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9,
-                bwd_fp_fusion: bool = False) -> list[tuple[str, object, dict, int]]:
+def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9) -> list[tuple[str, object, dict, int]]:
     """(label, kernel, constexprs, warps) of every launch `forward` and `backward` can make for `hidden`
-    (CMAX 256: R = 32768 on 132 SMs); `bwd_fp_fusion`: the backward with FMA contraction on, as it was
-    compiled before its launches turned it off (kernels/notes/norm_modulate.md), for comparison."""
+    (CMAX 256: R = 32768 on 132 SMs); the backward with FMA contraction on where `cfg.bwd_fp_fusion` says so,
+    as it was compiled before its launches turned it off (kernels/notes/norm_modulate.md), for comparison."""
     head, tail = K._head_tail(hidden)
     out = [("fwd rows", K._fwd_rows_kernel,
             dict(H=hidden, ROWS=cfg.fwd_rows, HEAD=head, TAIL=tail, L1_TABLES=cfg.fwd_l1_tables, RELOAD=cfg.fwd_reload,
@@ -83,7 +82,7 @@ def kernels_for(hidden: int, cfg: K.LaunchConfig, table_rows: int = 9,
     for plan in (False, True):
         k_p2 = 2 if plan else triton.next_power_of_2(table_rows + 2)
         common = dict(H=hidden, CMAX=256, K_P2=k_p2, GLOBAL=plan, PARAMS=True, BY_HAND=False,
-                      enable_fp_fusion=bwd_fp_fusion)
+                      enable_fp_fusion=cfg.bwd_fp_fusion)
         if cfg.bwd_cols:
             out.append((f"bwd split global={plan}", K._bwd_kernel,
                         dict(common, BLOCK_H=cfg.bwd_cols, ROWS=cfg.bwd_rows, COLS=True), cfg.bwd_warps))
@@ -117,7 +116,8 @@ def main() -> None:
     parser.add_argument("--params", choices=("on", "off"), default="on",
                         help="the backward with parameter gradients (PARAMS) or without")
     parser.add_argument("--bwd-fp-fusion", action="store_true",
-                        help="compile the backward with FMA contraction on (its launches turn it off)")
+                        help="compile the backward with FMA contraction on (its launches turn it off; the same "
+                             "as --set bwd_fp_fusion=True)")
     parser.add_argument("--set", action="append", default=[],
                         help="override a LaunchConfig field for every H, e.g. --set bwd_cols=2048")
     args = parser.parse_args()
@@ -127,7 +127,9 @@ def main() -> None:
             name, value = item.split("=")
             field_type = type(getattr(cfg, name))
             cfg = dataclasses.replace(cfg, **{name: value == "True" if field_type is bool else int(value)})
-        for label, kernel, constexprs, warps in kernels_for(hidden, cfg, bwd_fp_fusion=args.bwd_fp_fusion):
+        if args.bwd_fp_fusion:
+            cfg = dataclasses.replace(cfg, bwd_fp_fusion=True)
+        for label, kernel, constexprs, warps in kernels_for(hidden, cfg):
             if "PARAMS" in constexprs:
                 constexprs = dict(constexprs, PARAMS=args.params == "on")
             print(f"H={hidden:6d} {label:28s} {resources(kernel, constexprs, warps, args.arch)}", flush=True)
