@@ -12,6 +12,7 @@ import torch
 
 from h3bench.harness.ops.from_examples import ExamplesOp, OutputSpec
 from h3bench.testing import InvarianceCheck, assert_batch_invariant, check_batch_invariance
+from tests.user_op_rows import ScaleWithGradInRunOrder
 
 EPS = 1e-6
 HALF = 32
@@ -54,32 +55,10 @@ def row_position(x, w):
     return rms_norm(x, w) + index * 1e-4
 
 
-class _AtomicWeightGrad(torch.autograd.Function):
-    """y = xhat * w with dw summed row by row in an order drawn from an OS-seeded generator each backward,
-    as atomics would add them; dxhat is exact per row."""
-
-    @staticmethod
-    def forward(ctx, xhat, w):
-        ctx.save_for_backward(xhat, w)
-        return xhat * w
-
-    @staticmethod
-    def backward(ctx, grad):
-        xhat, w = ctx.saved_tensors
-        order = torch.randperm(xhat.shape[0], generator=_os_seeded())
-        dw = torch.zeros(1, w.shape[0], dtype=w.dtype).index_add_(
-            0, torch.zeros(len(order), dtype=torch.long), (grad * xhat)[order])
-        return grad * w, dw[0]
-
-
-def _os_seeded() -> torch.Generator:
-    gen = torch.Generator()
-    gen.seed()  # a nondeterministic seed from the OS, leaving torch's global generator alone
-    return gen
-
-
 def atomic_weight_grad(x, w):
-    return _AtomicWeightGrad.apply(x * torch.rsqrt((x * x).mean(-1, keepdim=True) + EPS), w)
+    """y = xhat * w with dw summed row by row in an order that changes with every backward, as atomics
+    would add them; dxhat is exact per row."""
+    return ScaleWithGradInRunOrder.apply(x * torch.rsqrt((x * x).mean(-1, keepdim=True) + EPS), w)
 
 
 def _failing(fn, **kwargs) -> str:

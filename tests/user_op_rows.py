@@ -51,9 +51,9 @@ def row_position(x, weight, *, eps):
 _RUNS = itertools.count()
 
 
-class _ScaleWithGradInRunOrder(torch.autograd.Function):
+class ScaleWithGradInRunOrder(torch.autograd.Function):
     """normed * weight whose weight gradient adds the rows' contributions in the input's dtype, in an order
-    that changes with every backward (a stand-in for atomics)."""
+    that changes with every backward (a stand-in for atomics). Also the planted fault of tests/test_testing_api.py."""
 
     @staticmethod
     def forward(ctx, normed, weight):
@@ -73,7 +73,7 @@ class _ScaleWithGradInRunOrder(torch.autograd.Function):
 def weight_grad_by_atomics(x, weight, *, eps):
     wide = x.float()
     normed = (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-    return _ScaleWithGradInRunOrder.apply(normed, weight)
+    return ScaleWithGradInRunOrder.apply(normed, weight)
 
 
 # --- rows that break the op's contract: each becomes its row's one-line reason ----------------------------
