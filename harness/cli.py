@@ -54,7 +54,11 @@ class Program:
 def make_app(program: Program) -> typer.Typer:
     """The measuring commands as a typer app, each reading `program` from its click context; the caller
     adds its own commands to it."""
+    # A harness error's traceback: rich's panel at a terminal; Python's own anywhere else, where its last
+    # line is the whole exception (rich wraps it to the log's width, and a fan-out's failure reason is
+    # that last line: harness/fanout.py).
     app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP,
+                      pretty_exceptions_enable=sys.stderr.isatty(),
                       context_settings={"help_option_names": ["-h", "--help"], "obj": program})
     app.callback()(_options)
     app.command()(run)

@@ -15,17 +15,31 @@ for every job on that GPU): a gate and the turn itself. A shared turn passes the
 turn shared; an exclusive turn closes the gate (exclusive), so no new shared turn starts, then takes the
 turn exclusive. Without the variable (one run on its GPU, a CPU run) every turn is free. Nested turns in
 one process are the outer turn's (a measurement inside a probe runs in the probe's turn).
+
+The runs share the card's memory too. A run hands what its allocator keeps cached back at the end of each
+turn, so the memory is free for the runs that come next; a step that still runs out of memory in a shared
+turn runs again in an exclusive one (harness/runner.py), since the other runs' allocations, not its own,
+may have filled the card.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import os
-from typing import Iterator
+import sys
+from typing import Callable, Iterator, TypeVar
+
+T = TypeVar("T")
 
 ENV = "H3BENCH_GPU_TURNS"
 
 _depth = 0  # turns this process holds (nested turns are the outer one's)
+
+
+def sharing() -> bool:
+    """Whether this run shares its GPU with other runs (the fan-out named the GPU's turn files)."""
+    return bool(os.environ.get(ENV))
 
 
 @contextlib.contextmanager
@@ -40,6 +54,30 @@ def exclusive() -> Iterator[None]:
     """The GPU to this run alone: no other run's probe or measurement runs meanwhile."""
     with _turn(exclusive=True):
         yield
+
+
+def shared_else_alone(step: Callable[[], T], ran_out: Callable[[T], bool] = lambda _result: False) -> T:
+    """`step()` in a shared turn. Where it runs out of GPU memory there (it raises torch's
+    OutOfMemoryError, or `ran_out` says its result is that failure), once more in an exclusive turn: the
+    other runs' allocations may have filled the card, so running out beside them is no verdict on the
+    step. By the time the exclusive turn starts their probes have ended and handed their cached memory
+    back. Without sharing (or inside a turn already) the first outcome stands."""
+    retry = sharing() and not _depth
+    try:
+        with shared():
+            result = step()
+    except Exception as exc:
+        if not (retry and _out_of_memory(exc)):
+            raise
+    else:
+        if not (retry and ran_out(result)):
+            return result
+    gc.collect()  # the failed attempt's tensors, before its cached blocks go back
+    _hand_back_cached_memory()
+    print("h3bench: a step ran out of GPU memory beside other runs on the card; running it again alone",
+          file=sys.stderr, flush=True)
+    with exclusive():
+        return step()
 
 
 @contextlib.contextmanager
@@ -66,6 +104,29 @@ def _turn(exclusive: bool) -> Iterator[None]:
             yield
         finally:
             _depth -= 1
+            _hand_back_cached_memory()
             fcntl.flock(turn, fcntl.LOCK_UN)
             if exclusive:
                 fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """torch's OutOfMemoryError anywhere in the exception's chain (a row's failure wraps its cause)."""
+    torch = sys.modules.get("torch")
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while torch is not None and current is not None and id(current) not in seen:
+        if isinstance(current, torch.OutOfMemoryError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _hand_back_cached_memory() -> None:
+    """Free the blocks torch's allocator keeps cached for this process, so that the runs after this turn
+    can have them. Through sys.modules: this module imports no torch (a run that never loaded it has no
+    CUDA memory to give back)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()

@@ -22,7 +22,7 @@ import gc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Protocol, Sequence
+from typing import Callable, Optional, Protocol, Sequence, TypeVar
 
 import torch
 
@@ -47,6 +47,7 @@ PROBES = ("all_rows", "full_vs_sub_batches", "batch_size_sweep", "contention", "
           "grad_set", "accuracy_latency")
 # h3bench's probes beyond the RFC's: run where the config has their plan (harness/config.py)
 OPTIONAL_PROBES = ("contention", "graph_replay", "layout", "grad_set")
+T = TypeVar("T")
 INTERLEAVED = "rows round-robin: each row takes a block of samples per turn, the order rotating each round"
 
 
@@ -184,9 +185,9 @@ def measure_control(request: RunRequest, op: Op, observer: Observer) -> Optional
     observer.phase_started("plain", f"control: the {op.composition_row} composition with a planted batch-size fault",
                            control.probe_units(request.config))
     try:
-        with gpu_turns.shared():  # bitwise probes only
-            record = control.measure(op, request.control_adapter, request.config, request.device,
-                                     progress=observer.advance)
+        record = gpu_turns.shared_else_alone(  # bitwise probes only
+            lambda: control.measure(op, request.control_adapter, request.config, request.device,
+                                    progress=observer.advance))
     except ImplementationError as exc:
         _require_usable_device(request.device, "control", str(exc))
         record = ControlSkipped(skipped=f"the control failed: {exc}")
@@ -293,8 +294,9 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
                        reference_variant=adapter.reference or op.name, progress=observer.advance,
                        reference_guard=active.reference_off if spec.reference_with_mode_off else contextlib.nullcontext)
     observer.row_started(spec.name, name, probe_totals(cfg, ctx))
-    with gpu_turns.shared():  # a load may build, compile or allocate: not while another run measures
-        loaded = adapter.try_load(request.device, cfg.inputs)
+    # a load may build, compile or allocate: not while another run measures
+    loaded = gpu_turns.shared_else_alone(lambda: adapter.try_load(request.device, cfg.inputs),
+                                         ran_out=_out_of_memory_reason)
     if not isinstance(loaded, Loaded):
         return UnavailableRow(unavailable=loaded, wall_s=round(time.perf_counter() - started, 3))
     ctx.fn = loaded.fn
@@ -313,11 +315,8 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
     try:
         for current in (p for p in PROBES if p not in OPTIONAL_PROBES or getattr(cfg, p) is not None):
             observer.probe_started(current)
-            with _turn_of(current):
-                t0 = time.perf_counter()
-                measured.probes[current] = steps[current]()
-                _sync(request.device)
-                measured.probe_wall[current] = round(time.perf_counter() - t0, 3)
+            measured.probes[current], measured.probe_wall[current] = _in_turn(
+                current, lambda: _timed(steps[current], request.device))
     except ImplementationError as exc:  # the implementation's own failure is its row's verdict
         _require_usable_device(request.device, name, str(exc))
         return _failed_row(loaded, exc, current, round(time.perf_counter() - started, 3))
@@ -328,10 +327,26 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
 EXCLUSIVE_PROBES = ("contention",)
 
 
-def _turn_of(probe: str):
-    """The probe's turn on a GPU shared with other runs (harness/gpu_turns.py): contention loads the GPU
-    on purpose and compares with idle, so it has the GPU alone; the bitwise probes share it."""
-    return gpu_turns.exclusive() if probe in EXCLUSIVE_PROBES else gpu_turns.shared()
+def _in_turn(probe: str, step: Callable[[], T]) -> T:
+    """The probe in its turn on a GPU shared with other runs (harness/gpu_turns.py): contention loads the
+    GPU on purpose and compares with idle, so it has the GPU alone; the bitwise probes share it (and run
+    again alone where they ran out of memory beside the other runs)."""
+    if probe in EXCLUSIVE_PROBES:
+        with gpu_turns.exclusive():
+            return step()
+    return gpu_turns.shared_else_alone(step)
+
+
+def _timed(step: Callable[[], T], device: torch.device) -> tuple[T, float]:
+    t0 = time.perf_counter()
+    result = step()
+    _sync(device)
+    return result, round(time.perf_counter() - t0, 3)
+
+
+def _out_of_memory_reason(loaded: Loaded | str) -> bool:
+    """A load's reason that is torch's OutOfMemoryError (Adapter.try_load describes it "Type: message")."""
+    return isinstance(loaded, str) and loaded.startswith(f"{torch.OutOfMemoryError.__name__}:")
 
 
 def _time_rows(request: RunRequest, op: Op, spec: ModeSpec, measured: list[_Measured], rates: Optional[Rates],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -14,7 +15,7 @@ from typing import Optional
 import pytest
 
 from h3bench.harness import fanout
-from h3bench.harness.fanout import Event, Job, LaunchResult, parse_gpus, run_jobs, subprocess_launcher
+from h3bench.harness.fanout import Event, Job, LaunchResult, parse_gpus, read_tail, run_jobs, subprocess_launcher
 
 # ---------------------------------------------------------------- a fake launcher
 
@@ -407,3 +408,21 @@ def test_ray_retries_a_failing_job_once_then_records_it(ray_run):
                          f"retried on node {node}: exited with status 1: RuntimeError: always broken")
     kinds = [(e.kind, e.attempt) for e in ray_run.events if e.key == "bad"]
     assert kinds == [("started", 1), ("retrying", 1), ("started", 2), ("failed", 2)]
+
+
+def test_a_harness_error_in_a_jobs_run_is_its_failure_reason_whole(tmp_path):
+    """A job's reason is the last line of its log: a harness error's traceback, printed to a file, ends in
+    the exception whole (rich would wrap it to the file's width and leave its tail as the reason)."""
+    message = "CUDA out of memory. Tried to allocate 8.00 GiB. " + "Of the allocated memory " * 8
+    code = ("import h3bench.harness.runner as runner\n"
+            f"def fails(*args, **kwargs): raise RuntimeError({message!r})\n"
+            "runner.run = fails\n"
+            "from h3bench.reports.cli import main\n"
+            "main()\n")
+    log = tmp_path / "job.log"
+    with open(log, "wb") as out:
+        returncode = subprocess.run([sys.executable, "-c", code, "run", "--op", "timestep_sinusoid", "--quick",
+                                     "--device", "cpu", "--no-render", "--out", str(tmp_path / "ts.json")],
+                                    stdout=out, stderr=subprocess.STDOUT, timeout=300).returncode
+    assert LaunchResult(returncode, read_tail(log)).reason() == \
+        f"exited with status 1: RuntimeError: {message.strip()}"

@@ -101,6 +101,170 @@ def test_without_the_variable_every_turn_is_free_and_nested_turns_are_the_outer_
     assert time.perf_counter() - started < 5
 
 
+# ---------------------------------------------------------------- the card's memory
+
+
+def test_a_turn_hands_its_cached_gpu_memory_back_when_it_ends(tmp_path, monkeypatch):
+    """At the end of the outer turn, and only where the run shares its GPU: the next run's probe may need it."""
+    import torch
+
+    emptied: list[int] = []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(gpu_turns._depth))
+    monkeypatch.setenv(gpu_turns.ENV, str(tmp_path / "gpu-0.turns"))
+    with gpu_turns.shared():
+        with gpu_turns.exclusive():  # nested: the outer turn's
+            pass
+        assert emptied == []
+    assert emptied == [0]
+    with gpu_turns.exclusive():
+        pass
+    assert emptied == [0, 0]
+    monkeypatch.delenv(gpu_turns.ENV)
+    with gpu_turns.shared():
+        pass
+    assert emptied == [0, 0]
+
+
+def _recording_turns(monkeypatch) -> list[str]:
+    """gpu_turns' two turns, recorded as 'shared' / 'exclusive' in the order taken."""
+    taken: list[str] = []
+
+    def recorder(kind: str):
+        @contextlib.contextmanager
+        def turn():
+            taken.append(kind)
+            yield
+        return turn
+
+    monkeypatch.setattr(gpu_turns, "shared", recorder("shared"))
+    monkeypatch.setattr(gpu_turns, "exclusive", recorder("exclusive"))
+    return taken
+
+
+def _failing_first(error: BaseException):
+    calls: list[str] = []
+
+    def step():
+        calls.append("call")
+        if len(calls) == 1:
+            raise error
+        return len(calls)
+    return step, calls
+
+
+def _out_of_memory_in(wrapper: type | None) -> BaseException:
+    import torch
+
+    oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+    if wrapper is None:
+        return oom
+    try:
+        raise wrapper("the row's call failed") from oom
+    except wrapper as exc:
+        return exc
+
+
+@pytest.mark.parametrize("wrapper", [None, RuntimeError], ids=["raised", "a row's failure caused by it"])
+def test_a_step_that_runs_out_of_memory_beside_other_runs_runs_again_alone(tmp_path, monkeypatch, wrapper):
+    taken = _recording_turns(monkeypatch)
+    monkeypatch.setenv(gpu_turns.ENV, str(tmp_path / "gpu-0.turns"))
+    step, calls = _failing_first(_out_of_memory_in(wrapper))
+    assert gpu_turns.shared_else_alone(step) == 2
+    assert taken == ["shared", "exclusive"] and len(calls) == 2
+
+
+def test_a_result_that_says_out_of_memory_runs_again_alone(tmp_path, monkeypatch):
+    taken = _recording_turns(monkeypatch)
+    monkeypatch.setenv(gpu_turns.ENV, str(tmp_path / "gpu-0.turns"))
+    results = iter(["OutOfMemoryError: CUDA out of memory", "loaded"])
+    assert gpu_turns.shared_else_alone(lambda: next(results), ran_out=lambda r: r.startswith("OutOfMemory")) \
+        == "loaded"
+    assert taken == ["shared", "exclusive"]
+
+
+def test_running_out_of_memory_stands_where_no_other_run_shares_the_gpu(monkeypatch):
+    import torch
+
+    taken = _recording_turns(monkeypatch)
+    monkeypatch.delenv(gpu_turns.ENV, raising=False)
+    step, calls = _failing_first(_out_of_memory_in(None))
+    with pytest.raises(torch.OutOfMemoryError):
+        gpu_turns.shared_else_alone(step)
+    assert taken == ["shared"] and len(calls) == 1
+
+
+def test_other_errors_and_a_second_shortage_are_not_retried(tmp_path, monkeypatch):
+    import torch
+
+    taken = _recording_turns(monkeypatch)
+    monkeypatch.setenv(gpu_turns.ENV, str(tmp_path / "gpu-0.turns"))
+    step, calls = _failing_first(ValueError("a bug"))
+    with pytest.raises(ValueError):
+        gpu_turns.shared_else_alone(step)
+    assert taken == ["shared"] and len(calls) == 1
+
+    def always_short():
+        raise torch.OutOfMemoryError("CUDA out of memory")
+    taken.clear()
+    with pytest.raises(torch.OutOfMemoryError):  # alone, the shortage is the step's own
+        gpu_turns.shared_else_alone(always_short)
+    assert taken == ["shared", "exclusive"]
+
+
+@pytest.mark.parametrize("where", ["load", "call"])
+def test_a_row_that_ran_out_of_memory_beside_other_runs_is_measured_not_failed(tmp_path, monkeypatch, where):
+    """The row's first load (or first call) runs out of memory: sharing the GPU, the row is measured and
+    clean; alone on it, the shortage is the row's verdict."""
+    import torch
+
+    from h3bench.adapters import builtin_adapters
+    from h3bench.harness import schema
+    from h3bench.harness.adapter import Loaded
+    from h3bench.harness.config import load_config
+    from h3bench.harness.runner import RunRequest, run
+    from tests.helpers import CPU
+
+    def short_once():
+        shortage = ["CUDA out of memory. Tried to allocate 8.00 GiB"]
+
+        def check():
+            if shortage:
+                raise torch.OutOfMemoryError(shortage.pop())
+        return check
+
+    def row_of(sharing: bool):
+        if sharing:
+            monkeypatch.setenv(gpu_turns.ENV, str(tmp_path / "gpu-0.turns"))
+        else:
+            monkeypatch.delenv(gpu_turns.ENV, raising=False)
+        diffusers = next(a for a in builtin_adapters("timestep_sinusoid") if a.name == "diffusers")
+        check = short_once()
+
+        def load(device, params):
+            if where == "load":
+                check()
+            loaded = diffusers.load(device, params)
+            if where == "load":
+                return loaded
+
+            def fn(*args, **kwargs):
+                check()
+                return loaded.fn(*args, **kwargs)
+            return Loaded(fn=fn, source=loaded.source)
+
+        config = load_config("timestep_sinusoid", quick=True)
+        config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
+        evidence = run(RunRequest(config=config, device=CPU, adapters=[dataclasses.replace(diffusers, load=load)],
+                                  modes=["plain"], out=None, measure_bandwidth=False, control_adapter=None))
+        return evidence.results["plain"]["diffusers"]
+
+    row = row_of(sharing=True)
+    assert isinstance(row, schema.RowResult) and row.batch_invariance.batch_invariant
+    row = row_of(sharing=False)
+    assert isinstance(row, schema.UnavailableRow) and "OutOfMemoryError" in row.unavailable
+
+
 # ---------------------------------------------------------------- what a run holds
 
 
