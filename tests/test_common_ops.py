@@ -356,3 +356,27 @@ def test_installed_library_rows_are_accurate_on_a_gpu(op):
         ran.append(adapter.name)
     if not ran:
         pytest.skip(f"no library row of {op} loads here ({', '.join(sorted(LIBRARY_ROWS[op]))})")
+
+
+def test_the_layer_norm_torch_row_is_diffusers_fp32_layer_norm_bitwise():
+    """The op's shape is Wan2.1's FP32LayerNorm (bf16 x, fp32 w and b): the torch row computes it as that
+    module does, in fp32 with x cast up and the output cast back, gradients included. F.layer_norm on the
+    mixed dtypes directly raises on CUDA."""
+    from diffusers.models.normalization import FP32LayerNorm
+
+    params, t = small_case("layer_norm")
+    module = FP32LayerNorm(params.hidden, eps=params.eps, elementwise_affine=True)
+    with torch.no_grad():
+        module.weight.copy_(t["w"])
+        module.bias.copy_(t["b"])
+    x = t["x"].detach().requires_grad_()
+    y = module(x)
+    y.float().square().sum().backward()
+    expected = (y.detach(), x.grad, module.weight.grad, module.bias.grad)
+
+    leaves = [v.detach().requires_grad_() for v in t.values()]
+    got = torch_row("layer_norm").load(CPU, params).fn(*leaves)
+    got.float().square().sum().backward()
+    assert t["x"].dtype == torch.bfloat16 and t["w"].dtype == torch.float32
+    for a, b in zip((got.detach(), *(leaf.grad for leaf in leaves)), expected):
+        assert a.dtype == b.dtype and torch.equal(a, b)
