@@ -25,10 +25,11 @@ B200 = EVIDENCE / "b200"
 SEVEN = ("norm_modulate", "timestep_sinusoid", "timestep_mlp", "adaln_projection", "adaln_row_gather",
          "gate_residual", "final_adaln_out")
 # One current set: the seven ops with every default row (0.2-0.5 MB each with their renderings, whose HTML
-# inlines the PNGs), the two modes files (about 1 MB each), the sweep, the RFC's B200 copies, the logs, and
-# an older file where it holds rows the current one lacks (5.9 MB with four ops on the current harness and
-# two such files). Superseded files leave (git keeps them).
-MAX_BYTES = 7 * 1000 * 1000
+# inlines the PNGs), the two modes files (about 1 MB each), the sweep, the RFC's B200 copies, the logs, an
+# older file where it holds rows the current one lacks, and the common ops' quick files with their Markdown
+# (7.4 MB with the seven ops on the current harness and three such files). Superseded files leave (git keeps
+# them).
+MAX_BYTES = 8 * 1000 * 1000
 # work sittings, device calls, to-do lists and version narratives have no place in the evidence's text
 DIARY = re.compile(r"session ?[0-9]|session[0-9]+-call|call-[0-9]|next +session|\.md,? v[0-9]|logs/(session)"
                    r"|histor(y)/", re.IGNORECASE)
@@ -114,7 +115,7 @@ def test_each_current_run_has_its_rendering(path):
         assert Path(f"{stem}{suffix}").is_file(), f"{stem.name}{suffix}"
 
 
-def test_the_folder_stays_under_7_mb():
+def test_the_folder_stays_under_8_mb():
     files = [p for p in EVIDENCE.rglob("*") if p.is_file()]
     total = sum(p.stat().st_size for p in files)
     biggest = sorted(files, key=lambda p: -p.stat().st_size)[:5]
