@@ -37,13 +37,23 @@
 # `install` is idempotent: run again on the same machine it skips what is there already. With
 # H3BENCH_DEADLINE_S set, a step that would start after that many seconds of this script is skipped and
 # the tools get only the time left. H3BENCH_COMMIT names the commit in the files (the machine may get the
-# working tree without its history). The measuring tools (tools/bench_*.py, tools/hostcost.py,
-# tools/kernel_times.py, tools/gemm_kernel_times.py) are not steps: run them with `python -m tools.NAME`.
+# working tree without its history, or with a stale one: the script refuses a name that is the copy's own
+# HEAD while its tracked files differ from it; compute the name where the checkout is). The measuring tools
+# (tools/bench_*.py, tools/hostcost.py, tools/kernel_times.py, tools/gemm_kernel_times.py) are not steps:
+# run them with `python -m tools.NAME`.
 set -uo pipefail
 STEPS=" stash install norm_modulate ops modes all suite common kernel-tests sweep "
 for step in "$@"; do
   [[ $STEPS == *" $step "* ]] || { echo "run_gpu.sh: no step '$step' (steps:$STEPS)" >&2; exit 2; }
 done
+# A copy whose history is older than its tree (the lent GPU machine keeps the git state of its first copy)
+# has that old commit as HEAD: H3BENCH_COMMIT naming it would record the old commit for a newer tree.
+if [ -n "${H3BENCH_COMMIT:-}" ] && head=$(git rev-parse HEAD 2>/dev/null) && [[ $head == "$H3BENCH_COMMIT"* ]] \
+    && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+  echo "run_gpu.sh: H3BENCH_COMMIT=$H3BENCH_COMMIT is this copy's HEAD, but its tracked files differ from that" \
+    "commit: name the commit the tree is (computed where the checkout is), or commit first" >&2
+  exit 2
+fi
 export PYTHONUNBUFFERED=1 TVM_FFI_DISABLE_TORCH_C_DLPACK=1
 OUT=${OUT:-/tmp/h3bench-out}
 ROOT=$PWD
