@@ -18,8 +18,8 @@ one process are the outer turn's (a measurement inside a probe runs in the probe
 
 The runs share the card's memory too. A run hands what its allocator keeps cached back at the end of each
 turn, so the memory is free for the runs that come next; a step that still runs out of memory in a shared
-turn runs again in an exclusive one (harness/runner.py), since the other runs' allocations, not its own,
-may have filled the card.
+turn runs again in an exclusive one (`shared_else_alone`: the runner's row loads, probes and control), since
+the other runs' allocations, not its own, may have filled the card.
 """
 from __future__ import annotations
 
