@@ -288,19 +288,20 @@ def measure_rows(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode
 
 def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, adapter: Adapter, name: str,
                observer: Observer) -> _Measured | UnavailableRow:
-    started = time.perf_counter()
+    work = _WorkTime(request.device)
     cfg = request.config
     ctx = ProbeContext(op=op, params=cfg.inputs, fn=None, grads=adapter.grads, device=request.device,
                        reference_variant=adapter.reference or op.name, progress=observer.advance,
                        reference_guard=active.reference_off if spec.reference_with_mode_off else contextlib.nullcontext)
     observer.row_started(spec.name, name, probe_totals(cfg, ctx))
     # a load may build, compile or allocate: not while another run measures
-    loaded = gpu_turns.shared_else_alone(lambda: adapter.try_load(request.device, cfg.inputs),
-                                         ran_out=_out_of_memory_reason)
+    loaded, load_s = gpu_turns.shared_else_alone(
+        lambda: work.timed(lambda: adapter.try_load(request.device, cfg.inputs)),
+        ran_out=lambda timed: _out_of_memory_reason(timed[0]))
     if not isinstance(loaded, Loaded):
-        return UnavailableRow(unavailable=loaded, wall_s=round(time.perf_counter() - started, 3))
+        return UnavailableRow(unavailable=loaded, wall_s=work.total())
     ctx.fn = loaded.fn
-    measured = _Measured(adapter=adapter, name=name, loaded=loaded, load_s=time.perf_counter() - started)
+    measured = _Measured(adapter=adapter, name=name, loaded=loaded, load_s=load_s)
     steps = {
         "all_rows": lambda: bi.all_rows(ctx, cfg.all_rows, measured.params_differences),
         "full_vs_sub_batches": lambda: bi.full_vs_sub_batches(ctx, cfg.full_vs_sub),
@@ -316,10 +317,10 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
         for current in (p for p in PROBES if p not in OPTIONAL_PROBES or getattr(cfg, p) is not None):
             observer.probe_started(current)
             measured.probes[current], measured.probe_wall[current] = _in_turn(
-                current, lambda: _timed(steps[current], request.device))
+                current, lambda: work.timed(steps[current]))
     except ImplementationError as exc:  # the implementation's own failure is its row's verdict
         _require_usable_device(request.device, name, str(exc))
-        return _failed_row(loaded, exc, current, round(time.perf_counter() - started, 3))
+        return _failed_row(loaded, exc, current, work.total())
     measured.sizes = measured.probes["accuracy_latency"]
     return measured
 
@@ -337,11 +338,27 @@ def _in_turn(probe: str, step: Callable[[], T]) -> T:
     return gpu_turns.shared_else_alone(step)
 
 
-def _timed(step: Callable[[], T], device: torch.device) -> tuple[T, float]:
-    t0 = time.perf_counter()
-    result = step()
-    _sync(device)
-    return result, round(time.perf_counter() - t0, 3)
+class _WorkTime:
+    """A row's time inside its turns (harness/gpu_turns.py), the waits for a turn left out: on a GPU shared
+    with other runs a row waits while another run measures, and that wait is not the row's cost."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.seconds = 0.0  # every step's, a failed or repeated attempt's too
+
+    def timed(self, step: Callable[[], T]) -> tuple[T, float]:
+        """(step's result, its seconds), the device synchronized before the clock stops."""
+        t0 = time.perf_counter()
+        try:
+            result = step()
+            _sync(self.device)
+        finally:
+            elapsed = time.perf_counter() - t0
+            self.seconds += elapsed
+        return result, round(elapsed, 3)
+
+    def total(self) -> float:
+        return round(self.seconds, 3)
 
 
 def _out_of_memory_reason(loaded: Loaded | str) -> bool:

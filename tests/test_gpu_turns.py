@@ -265,6 +265,49 @@ def test_a_row_that_ran_out_of_memory_beside_other_runs_is_measured_not_failed(t
     assert isinstance(row, schema.UnavailableRow) and "OutOfMemoryError" in row.unavailable
 
 
+def test_a_rows_wall_time_leaves_out_its_waits_for_turns(monkeypatch):
+    """Each turn here starts after a 100 s wait on the runner's clock (another run measuring): a measured
+    row's wall_s and probe walls, and an unavailable row's wall_s, count none of it."""
+    import types
+
+    from h3bench.adapters import builtin_adapters
+    from h3bench.harness import runner, schema
+    from h3bench.harness.config import load_config
+    from tests.helpers import CPU
+
+    clock = types.SimpleNamespace(now=0.0)
+
+    def perf_counter() -> float:
+        clock.now += 1e-6  # the work between two readings, next to nothing on this clock
+        return clock.now
+
+    def waiting():
+        @contextlib.contextmanager
+        def turn():
+            clock.now += 100.0
+            yield
+        return turn
+
+    monkeypatch.setattr(runner, "time", types.SimpleNamespace(perf_counter=perf_counter))
+    monkeypatch.setattr(gpu_turns, "shared", waiting())
+    monkeypatch.setattr(gpu_turns, "exclusive", waiting())
+    config = load_config("timestep_sinusoid", quick=True)
+    config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
+    diffusers = next(a for a in builtin_adapters("timestep_sinusoid") if a.name == "diffusers")
+
+    def missing(_device, _params):
+        raise ImportError("no such library")
+    absent = dataclasses.replace(diffusers, name="absent", load=missing)
+    evidence = runner.run(runner.RunRequest(config=config, device=CPU, adapters=[diffusers, absent],
+                                            modes=["plain"], out=None, measure_bandwidth=False,
+                                            control_adapter=None))
+    row, unavailable = evidence.results["plain"]["diffusers"], evidence.results["plain"]["absent"]
+    assert isinstance(row, schema.RowResult) and isinstance(unavailable, schema.UnavailableRow)
+    assert row.wall_s < 1 and all(s < 1 for s in row.probe_wall_s.values()), (row.wall_s, row.probe_wall_s)
+    assert unavailable.wall_s < 1
+    assert evidence.wall_s > 100  # the file's own wall time has the waits
+
+
 # ---------------------------------------------------------------- what a run holds
 
 
