@@ -205,17 +205,23 @@ def rl_kernel_reasons(monkeypatch, adapter, params) -> tuple[str, str]:
 
 # --- the quick plan through the runner ------------------------------------------------------------------------
 
+def quick_config(op_name: str):
+    """The op's quick plan with one timing repeat: tests that run it look at verdicts, not times."""
+    import dataclasses
+
+    from h3bench.harness.config import load_config
+
+    config = load_config(op_name, quick=True)
+    return dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
+
+
 def run_quick_plan(op_name: str, adapter, device: torch.device, params_repeatable: Optional[bool] = True):
     """`adapter`'s row through the op's quick plan by the runner, plain mode, one timing repeat (the kernel
     tests look at verdicts, not times); asserts a clean verdict (`assert_clean_quick_verdict`) and returns
     the row."""
-    import dataclasses
-
-    from h3bench.harness.config import load_config
     from h3bench.harness.runner import RunRequest, run
 
-    config = load_config(op_name, quick=True)
-    config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
+    config = quick_config(op_name)
     evidence = run(RunRequest(config=config, device=device, adapters=[adapter], modes=["plain"], out=None,
                               measure_bandwidth=False))
     row = evidence.results["plain"][adapter.name]
@@ -316,17 +322,13 @@ STRIDED = {"gapped": gapped, "row_gapped": row_gapped}  # tests parametrize over
 def run_norm_modulate_rows(functions: dict, extra: tuple = ()):
     """Plain functions with norm_modulate's signature (name -> function, gradients from autograd) and the
     adapters `extra`, through the quick plan timed once, in one run on the CPU; every row must be measured."""
-    import dataclasses
-
     from h3bench.harness.adapter import from_function
-    from h3bench.harness.config import load_config
     from h3bench.harness.runner import RunRequest, run
     from h3bench.harness.schema import RowResult
 
-    quick = load_config("norm_modulate", quick=True)
     adapters = [from_function(fn, name=name, op="norm_modulate", differentiable=("x", "w", "sh", "sc"))
                 for name, fn in functions.items()] + list(extra)
-    config = dataclasses.replace(quick, timing=dataclasses.replace(quick.timing, repeats=1))
+    config = quick_config("norm_modulate")
     evidence = run(RunRequest(config=config, device=CPU, adapters=adapters, modes=["plain"], out=None,
                               measure_bandwidth=False))
     rows = evidence.results["plain"]

@@ -4,7 +4,6 @@ through the torch row (a file that validates, accuracy within the dtype's tolera
 the plan's counts), and the library rows' calls against recording fakes (the libraries need a GPU)."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 import types
@@ -20,7 +19,7 @@ from h3bench.harness.config import load_config
 from h3bench.harness.ops import COMMON_OPS, all_ops, get_op
 from h3bench.harness.probes import batch_invariance as bi
 from h3bench.harness.runner import RunRequest, run
-from tests.helpers import needs_cuda
+from tests.helpers import needs_cuda, quick_config
 from h3bench.harness.schema import ControlResult, RowResult, from_json, to_dict
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
@@ -138,8 +137,7 @@ def quick_runs():
 
     found = {}
     for op in COMMON_OPS:
-        config = load_config(op, quick=True)
-        config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
+        config = quick_config(op)
         found[op] = (config, run(RunRequest(config=config, device=torch.device(DEVICE), adapters=[torch_row(op)],
                                             modes=["plain"], out=None, measure_bandwidth=False,
                                             control_adapter=control_composition(op))))

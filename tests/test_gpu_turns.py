@@ -221,9 +221,8 @@ def test_a_row_that_ran_out_of_memory_beside_other_runs_is_measured_not_failed(t
     from h3bench.adapters import builtin_adapters
     from h3bench.harness import schema
     from h3bench.harness.adapter import Loaded
-    from h3bench.harness.config import load_config
     from h3bench.harness.runner import RunRequest, run
-    from tests.helpers import CPU
+    from tests.helpers import CPU, quick_config
 
     def short_once():
         shortage = ["CUDA out of memory. Tried to allocate 8.00 GiB"]
@@ -253,8 +252,7 @@ def test_a_row_that_ran_out_of_memory_beside_other_runs_is_measured_not_failed(t
                 return loaded.fn(*args, **kwargs)
             return Loaded(fn=fn, source=loaded.source)
 
-        config = load_config("timestep_sinusoid", quick=True)
-        config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
+        config = quick_config("timestep_sinusoid")
         evidence = run(RunRequest(config=config, device=CPU, adapters=[dataclasses.replace(diffusers, load=load)],
                                   modes=["plain"], out=None, measure_bandwidth=False, control_adapter=None))
         return evidence.results["plain"]["diffusers"]
@@ -272,8 +270,7 @@ def test_a_rows_wall_time_leaves_out_its_waits_for_turns(monkeypatch):
 
     from h3bench.adapters import builtin_adapters
     from h3bench.harness import runner, schema
-    from h3bench.harness.config import load_config
-    from tests.helpers import CPU
+    from tests.helpers import CPU, quick_config
 
     clock = types.SimpleNamespace(now=0.0)
 
@@ -291,8 +288,7 @@ def test_a_rows_wall_time_leaves_out_its_waits_for_turns(monkeypatch):
     monkeypatch.setattr(runner, "time", types.SimpleNamespace(perf_counter=perf_counter))
     monkeypatch.setattr(gpu_turns, "shared", waiting())
     monkeypatch.setattr(gpu_turns, "exclusive", waiting())
-    config = load_config("timestep_sinusoid", quick=True)
-    config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
+    config = quick_config("timestep_sinusoid")
     diffusers = next(a for a in builtin_adapters("timestep_sinusoid") if a.name == "diffusers")
 
     def missing(_device, _params):
@@ -315,10 +311,9 @@ def test_a_run_measures_alone_and_probes_in_shared_turns(monkeypatch):
     """The latency rounds, the contention probe and the environment's bandwidths in exclusive turns; the
     row's load, the other probes and the control in shared ones."""
     from h3bench.adapters import builtin_adapters
-    from h3bench.harness.config import load_config
     from h3bench.harness.probes import accuracy_latency, contention
     from h3bench.harness.runner import RunRequest, run
-    from tests.helpers import CPU
+    from tests.helpers import CPU, quick_config
 
     held: list[str] = []
     seen: list[tuple[str, tuple[str, ...]]] = []
@@ -349,8 +344,7 @@ def test_a_run_measures_alone_and_probes_in_shared_turns(monkeypatch):
     from h3bench.harness import environment
     monkeypatch.setattr(environment, "capture", noting("capture", environment.capture))
 
-    config = load_config("timestep_sinusoid", quick=True)
-    config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
+    config = quick_config("timestep_sinusoid")
     diffusers = next(a for a in builtin_adapters("timestep_sinusoid") if a.name == "diffusers")
     diffusers = dataclasses.replace(diffusers, load=noting("load", diffusers.load))
     run(RunRequest(config=config, device=CPU, adapters=[diffusers], modes=["plain"], out=None,

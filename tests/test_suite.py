@@ -5,7 +5,6 @@ a fake that writes real part files made by an in-process quick run."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 from pathlib import Path
 
@@ -13,10 +12,10 @@ import pytest
 import torch
 
 from h3bench.harness import fanout, schema, suite
-from h3bench.harness.config import load_config
 from h3bench.harness.runner import RunRequest, run
 from h3bench.harness.schema import RowResult, UnavailableMode
 from h3bench.reports.cli import CHILD_PROGRAM
+from tests.helpers import quick_config
 
 CPU = torch.device("cpu")
 
@@ -24,8 +23,7 @@ CPU = torch.device("cpu")
 def request(op: str, modes: list[str], out: Path) -> RunRequest:
     from h3bench.adapters import builtin_adapters
 
-    config = load_config(op, quick=True)
-    config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
+    config = quick_config(op)
     rows = [a for a in builtin_adapters(op) if a.name == "diffusers"]
     return RunRequest(config=config, device=CPU, adapters=rows, modes=modes, out=out, measure_bandwidth=False,
                       control_adapter=rows[0], child_program=CHILD_PROGRAM,

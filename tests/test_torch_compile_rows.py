@@ -18,7 +18,7 @@ from h3bench.harness.adapter import CompileTally, as_default_row
 from h3bench.harness.config import load_config
 from h3bench.harness.ops import OP_MODULES, get_op
 from h3bench.harness.runner import RunRequest, run
-from tests.helpers import CPU, CUDA, needs_cuda, nm_params
+from tests.helpers import CPU, CUDA, needs_cuda, nm_params, quick_config
 
 ROWS = ("torch_compile", "torch_compile_max_autotune")
 
@@ -32,8 +32,7 @@ def fresh_dynamo():
 
 
 def _quick_run(op: str, adapters, device: torch.device):
-    config = load_config(op, quick=True)
-    config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
+    config = quick_config(op)
     return run(RunRequest(config=config, device=device, adapters=adapters, modes=["plain"], out=None,
                           measure_bandwidth=False))
 

@@ -2,8 +2,6 @@
 accuracy, latency, the schema and the reports need no change for it."""
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -12,7 +10,7 @@ from h3bench.harness.adapter import from_function
 from h3bench.harness.config import load_config
 from h3bench.harness.runner import RunRequest, run
 from h3bench.harness.schema import RowResult
-from tests.helpers import GradBumpOnEvenBatches
+from tests.helpers import GradBumpOnEvenBatches, quick_config
 
 CPU = torch.device("cpu")
 TOY = "toy_two_outputs"
@@ -44,8 +42,7 @@ def b_gradient_on_even_batches(a, s, b, idx):
 
 @pytest.fixture(scope="module")
 def evidence(tmp_path_factory):
-    config = load_config(TOY, quick=True)
-    config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, repeats=1))
+    config = quick_config(TOY)
     adapters = [from_function(fn, name=fn.__name__, op=TOY, differentiable=GRADS)
                 for fn in (honest, second_output_on_even_batches, b_gradient_on_even_batches)]
     out = tmp_path_factory.mktemp("toy") / "toy.json"
