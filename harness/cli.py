@@ -23,6 +23,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from h3bench.harness import gpu_turns
 from h3bench.harness.console import make_console
 from h3bench.harness.fanout import DEFAULT_JOB_TIMEOUT_S as DEFAULT_CHILD_TIMEOUT_S
 
@@ -417,6 +418,8 @@ def run(
         for hook in program.render_hooks:
             written += hook([r.out for r in requests], console)
     console.print(f"wrote {escape(', '.join(str(p) for p in written))}", highlight=False)
+    if gpu_turns.sharing():  # a fan-out's job on a shared GPU: its turns, for the parent's finish line
+        print(gpu_turns.summary(), file=sys.stderr, flush=True)
     if required is not None:
         _gate([r.out for r in requests], required, exit_after=not blind)
     if blind:
@@ -513,15 +516,18 @@ def _fan_out(requests, gpus: Optional[str], ray: Optional[str], console: Console
         except ValueError as exc:
             fail(str(exc))   # parse_gpus's messages name --gpus and its value themselves
 
+    started = time.perf_counter()
+
     def show(event: fanout.Event) -> None:
+        # each line with the seconds since the fan-out began: a log read afterwards has the jobs' timeline
         where = f"GPU {event.device}" if event.device not in (None, fanout.CPU) else "the CPU"
+        turns = f" ({event.message})" if event.kind == "finished" and event.message else ""
         text = {"started": f"started on {where} (attempt {event.attempt})",
-                "finished": f"finished on {where} in {event.wall_s:.0f} s",
+                "finished": f"finished on {where} in {event.wall_s:.0f} s{turns}",
                 "retrying": f"failed on {where}, retrying elsewhere: {event.message}",
                 "failed": f"FAILED: {event.message}"}.get(event.kind, event.kind)
-        console.print(escape(f"{event.key}: {text}"), highlight=False)
+        console.print(escape(f"[{time.perf_counter() - started:5.0f} s] {event.key}: {text}"), highlight=False)
 
-    started = time.perf_counter()
     found = run_suite(requests, devices, ray_address=ray, on_event=show, per_device=per_gpu)
     for evidence in found:
         _table_console().print(summary_table(evidence))

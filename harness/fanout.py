@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping, Optional, Sequence
 
 from h3bench.harness.gpu_turns import ENV as TURNS_ENV  # standard library only, as this module
+from h3bench.harness.gpu_turns import TALLY_MARK
 
 # Required on the H200 hosts: NVLink multicast (NVLS) hangs or fails there.
 REQUIRED_CHILD_ENV: Mapping[str, str] = {
@@ -79,7 +80,8 @@ class LaunchResult:
         if self.error is not None:
             return self.error
         reason = f"exited with status {describe_status(self.returncode)}"
-        last = last_line(self.stderr_tail)
+        last = last_line("\n".join(line for line in self.stderr_tail.splitlines()
+                                    if not line.startswith(TALLY_MARK)))
         return f"{reason}: {last}" if last else reason
 
 
@@ -111,7 +113,7 @@ class Event:
     device: Optional[str]
     attempt: int  # 1-based
     wall_s: float = 0.0
-    message: str = ""
+    message: str = ""  # a failure's reason; for "finished", the job's turns on its GPU (`turns_of`), if any
 
 
 EventSink = Callable[[Event], None]
@@ -130,6 +132,13 @@ def describe_status(returncode: Optional[int]) -> str:
         except ValueError:
             pass
     return str(returncode)
+
+
+def turns_of(tail: str) -> str:
+    """What a job that shared its GPU said of its turns (harness/gpu_turns.py `summary`), without the mark;
+    empty for a job that did not share one."""
+    found = [line.strip() for line in tail.splitlines() if line.startswith(TALLY_MARK)]
+    return found[-1][len(TALLY_MARK):].strip() if found else ""
 
 
 def last_line(text: str) -> str:
@@ -363,7 +372,8 @@ class _Scheduler:
         outcome.wall_s += result.wall_s
         if result.ok:
             outcome.ok = True
-            self._emit(Event("finished", job.key, device, attempt_no, result.wall_s))
+            self._emit(Event("finished", job.key, device, attempt_no, result.wall_s,
+                             turns_of(result.stderr_tail)))
             self._resolve()
         elif attempt_no <= self.retries:
             # Emit before re-queueing, so the retry's "started" cannot overtake this event.

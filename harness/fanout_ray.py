@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from h3bench.harness.fanout import (Attempt, Event, EventSink, Job, LaunchResult, Outcome, check_jobs,
-                            failure_summary, launch_subprocess, longest_first)
+                            failure_summary, launch_subprocess, longest_first, turns_of)
 
 RAY_MISSING = "Ray is not installed: pip install 'h3bench[ray]'"
 
@@ -164,7 +164,8 @@ class _Driver:
         if ok:
             _write_text(job.out, reply.json_text)
             outcome.ok = True
-            self._emit(Event("finished", job.key, reply.node, attempt_no, result.wall_s))
+            self._emit(Event("finished", job.key, reply.node, attempt_no, result.wall_s,
+                             turns_of(result.stderr_tail)))
         elif attempt_no <= self.retries:
             self._emit(Event("retrying", job.key, reply.node, attempt_no, result.wall_s, error or ""))
             self._submit(index)

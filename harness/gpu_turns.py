@@ -20,6 +20,10 @@ The runs share the card's memory too. A run hands what its allocator keeps cache
 turn, so the memory is free for the runs that come next; a step that still runs out of memory in a shared
 turn runs again in an exclusive one (`shared_else_alone`: the runner's row loads, probes and control), since
 the other runs' allocations, not its own, may have filled the card.
+
+Every exclusive turn stops the other runs' probes, so the runs' measurements add up one after another: a
+run counts its turns, the seconds it held them and the seconds it waited for them (`tally`); `h3bench run`
+prints them as it ends (`summary`), and the fan-out shows that line with the job's finish.
 """
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ import fcntl
 import gc
 import os
 import sys
+import time
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, TypeVar
 
 T = TypeVar("T")
@@ -35,6 +41,38 @@ T = TypeVar("T")
 ENV = "H3BENCH_GPU_TURNS"
 
 _depth = 0  # turns this process holds (nested turns are the outer one's)
+
+# The start of the line with a run's turns (`summary`), for the fan-out to find in the job's output.
+TALLY_MARK = "h3bench turns:"
+
+
+@dataclass
+class TurnCount:
+    turns: int = 0
+    held_s: float = 0.0  # from getting each turn to letting it go
+    waited_s: float = 0.0  # from asking for each turn to getting it
+
+
+@dataclass
+class Tally:
+    """This process's turns on its shared GPU, by kind (nested turns are their outer turn's)."""
+    shared: TurnCount = field(default_factory=TurnCount)
+    exclusive: TurnCount = field(default_factory=TurnCount)
+
+
+_tally = Tally()
+
+
+def tally() -> Tally:
+    """The turns this process has taken so far (all zero where it did not share its GPU)."""
+    return _tally
+
+
+def summary() -> str:
+    """One line: `h3bench turns: exclusive N held X s waited Y s; shared ...`."""
+    parts = [f"{kind} {count.turns} held {count.held_s:.1f} s waited {count.waited_s:.1f} s"
+             for kind, count in (("exclusive", _tally.exclusive), ("shared", _tally.shared))]
+    return f"{TALLY_MARK} " + "; ".join(parts)
 
 
 def sharing() -> bool:
@@ -91,6 +129,8 @@ def _turn(exclusive: bool) -> Iterator[None]:
         finally:
             _depth -= 1
         return
+    count = _tally.exclusive if exclusive else _tally.shared
+    asked = time.monotonic()
     with open(f"{path}.gate", "a") as gate, open(path, "a") as turn:
         if exclusive:
             fcntl.flock(gate, fcntl.LOCK_EX)  # no new shared turn from here
@@ -99,6 +139,7 @@ def _turn(exclusive: bool) -> Iterator[None]:
             fcntl.flock(gate, fcntl.LOCK_SH)  # waits while an exclusive turn waits or runs
             fcntl.flock(turn, fcntl.LOCK_SH)
             fcntl.flock(gate, fcntl.LOCK_UN)
+        got = time.monotonic()
         _depth += 1
         try:
             yield
@@ -108,6 +149,9 @@ def _turn(exclusive: bool) -> Iterator[None]:
             fcntl.flock(turn, fcntl.LOCK_UN)
             if exclusive:
                 fcntl.flock(gate, fcntl.LOCK_UN)
+            count.turns += 1
+            count.waited_s += got - asked
+            count.held_s += time.monotonic() - got
 
 
 def _out_of_memory(exc: BaseException) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -99,6 +100,54 @@ def test_without_the_variable_every_turn_is_free_and_nested_turns_are_the_outer_
     with gpu_turns.shared(), gpu_turns.exclusive():  # would wait for itself forever if it were a new turn
         pass
     assert time.perf_counter() - started < 5
+
+
+def test_a_run_counts_its_turns_and_the_seconds_it_waited_for_them(tmp_path, monkeypatch):
+    """A shared turn asked for while another process holds an exclusive one waits for it: the tally has
+    that wait, the seconds held, and each kind's count; nested turns are the outer one's."""
+    turns = tmp_path / "gpu-0.turns"
+    monkeypatch.setenv(gpu_turns.ENV, str(turns))
+    monkeypatch.setattr(gpu_turns, "_tally", gpu_turns.Tally())
+    other = _take("exclusive", 1.0, tmp_path / "other", turns)
+    _wait_for(tmp_path / "other.held")
+    with gpu_turns.shared():
+        time.sleep(0.2)
+        with gpu_turns.exclusive():  # the outer turn's: no count of its own
+            pass
+    with gpu_turns.exclusive():
+        pass
+    _wait_all([other])
+    tally = gpu_turns.tally()
+    assert (tally.shared.turns, tally.exclusive.turns) == (1, 1)
+    assert 0.5 < tally.shared.waited_s < 30 and 0.2 <= tally.shared.held_s < 5
+    assert tally.exclusive.waited_s < 1
+    line = gpu_turns.summary()
+    assert line.startswith(gpu_turns.TALLY_MARK) and "exclusive 1 held" in line and "shared 1 held 0.2 s" in line
+
+
+def test_a_run_that_does_not_share_its_gpu_counts_no_turns(monkeypatch):
+    monkeypatch.delenv(gpu_turns.ENV, raising=False)
+    monkeypatch.setattr(gpu_turns, "_tally", gpu_turns.Tally())
+    with gpu_turns.exclusive(), gpu_turns.shared():
+        pass
+    assert gpu_turns.tally() == gpu_turns.Tally()
+
+
+def test_the_fan_out_reads_a_jobs_turns_from_its_output_and_keeps_them_out_of_a_failure(tmp_path):
+    tail = "rows...\nwrote x.json\nh3bench turns: exclusive 2 held 9.0 s waited 1.0 s; shared 5 held 3.0 s waited 0.5 s\n"
+    assert fanout.turns_of(tail) == "exclusive 2 held 9.0 s waited 1.0 s; shared 5 held 3.0 s waited 0.5 s"
+    assert fanout.turns_of("wrote x.json\n") == ""
+    failed = LaunchResult(1, "RuntimeError: boom\n" + tail.splitlines()[-1] + "\n")
+    assert failed.reason() == "exited with status 1: RuntimeError: boom"
+
+    def launcher(job: Job, device: str) -> LaunchResult:
+        job.out.write_text("{}")
+        return LaunchResult(0, tail, 1.0)
+    events = []
+    run_jobs([Job("a/plain", ("true",), tmp_path / "a.json", 1.0)], ["0"], launcher=launcher,
+             on_event=events.append)
+    (finished,) = [e for e in events if e.kind == "finished"]
+    assert finished.message == fanout.turns_of(tail)
 
 
 # ---------------------------------------------------------------- the card's memory
@@ -427,7 +476,18 @@ def test_a_suite_of_real_runs_sharing_one_device(tmp_path):
     from h3bench.harness import schema, suite
 
     out = tmp_path / "timestep_sinusoid.json"
-    (found,) = suite.run_suite([request("timestep_sinusoid", ["plain"], out)], [fanout.CPU], per_device=2)
+    events = []
+    (found,) = suite.run_suite([request("timestep_sinusoid", ["plain"], out)], [fanout.CPU], per_device=2,
+                               on_event=events.append)
     row = found.results["plain"]["diffusers"]
     assert isinstance(row, schema.RowResult) and row.batch_invariance.batch_invariant
     assert found.control.flagged and out.is_file()
+    # each job said what its turns were: the run measures its bandwidths and times its rows alone and
+    # probes in shared turns; the control measures its bandwidths and probes in one shared turn
+    counts = {e.key: re.fullmatch(r"exclusive (\d+) held [\d.]+ s waited [\d.]+ s; "
+                                  r"shared (\d+) held [\d.]+ s waited [\d.]+ s", e.message)
+              for e in events if e.kind == "finished"}
+    assert all(counts.values()), counts
+    plain, control = counts["timestep_sinusoid/plain"], counts["timestep_sinusoid/control"]
+    assert int(plain[1]) >= 2 and int(plain[2]) > 1
+    assert (int(control[1]), int(control[2])) == (1, 1)
