@@ -7,8 +7,8 @@ itself: the bandwidth measurement, the contention probe (it loads the GPU on pur
 idle) and the rows' latency rounds. Several runs on one GPU (`h3bench run --gpus N --per-gpu K`,
 harness/fanout.py) therefore take turns. A probe, and a row's load (which may build, compile or allocate),
 holds a shared turn, so the probes of several runs overlap. A measurement holds an exclusive turn, which
-waits for the probes in flight to end and keeps new ones from starting until it is done, so it times a GPU
-on which only its own run works. Between turns a run does only host work that launches nothing.
+waits for the probes in flight to end or to pause at their next step (below) and keeps new ones from
+starting until it is done, so it times a GPU on which only its own run works. Between turns a run does only host work that launches nothing.
 
 The turns are two `flock` locks on files named by H3BENCH_GPU_TURNS (one path a GPU, set by the fan-out
 for every job on that GPU): a gate and the turn itself. A shared turn passes the gate (shared) and takes the
@@ -20,6 +20,13 @@ The runs share the card's memory too. A run hands what its allocator keeps cache
 turn, so the memory is free for the runs that come next; a step that still runs out of memory in a shared
 turn runs again in an exclusive one (`shared_else_alone`: the runner's row loads, probes and control), since
 the other runs' allocations, not its own, may have filled the card.
+
+A probe's shared turn may last 20 s and more (on an H100 the all-rows probe of final_adaln_out's
+torch_compile row took 22 s; a max-autotune row compiles up to its 30 s budget within one), and an exclusive
+turn waiting for it keeps every other run's probes from starting meanwhile: the GPU idles but for that
+probe. So a probe lets a waiting measurement in between its steps (`let_measurement_in`, which the
+runner calls at each step of a probe's progress): it finishes its kernels, hands its turn over and takes a
+shared one again once the measurement is done. A compile inside one call is no step: it runs to its end.
 
 Every exclusive turn stops the other runs' probes, so the runs' measurements add up one after another: a
 run counts its turns, the seconds it held them and the seconds it waited for them (`tally`); `h3bench run`
@@ -41,6 +48,7 @@ T = TypeVar("T")
 ENV = "H3BENCH_GPU_TURNS"
 
 _depth = 0  # turns this process holds (nested turns are the outer one's)
+_shared_files = None  # (gate, turn) while this process holds a shared turn of its own, for let_measurement_in
 
 # The start of the line with a run's turns (`summary`), for the fan-out to find in the job's output.
 TALLY_MARK = "h3bench turns:"
@@ -49,8 +57,9 @@ TALLY_MARK = "h3bench turns:"
 @dataclass
 class TurnCount:
     turns: int = 0
-    held_s: float = 0.0  # from getting each turn to letting it go
-    waited_s: float = 0.0  # from asking for each turn to getting it
+    held_s: float = 0.0  # from getting each turn to letting it go, the turns let to measurements left out
+    waited_s: float = 0.0  # from asking for each turn to getting it, and for it back after a measurement
+    let_in: int = 0  # measurements let in during these turns (shared turns only)
 
 
 @dataclass
@@ -69,10 +78,48 @@ def tally() -> Tally:
 
 
 def summary() -> str:
-    """One line: `h3bench turns: exclusive N held X s waited Y s; shared ...`."""
+    """One line: `h3bench turns: exclusive N held X s waited Y s; shared N held X s waited Y s, M
+    measurement(s) let in`."""
     parts = [f"{kind} {count.turns} held {count.held_s:.1f} s waited {count.waited_s:.1f} s"
              for kind, count in (("exclusive", _tally.exclusive), ("shared", _tally.shared))]
-    return f"{TALLY_MARK} " + "; ".join(parts)
+    return f"{TALLY_MARK} " + "; ".join(parts) + f", {_tally.shared.let_in} measurement(s) let in"
+
+
+_let_in_wait_s = 0.0  # every wait for a shared turn back after a measurement, this process's whole life
+
+
+def let_in_wait_s() -> float:
+    """Seconds this process has waited so far for its shared turns back after letting measurements in:
+    a step's duration less the growth of this is the step's own time."""
+    return _let_in_wait_s
+
+
+def let_measurement_in() -> None:
+    """Between two steps of a probe in its shared turn: where another run waits for an exclusive turn, let it
+    have the GPU now, then take a shared turn again (this waits until the measurement is done). Nothing
+    otherwise: no sharing, a nested turn, an exclusive one, or no measurement waiting."""
+    global _let_in_wait_s
+    if _shared_files is None or _depth != 1:
+        return
+    gate, turn = _shared_files
+    try:
+        fcntl.flock(gate, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:  # an exclusive turn holds the gate: it waits for the shared turns
+        pass
+    else:
+        fcntl.flock(gate, fcntl.LOCK_UN)
+        return
+    _synchronize()  # none of this run's kernels may run in the measurement's turn
+    _hand_back_cached_memory()
+    fcntl.flock(turn, fcntl.LOCK_UN)
+    asked = time.monotonic()
+    fcntl.flock(gate, fcntl.LOCK_SH)
+    fcntl.flock(turn, fcntl.LOCK_SH)
+    fcntl.flock(gate, fcntl.LOCK_UN)
+    waited = time.monotonic() - asked
+    _let_in_wait_s += waited
+    _tally.shared.waited_s += waited
+    _tally.shared.let_in += 1
 
 
 def sharing() -> bool:
@@ -120,7 +167,7 @@ def shared_else_alone(step: Callable[[], T], ran_out: Callable[[T], bool] = lamb
 
 @contextlib.contextmanager
 def _turn(exclusive: bool) -> Iterator[None]:
-    global _depth
+    global _depth, _shared_files
     path = os.environ.get(ENV)
     if not path or _depth:
         _depth += 1
@@ -139,19 +186,22 @@ def _turn(exclusive: bool) -> Iterator[None]:
             fcntl.flock(gate, fcntl.LOCK_SH)  # waits while an exclusive turn waits or runs
             fcntl.flock(turn, fcntl.LOCK_SH)
             fcntl.flock(gate, fcntl.LOCK_UN)
-        got = time.monotonic()
+        got, let_in_before = time.monotonic(), _let_in_wait_s
         _depth += 1
+        if not exclusive:
+            _shared_files = (gate, turn)
         try:
             yield
         finally:
             _depth -= 1
+            _shared_files = None
             _hand_back_cached_memory()
             fcntl.flock(turn, fcntl.LOCK_UN)
             if exclusive:
                 fcntl.flock(gate, fcntl.LOCK_UN)
             count.turns += 1
             count.waited_s += got - asked
-            count.held_s += time.monotonic() - got
+            count.held_s += time.monotonic() - got - (_let_in_wait_s - let_in_before)
 
 
 def _out_of_memory(exc: BaseException) -> bool:
@@ -165,6 +215,13 @@ def _out_of_memory(exc: BaseException) -> bool:
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return False
+
+
+def _synchronize() -> None:
+    """Wait for this process's kernels (through sys.modules, as _hand_back_cached_memory)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def _hand_back_cached_memory() -> None:

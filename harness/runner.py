@@ -187,7 +187,7 @@ def measure_control(request: RunRequest, op: Op, observer: Observer) -> Optional
     try:
         record = gpu_turns.shared_else_alone(  # bitwise probes only
             lambda: control.measure(op, request.control_adapter, request.config, request.device,
-                                    progress=observer.advance))
+                                    progress=_letting_measurements_in(observer.advance)))
     except ImplementationError as exc:
         _require_usable_device(request.device, "control", str(exc))
         record = ControlSkipped(skipped=f"the control failed: {exc}")
@@ -291,7 +291,8 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
     work = _WorkTime(request.device)
     cfg = request.config
     ctx = ProbeContext(op=op, params=cfg.inputs, fn=None, grads=adapter.grads, device=request.device,
-                       reference_variant=adapter.reference or op.name, progress=observer.advance,
+                       reference_variant=adapter.reference or op.name,
+                       progress=_letting_measurements_in(observer.advance),
                        reference_guard=active.reference_off if spec.reference_with_mode_off else contextlib.nullcontext)
     observer.row_started(spec.name, name, probe_totals(cfg, ctx))
     # a load may build, compile or allocate: not while another run measures
@@ -338,9 +339,20 @@ def _in_turn(probe: str, step: Callable[[], T]) -> T:
     return gpu_turns.shared_else_alone(step)
 
 
+def _letting_measurements_in(advance: Callable[[int], None]) -> Callable[[int], None]:
+    """A probe's progress callback that, at each step, lets another run's waiting measurement have the GPU
+    (harness/gpu_turns.py `let_measurement_in`). A pause between two steps changes no bits: the probe's
+    tensors stay as they are, and its kernels finish before the measurement starts."""
+    def progress(n: int) -> None:
+        gpu_turns.let_measurement_in()
+        advance(n)
+    return progress
+
+
 class _WorkTime:
     """A row's time inside its turns (harness/gpu_turns.py), the waits for a turn left out: on a GPU shared
-    with other runs a row waits while another run measures, and that wait is not the row's cost."""
+    with other runs a row waits while another run measures, and that wait is not the row's cost (nor the
+    waits inside a probe's turn for the turn back after letting a measurement in)."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -348,12 +360,12 @@ class _WorkTime:
 
     def timed(self, step: Callable[[], T]) -> tuple[T, float]:
         """(step's result, its seconds), the device synchronized before the clock stops."""
-        t0 = time.perf_counter()
+        t0, let_in_t0 = time.perf_counter(), gpu_turns.let_in_wait_s()
         try:
             result = step()
             _sync(self.device)
         finally:
-            elapsed = time.perf_counter() - t0
+            elapsed = time.perf_counter() - t0 - (gpu_turns.let_in_wait_s() - let_in_t0)
             self.seconds += elapsed
         return result, round(elapsed, 3)
 

@@ -125,6 +125,47 @@ def test_a_run_counts_its_turns_and_the_seconds_it_waited_for_them(tmp_path, mon
     assert line.startswith(gpu_turns.TALLY_MARK) and "exclusive 1 held" in line and "shared 1 held 0.2 s" in line
 
 
+def test_a_probe_lets_a_waiting_measurement_in_between_its_steps(tmp_path, monkeypatch):
+    """This process holds a shared turn when another asks for an exclusive one: at the next step the probe
+    hands its turn over, the measurement runs, and the probe goes on in a shared turn taken again; the wait
+    is counted apart from the time held."""
+    turns = tmp_path / "gpu-0.turns"
+    monkeypatch.setenv(gpu_turns.ENV, str(turns))
+    monkeypatch.setattr(gpu_turns, "_tally", gpu_turns.Tally())
+    with gpu_turns.shared():
+        gpu_turns.let_measurement_in()  # no measurement waits: nothing happens
+        assert gpu_turns.tally().shared.let_in == 0
+        before = gpu_turns.let_in_wait_s()
+        measurement = _take("exclusive", 0.8, tmp_path / "measure", turns)
+        _wait_for(tmp_path / "measure.asked")
+        time.sleep(0.5)  # it now holds the gate and waits for this turn
+        assert not (tmp_path / "measure.held").exists()
+        let_go = time.time()
+        gpu_turns.let_measurement_in()
+        back = time.time()
+        waited = gpu_turns.let_in_wait_s() - before
+    _wait_all([measurement])
+    start, end = _span(tmp_path / "measure")
+    assert let_go <= start and end <= back  # it ran while this probe paused, and the probe went on after it
+    assert 0.7 < waited < 30 and gpu_turns.tally().shared.let_in == 1
+    assert gpu_turns.tally().shared.held_s < 1.5  # the 0.5 s before, not the measurement's 0.8 s
+
+
+def test_a_probe_in_an_exclusive_or_nested_turn_lets_nothing_in(tmp_path, monkeypatch):
+    turns = tmp_path / "gpu-0.turns"
+    monkeypatch.setenv(gpu_turns.ENV, str(turns))
+    monkeypatch.setattr(gpu_turns, "_tally", gpu_turns.Tally())
+    other = _take("exclusive", 0.3, tmp_path / "other", turns)
+    _wait_for(tmp_path / "other.asked")
+    time.sleep(0.3)
+    with gpu_turns.exclusive():  # after the other's
+        gpu_turns.let_measurement_in()
+        with gpu_turns.shared():
+            gpu_turns.let_measurement_in()
+    _wait_all([other])
+    assert gpu_turns.tally().shared.let_in == 0 and gpu_turns.tally().shared.turns == 0
+
+
 def test_a_run_that_does_not_share_its_gpu_counts_no_turns(monkeypatch):
     monkeypatch.delenv(gpu_turns.ENV, raising=False)
     monkeypatch.setattr(gpu_turns, "_tally", gpu_turns.Tally())
@@ -313,8 +354,9 @@ def test_a_row_that_ran_out_of_memory_beside_other_runs_is_measured_not_failed(t
 
 
 def test_a_rows_wall_time_leaves_out_its_waits_for_turns(monkeypatch):
-    """Each turn here starts after a 100 s wait on the runner's clock (another run measuring): a measured
-    row's wall_s and probe walls, and an unavailable row's wall_s, count none of it."""
+    """Each turn here starts after a 100 s wait on the runner's clock (another run measuring), and each step
+    of a probe waits 100 s for its turn back after letting a measurement in: a measured row's wall_s and
+    probe walls, and an unavailable row's wall_s, count none of it."""
     import types
 
     from h3bench.adapters import builtin_adapters
@@ -334,9 +376,18 @@ def test_a_rows_wall_time_leaves_out_its_waits_for_turns(monkeypatch):
             yield
         return turn
 
+    let_in = types.SimpleNamespace(calls=0, waited=0.0)
+
+    def let_measurement_in():  # every step of a probe waits 100 s for its turn back after a measurement
+        let_in.calls += 1
+        let_in.waited += 100.0
+        clock.now += 100.0
+
     monkeypatch.setattr(runner, "time", types.SimpleNamespace(perf_counter=perf_counter))
     monkeypatch.setattr(gpu_turns, "shared", waiting())
     monkeypatch.setattr(gpu_turns, "exclusive", waiting())
+    monkeypatch.setattr(gpu_turns, "let_measurement_in", let_measurement_in)
+    monkeypatch.setattr(gpu_turns, "let_in_wait_s", lambda: let_in.waited)
     config = quick_config("timestep_sinusoid")
     diffusers = next(a for a in builtin_adapters("timestep_sinusoid") if a.name == "diffusers")
 
@@ -350,6 +401,7 @@ def test_a_rows_wall_time_leaves_out_its_waits_for_turns(monkeypatch):
     assert isinstance(row, schema.RowResult) and isinstance(unavailable, schema.UnavailableRow)
     assert row.wall_s < 1 and all(s < 1 for s in row.probe_wall_s.values()), (row.wall_s, row.probe_wall_s)
     assert unavailable.wall_s < 1
+    assert let_in.calls > 10  # the probes' steps, each a chance for a measurement to go first
     assert evidence.wall_s > 100  # the file's own wall time has the waits
 
 
@@ -485,7 +537,8 @@ def test_a_suite_of_real_runs_sharing_one_device(tmp_path):
     # each job said what its turns were: the run measures its bandwidths and times its rows alone and
     # probes in shared turns; the control measures its bandwidths and probes in one shared turn
     counts = {e.key: re.fullmatch(r"exclusive (\d+) held [\d.]+ s waited [\d.]+ s; "
-                                  r"shared (\d+) held [\d.]+ s waited [\d.]+ s", e.message)
+                                  r"shared (\d+) held [\d.]+ s waited [\d.]+ s, \d+ measurement\(s\) let in",
+                                  e.message)
               for e in events if e.kind == "finished"}
     assert all(counts.values()), counts
     plain, control = counts["timestep_sinusoid/plain"], counts["timestep_sinusoid/control"]
