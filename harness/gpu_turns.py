@@ -8,7 +8,8 @@ idle) and the rows' latency rounds. Several runs on one GPU (`h3bench run --gpus
 harness/fanout.py) therefore take turns. A probe, and a row's load (which may build, compile or allocate),
 holds a shared turn, so the probes of several runs overlap. A measurement holds an exclusive turn, which
 waits for the probes in flight to end or to pause at their next step (below) and keeps new ones from
-starting until it is done, so it times a GPU on which only its own run works. Between turns a run does only host work that launches nothing.
+starting until it is done, so it times a GPU on which only its own run works. Between turns a run does
+only host work that launches nothing.
 
 The turns are two `flock` locks on files named by H3BENCH_GPU_TURNS (one path a GPU, set by the fan-out
 for every job on that GPU): a gate and the turn itself. A shared turn passes the gate (shared) and takes the
