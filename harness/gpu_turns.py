@@ -61,6 +61,7 @@ class TurnCount:
     held_s: float = 0.0  # from getting each turn to letting it go, the turns let to measurements left out
     waited_s: float = 0.0  # from asking for each turn to getting it, and for it back after a measurement
     let_in: int = 0  # measurements let in during these turns (shared turns only)
+    let_in_waited_s: float = 0.0  # the part of waited_s spent waiting for the turn back after those
 
 
 @dataclass
@@ -86,20 +87,16 @@ def summary() -> str:
     return f"{TALLY_MARK} " + "; ".join(parts) + f", {_tally.shared.let_in} measurement(s) let in"
 
 
-_let_in_wait_s = 0.0  # every wait for a shared turn back after a measurement, this process's whole life
-
-
 def let_in_wait_s() -> float:
     """Seconds this process has waited so far for its shared turns back after letting measurements in:
     a step's duration less the growth of this is the step's own time."""
-    return _let_in_wait_s
+    return _tally.shared.let_in_waited_s
 
 
 def let_measurement_in() -> None:
     """Between two steps of a probe in its shared turn: where another run waits for an exclusive turn, let it
     have the GPU now, then take a shared turn again (this waits until the measurement is done). Nothing
     otherwise: no sharing, a nested turn, an exclusive one, or no measurement waiting."""
-    global _let_in_wait_s
     if _shared_files is None or _depth != 1:
         return
     gate, turn = _shared_files
@@ -114,12 +111,10 @@ def let_measurement_in() -> None:
     _hand_back_cached_memory()
     fcntl.flock(turn, fcntl.LOCK_UN)
     asked = time.monotonic()
-    fcntl.flock(gate, fcntl.LOCK_SH)
-    fcntl.flock(turn, fcntl.LOCK_SH)
-    fcntl.flock(gate, fcntl.LOCK_UN)
+    _take_shared(gate, turn)
     waited = time.monotonic() - asked
-    _let_in_wait_s += waited
     _tally.shared.waited_s += waited
+    _tally.shared.let_in_waited_s += waited
     _tally.shared.let_in += 1
 
 
@@ -184,10 +179,8 @@ def _turn(exclusive: bool) -> Iterator[None]:
             fcntl.flock(gate, fcntl.LOCK_EX)  # no new shared turn from here
             fcntl.flock(turn, fcntl.LOCK_EX)  # the shared turns in flight end
         else:
-            fcntl.flock(gate, fcntl.LOCK_SH)  # waits while an exclusive turn waits or runs
-            fcntl.flock(turn, fcntl.LOCK_SH)
-            fcntl.flock(gate, fcntl.LOCK_UN)
-        got, let_in_before = time.monotonic(), _let_in_wait_s
+            _take_shared(gate, turn)
+        got, let_in_before = time.monotonic(), let_in_wait_s()
         _depth += 1
         if not exclusive:
             _shared_files = (gate, turn)
@@ -202,7 +195,14 @@ def _turn(exclusive: bool) -> Iterator[None]:
                 fcntl.flock(gate, fcntl.LOCK_UN)
             count.turns += 1
             count.waited_s += got - asked
-            count.held_s += time.monotonic() - got - (_let_in_wait_s - let_in_before)
+            count.held_s += time.monotonic() - got - (let_in_wait_s() - let_in_before)
+
+
+def _take_shared(gate, turn) -> None:
+    """A shared turn: past the gate, which waits while an exclusive turn waits or runs, then the turn."""
+    fcntl.flock(gate, fcntl.LOCK_SH)
+    fcntl.flock(turn, fcntl.LOCK_SH)
+    fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 def _out_of_memory(exc: BaseException) -> bool:
@@ -218,17 +218,23 @@ def _out_of_memory(exc: BaseException) -> bool:
     return False
 
 
-def _synchronize() -> None:
-    """Wait for this process's kernels (through sys.modules, as _hand_back_cached_memory)."""
+def _cuda_torch():
+    """torch where this process has initialised CUDA, else None. Through sys.modules: this module imports no
+    torch (a run that never loaded it has no kernels to wait for and no CUDA memory to give back)."""
     torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
+    return torch if torch is not None and torch.cuda.is_initialized() else None
+
+
+def _synchronize() -> None:
+    """Wait for this process's kernels."""
+    torch = _cuda_torch()
+    if torch is not None:
         torch.cuda.synchronize()
 
 
 def _hand_back_cached_memory() -> None:
     """Free the blocks torch's allocator keeps cached for this process, so that the runs after this turn
-    can have them. Through sys.modules: this module imports no torch (a run that never loaded it has no
-    CUDA memory to give back)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
+    can have them."""
+    torch = _cuda_torch()
+    if torch is not None:
         torch.cuda.empty_cache()
