@@ -102,12 +102,18 @@ def test_without_the_variable_every_turn_is_free_and_nested_turns_are_the_outer_
     assert time.perf_counter() - started < 5
 
 
-def test_a_run_counts_its_turns_and_the_seconds_it_waited_for_them(tmp_path, monkeypatch):
+@pytest.fixture
+def turns(tmp_path, monkeypatch) -> Path:
+    """This process shares a GPU whose turn file is in tmp_path, with a tally of its own."""
+    path = tmp_path / "gpu-0.turns"
+    monkeypatch.setenv(gpu_turns.ENV, str(path))
+    monkeypatch.setattr(gpu_turns, "_tally", gpu_turns.Tally())
+    return path
+
+
+def test_a_run_counts_its_turns_and_the_seconds_it_waited_for_them(tmp_path, turns):
     """A shared turn asked for while another process holds an exclusive one waits for it: the tally has
     that wait, the seconds held, and each kind's count; nested turns are the outer one's."""
-    turns = tmp_path / "gpu-0.turns"
-    monkeypatch.setenv(gpu_turns.ENV, str(turns))
-    monkeypatch.setattr(gpu_turns, "_tally", gpu_turns.Tally())
     other = _take("exclusive", 1.0, tmp_path / "other", turns)
     _wait_for(tmp_path / "other.held")
     with gpu_turns.shared():
@@ -125,13 +131,10 @@ def test_a_run_counts_its_turns_and_the_seconds_it_waited_for_them(tmp_path, mon
     assert line.startswith(gpu_turns.TALLY_MARK) and "exclusive 1 held" in line and "shared 1 held 0.2 s" in line
 
 
-def test_a_probe_lets_a_waiting_measurement_in_between_its_steps(tmp_path, monkeypatch):
+def test_a_probe_lets_a_waiting_measurement_in_between_its_steps(tmp_path, turns):
     """This process holds a shared turn when another asks for an exclusive one: at the next step the probe
     hands its turn over, the measurement runs, and the probe goes on in a shared turn taken again; the wait
     is counted apart from the time held."""
-    turns = tmp_path / "gpu-0.turns"
-    monkeypatch.setenv(gpu_turns.ENV, str(turns))
-    monkeypatch.setattr(gpu_turns, "_tally", gpu_turns.Tally())
     with gpu_turns.shared():
         gpu_turns.let_measurement_in()  # no measurement waits: nothing happens
         assert gpu_turns.tally().shared.let_in == 0
@@ -151,10 +154,7 @@ def test_a_probe_lets_a_waiting_measurement_in_between_its_steps(tmp_path, monke
     assert gpu_turns.tally().shared.held_s < 1.5  # the 0.5 s before, not the measurement's 0.8 s
 
 
-def test_a_probe_in_an_exclusive_or_nested_turn_lets_nothing_in(tmp_path, monkeypatch):
-    turns = tmp_path / "gpu-0.turns"
-    monkeypatch.setenv(gpu_turns.ENV, str(turns))
-    monkeypatch.setattr(gpu_turns, "_tally", gpu_turns.Tally())
+def test_a_probe_in_an_exclusive_or_nested_turn_lets_nothing_in(tmp_path, turns):
     other = _take("exclusive", 0.3, tmp_path / "other", turns)
     _wait_for(tmp_path / "other.asked")
     time.sleep(0.3)
