@@ -16,19 +16,19 @@
 #   WHEELS: a folder holding the wheels below (default: `pip download --no-deps` them into .cute-wheels/)
 set -euo pipefail
 WHEELS=${1:-.cute-wheels}
-PINS="quack-kernels==0.6.5 torch-c-dlpack-ext==0.1.5 comfy-kitchen==0.2.40 apache-tvm-ffi==0.1.11
-nvidia-cutlass-dsl==4.8.0 nvidia-cutlass-dsl-libs-base==4.8.0 nvidia-cutlass-dsl-libs-core==4.8.0
-nvidia-cutlass-dsl-libs-cu13==4.8.0"
+# the wheels as name-version (their files' prefix): those copied as they are, then the two repacked
+COPIED=(quack_kernels-0.6.5 torch_c_dlpack_ext-0.1.5 apache_tvm_ffi-0.1.11 nvidia_cutlass_dsl-4.8.0
+        nvidia_cutlass_dsl_libs_base-4.8.0 nvidia_cutlass_dsl_libs_core-4.8.0)
+ALL=("${COPIED[@]}" nvidia_cutlass_dsl_libs_cu13-4.8.0 comfy_kitchen-0.2.40)
 if [ $# -eq 0 ]; then
-  # shellcheck disable=SC2086  # the pins are words
+  pins=()
+  for name in "${ALL[@]}"; do pins+=("${name%-*}==${name##*-}"); done
   python3 -m pip download -q --no-deps --python-version 3.12 --platform manylinux_2_28_x86_64 \
-    --only-binary=:all: -d "$WHEELS" $PINS
+    --only-binary=:all: -d "$WHEELS" "${pins[@]//_/-}"
 fi
 # every wheel found before anything is written: a missing one leaves the carries as they were
 declare -A wheel
-for name in quack_kernels-0.6.5 torch_c_dlpack_ext-0.1.5 apache_tvm_ffi-0.1.11 nvidia_cutlass_dsl-4.8.0 \
-    nvidia_cutlass_dsl_libs_base-4.8.0 nvidia_cutlass_dsl_libs_core-4.8.0 nvidia_cutlass_dsl_libs_cu13-4.8.0 \
-    comfy_kitchen-0.2.40; do
+for name in "${ALL[@]}"; do
   found=$(ls "$WHEELS"/"$name"-*.whl 2>/dev/null | head -n 1) || true
   [ -n "$found" ] || { echo "pack_cute_dsl_carry.sh: no $name-*.whl in $WHEELS" >&2; exit 2; }
   wheel[$name]=$found
@@ -37,8 +37,7 @@ IR=nvidia_cutlass_dsl/dsl_packages/cutlass/_mlir/_mlir_libs/_cutlass_ir.cu13.cpy
 RUNTIME=nvidia_cutlass_dsl/cu13/lib/libcute_dsl_runtime.so
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 rm -rf .cute-ir .cute-rest && mkdir -p .cute-ir .cute-rest
-for name in quack_kernels-0.6.5 torch_c_dlpack_ext-0.1.5 apache_tvm_ffi-0.1.11 nvidia_cutlass_dsl-4.8.0 \
-    nvidia_cutlass_dsl_libs_base-4.8.0 nvidia_cutlass_dsl_libs_core-4.8.0; do
+for name in "${COPIED[@]}"; do
   cp "${wheel[$name]}" .cute-rest/
 done
 python3 -m zipfile -e "${wheel[nvidia_cutlass_dsl_libs_cu13-4.8.0]}" "$work/cu13"
