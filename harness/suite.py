@@ -19,20 +19,20 @@ from h3bench.harness.runner import combine_modes
 from h3bench.harness.ops import get_op
 from h3bench.harness.schema import Evidence, save
 
-# Seconds of one full-plan run of the op in mode plain with every row: `wall_s` of the committed evidence
-# (reports/evidence/README.md names each file's command): the current harness's H100 files where there are
-# some (norm_modulate, final_adaln_out, gate_residual, timestep_sinusoid), an earlier harness's H200 files
-# for the others, which had neither the torch.compile rows nor the probes beyond the RFC's (so their figures
-# are low). Only their order is used (longest first); every mode of an op gets the op's figure. The common
-# ops (rms_norm, layer_norm, linear, softmax) have no committed full-plan evidence yet: DEFAULT_COST.
+# Seconds of one full-plan run of the op in mode plain with every row: `wall_s` of the committed H100
+# evidence (reports/evidence/README.md names each file's command), each op run beside two or three others
+# taking turns (so the figures include waits for turns; adaln_row_gather's 510.7 s two attempts, its run
+# that finished 301 s). Only their order is used (longest first); every mode of an op gets the op's
+# figure. The common ops (rms_norm, layer_norm, linear, softmax) have no committed full-plan evidence:
+# DEFAULT_COST.
 RELATIVE_COST = {
-    "norm_modulate": 297.3,
-    "final_adaln_out": 252.0,
-    "gate_residual": 174.5,
-    "adaln_row_gather": 107.4,
-    "timestep_mlp": 72.9,
-    "adaln_projection": 64.1,
-    "timestep_sinusoid": 47.0,
+    "norm_modulate": 504.6,
+    "adaln_projection": 372.7,
+    "final_adaln_out": 331.4,
+    "gate_residual": 309.1,
+    "adaln_row_gather": 301.0,
+    "timestep_mlp": 265.5,
+    "timestep_sinusoid": 162.4,
 }
 DEFAULT_COST = 60.0
 # A control job's cost as a share of its op's: three batch-invariance probes of one composition, no timing.
