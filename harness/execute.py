@@ -108,36 +108,41 @@ def device_usable(device: torch.device) -> bool:
         return False
 
 
-def call(fn, args: Sequence[torch.Tensor], n_outputs: int) -> tuple[torch.Tensor, ...]:
+def call(fn, args: Sequence[torch.Tensor], n_outputs: int, settled: bool = True) -> tuple[torch.Tensor, ...]:
+    """The implementation's forward; with `settled`, its kernels waited for inside its block (`settle`)."""
     with implementation_code():
         result = fn(*args)
-        settle(args)
+        if settled:
+            settle(args)
     return as_outputs(result, n_outputs)
 
 
-def backward(outputs: Sequence[torch.Tensor], grad_outs: Sequence[torch.Tensor]) -> None:
+def backward(outputs: Sequence[torch.Tensor], grad_outs: Sequence[torch.Tensor], settled: bool = True) -> None:
     """Backward through the implementation's graph (its own backward code runs here)."""
     pairs = [(o, g) for o, g in zip(outputs, grad_outs) if o.requires_grad]
     if not pairs:
         raise ImplementationError("implementation declares gradients but its outputs do not require grad")
     with implementation_code():
         torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
-        settle(outputs)
+        if settled:
+            settle(outputs)
 
 
 def execute(fn, inputs: OpInputs, grad_outs: Optional[Sequence[torch.Tensor]], grads: tuple[str, ...],
-            n_outputs: int, output_names: Optional[Sequence[str]] = None) -> Outcome:
-    """Forward, then (when the row has gradients and `grad_outs` is given) backward with `grad_outs`."""
+            n_outputs: int, output_names: Optional[Sequence[str]] = None, settled: bool = True) -> Outcome:
+    """Forward, then (when the row has gradients and `grad_outs` is given) backward with `grad_outs`.
+    `settled=False` leaves the kernels queued: for a caller that runs many calls and waits once, inside
+    the implementation's block, before it reads a result back (harness/probes/context.py `settle`)."""
     run_backward = bool(grads) and grad_outs is not None
     names = list(inputs.tensors)
     with torch.set_grad_enabled(run_backward):
         leaves = make_leaves(inputs, grads if run_backward else ())
-        outputs = call(fn, leaves, n_outputs)
+        outputs = call(fn, leaves, n_outputs, settled)
         if grad_outs is not None:
             check_like(outputs, grad_outs, output_names)
         found: dict[str, torch.Tensor] = {}
         if run_backward:
-            backward(outputs, grad_outs)
+            backward(outputs, grad_outs, settled)
             for name, leaf in zip(names, leaves):
                 if name in grads:
                     if leaf.grad is None:

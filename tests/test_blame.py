@@ -157,7 +157,8 @@ def test_the_cli_exits_non_zero_with_the_traceback_and_writes_nothing(invoke, tm
 
 def test_an_asynchronous_fault_is_raised_inside_the_implementations_block(monkeypatch):
     """A GPU kernel's fault (an illegal address) surfaces at the next synchronisation; the harness
-    synchronises inside the implementation's block, so the fault is the row's, not the harness's.
+    synchronises inside the implementation's block (after each call, or where a bitwise probe waits
+    before it reads back), so the fault is the row's, not the harness's.
     Stand-in for the GPU: the synchronisation raises as CUDA's would after a faulting kernel."""
     from h3bench.harness import execute
 
@@ -178,4 +179,25 @@ def test_a_row_that_kills_the_device_stops_the_run_naming_it(monkeypatch, tmp_pa
     out = tmp_path / "e.json"
     with pytest.raises(runner.DeviceLost, match="row 'fails_in_backward'"):
         run(request(fails_in_backward, honest, out=out))
+    assert not out.exists()
+
+
+def test_a_fault_met_at_the_harnesss_next_launch_stops_the_run_naming_the_row(monkeypatch, tmp_path):
+    """The bitwise probes leave a row's kernels queued, so a fault the device reports before the probe's
+    wait surfaces at the next launch, which may be the harness's: with the CUDA context unusable after it,
+    the row's queued kernels are the cause and the run stops naming the row and the probe; with the
+    context working, the same error is the harness's own and propagates as it is."""
+    import h3bench.harness.runner as runner
+    from h3bench.harness.probes import batch_invariance as bi
+
+    def faulting_cat(outcomes):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    monkeypatch.setattr(bi, "_cat_outputs", faulting_cat)
+    with pytest.raises(RuntimeError, match="illegal memory access") as raised:
+        run(request(honest))
+    assert not isinstance(raised.value, runner.DeviceLost)
+    monkeypatch.setattr(runner, "device_usable", lambda device: False)
+    out = tmp_path / "e.json"
+    with pytest.raises(runner.DeviceLost, match="row 'honest' .* in its all_rows probe: .*illegal memory access"):
+        run(request(honest, out=out))
     assert not out.exists()

@@ -460,3 +460,44 @@ def test_probes_do_not_hold_parameter_gradients_of_the_runs_they_keep(monkeypatc
     bi.batch_size_sweep(ctx, SWEEP)
     bi.full_vs_sub_batches(ctx, SUBS)
     assert peak[0] <= 3 * len(ctx.param_grads), peak[0]
+
+
+def test_the_bitwise_probes_wait_for_the_device_once_a_case_not_once_a_call(monkeypatch):
+    """The RFC's three probes run thousands of one-row calls; each waits for nothing (its kernels stay
+    queued) and the probe waits once before it reads its flags back, inside the implementation's block."""
+    from h3bench.harness import execute
+    settles: list[int] = []
+    real_settle = execute.settle
+    monkeypatch.setattr(execute, "settle", lambda tensors: (settles.append(1), real_settle(tensors)))
+    runs: list[bool] = []
+    real_execute = execute.execute
+
+    def recording(*args, **kwargs):
+        runs.append(kwargs.get("settled", args[6] if len(args) > 6 else True))
+        return real_execute(*args, **kwargs)
+    monkeypatch.setattr("h3bench.harness.probes.context.execute", recording)
+    ctx = context("honest")
+    plan = dataclasses.replace(ALL_ROWS, batch_sizes=(12,), seeds=(3,))
+    bi.all_rows(ctx, plan)
+    assert len(runs) == 2 + 12 and not any(runs)
+    assert len(settles) == 2  # after the two full batches, after the rows alone
+    runs.clear(), settles.clear()
+    bi.full_vs_sub_batches(ctx, SUBS)
+    assert len(runs) == len(SUBS.seeds) + bi.sub_batches_total(SUBS) and not any(runs)
+    assert len(settles) == len(SUBS.seeds)
+    runs.clear(), settles.clear()
+    bi.batch_size_sweep(ctx, SWEEP)
+    assert len(runs) > 100 and not any(runs) and len(settles) == 1
+    assert ctx.settled  # the probes' own queued context; the caller's still waits each call
+
+
+def test_a_fault_a_queued_call_leaves_is_the_rows(monkeypatch):
+    """A queued call's asynchronous fault surfaces at the probe's wait, inside the implementation's block:
+    the row's failure, not the harness's. Stand-in for the GPU: the wait raises as CUDA's would."""
+    from h3bench.harness import execute
+
+    def faulting_settle(tensors):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    monkeypatch.setattr(execute, "settle", faulting_settle)
+    with pytest.raises(execute.ImplementationError, match="illegal memory access"):
+        context("honest").queued().settle()

@@ -6,8 +6,9 @@ outputs differs (so `fwd_differ` counts rows, or sub-batches, as in the prior ar
 gradients are compared one by one and their counts summed into `rowgrad_differ`; a sweep comparison
 differs when any output or per-row gradient of the probe row differs.
 
-Comparisons stay on the device as bool tensors and are read back once per case, so a probe costs
-the implementation's runs, not a host sync per row. A failing check is then located (harness/probes/
+Comparisons stay on the device as bool tensors and are read back once per case, and the runs leave
+their kernels queued (`ProbeContext.queued`), waited for once before each read-back (`settle`), so a probe
+costs the implementation's runs, not a host sync per row. A failing check is then located (harness/probes/
 difference.py: the first differing tensor, row and element, the largest ULP distance): all_rows from the
 results at hand, the first differing sub-batch and the first `max_failures` sweep comparisons by running
 them again, so a clean row pays nothing for it.
@@ -65,6 +66,7 @@ def all_rows(ctx: ProbeContext, plan: AllRowsPlan,
              params_differences: Optional[list[ParamDifference]] = None) -> tuple[dict[str, AllRowsCase], Optional[bool]]:
     """Each row of a batch of n against the same row alone; the batch twice for parameter repeatability
     (each parameter gradient that does not repeat is added to `params_differences`, once)."""
+    ctx = ctx.queued()
     cases: dict[str, AllRowsCase] = {}
     repeatable: Optional[bool] = True if ctx.param_grads else None
     for n in plan.batch_sizes:
@@ -74,6 +76,7 @@ def all_rows(ctx: ProbeContext, plan: AllRowsPlan,
             inputs, grad_outs = ctx.inputs(n, seed), ctx.grad_outs(n, seed)
             full = ctx.run(inputs, grad_outs)
             again = ctx.run(inputs, grad_outs)
+            ctx.settle()
             for g in ctx.param_grads:
                 if not bitwise_equal(full.grads[g], again.grads[g]):
                     repeatable = False
@@ -84,6 +87,7 @@ def all_rows(ctx: ProbeContext, plan: AllRowsPlan,
                 index = ctx.rows_index([r])
                 alone.append(ctx.run_rows(inputs.select_rows(index), select_grad_outs(grad_outs, index)))
                 ctx.progress(1)  # a row at a time: 2048 rows alone take seconds, a step to pause at
+            ctx.settle()
             alone_outputs = _cat_outputs(alone)
             seed_fwd = int(_outputs_differ(full.outputs, alone_outputs).sum())
             stacked = {g: torch.cat([a.grads[g] for a in alone]) for g in ctx.row_grads}
@@ -103,12 +107,14 @@ def _locate_sub_batch(ctx: ProbeContext, inputs, grad_outs, full: Outcome, rows:
     time it does not: a nondeterministic implementation)."""
     index = ctx.rows_index(rows)
     sub = ctx.run_rows(inputs.select_rows(index), select_grad_outs(grad_outs, index))
+    ctx.settle()
     return first_difference(pairs(ctx, sub, *picked_at(ctx, full, index)), seed=seed, batch=len(rows),
                             positions=range(len(rows)), rows=rows)
 
 
 def full_vs_sub_batches(ctx: ProbeContext, plan: SubBatchPlan) -> FullVsSubBatches:
     """Contiguous sub-batches of one large batch against the large batch; counts sub-batches that differ."""
+    ctx = ctx.queued()
     count = fwd = rowgrad = 0
     first: Optional[Difference] = None
     for seed in plan.seeds:
@@ -128,6 +134,7 @@ def full_vs_sub_batches(ctx: ProbeContext, plan: SubBatchPlan) -> FullVsSubBatch
                 tried.append(rows)
                 count += 1
                 ctx.progress(1)
+        ctx.settle()
         if first is None and any_flags:  # one read-back a seed; the first differing sub-batch run again
             differing = torch.stack(any_flags).nonzero()
             if differing.numel():
@@ -143,6 +150,7 @@ def full_vs_sub_batches(ctx: ProbeContext, plan: SubBatchPlan) -> FullVsSubBatch
 def batch_size_sweep(ctx: ProbeContext, plan: SweepPlan) -> BatchSizeSweep:
     """Probe rows at the start, middle and end of batches of every size, filled with other rows in a
     seeded random order, and in the whole batch reversed; each against the probe row alone."""
+    ctx = ctx.queued()
     sizes, probes = plan.batch_sizes(), plan.probe_rows()
     n = plan.rows
     labels: list[tuple[int, int, int, int]] = []  # (seed, batch, position, row) per comparison
@@ -178,6 +186,7 @@ def batch_size_sweep(ctx: ProbeContext, plan: SweepPlan) -> BatchSizeSweep:
         for r in probes:
             compare(reversed_order, n - 1 - r, r)
         ctx.progress(len(probes))
+    ctx.settle()
     differ = torch.stack(flags).cpu() if flags else torch.zeros(0, dtype=torch.bool)
     failed = differ.nonzero().flatten().tolist()
     first = [SweepFailure(*labels[i], difference=_locate_sweep(ctx, n, labels[i], orders[i]))
@@ -197,6 +206,7 @@ def _locate_sweep(ctx: ProbeContext, n: int, label: tuple[int, int, int, int],
         return ctx.run_rows(inputs.select_rows(index), select_grad_outs(grad_outs, index))
 
     out, alone = run_rows(order), run_rows([row])
+    ctx.settle()
     at = slice(position, position + 1)
     pairs = ([(name, o[at], a) for name, o, a in zip(ctx.op.outputs, out.outputs, alone.outputs)]
              + [(f"grad {g}", out.grads[g][at], alone.grads[g]) for g in ctx.row_grads])
