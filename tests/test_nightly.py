@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,8 @@ def test_nightly_runs_compares_and_fails_on_a_regression(tmp_path):
                             H3BENCH_BASELINE_SUFFIX="_newer _base")
     assert code == 0 and "nightly: passed" in summary, summary
     assert f"{OP}: measured; no regression against {base / f'{OP}_base.json'}" in summary, summary
+    assert re.search(rf"^{OP}: run rc 0 in \d+ s$", summary, re.M), summary  # each run's seconds
+    assert re.search(r"^nightly: passed in \d+ s; files in ", summary, re.M), summary  # the job's
 
 
 def test_nightly_refuses_an_unknown_plan(tmp_path):

@@ -8,7 +8,7 @@ from typing import Any, Callable, ContextManager, Optional
 
 import torch
 
-from h3bench.harness import execute as calls
+from h3bench.harness import execute as execute_module
 from h3bench.harness.execute import Outcome, execute
 from h3bench.harness.ops.base import Op, OpInputs, Reference
 
@@ -68,8 +68,8 @@ class ProbeContext:
         its queued kernels (reported asynchronously) surfaces as the row's, before a read-back in harness
         code would meet it. A fault the device reports earlier, at one of the harness's own launches in
         between, leaves the CUDA context unusable and is the row's too (harness/runner.py `_probe_row`)."""
-        with calls.implementation_code():
-            calls.settle([torch.empty(0, device=self.device)])
+        with execute_module.implementation_code():
+            execute_module.settle([torch.empty(0, device=self.device)])
 
     def run_rows(self, inputs: OpInputs, grad_outs: tuple[torch.Tensor, ...]) -> Outcome:
         """`run`, keeping only the outputs and the per-row gradients: for outcomes a probe holds on to.
