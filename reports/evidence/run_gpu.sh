@@ -25,7 +25,7 @@
 #                  H3BENCH_MODES_TAG; `h3bench merge` joins files that split the modes)
 #   all            `h3bench run --op all`: the seven ops in one process, full plan, mode plain, every row (the
 #                  suite's wall time), one evidence file per op under $OUT/work/all/
-#   suite          the same on GPU 0 with H3BENCH_PER_GPU (default 3) ops at a time taking turns (`--gpus 1
+#   suite          the same on GPU 0 with H3BENCH_PER_GPU (default 7: every op at once) jobs at a time taking turns (`--gpus 1
 #                  --per-gpu K`, harness/gpu_turns.py), one evidence file per op under $OUT/work/suite/
 #                  (H3BENCH_OPS picks some)
 #   common         the common ops (rms_norm, layer_norm, linear, softmax), quick plan, every row, one file each
@@ -158,7 +158,7 @@ step_all() {
 step_suite() {
   local ops=all
   [ -n "${H3BENCH_OPS:-}" ] && ops=$(echo "$H3BENCH_OPS" | tr ' ' ',')
-  run_ops "$FULL_PATH" "$ops" --gpus 1 --per-gpu "${H3BENCH_PER_GPU:-3}" --out "$OUT/work/suite"
+  run_ops "$FULL_PATH" "$ops" --gpus 1 --per-gpu "${H3BENCH_PER_GPU:-7}" --out "$OUT/work/suite"
 }
 
 step_common() {
