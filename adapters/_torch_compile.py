@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from h3bench.harness import library_output
+from h3bench.harness import gpu_turns, library_output
 from h3bench.harness.adapter import Adapter, CompileTally, Loaded, RowSkipped
 
 DEFAULT = "default"
@@ -152,6 +152,11 @@ class _Hooks:
             return
         if row.tally.overrun is not None:  # the budget is spent: no further compilation
             raise CompileBudgetExceeded(row.tally.overrun)
+        if threading.current_thread() is threading.main_thread():
+            # A compilation runs inside one call of a probe's step, up to the budget (30 s for max-autotune),
+            # and a measurement another run waits for (harness/gpu_turns.py) would wait that long, keeping
+            # every other run's probes from starting: let it in first. Its wait is no compile time.
+            gpu_turns.let_measurement_in()
         self._compiling, self._started = row, time.perf_counter()
         # Inductor prints max-autotune's benchmark tables to stderr: they go to the run's log
         self._diversion = library_output.divert(f"torch.compile(mode={row.mode!r}) compiling")

@@ -27,7 +27,8 @@ torch_compile row took 22 s; a max-autotune row compiles up to its 30 s budget w
 turn waiting for it keeps every other run's probes from starting meanwhile: the GPU idles but for that
 probe. So a probe lets a waiting measurement in between its steps (`let_measurement_in`, which the
 runner calls at each step of a probe's progress): it finishes its kernels, hands its turn over and takes a
-shared one again once the measurement is done. A compile inside one call is no step: it runs to its end.
+shared one again once the measurement is done. A compilation inside one call is no step, but a
+torch.compile row lets a waiting measurement in before each one starts (adapters/_torch_compile.py).
 
 Every exclusive turn stops the other runs' probes, so the runs' measurements add up one after another: a
 run counts its turns, the seconds it held them and the seconds it waited for them (`tally`); `h3bench run`

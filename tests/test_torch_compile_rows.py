@@ -158,6 +158,19 @@ def test_the_timer_is_not_armed_outside_the_rows_own_call(fresh_dynamo):
     assert hooks.current.tally.overrun is not None  # found over its budget as it ended
 
 
+def test_a_compilation_lets_a_waiting_measurement_in_before_it_starts(monkeypatch):
+    """A compilation is one step of a probe that may last the whole budget: a measurement another run waits
+    for goes first (harness/gpu_turns.py), and its wait is not counted as compile time."""
+    from h3bench.harness import gpu_turns
+    hooks = tc._Hooks()
+    hooks.current = row = tc._RowCompile(tc.DEFAULT, budget_s=None)
+    let_in: list[float] = []
+    monkeypatch.setattr(gpu_turns, "let_measurement_in", lambda: (time.sleep(0.2), let_in.append(1)))
+    hooks._on_start(None)
+    hooks._on_end(None)
+    assert let_in == [1] and row.tally.compiles == 1 and row.tally.seconds < 0.2
+
+
 def test_without_a_timer_the_budget_is_checked_as_each_compilation_ends():
     row = tc._RowCompile(tc.MAX_AUTOTUNE, budget_s=10.0)
     row.spend(6.0)
