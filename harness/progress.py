@@ -179,7 +179,7 @@ def summary_table(evidence: Evidence) -> Table:
         table.add_column(column, justify="right", overflow="fold")
     from h3bench.harness.gate import beyond_rfc_failures, what_failed
 
-    unavailable, not_invariant, lowered, beyond = [], [], {}, []
+    unavailable, not_invariant, lowered, beyond, partial = [], [], {}, [], []
     for mode, rows in evidence.results.items():
         if isinstance(rows, UnavailableMode):
             table.add_row(escape(f"{mode}/-"), "[yellow]-[/]", *[""] * blanks)
@@ -191,6 +191,8 @@ def summary_table(evidence: Evidence) -> Table:
                 table.add_row(escape(label), "[yellow]-[/]", *[""] * blanks)
                 unavailable.append(f"{label}: {row.unavailable}")
                 continue
+            if row.reference is not None:
+                partial.append(f"{label} ({row.reference})")
             bi = row.batch_invariance
             if not bi.batch_invariant:  # the summary names the checks that failed
                 not_invariant.append((label, what_failed(bi, located=False) or ["recorded not invariant"]))
@@ -217,6 +219,8 @@ def summary_table(evidence: Evidence) -> Table:
     captions += [f"invariant by the RFC's probes, not by h3bench's: {label}: {'; '.join(failed)}"
                  for label, failed in beyond]
     captions += lowered.values()
+    if partial:
+        captions.append("errors against the reference of the part of the op the row computes: " + "; ".join(partial))
     skipped = [line for line in unavailable if is_skip(line.split(": ", 1)[-1])]
     unavailable = [line for line in unavailable if line not in skipped]
     if skipped:

@@ -447,6 +447,7 @@ def _row_result(m: _Measured, device: torch.device) -> RowResult | UnavailableRo
                                     **{p: m.probes.get(p) for p in OPTIONAL_PROBES}),
         accuracy_latency=m.sizes, wall_s=wall, probe_wall_s=m.probe_wall, timer=timer_for(device),
         compile_s=_compile_seconds(m.loaded), compiles=tally.compiles if tally else None,
+        reference=m.adapter.reference,
     )
 
 

@@ -327,6 +327,10 @@ class RowResult:
     # launch), and how many compilations that was
     compile_s: Optional[float] = additive()
     compiles: Optional[int] = additive()
+    # the float64 reference variant the row's errors are against where it is not the op's own (norm_modulate's
+    # torch_rms_norm, transformer_engine and quack_rms_norm rows: `rms_norm`, the norm alone, no modulation);
+    # absent: the op's. Errors against different references do not compare.
+    reference: Optional[str] = additive()
 
 
 @dataclass

@@ -31,7 +31,7 @@ SIZE_FIELDS = ("fwd_rel_err", "fwd_us", "fwd_bwd_us", "fwd_bwd_net_us", "fwd_us_
 GRAPH_UNAVAILABLE = "_graph_unavailable"  # `<size>/<figure>_graph_unavailable`: why a figure has no graph time
 FIGURE_LABELS = {"fwd": "fwd", "fwd_bwd": "fwd+bwd", "fwd_bwd_net": "fwd+bwd net"}
 BASE_COLUMNS = ("mode", "implementation", "status", "source", "reason", "failed_probe", "has_backward",
-                "batch_invariant", "failed_checks", "params_repeatable", "wall_s", "compile_s", "compiles")
+                "batch_invariant", "failed_checks", "params_repeatable", "wall_s", "compile_s", "compiles", "reference")
 
 
 def _measured_rows(evidence: Evidence, mode: Optional[str]):
@@ -89,7 +89,8 @@ def build_table(evidence: Evidence) -> pd.DataFrame:
                 bi = row.batch_invariance
                 record.update(status="measured", has_backward=row.has_backward,
                               batch_invariant=bi.batch_invariant, failed_checks=verdicts.failure_summary(row),
-                              params_repeatable=bi.params_repeatable, compiles=row.compiles)
+                              params_repeatable=bi.params_repeatable, compiles=row.compiles,
+                              reference=row.reference)
                 for size, result in row.accuracy_latency.items():
                     record.update(_size_values(size, result))
             records.append(record)
@@ -212,10 +213,14 @@ def _accuracy_table(evidence: Evidence, mode: str, part: pd.DataFrame, measured:
         keys += [k for k, _ in cols]
         headers += [h for _, h in cols]
         groups.append((f"R = {size}", len(cols)))
-    rows = [[Cell(r["implementation"])] + [Cell(fmt.err(_get(r, k)), "num") for k in keys] for r in measured]
+    def name(r: Mapping[str, Any]) -> str:  # a row of part of the op: against that part's reference
+        reference = _get(r, "reference")
+        return f"{r['implementation']} (against {reference})" if isinstance(reference, str) else r["implementation"]
+    rows = [[Cell(name(r))] + [Cell(fmt.err(_get(r, k)), "num") for k in keys] for r in measured]
     return TableSpec("Accuracy (relative error vs float64 reference)", headers, rows, groups,
                      note="max|y - ref| / max|ref| on the same rounded inputs; — = not produced by the "
-                          "implementation.")
+                          "implementation; (against X): the row computes part of the op, its errors are "
+                          "against that part's reference X.")
 
 
 def _spread_text(record: Mapping[str, Any], key: str) -> str:

@@ -501,3 +501,24 @@ def test_a_fault_a_queued_call_leaves_is_the_rows(monkeypatch):
     monkeypatch.setattr(execute, "settle", faulting_settle)
     with pytest.raises(execute.ImplementationError, match="illegal memory access"):
         context("honest").queued().settle()
+
+
+def test_a_row_records_the_reference_its_errors_are_against():
+    """A row that computes only part of the op (torch_rms_norm: the norm, no modulation) has its errors
+    against that part's float64 reference; the file says which, so they are not read as the op's."""
+    from h3bench.adapters import builtin_adapters
+    alone = next(a for a in builtin_adapters("norm_modulate") if a.name == "torch_rms_norm")
+    honest = from_function(composition, name="honest", op="norm_modulate", differentiable=GRADS)
+    config = dataclasses.replace(QUICK, timing=FAST_TIMING)
+    evidence = run(RunRequest(config=config, device=CPU, adapters=[alone, honest], modes=["plain"],
+                              out=None, measure_bandwidth=False))
+    rows = evidence.results["plain"]
+    assert rows["torch_rms_norm"].reference == "rms_norm" and rows["honest"].reference is None
+    assert schema.to_dict(evidence)["results"]["plain"]["torch_rms_norm"]["reference"] == "rms_norm"
+    from rich.console import Console
+    from h3bench.harness.progress import summary_table
+    from h3bench.reports.table import render_markdown
+    assert "| torch_rms_norm (against rms_norm) |" in render_markdown(evidence)
+    console = Console(width=400, record=True)
+    console.print(summary_table(evidence))
+    assert "the row computes: torch_rms_norm (rms_norm)" in " ".join(console.export_text().split())

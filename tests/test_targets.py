@@ -112,6 +112,17 @@ def test_an_error_above_the_factor_of_the_best_rows_misses_and_says_where():
     assert check.met is False and "y at 4097" in check.measured
 
 
+def test_a_row_against_another_reference_is_not_held_against_our_error():
+    """norm_modulate's torch_rms_norm row is the norm alone, its error against the norm's float64 reference:
+    a smaller figure there is no better accuracy of the whole op."""
+    file = memory_file("gate_residual")
+    alone = row({4097: size(5.0, err=1e-5), 32768: size(60.0, err=1e-5)})
+    file.results["plain"]["norm_alone"] = alone
+    assert by_target(targets.checks(file))[ERRORS].met is False  # the op's own reference: it counts
+    alone.reference = "rms_norm"
+    assert by_target(targets.checks(file))[ERRORS].met is True
+
+
 def test_our_row_not_invariant_misses_the_invariance_targets():
     file = memory_file("adaln_row_gather")
     sizes = file.results["plain"][OURS].accuracy_latency
