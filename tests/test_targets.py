@@ -112,15 +112,18 @@ def test_an_error_above_the_factor_of_the_best_rows_misses_and_says_where():
     assert check.met is False and "y at 4097" in check.measured
 
 
-def test_a_row_against_another_reference_is_not_held_against_our_error():
+def test_a_row_against_another_reference_is_not_held_against_our_row():
     """norm_modulate's torch_rms_norm row is the norm alone, its error against the norm's float64 reference:
-    a smaller figure there is no better accuracy of the whole op."""
+    a smaller error or time there is no better accuracy or speed of the whole op."""
     file = memory_file("gate_residual")
-    alone = row({4097: size(5.0, err=1e-5), 32768: size(60.0, err=1e-5)})
+    alone = row({4097: size(5.0, err=1e-5), 32768: size(10.0, err=1e-5)})
     file.results["plain"]["norm_alone"] = alone
-    assert by_target(targets.checks(file))[ERRORS].met is False  # the op's own reference: it counts
+    fastest = "fastest row (net fwd+bwd, S = 32768, both timings)"
+    found = by_target(targets.checks(file))
+    assert found[ERRORS].met is False and found[fastest].met is False  # the op's own reference: it counts
     alone.reference = "rms_norm"
-    assert by_target(targets.checks(file))[ERRORS].met is True
+    found = by_target(targets.checks(file))
+    assert found[ERRORS].met is True and found[fastest].met is True
 
 
 def test_our_row_not_invariant_misses_the_invariance_targets():

@@ -58,7 +58,14 @@ def _net(row: RowResult, size: str, stream: bool) -> Optional[float]:
     return r.fwd_stream_us if stream else r.fwd_us
 
 
+def same_reference(rows: dict[str, RowResult]) -> dict[str, RowResult]:
+    """The rows measured against the same float64 reference as ours: a row of part of the op (norm_modulate's
+    norm alone, `reference` "rms_norm") neither computes nor costs what ours does."""
+    return {name: row for name, row in rows.items() if row.reference == rows[OURS].reference}
+
+
 def fastest(op: str, rows: dict[str, RowResult], size: str) -> Check:
+    rows = same_reference(rows)
     ours = rows[OURS]
     worse = []
     for stream in (False, True):
@@ -74,10 +81,9 @@ def fastest(op: str, rows: dict[str, RowResult], size: str) -> Check:
 
 
 def errors(op: str, rows: dict[str, RowResult]) -> Check:
-    """Worst ratio of our error to the best row's, over every output, gradient and accuracy size; only rows
-    measured against the same float64 reference as ours (a row of the norm alone, `reference` "rms_norm",
-    is not held against the whole op's error)."""
-    rows = {name: row for name, row in rows.items() if row.reference == rows[OURS].reference}
+    """Worst ratio of our error to the best row's, over every output, gradient and accuracy size, among the
+    rows of our reference (`same_reference`)."""
+    rows = same_reference(rows)
     worst, where = 0.0, ""
     for size, ours in rows[OURS].accuracy_latency.items():
         names = ["fwd"] + list(ours.grad_rel_err or {})
