@@ -325,7 +325,13 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
     except DeviceLost:
         raise
     except RuntimeError as exc:
-        _raise_if_lost_in_probe(request.device, name, current, exc)
+        # A CUDA error in the harness's code of a probe: with the context unusable after it, a kernel the
+        # row's calls queued faulted (the bitwise probes wait for them only before they read back,
+        # harness/probes/context.py `settle`, and a fault the device reports earlier surfaces at the next
+        # launch, which may be the harness's: index selects and bitwise comparisons, which cannot fault).
+        _require_usable_device(request.device, name,
+                               f"a fault reported at a later launch, in its {current} probe: "
+                               f"{describe_exception(exc)} (CUDA_LAUNCH_BLOCKING=1 reports it at the launch)")
         raise  # the context works: the harness's own error
     measured.sizes = measured.probes["accuracy_latency"]
     return measured
@@ -416,19 +422,6 @@ def _require_usable_device(device: torch.device, row: str, error: str) -> None:
         raise DeviceLost(f"row {row!r} failed with {error!r} and left the CUDA context on {device} unusable: "
                          f"the rows after it cannot run in this process. Run the op without it "
                          f"(--adapters) or that row alone to see its own verdict.")
-
-
-def _raise_if_lost_in_probe(device: torch.device, row: str, probe: str, exc: RuntimeError) -> None:
-    """A CUDA error in the harness's code of a probe, with the context unusable after it: a kernel queued
-    before it faulted (the bitwise probes wait for a row's kernels only before they read back,
-    harness/probes/context.py `settle`, and a fault the device reports earlier surfaces at the next
-    launch, which may be the harness's). The harness's own launches there (index selects, bitwise
-    comparisons of tensors it made) cannot fault, so the row's kernels did: the run stops naming it."""
-    if not device_usable(device):
-        raise DeviceLost(f"row {row!r} left the CUDA context on {device} unusable in its {probe} probe: a "
-                         f"kernel its calls queued faulted, reported at a later launch ({describe_exception(exc)}). "
-                         f"CUDA_LAUNCH_BLOCKING=1 reports it at the launch; run the op without the row "
-                         f"(--adapters) or that row alone to see its own verdict.") from exc
 
 
 def _row_result(m: _Measured, device: torch.device) -> RowResult | UnavailableRow:
