@@ -19,12 +19,14 @@ from h3bench.harness.runner import combine_modes
 from h3bench.harness.ops import get_op
 from h3bench.harness.schema import Evidence, save
 
-# Seconds of one full-plan run of the op in mode plain with every row: `wall_s` of the committed H100
-# evidence (reports/evidence/README.md names each file's command), each op run beside two or three others
-# taking turns (so the figures include waits for turns; adaln_row_gather's 510.7 s two attempts, its run
-# that finished 301 s). Only their order is used (longest first); every mode of an op gets the op's
-# figure. The common ops (rms_norm, layer_norm, linear, softmax) have no committed full-plan evidence:
-# DEFAULT_COST.
+# Seconds of one full-plan run of the op in mode plain with every row: `wall_s` of the H100 files of the
+# suites of three and four ops at aa79e23 and 0fe98e6 (`git show 8fff682:reports/evidence/<op>_h100.json`),
+# each op run beside two or three others taking turns (so the figures include waits for turns;
+# adaln_row_gather's 510.7 s two attempts, its run that finished 301 s). In the seven ops at once (the
+# current files) a job's `wall_s` includes long waits for the others' turns (norm_modulate's 524 of its
+# 807 s), so it says when the job ended more than what it costs. Only the order is used (longest first);
+# every mode of an op gets the op's figure. The common ops (rms_norm, layer_norm, linear, softmax) have no
+# committed full-plan evidence: DEFAULT_COST.
 RELATIVE_COST = {
     "norm_modulate": 504.6,
     "adaln_projection": 372.7,
