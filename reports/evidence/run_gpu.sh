@@ -30,7 +30,9 @@
 #                  (H3BENCH_OPS picks some)
 #   common         the common ops (rms_norm, layer_norm, linear, softmax), quick plan, every row, one file each
 #                  under $OUT/work/common_quick_<tag>/; then linear under the seven modes, quick plan
-#                  (H3BENCH_COMMON_OPS picks some, comma-separated; the modes run only if linear is picked)
+#                  (H3BENCH_COMMON_OPS picks some, comma-separated; the modes run only if linear is picked;
+#                  H3BENCH_COMMON_ADAPTERS, comma-separated, runs those rows only and no modes: e.g.
+#                  transformer_engine once its set is installed)
 #   kernel-tests   our kernels' tests on the GPU (H3BENCH_KERNEL_TESTS: test files, default every kernel's;
 #                  H3BENCH_TEST_TIMEOUT: seconds, default 200)
 #   sweep          tools/sweep_norm_modulate.py --variants= (norm_modulate over widths, table sizes and dtypes, no
@@ -167,10 +169,11 @@ step_common() {
   local ops=${H3BENCH_COMMON_OPS:-rms_norm,layer_norm,linear,softmax}
   local out=$OUT/work/common_quick_$TAG
   [[ $ops == *,* ]] || out=$out/$ops.json  # one op's --out is its file, several ops' a folder
+  local adapters=${H3BENCH_COMMON_ADAPTERS:-}
   PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m h3bench.reports.cli run --op "$ops" \
-    --device cuda --quick --no-render --quiet --force --out "$out"
-  echo "common ops ($ops), quick plan: rc=$? wall $(( $(date +%s) - t0 )) s"
-  [[ ,$ops, == *,linear,* ]] || return 0
+    --device cuda --quick --no-render --quiet --force --out "$out" ${adapters:+--adapters "$adapters"}
+  echo "common ops ($ops${adapters:+, rows $adapters}), quick plan: rc=$? wall $(( $(date +%s) - t0 )) s"
+  [[ ,$ops, == *,linear,* && -z $adapters ]] || return 0
   t0=$(date +%s)
   PYTHONPATH=$MODES_PATH timeout "$(left)" python3 -m h3bench.reports.cli run --op linear --device cuda --quick \
     --no-render --quiet --force --mode-timeout 300 \
