@@ -39,8 +39,8 @@ if [[ ",$SELECTED," == *,sglang,* ]]; then SELECTED="$SELECTED,cute"; fi  # SGLa
 PACKAGES=()
 for group in $(tr ',' '\n' <<< "$SELECTED" | sort -u); do
   [ -n "${GROUP[$group]:-}" ] || { echo "pack_devpkgs.sh: no group '$group' (groups: ${!GROUP[*]})" >&2; exit 2; }
-  read -r -a names <<< "$(tr -s ' \n' ' ' <<< "${GROUP[$group]}")"
-  PACKAGES+=("${names[@]}")
+  # shellcheck disable=SC2206  # a group is words (name==version, no glob characters)
+  PACKAGES+=(${GROUP[$group]})
 done
 rm -rf "$DIR"
 # devpkgs cuts wheels into pieces of PART_MB MiB and groups small wheels into parts of their own
