@@ -32,8 +32,9 @@ def with_parameters(make: Callable[[torch.Tensor], torch.nn.Module], names: tupl
     """A call `(x, *params) -> module(x)` for a TE module that owns its parameters: one module per (x's
     device, the parameters' shapes), made by `make(x)`, the op's parameters copied into its `names` under
     no_grad before every call. TE's backward reads the module's own parameters (a functional call with
-    them gives a wrong dx), so their gradients land on TE's parameters and are not reported: the row
-    declares x's gradient only."""
+    them gives a wrong dx), so the module runs on its own parameters and `_OwnParameters` hands their
+    gradients, as TE's backward computed them, to the op's parameters: the row reports x's and the
+    parameters' gradients, TE's dW and dgamma reductions included."""
     modules: dict = {}
 
     def call(x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
@@ -41,9 +42,36 @@ def with_parameters(make: Callable[[torch.Tensor], torch.nn.Module], names: tupl
         module = modules.get(key)
         if module is None:
             module = modules[key] = make(x)
+        owned = tuple(getattr(module, name) for name in names)
         with torch.no_grad():
-            for name, value in zip(names, params):
-                getattr(module, name).copy_(value)
-        return module(x)
+            for mine, value in zip(owned, params):
+                mine.copy_(value)
+        if not (torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))):
+            return module(x)
+        return _OwnParameters.apply(module, owned, x, *params)
 
     return call
+
+
+class _OwnParameters(torch.autograd.Function):
+    """`module(x)` in the graph of x and the op's parameters: forward records TE's own graph on a detached
+    x and the module's parameters, backward runs it and returns x's gradient and the module parameters'
+    gradients as the op's (the same bits TE's backward wrote; nothing is recomputed or summed here)."""
+
+    @staticmethod
+    def forward(ctx, module, owned, x, *params):
+        # TE's graph (its saved activations) lives on ctx as long as this node: until the output is freed
+        inner_x = x.detach().requires_grad_(x.requires_grad)
+        with torch.enable_grad():
+            out = module(inner_x)
+        ctx.inner = (inner_x, owned, out)
+        return out.detach()
+
+    @staticmethod
+    def backward(ctx, grad):
+        inner_x, owned, out = ctx.inner
+        wanted = ([inner_x] if ctx.needs_input_grad[2] else []) + \
+            [p for p, need in zip(owned, ctx.needs_input_grad[3:]) if need]
+        got = iter(torch.autograd.grad(out, wanted, grad, allow_unused=True))
+        dx = next(got) if ctx.needs_input_grad[2] else None
+        return (None, None, dx, *(next(got) if need else None for need in ctx.needs_input_grad[3:]))

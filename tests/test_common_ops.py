@@ -315,6 +315,48 @@ def test_transformer_engine_rows_copy_the_ops_parameters_into_its_modules(monkey
     ]
 
 
+class StampedTE(FakeTE):
+    """FakeTE whose backward adds 1 to each parameter's gradient: a reduction of its own, like TE's."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for p in self.parameters():
+            p.register_hook(lambda g: g + 1)
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "linear"])
+def test_transformer_engine_rows_report_the_gradients_of_the_modules_own_parameters(monkeypatch, op):
+    fake_module(monkeypatch, "transformer_engine")
+    fake_module(monkeypatch, "transformer_engine.pytorch",
+                RMSNorm=lambda *a, **k: StampedTE("rms_norm", *a, **k),
+                LayerNorm=lambda *a, **k: StampedTE("layer_norm", *a, **k),
+                Linear=lambda *a, **k: StampedTE("linear", *a, **k))
+    params, t = small_case(op)
+    loaded, torch_fn = load_row(op, "transformer_engine", params), torch_row(op).load(CPU, params).fn
+    adapter = next(a for a in builtin_adapters(op) if a.name == "transformer_engine")
+    assert adapter.grads == tuple(t) == get_op(op).differentiable  # every input: x and the parameters
+    upstream = torch.randn(torch_fn(*t.values()).shape, generator=torch.Generator().manual_seed(1)).to(t["x"].dtype)
+
+    def grads(fn, frozen=()):
+        leaves = {n: v.detach().clone().requires_grad_(n not in frozen) for n, v in t.items()}
+        out = fn(*leaves.values())
+        out.backward(upstream)
+        return out.detach(), {n: v.grad for n, v in leaves.items()}
+
+    out, got = grads(loaded.fn)
+    expected_out, expected = grads(torch_fn)
+    torch.testing.assert_close(out, expected_out)
+    torch.testing.assert_close(got["x"], expected["x"])
+    for name in t:
+        if name != "x":  # the module's gradient, its own reduction's stamp included, in the op's dtype
+            assert got[name].dtype == t[name].dtype
+            torch.testing.assert_close(got[name], (expected[name].float() + 1).to(t[name].dtype))
+    _, frozen = grads(loaded.fn, frozen=[n for n in t if n != "x"])  # parameters frozen: x's alone
+    assert all(frozen[n] is None for n in t if n != "x") and torch.equal(frozen["x"], got["x"])
+    with torch.no_grad():  # forward only: the module's call, no graph
+        assert torch.equal(loaded.fn(*t.values()), out)
+
+
 @pytest.mark.parametrize("op", COMMON_OPS)
 def test_library_rows_are_unavailable_on_a_cpu_with_one_line(op):
     params = load_config(op, quick=True).inputs

@@ -1,6 +1,6 @@
 """Transformer Engine's `te.pytorch.LayerNorm(H, eps=eps, params_dtype=w.dtype, device=x.device)`, w and b
 copied into the module before every call (adapters/_transformer_engine.py: TE's backward reads its own
-parameters): gradient for x only.
+parameters); gradients for x, w and b, w's and b's as TE's backward reduced them into its own parameters.
 
 TE computes in its parameters' dtype and returns that dtype (transformer_engine/pytorch/ops/basic/
 layer_norm.py: x is cast to the weight's dtype unless autocast is on), so with fp32 parameters the output
@@ -30,5 +30,5 @@ def _load(device: torch.device, params: LayerNormParams) -> Loaded:
                                          "into the module; output cast to x's dtype)"))
 
 
-ADAPTER = Adapter(name="transformer_engine", op="layer_norm", grads=("x",), load=_load,
+ADAPTER = Adapter(name="transformer_engine", op="layer_norm", grads=("x", "w", "b"), load=_load,
                   summary="Transformer Engine LayerNorm, w and b copied into the module")

@@ -1,6 +1,6 @@
 """Transformer Engine's `te.pytorch.Linear(K, N, bias=False, params_dtype=w.dtype, device=x.device)`, w
 copied into the module before every call (adapters/_transformer_engine.py): its cuBLASLt GEMMs outside
-FP8, gradient for x only (dW lands on TE's own parameter)."""
+FP8; gradients for x and w, dW as TE's backward computed it for its own parameter."""
 from __future__ import annotations
 
 import torch
@@ -24,5 +24,5 @@ def _load(device: torch.device, params: LinearParams) -> Loaded:
     return Loaded(fn=linear, source=f"TE {te_version()} Linear (no bias, w copied into the module)")
 
 
-ADAPTER = Adapter(name="transformer_engine", op="linear", grads=("x",), load=_load,
+ADAPTER = Adapter(name="transformer_engine", op="linear", grads=("x", "w"), load=_load,
                   summary="Transformer Engine Linear, w copied into the module")

@@ -1,6 +1,6 @@
 """Transformer Engine's `te.pytorch.RMSNorm(H, eps=eps, params_dtype=w.dtype, device=x.device)`, w copied
-into the module before every call (adapters/_transformer_engine.py: TE's backward reads its own weight):
-gradient for x only."""
+into the module before every call (adapters/_transformer_engine.py: TE's backward reads its own weight);
+gradients for x and w, w's as TE's backward reduced it into its own parameter."""
 from __future__ import annotations
 
 import torch
@@ -24,5 +24,5 @@ def _load(device: torch.device, params: RmsNormParams) -> Loaded:
     return Loaded(fn=rms_norm, source=f"TE {te_version()} RMSNorm (w copied into the module)")
 
 
-ADAPTER = Adapter(name="transformer_engine", op="rms_norm", grads=("x",), load=_load,
+ADAPTER = Adapter(name="transformer_engine", op="rms_norm", grads=("x", "w"), load=_load,
                   summary="Transformer Engine RMSNorm, w copied into the module")

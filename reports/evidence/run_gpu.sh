@@ -73,7 +73,7 @@ SITE=/tmp/site
 MODES_SITE=/tmp/modes-site
 RLK=/tmp/rl-kernel-h3
 M=$ROOT/.devpkgs-modes
-PKG=/tmp/h3bench-pkg  # this checkout as the h3bench package (no index there for pip install -e)
+PKG=${H3BENCH_PKG:-/tmp/h3bench-pkg}  # this checkout as the h3bench package (no index there for pip install -e)
 bash "$ROOT/tools/link_package.sh" "$PKG"
 # PYTHONPATH per step: the full SGLang (small set) and the trimmed one (modes carry) must never meet.
 FULL_PATH=$PKG:$ROOT:$RLK:$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages
@@ -167,9 +167,14 @@ step_common() {
   local t0
   t0=$(date +%s)
   local ops=${H3BENCH_COMMON_OPS:-rms_norm,layer_norm,linear,softmax}
+  local adapters=${H3BENCH_COMMON_ADAPTERS:-}
+  if [[ -n $adapters && $ops == *,* ]]; then  # --adapters names one op's rows: one run per op, same folder
+    local op
+    for op in ${ops//,/ }; do H3BENCH_COMMON_OPS=$op step_common; done
+    return 0
+  fi
   local out=$OUT/work/common_quick_$TAG
   [[ $ops == *,* ]] || out=$out/$ops.json  # one op's --out is its file, several ops' a folder
-  local adapters=${H3BENCH_COMMON_ADAPTERS:-}
   PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m h3bench.reports.cli run --op "$ops" \
     --device cuda --quick --no-render --quiet --force --out "$out" ${adapters:+--adapters "$adapters"}
   echo "common ops ($ops${adapters:+, rows $adapters}), quick plan: rc=$? wall $(( $(date +%s) - t0 )) s"
