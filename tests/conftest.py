@@ -32,9 +32,16 @@ import h3bench.kernels.common  # noqa: E402,F401
 # and the Triton cache folder and ptxas that inductor points Triton at the first time it compiles for a GPU
 # (seen on an H100 with torch 2.11: a torch.compile row sets both and keeps them), and the OpenMP switches
 # that importing Liger's ops sets on the GPU machine (liger-kernel 0.8.5 with torch 2.11: a fresh
-# interpreter's `import liger_kernel.ops.rms_norm` adds KMP_DUPLICATE_LIB_OK and KMP_INIT_AT_FORK).
+# interpreter's `import liger_kernel.ops.rms_norm` adds KMP_DUPLICATE_LIB_OK and KMP_INIT_AT_FORK), the
+# CUDA header folder Transformer Engine finds for its NVRTC kernels (transformer_engine/common/__init__.py
+# of 2.20.2 sets NVTE_CUDA_INCLUDE_DIR on import when it is unset), and the two that importing jax sets
+# (TF_CPP_MIN_LOG_LEVEL, TPU_SKIP_MDS_QUERY): on the GPU image, with TE installed, peft imported
+# transformer_engine.pytorch on its own (peft/import_utils.py, is_te_pytorch_available) in the rms_norm test,
+# after Liger's row had loaded and before the TE row's import could keep TE's JAX half out, and TE's
+# __init__ then imported jax (linear's test, with no Liger row, imported TE through its row, without jax).
 LIBRARY_OWN = frozenset({"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
-                         "TRITON_CACHE_DIR", "TRITON_PTXAS_PATH", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"})
+                         "TRITON_CACHE_DIR", "TRITON_PTXAS_PATH", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK",
+                         "NVTE_CUDA_INCLUDE_DIR", "TF_CPP_MIN_LOG_LEVEL", "TPU_SKIP_MDS_QUERY"})
 
 
 def _process_state() -> dict:
