@@ -31,8 +31,9 @@
 #   common         the common ops (rms_norm, layer_norm, linear, softmax), quick plan, every row, one file each
 #                  under $OUT/work/common_quick_<tag>/; then linear under the seven modes, quick plan
 #                  (H3BENCH_COMMON_OPS picks some, comma-separated; the modes run only if linear is picked;
-#                  H3BENCH_COMMON_ADAPTERS, comma-separated, runs those rows only and no modes: e.g.
-#                  transformer_engine once its set is installed)
+#                  H3BENCH_COMMON_ADAPTERS, comma-separated, runs those rows only, one run per op since
+#                  --adapters names one op's rows, and no modes: e.g. transformer_engine once its set is
+#                  installed)
 #   kernel-tests   our kernels' tests on the GPU (H3BENCH_KERNEL_TESTS: test files, default every kernel's;
 #                  H3BENCH_TEST_TIMEOUT: seconds, default 200)
 #   sweep          tools/sweep_norm_modulate.py --variants= (norm_modulate over widths, table sizes and dtypes, no
