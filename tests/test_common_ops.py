@@ -286,13 +286,18 @@ class FakeTE(torch.nn.Module):
         return F.linear(x, self.weight)
 
 
-def test_transformer_engine_rows_copy_the_ops_parameters_into_its_modules(monkeypatch):
-    FakeTE.instances = []
+def fake_te(monkeypatch, module_class) -> None:
+    """transformer_engine.pytorch's RMSNorm, LayerNorm and Linear as `module_class` for the test."""
     fake_module(monkeypatch, "transformer_engine")
     fake_module(monkeypatch, "transformer_engine.pytorch",
-                RMSNorm=lambda *a, **k: FakeTE("rms_norm", *a, **k),
-                LayerNorm=lambda *a, **k: FakeTE("layer_norm", *a, **k),
-                Linear=lambda *a, **k: FakeTE("linear", *a, **k))
+                RMSNorm=lambda *a, **k: module_class("rms_norm", *a, **k),
+                LayerNorm=lambda *a, **k: module_class("layer_norm", *a, **k),
+                Linear=lambda *a, **k: module_class("linear", *a, **k))
+
+
+def test_transformer_engine_rows_copy_the_ops_parameters_into_its_modules(monkeypatch):
+    FakeTE.instances = []
+    fake_te(monkeypatch, FakeTE)
     for op in ("rms_norm", "layer_norm", "linear"):
         params = load_config(op, quick=True).inputs
         loaded = load_row(op, "transformer_engine", params)
@@ -326,11 +331,7 @@ class StampedTE(FakeTE):
 
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "linear"])
 def test_transformer_engine_rows_report_the_gradients_of_the_modules_own_parameters(monkeypatch, op):
-    fake_module(monkeypatch, "transformer_engine")
-    fake_module(monkeypatch, "transformer_engine.pytorch",
-                RMSNorm=lambda *a, **k: StampedTE("rms_norm", *a, **k),
-                LayerNorm=lambda *a, **k: StampedTE("layer_norm", *a, **k),
-                Linear=lambda *a, **k: StampedTE("linear", *a, **k))
+    fake_te(monkeypatch, StampedTE)
     params, t = small_case(op)
     loaded, torch_fn = load_row(op, "transformer_engine", params), torch_row(op).load(CPU, params).fn
     adapter = next(a for a in builtin_adapters(op) if a.name == "transformer_engine")
