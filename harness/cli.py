@@ -148,13 +148,18 @@ def _entry_point_adapters(op: str) -> dict:
 def named_adapters(program: Program, op: str) -> dict:
     named = {a.name: a for a in program.builtin_adapters(op)}
     for name, adapter in _entry_point_adapters(op).items():
-        named.setdefault(name, adapter)
+        if name in named:  # the name keeps meaning the built-in row, and says so: no silent stand-in
+            if (name, op, "clash") not in _WARNED:
+                _WARNED.add((name, op, "clash"))
+                err.print(f"[yellow]warning:[/] {escape(f'an installed package registers a row {name} for {op}, a built-in row name; the built-in row keeps it (skipped)')}", highlight=False)
+            continue
+        named[name] = adapter
     return named
 
 
 def _select_adapters(program: Program, op: str, selection: Optional[str], externals: List[str],
                      forward_only: bool = False) -> list:
-    from h3bench.harness.adapter import load_external, replace
+    from h3bench.harness.adapter import load_external
     from h3bench.harness.ops import get_op
 
     named = named_adapters(program, op)
@@ -175,8 +180,14 @@ def _select_adapters(program: Program, op: str, selection: Optional[str], extern
                                     constants=spec.constants, forward_only=forward_only)
         except ValueError as exc:
             fail(str(exc))
-        if adapter.name in {a.name for a in chosen}:
-            adapter = replace(adapter, name=f"{adapter.name}_external")
+        taken = next((a for a in chosen if a.name == adapter.name), None)
+        if taken is not None:  # a renamed row would leave the name, and the gate, to the other one
+            builtin = named.get(taken.name) is taken
+            target = text.partition("=")[2] if "=" in text else text
+            fail(f"--adapter {text}: the row name {adapter.name} is taken by "
+                 + (f"the built-in row; name yours (--adapter NAME={target}) or leave the built-in out "
+                    f"(--adapters without {adapter.name})" if builtin else
+                    "another --adapter; give each its own name (--adapter NAME=module:attr)"))
         chosen.append(adapter)
     if not chosen:
         fail("no adapters selected: name some with --adapters or --adapter module:attr")
@@ -450,15 +461,17 @@ def _gate(paths: list[Path], selection, exit_after: bool = True) -> None:
     from h3bench.harness import gate
     from h3bench.harness.schema import load
 
-    lines = [line for path in paths for line in gate.failures(load(path), selection)]
-    for line in lines:
+    verdict = gate.judge([load(path) for path in paths], selection)
+    for line in verdict.failures:
         err.print(f"[red]required invariance failed:[/] {escape(line)}", highlight=False)
-    if lines:
+    judged = ", ".join(verdict.judged) or "none"
+    if not verdict.passed:
+        err.print(f"required invariance: FAILED; rows judged: {escape(judged)}", highlight=False)
         if exit_after:
             raise typer.Exit(1)
         return
-    err.print("required invariance: every selected row is batch-invariant with repeatable parameter "
-              "gradients", highlight=False)
+    err.print(f"required invariance: every selected row is batch-invariant with repeatable parameter "
+              f"gradients; rows judged: {escape(judged)}", highlight=False)
 
 
 def _run_requests(requests, console: Console, quiet: bool, run_evidence, plan_note: bool) -> list:

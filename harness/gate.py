@@ -2,10 +2,15 @@
 fails when it is not batch-invariant, when its parameter gradients do not repeat bitwise, or when it is
 unavailable (a mode that is unavailable as a whole fails every selected row of it), or when one of h3bench's
 probes beyond the RFC's (contention, graph replay, layout, grad set) found a difference; each failure is one line
-naming the op, row, mode and the counts that failed."""
+naming the op, row, mode and the counts that failed.
+
+The gate judges exactly the rows the user named: a row is matched by its name, or, in a mode that tags its
+rows (`torch[vllm]`: Op.mode_tagged_rows), by that name with its mode's tag; a named row that no file holds
+is a failure, never a silent pass; and the verdict lists every row it judged."""
 from __future__ import annotations
 
-from typing import Iterable, Union
+from dataclasses import dataclass
+from typing import Iterable, Sequence, Union
 
 from h3bench.harness.probes.difference import describe, describe_param
 from h3bench.harness.schema import BatchInvariance, Evidence, RowResult, UnavailableMode, UnavailableRow
@@ -88,21 +93,63 @@ def beyond_rfc_failures(bi: BatchInvariance, located: bool = True) -> list[str]:
     return found
 
 
+def selected(name: str, mode: str, selection: Selection) -> bool:
+    """Whether the row `name` of `mode` is one the selection names (a mode-tagged row by its untagged name)."""
+    return selection == ALL or name in selection or name.removesuffix(f"[{mode}]") in selection
+
+
 def failures(evidence: Evidence, selection: Selection) -> list[str]:
     """One line per selected row of `evidence` that breaks the reuse rule, in mode and row order."""
-    lines = []
+    return _judge_one(evidence, selection)[0]
+
+
+def _judge_one(evidence: Evidence, selection: Selection) -> tuple[list[str], list[str], set[str]]:
+    """(failure lines, the rows judged as `op/row [mode]`, the selected names met) of one file."""
+    lines, judged, met = [], [], set()
     for mode, rows in evidence.results.items():
         if isinstance(rows, UnavailableMode):
             lines.append(f"{evidence.op} [{mode}]: mode unavailable: {rows.unavailable}")
+            judged.append(f"{evidence.op} [{mode}]")
+            met |= set(selection) if selection != ALL else set()  # every selected row of it failed with it
             continue
         for name, row in rows.items():
-            if selection != ALL and name not in selection:
+            if not selected(name, mode, selection):
                 continue
+            met.add(name.removesuffix(f"[{mode}]"))
             where = f"{evidence.op}/{name} [{mode}]"
+            judged.append(where)
             if isinstance(row, UnavailableRow):
                 lines.append(f"{where}: unavailable: {row.unavailable}")
             elif isinstance(row, RowResult):
                 failed = what_failed(row.batch_invariance)
                 if failed or not row.batch_invariance.batch_invariant:
                     lines.append(f"{where}: NOT batch-invariant: {'; '.join(failed) or 'verdict false'}")
-    return lines
+    return lines, judged, met
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The gate over a run's files: a line per failure, and every row it judged (`op/row [mode]`)."""
+
+    failures: tuple[str, ...]
+    judged: tuple[str, ...]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+def judge(files: Sequence[Evidence], selection: Selection) -> Verdict:
+    """The gate over every file of a run. A selected name that no file holds fails (the gate judged
+    nothing of it), and so does a selection that judged no row at all."""
+    lines, judged, met = [], [], set()
+    for evidence in files:
+        found, rows, names = _judge_one(evidence, selection)
+        lines += found
+        judged += rows
+        met |= names
+    if selection != ALL:
+        lines += [f"{name}: selected, but no file of the run holds this row" for name in sorted(selection - met)]
+    elif not judged:
+        lines.append("no row to judge: the run's files hold none")
+    return Verdict(tuple(lines), tuple(judged))
