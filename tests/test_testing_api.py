@@ -257,6 +257,28 @@ def test_an_output_whose_dtype_changes_with_the_batch_is_unavailable():
     assert "dtype torch.float64" in _unavailable(lambda x, w: (x * w).double() if x.shape[0] > 8 else x * w)
 
 
+def test_an_output_in_another_dtype_than_the_inputs_is_unavailable_from_the_first_call():
+    """The contract is the first floating-point per-row input's dtype (as for a user op), not whatever the
+    function's first call returned: a function that widens its output to float64 breaks it."""
+    message = _unavailable(lambda x, w: (x * w).double())
+    assert "output 'out' is torch.float64, the contract's dtype is torch.float32" in message
+    assert "the first floating-point per-row input's, 'x'" in message
+
+
+def test_bf16_inputs_with_a_float32_output_break_the_contract_unless_declared():
+    x = examples()["x"].detach().to(torch.bfloat16).requires_grad_()
+    w = examples()["w"]
+    widening = lambda x, w: x.float() * w  # noqa: E731
+    record = check_batch_invariance(widening, {"x": x, "w": w}, per_row=["x"])
+    assert record.unavailable and "the contract's dtype is torch.bfloat16" in record.message()
+    assert check_batch_invariance(widening, {"x": x, "w": w}, per_row=["x"], out_dtype=torch.float32).invariant
+
+
+def test_an_integer_output_keeps_its_own_dtype():
+    record = check_batch_invariance(lambda x, w: (rms_norm(x, w), x.argmax(-1)), examples(), per_row=["x"])
+    assert record.invariant, record.message()
+
+
 def test_an_output_on_another_device_is_unavailable():
     assert "is on meta" in _unavailable(lambda x, w: torch.empty(x.shape, device="meta"))
 
@@ -285,6 +307,12 @@ def test_gradients_that_are_not_produced_are_unavailable():
      "the examples are on cpu"),
     (lambda: check_batch_invariance(rms_norm, op="norm_modulate", device="no_such_device"), ValueError,
      "is not a device"),
+    (lambda: check_batch_invariance(rms_norm, examples(), per_row=["x"], out_dtype="float32"), TypeError,
+     "out_dtype must be a torch.dtype"),
+    (lambda: check_batch_invariance(rms_norm, examples(), per_row=["x"], out_dtype=(torch.float32,) * 2), TypeError,
+     "one per output (1)"),
+    (lambda: check_batch_invariance(rms_norm, op="norm_modulate", out_dtype=torch.float32), ValueError,
+     "a built-in op's contract is its own"),
 ])
 def test_misuse_is_one_line(call, error, words):
     with pytest.raises(error) as caught:

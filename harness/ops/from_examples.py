@@ -8,8 +8,10 @@ repeatability. The op's cases are new rows drawn like the examples' rows, seeded
 floating inputs from a normal distribution with the example's mean and standard deviation, clamped to the
 example's [min, max] (so a function defined on a range, a log or a square root, stays on it); integer and
 bool inputs uniformly from the example's [min, max] (an index stays a valid index). Outputs are declared
-from one call on the examples (`OutputSpec`): each is per-row, with the trailing shape and dtype that call
-gave; upstream gradients are drawn for them as the built-in ops draw theirs.
+from one call on the examples (`OutputSpec`): each is per-row, with the trailing shape that call gave; a
+floating-point output's dtype is the contract's, as for a declared op (the first floating-point per-row
+input's, or `out_dtype=`), never the call's own; upstream gradients are drawn for them as the built-in ops
+draw theirs.
 
 An op from examples has no float64 reference and no memory floor: it serves the batch-invariance probes,
 which need neither.
@@ -145,17 +147,45 @@ class ExamplesOp(Op):
         raise NotImplementedError(f"{self.name}: an op declared by examples has no memory floor")
 
 
-def output_specs(outputs: Sequence[torch.Tensor], rows: int, device: torch.device) -> tuple[OutputSpec, ...]:
+def contract_dtypes(examples: Mapping[str, torch.Tensor], per_row: Sequence[str], count: int,
+                    declared=None) -> tuple[tuple[torch.dtype, str], ...]:
+    """Each floating-point output's dtype with where the rule took it from, as for a declared op
+    (harness/ops/declared.py): the first floating-point per-row input's, else the first floating-point
+    input's, else float32; `declared` (a dtype, or one per output) replaces the rule. Never the function's
+    own first call: a function returning float64 would then set its own contract."""
+    if declared is not None:
+        found = (declared,) * count if isinstance(declared, torch.dtype) else tuple(declared)
+        if len(found) != count or not all(isinstance(d, torch.dtype) for d in found):
+            raise TypeError(f"out_dtype must be a torch.dtype or one per output ({count}), got {declared!r}")
+        return tuple((d, "out_dtype=") for d in found)
+    candidates = [n for n in per_row if examples[n].is_floating_point()] + \
+        [n for n in examples if examples[n].is_floating_point()]
+    if not candidates:
+        return ((torch.float32, "no floating-point input: float32"),) * count
+    name = candidates[0]
+    where = "per-row input" if name in per_row else "input"
+    return ((examples[name].dtype, f"the first floating-point {where}'s, {name!r}"),) * count
+
+
+def output_specs(outputs: Sequence[torch.Tensor], rows: int, device: torch.device,
+                 dtypes: Sequence[tuple[torch.dtype, str]] = ()) -> tuple[OutputSpec, ...]:
     """The per-row outputs one call on the examples gave, named `out` (one) or `out0`, `out1`, ...; a
-    ValueError naming the output when one is not per-row (its first dimension is not `rows`) or is not on
-    the examples' `device`."""
+    ValueError naming the output when one is not per-row (its first dimension is not `rows`), is not on
+    the examples' `device`, or is floating-point in another dtype than the contract's (`dtypes`, from
+    `contract_dtypes`: the dtype and where it comes from, per output)."""
     names = ["out"] if len(outputs) == 1 else [f"out{i}" for i in range(len(outputs))]
     specs = []
-    for name, out in zip(names, outputs):
+    for k, (name, out) in enumerate(zip(names, outputs)):
         if out.dim() == 0 or out.shape[0] != rows:
             raise ValueError(f"contract: output {name!r} has shape {tuple(out.shape)}; every output's first "
                              f"dimension must be the rows ({rows}, the per-row inputs' first dimension)")
         if out.device != device:
             raise ValueError(f"contract: output {name!r} is on {out.device}, the inputs on {device}")
-        specs.append(OutputSpec(name=name, trailing=tuple(out.shape[1:]), dtype=out.dtype))
+        dtype = out.dtype
+        if k < len(dtypes) and (out.is_floating_point() or dtypes[k][1] == "out_dtype="):
+            dtype, source = dtypes[k]
+            if out.dtype != dtype:
+                raise ValueError(f"contract: output {name!r} is {out.dtype}, the contract's dtype is {dtype} "
+                                 f"({source}; out_dtype= declares another)")
+        specs.append(OutputSpec(name=name, trailing=tuple(out.shape[1:]), dtype=dtype))
     return tuple(specs)

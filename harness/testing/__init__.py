@@ -32,7 +32,8 @@ from h3bench.harness.config import load_config, load_plans
 from h3bench.harness.execute import ImplementationError, describe_exception, implementation_code, settle
 from h3bench.harness.ops import get_op
 from h3bench.harness.ops.base import Op
-from h3bench.harness.ops.from_examples import ExampleParams, ExamplesOp, check_examples, output_specs
+from h3bench.harness.ops.from_examples import (ExampleParams, ExamplesOp, check_examples, contract_dtypes,
+                                               output_specs)
 from h3bench.harness.probes import batch_invariance as bi
 from h3bench.harness.probes.context import ProbeContext
 
@@ -46,10 +47,12 @@ EXAMPLES_FULL_PLAN = "token"  # the plan set `plan="full"` gives an op from exam
 
 def assert_batch_invariant(fn: Callable, examples: Optional[Mapping[str, torch.Tensor]] = None,
                            per_row: Sequence[str] | str = (), *, op: Optional[str] = None, plan: str = "quick",
-                           grads: bool = True, device: Any = None, name: Optional[str] = None) -> InvarianceCheck:
+                           grads: bool = True, device: Any = None, name: Optional[str] = None,
+                           out_dtype: Any = None) -> InvarianceCheck:
     """`check_batch_invariance`, raising AssertionError with its message unless the function is
     batch-invariant; returns the record otherwise."""
-    record = check_batch_invariance(fn, examples, per_row, op=op, plan=plan, grads=grads, device=device, name=name)
+    record = check_batch_invariance(fn, examples, per_row, op=op, plan=plan, grads=grads, device=device, name=name,
+                                    out_dtype=out_dtype)
     if not record.invariant:
         raise AssertionError(record.message())
     return record
@@ -57,11 +60,14 @@ def assert_batch_invariant(fn: Callable, examples: Optional[Mapping[str, torch.T
 
 def check_batch_invariance(fn: Callable, examples: Optional[Mapping[str, torch.Tensor]] = None,
                            per_row: Sequence[str] | str = (), *, op: Optional[str] = None, plan: str = "quick",
-                           grads: bool = True, device: Any = None, name: Optional[str] = None) -> InvarianceCheck:
+                           grads: bool = True, device: Any = None, name: Optional[str] = None,
+                           out_dtype: Any = None) -> InvarianceCheck:
     """Run `fn` through the batch-invariance probes and return the record (never raises for the function's
     own failures). `grads=False`: forward only. `device`: with `op`, where it runs (default: CUDA when there
     is one); examples run on their own device, which `device` may name. `name` names the function in
-    messages (default: its qualified name)."""
+    messages (default: its qualified name). A floating-point output's dtype must be the first
+    floating-point per-row input's (as for `h3bench run`'s user ops); `out_dtype` (a dtype, or one per
+    output) declares another."""
     started = time.perf_counter()
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
@@ -73,6 +79,8 @@ def check_batch_invariance(fn: Callable, examples: Optional[Mapping[str, torch.T
     if op is not None:
         if examples is not None or per_row:
             raise ValueError("give examples (and per_row) or op=, not both")
+        if out_dtype is not None:
+            raise ValueError("out_dtype= declares the outputs of examples; a built-in op's contract is its own")
         return _check_builtin(fn, op, plan, grads, device, label, started)
     if examples is None:
         raise TypeError("give example inputs (a dict of name -> tensor, with per_row) or a built-in op's name (op=)")
@@ -82,7 +90,10 @@ def check_batch_invariance(fn: Callable, examples: Optional[Mapping[str, torch.T
         asked = _as_device(device)
         if asked.type != where.type or asked.index not in (None, where.index):
             raise ValueError(f"device={device!r}, but the examples are on {where}: examples run on their own device")
-    return _check_examples(fn, examples, rows_names, plan, grads, where, label, started)
+    if out_dtype is not None and not isinstance(out_dtype, torch.dtype) and not (
+            isinstance(out_dtype, (tuple, list)) and out_dtype and all(isinstance(d, torch.dtype) for d in out_dtype)):
+        raise TypeError(f"out_dtype must be a torch.dtype or a tuple of them (one per output), got {out_dtype!r}")
+    return _check_examples(fn, examples, rows_names, plan, grads, where, label, started, out_dtype)
 
 
 def _as_device(device: Any) -> torch.device:
@@ -103,17 +114,18 @@ def _keywords(fn: Callable, names: Sequence[str], constants: Mapping[str, Any]) 
     return call
 
 
-def _check_examples(fn, examples, per_row, plan, grads, device, label, started) -> InvarianceCheck:
+def _check_examples(fn, examples, per_row, plan, grads, device, label, started, out_dtype) -> InvarianceCheck:
     call = _keywords(fn, list(examples), {})
     try:
-        op = _declare(call, examples, per_row, grads, device, label)
+        op = _declare(call, examples, per_row, grads, device, label, out_dtype)
     except ImplementationError as exc:
         return unavailable(label, plan, str(device), str(exc), time.perf_counter() - started)
     plans = load_plans("quick" if plan == "quick" else EXAMPLES_FULL_PLAN)
     return _probe(op, ExampleParams(), call, plans, plan, device, label, started)
 
 
-def _declare(call: Callable, examples, per_row, grads: bool, device: torch.device, label: str) -> ExamplesOp:
+def _declare(call: Callable, examples, per_row, grads: bool, device: torch.device, label: str,
+             out_dtype: Any = None) -> ExamplesOp:
     """The op the examples declare; its outputs from one call of the function on the examples (the
     function's failure or contract breach there: ImplementationError)."""
     with implementation_code(), torch.no_grad():
@@ -123,8 +135,9 @@ def _declare(call: Callable, examples, per_row, grads: bool, device: torch.devic
     if (not isinstance(outputs, (tuple, list)) or not outputs
             or not all(isinstance(t, torch.Tensor) for t in outputs)):
         raise ImplementationError(f"fn returned {type(result).__name__}, expected a tensor or a tuple of tensors")
+    dtypes = contract_dtypes(examples, per_row, len(outputs), out_dtype)  # the caller's misuse: TypeError
     try:
-        specs = output_specs(outputs, examples[per_row[0]].shape[0], device)
+        specs = output_specs(outputs, examples[per_row[0]].shape[0], device, dtypes)
     except ValueError as exc:
         raise ImplementationError(str(exc)) from None
     return ExamplesOp(label, examples, per_row, specs, grads=grads)
