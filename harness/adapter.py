@@ -20,10 +20,10 @@ from typing import Any, Callable, Optional
 import torch
 
 from h3bench.harness.execute import describe_exception
+from h3bench.harness.schema import SKIPPED
 from h3bench.harness.user_code import accepted_constants, import_from_cwd, load_file
 
 OpCallable = Callable[..., Any]  # the op's inputs in call order -> a tensor, or a tuple of the op's outputs
-SKIPPED = "skipped on CPU: "  # how a deliberate skip's reason starts (RowSkipped), in `list` and in the file
 
 
 class RowSkipped(Exception):
@@ -32,11 +32,6 @@ class RowSkipped(Exception):
 
     def __init__(self, why: str):
         super().__init__(f"{SKIPPED}{why}")
-
-
-def is_skip(reason: str) -> bool:
-    """Whether an unavailable row's reason is a deliberate skip (RowSkipped), not an error."""
-    return reason.startswith(SKIPPED)
 
 
 @dataclass

@@ -612,7 +612,8 @@ def list_(ctx: typer.Context,
     signature (shapes, dtypes, roles, formula) and each row's whole source."""
     from rich.table import Table
 
-    from h3bench.harness.adapter import as_default_row, is_skip
+    from h3bench.harness.adapter import as_default_row
+    from h3bench.harness.schema import is_skip
     from h3bench.harness.config import load_config
     from h3bench.harness.ops import OP_MODULES, get_op
 

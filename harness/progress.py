@@ -11,8 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from h3bench.harness.adapter import is_skip
-from h3bench.harness.schema import Evidence, RowResult, UnavailableMode, UnavailableRow, sizes_of
+from h3bench.harness.schema import Evidence, RowResult, UnavailableMode, UnavailableRow, is_skip, sizes_of
 
 
 class RichObserver:

@@ -341,8 +341,21 @@ class UnavailableRow:
     wall_s: Optional[float] = additive()
     compile_s: Optional[float] = additive()  # as RowResult.compile_s, up to where the row stopped
 
+    @property
+    def skipped(self) -> bool:
+        """Left out by choice (a row a CPU runs only when named), not failed: `is_skip`."""
+        return is_skip(self.unavailable)
+
 
 Row = Union[RowResult, UnavailableRow]
+
+# How a deliberately skipped row's reason starts (harness/adapter.py RowSkipped), in `list` and in the file.
+SKIPPED = "skipped on CPU: "
+
+
+def is_skip(reason: str) -> bool:
+    """Whether an unavailable row's reason is a deliberate skip, not an error."""
+    return reason.startswith(SKIPPED)
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 A regression is one of:
 - a verdict lost: `batch_invariant` or `params_repeatable` went from true to false;
-- a measured row that became unavailable, or (unless allowed) a row of the old file missing from the new;
+- a row measured in the old file that is unavailable in the new one, or (unless allowed) absent from it; a
+  row skipped by choice in the new file (a row a CPU runs only when named) or measured in neither is not;
 - a relative error that grew by more than `Thresholds.error_factor`, or a gradient no longer produced;
 - a latency slower than its measured noise allows (`allowed_slowdown`), on the same GPU model, by
   the same timing method and with the same L2 flush setting only, at the largest row count both files measured (smaller ones are shown,
@@ -102,7 +103,9 @@ class Regression:
 class RowChange:
     mode: str
     row: str
-    status: str  # "compared" | "new" | "missing" | "became_unavailable" | "became_available" | "unavailable"
+    # "compared" | "new" | "missing" | "not_run" | "skipped" | "became_unavailable" | "became_available" |
+    # "unavailable"
+    status: str
     flips: list[VerdictFlip] = field(default_factory=list)
     latency: list[Quantity] = field(default_factory=list)
     errors: list[Quantity] = field(default_factory=list)
@@ -243,13 +246,14 @@ def _row_change(mode: str, name: str, old: Optional[Row], new: Optional[Row], th
                 judge_latency: bool) -> RowChange:
     if old is None:
         return RowChange(mode, name, "new")
-    if new is None:
-        return RowChange(mode, name, "missing")
+    if new is None:  # only a row the old file measured is lost; one that never ran there is not
+        return (RowChange(mode, name, "missing") if isinstance(old, RowResult) else
+                RowChange(mode, name, "not_run", notes=[f"absent from the new file; old: {old.unavailable}"]))
     if isinstance(old, RowResult) and isinstance(new, RowResult):
         return _compare_rows(mode, name, old, new, thresholds, judge_latency)
     if isinstance(old, RowResult):
         assert isinstance(new, UnavailableRow)
-        return RowChange(mode, name, "became_unavailable", notes=[new.unavailable])
+        return RowChange(mode, name, "skipped" if new.skipped else "became_unavailable", notes=[new.unavailable])
     if isinstance(new, RowResult):
         return RowChange(mode, name, "became_available", notes=[f"was: {old.unavailable}"])
     return RowChange(mode, name, "unavailable", notes=[new.unavailable])

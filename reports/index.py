@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from h3bench.harness import schema
-from h3bench.harness.schema import RowResult, UnavailableMode, UnavailableRow
+from h3bench.harness.schema import SKIPPED, RowResult, UnavailableMode, UnavailableRow
 from h3bench.reports import fmt
 from h3bench.reports.table import md_escape
 
@@ -30,7 +30,7 @@ def _verdict(row) -> str:
     from h3bench.reports.verdicts import failure_summary
 
     if isinstance(row, UnavailableRow):
-        return f"unavailable: {row.unavailable}"
+        return row.unavailable if row.skipped else f"unavailable: {row.unavailable}"
     if row.batch_invariance.batch_invariant:
         beyond = failure_summary(row)  # a probe beyond the RFC's failed
         return f"invariant by the RFC's probes, not by h3bench's: {beyond}" if beyond else "invariant"
@@ -89,7 +89,8 @@ def render_html(rows: Sequence[IndexRow]) -> str:
            "<table><tr><th>op</th><th>mode</th><th>row</th><th>verdict</th><th>size</th><th>fwd us</th>"
            "<th>net fwd+bwd us</th><th>evidence</th></tr>"]
     for r in rows:
-        cls = "yes" if r.verdict == "invariant" else ("na" if "unavailable" in r.verdict else "no")
+        unjudged = r.verdict.startswith(("unavailable", "mode unavailable", SKIPPED))
+        cls = "yes" if r.verdict == "invariant" else "na" if unjudged else "no"
         report = Path(r.file).with_suffix(".html")
         out.append(f"<tr><td>{e(r.op)}</td><td>{e(r.mode)}</td><td>{e(r.row)}</td>"
                    f'<td class="{cls}">{e(r.verdict)}</td><td class="num">{e(r.size or "-")}</td>'

@@ -349,8 +349,10 @@ def mode_summary(evidence: Evidence, mode: str) -> str:
     text = f"{len(invariant)} of {len(measured)} measured implementations batch-invariant"
     if invariant:
         text += f" ({', '.join(invariant)})"
-    unavailable = len(rows) - len(measured)
-    return text + (f"; {unavailable} unavailable." if unavailable else ".")
+    skipped = sum(isinstance(r, UnavailableRow) and r.skipped for r in rows.values())
+    unavailable = len(rows) - len(measured) - skipped
+    return text + "".join(f"; {n} {what}" for n, what in ((unavailable, "unavailable"), (skipped, "skipped"))
+                          if n) + "."
 
 
 def _libraries(evidence: Evidence) -> str:

@@ -185,7 +185,8 @@ def test_list_shows_every_builtin_adapter(invoke):
     """Each row as `run` would judge it by default: available, unavailable, or skipped (a CPU runs the
     torch.compile rows only when named, and `list` says so instead of "available")."""
     from h3bench.adapters import builtin_adapters
-    from h3bench.harness.adapter import as_default_row, is_skip
+    from h3bench.harness.adapter import as_default_row
+    from h3bench.harness.schema import is_skip
     from h3bench.harness.config import load_config
 
     cpu = torch.device("cpu")

@@ -343,6 +343,31 @@ def test_compare_row_became_unavailable_or_missing():
     assert kinds(relaxed) == [("liger", "unavailable")]
 
 
+def test_report_counts_skipped_rows_apart_from_unavailable_ones():
+    from h3bench.reports.table import mode_summary
+    ev = prior()
+    ev.results["plain"]["liger"] = UnavailableRow(unavailable="ImportError: no liger")
+    ev.results["plain"]["sglang"] = UnavailableRow(unavailable="skipped on CPU: name it to run it")
+    assert mode_summary(ev, "plain").endswith("; 1 unavailable; 1 skipped.")
+
+
+def test_compare_rows_that_never_ran_in_one_file_or_were_skipped_by_choice_are_no_regression():
+    """A narrower run against a full one: a row unavailable or skipped in the old file and absent from
+    the new never ran in either; a measured row skipped by choice in the new file (a CPU runs it only when
+    named) was left out, not lost."""
+    old, new = prior(), prior()
+    old.results["plain"]["liger"] = UnavailableRow(unavailable="ImportError: no liger")
+    old.results["plain"]["sglang"] = UnavailableRow(unavailable="skipped on CPU: costly; name it to run it")
+    del new.results["plain"]["liger"], new.results["plain"]["sglang"]
+    new.results["plain"]["rl_kernel"] = UnavailableRow(unavailable="skipped on CPU: name it to run it")
+    comparison = cmp.compare(old, new)
+    assert comparison.regressions == [], comparison.regressions
+    statuses = {c.row: c.status for c in comparison.rows}
+    assert statuses["liger"] == statuses["sglang"] == "not_run" and statuses["rl_kernel"] == "skipped"
+    new.results["plain"]["rl_kernel"] = UnavailableRow(unavailable="RuntimeError: broke")
+    assert kinds(cmp.compare(old, new)) == [("rl_kernel", "unavailable")]
+
+
 @pytest.mark.parametrize("factor, regressed", [(1.6, True), (1.4, False)])
 def test_compare_error_growth_against_the_factor(factor, regressed):
     new = prior()
