@@ -33,35 +33,20 @@ from h3bench.harness.adapter import Adapter, CompileTally, Loaded, RowSkipped
 DEFAULT = "default"
 MAX_AUTOTUNE = "max-autotune-no-cudagraphs"
 
-# Seconds a row's compilations may take together: the bound that keeps an op's full run, and `--op all`, in
-# bounded time. Default mode: these graphs compile in seconds (on an H100 the full plan's default-mode rows
-# compiled 17 times in 21.7 s (norm_modulate), 16 in 25.0 s (final_adaln_out), 11 in 10.2 s (gate_residual);
-# on a 2-core CPU norm_modulate's seven compilations took 27 s cold); ten minutes means a stuck compile.
-# max-autotune: each GEMM is benchmarked against Inductor's Triton templates per shape class, and
-# automatic dynamic shapes recompile per new size range, grad mode, layout and frozen-parameter set. On an
-# H100, norm_modulate's and final_adaln_out's max-autotune rows finished 4 compilations (about 15 s each) in
-# their first 60 s of the 16-17 their probes make (the default rows' count), and one of timestep_mlp's
-# compiles autotuned for 28.9 s: no budget that keeps an op's run in minutes lets such a row finish, so the
-# budget bounds what it costs (those two rows took 83 and 97 s with a 60 s budget, of 297 and 252 s for
-# their ops). gate_residual's and timestep_sinusoid's rows, which autotune no GEMM, finished in 5.1 s (9
-# compilations) and 1.7 s (2). A row past the budget is recorded as over it, with the seconds spent, and its
-# source names the budget.
+# Seconds a row's compilations may take together: the bound that keeps an op's run, and `--op all`, in
+# bounded time; ten minutes means a stuck compile, and max-autotune's autotuning of every GEMM shape would
+# otherwise dominate a run (docs/decisions.md, "torch.compile rows").
 COMPILE_BUDGET_S = {DEFAULT: 600.0, MAX_AUTOTUNE: 30.0}
 
-# Dynamo compiles at most `recompile_limit` (8) guard sets of one code object and runs every further one
-# eagerly, with one warning. The probes call a row with more than a user's loop would: batch sizes (a static
-# graph, then a dynamic one), the no-grad forward, strided layouts, and each frozen parameter set of
-# grad_set (Dynamo guards on requires_grad: up to five more). On the CPU quick plan norm_modulate's
-# torch_compile row reached its ninth with grad_set's "none requested", which then ran eagerly and was
-# counted as a difference from the compiled bits. Raised while the hooks are installed (`_Hooks.install`),
-# so every call the probes make runs compiled code; each compile still counts against the row's budget.
+# Dynamo runs a code object's guard sets past `recompile_limit` (8) eagerly, and the probes make more than a
+# user's loop (batch sizes, no-grad, layouts, each frozen parameter set): raised while the hooks are
+# installed (`_Hooks.install`) so every call runs compiled code (docs/decisions.md, "torch.compile rows").
 RECOMPILE_LIMIT = 64
 
-# On a CPU both rows run only when named: measured on a 2-core CPU, `make run` (the norm_modulate quick
-# plan) takes 42 s without them and the torch_compile row adds 27 s of cold compiles (5 s when
-# Inductor's on-disk cache already holds the graphs), past the quick CPU run's minute.
-CPU_COST = ("Inductor's C++ compiles cost ~27 s cold on a 2-core CPU (norm_modulate), past the quick CPU "
-            "run's minute beside the other rows")
+# On a CPU both rows run only when named: cold C++ compiles would double the quick CPU run's time
+# (docs/decisions.md, "torch.compile rows").
+CPU_COST = ("Inductor's cold C++ compiles take tens of seconds on a CPU, as long as the quick CPU run's other "
+            "rows together")
 # max-autotune on a CPU is not what the row stands for: no CUDA graphs to leave out, no Triton templates
 # or coordinate descent; its autotuning there only chooses among the C++ GEMM templates.
 MAX_AUTOTUNE_ON_CPU = (f"mode {MAX_AUTOTUNE!r} stands for GPU autotuning (Triton GEMM templates, coordinate "
@@ -81,10 +66,9 @@ class CompileBudgetExceeded(RuntimeError):
 
 class _BudgetStop(BaseException):
     """The budget's timer going off inside a compilation. Not an Exception: Inductor compiles each
-    autotuning choice under `except Exception` and logs a failure ("Triton compilation failed") before it
-    goes on with the next choice, so a RuntimeError raised there let norm_modulate's max-autotune row on an
-    H100 compile on for 80 s past its budget (60 s then). The timer is armed only inside the row's own call, which
-    turns this into CompileBudgetExceeded (`compiled_load`)."""
+    autotuning choice under `except Exception`, logs the failure and goes on with the next choice, so a
+    RuntimeError would not stop the compilation (docs/decisions.md, "torch.compile rows"). The timer is
+    armed only inside the row's own call, which turns this into CompileBudgetExceeded (`compiled_load`)."""
 
 
 class _RowCompile:

@@ -47,7 +47,7 @@ def git(args: list[str], cwd: Path) -> Optional[str]:
 
 def h3bench_commit() -> Optional[str]:
     """HEAD of h3bench's checkout; H3BENCH_COMMIT names it where the tree is a copy without history
-    (the lent GPU machine gets the working tree, not the repository)."""
+    (a GPU machine given a copy of the working tree, not the repository)."""
     return os.environ.get("H3BENCH_COMMIT") or git(["rev-parse", "HEAD"], REPO_ROOT)
 
 
@@ -57,7 +57,7 @@ def tracked_tree_dirty() -> Optional[bool]:
         return None  # no history here: whether the tree matches a commit is unknown, not "clean"
     named = os.environ.get("H3BENCH_COMMIT")
     if named and not head.startswith(named):
-        return None  # a copy of another checkout (the lent GPU's): its git state says nothing about ours
+        return None  # a copy of another checkout: its git state says nothing about ours
     status = git(["status", "--porcelain", "--untracked-files=no"], REPO_ROOT)
     return None if status is None else bool(status)
 

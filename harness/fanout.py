@@ -26,7 +26,7 @@ from typing import Callable, Iterator, Mapping, Optional, Sequence
 from h3bench.harness.gpu_turns import ENV as TURNS_ENV  # standard library only, as this module
 from h3bench.harness.gpu_turns import TALLY_MARK
 
-# Required on the H200 hosts: NVLink multicast (NVLS) hangs or fails there.
+# NVLink multicast (NVLS) off in every child: it hangs or fails on some hosts (docs/decisions.md, "The fan-out").
 REQUIRED_CHILD_ENV: Mapping[str, str] = {
     "NCCL_NVLS_ENABLE": "0",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
@@ -36,9 +36,8 @@ STDERR_TAIL_LINES = 20
 KILL_GRACE_S = 3.0
 # The device slot of a run without a GPU: its child keeps the parent's CUDA_VISIBLE_DEVICES.
 CPU = "cpu"
-# How long a job (a mode's child) may run when the request names no limit: a full plan of the heaviest op
-# takes minutes on an H200; an hour means it hangs. Here, not in children.py, so the CLI's help can show it
-# without importing torch.
+# How long a job (a mode's child) may run when the request names no limit: a full plan takes minutes, an
+# hour means it hangs. Here, not in children.py, so the CLI's help can show it without importing torch.
 DEFAULT_JOB_TIMEOUT_S = 3600.0
 
 

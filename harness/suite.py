@@ -3,8 +3,9 @@ writing one part file), scheduled by harness/fanout.py on one host (`--gpus`) or
 (`--ray`); the parts of each op are merged into its usual evidence file (harness.merge refuses parts
 from different GPU models, drivers, torch builds or plans).
 
-Longest first: a job's cost is its op's entry in RELATIVE_COST (an op not there costs DEFAULT_COST), so the
-heaviest ops start first. Each op's negative control (harness/control.py) is one more job, `<op>/control`,
+Longest first: a job's cost is what its op's committed evidence says the op's rows took (`measured_cost`:
+the checkout's reports/evidence/, read when the suite is planned; an op without a file there, or an
+installed wheel, which carries no evidence, costs DEFAULT_COST), so the heaviest ops start first. Each op's negative control (harness/control.py) is one more job, `<op>/control`,
 in the plain mode, whose record goes into the op's merged file.
 """
 from __future__ import annotations
@@ -17,33 +18,34 @@ from h3bench.harness import children, control, fanout
 from h3bench.harness.modes import get_mode
 from h3bench.harness.runner import combine_modes
 from h3bench.harness.ops import get_op
-from h3bench.harness.schema import Evidence, save
+from h3bench.harness.schema import Evidence, load, save
 
-# Seconds of one full-plan run of the op in mode plain with every row: `wall_s` of the H100 files of the
-# suites of three and four ops at aa79e23 and 0fe98e6 (`git show 8fff682:reports/evidence/<op>_h100.json`),
-# each op run beside two or three others taking turns (so the figures include waits for turns;
-# adaln_row_gather's 510.7 s two attempts, its run that finished 301 s). In the seven ops at once (the
-# current files) a job's `wall_s` includes long waits for the others' turns (norm_modulate's 524 of its
-# 807 s), so it says when the job ended more than what it costs. Only the order is used (longest first);
-# every mode of an op gets the op's figure. The common ops (rms_norm, layer_norm, linear, softmax) have no
-# committed full-plan evidence: DEFAULT_COST.
-RELATIVE_COST = {
-    "norm_modulate": 504.6,
-    "adaln_projection": 372.7,
-    "final_adaln_out": 331.4,
-    "gate_residual": 309.1,
-    "adaln_row_gather": 301.0,
-    "timestep_mlp": 265.5,
-    "timestep_sinusoid": 162.4,
-}
+# The checkout's committed evidence, and which file of an op is its current one (the nightly job's baseline
+# rule, .ci/gpu-nightly): the cost of a job is read from it, never copied into the code.
+EVIDENCE = Path(__file__).resolve().parents[1] / "reports" / "evidence"
+BASELINE_SUFFIXES = ("_h100", "_h200")
 DEFAULT_COST = 60.0
 # A control job's cost as a share of its op's: three batch-invariance probes of one composition, no timing.
 CONTROL_SHARE = 0.1
 
 
-def estimated_cost(op: str) -> float:
-    """The op's relative cost per (op, mode) job: RELATIVE_COST's entry, else DEFAULT_COST."""
-    return RELATIVE_COST.get(op, DEFAULT_COST)
+def measured_cost(op: str, folder: Path = EVIDENCE) -> Optional[float]:
+    """Seconds the op's rows took in its current evidence file in `folder` (the sum of the rows' own
+    `wall_s`, which leave out the waits for a shared GPU's turns, so a run beside others reads as its
+    work), or None where there is no such file or it holds no measured row."""
+    for suffix in BASELINE_SUFFIXES:
+        path = folder / f"{op}{suffix}.json"
+        if path.is_file():
+            rows = [r for mode in load(path).measured_modes().values() for r in mode.values()]
+            seconds = sum(r.wall_s or 0.0 for r in rows)
+            return seconds or None
+    return None
+
+
+def estimated_cost(op: str, folder: Path = EVIDENCE) -> float:
+    """The op's relative cost per (op, mode) job: `measured_cost`, else DEFAULT_COST. Only the order the
+    costs give is used (longest first); every mode of an op gets the op's figure."""
+    return measured_cost(op, folder) or DEFAULT_COST
 
 
 def plan_jobs(requests: Sequence, folder: Path, cost: Callable[[str], float] = estimated_cost) -> list[fanout.Job]:

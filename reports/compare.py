@@ -19,34 +19,19 @@ from h3bench.harness.schema import Evidence, Row, RowResult, SizeResult, Unavail
 from h3bench.reports import fmt
 from h3bench.harness.schema import size_key
 
-# Why 1.5: the probes feed identical inputs (fixed seeds) to a deterministic kernel, so a bf16 error is
-# reproduced bit for bit on the same software and hardware: any change at all there is a code change.
-# A new GPU, driver or library build may change reduction order or tiling; that moves the max error by
-# a few bf16 ulps of the worst element. The closest thing in the prior art to "same kernel, other
-# data" is one row at R = 4097 vs R = 32768: its fwd/x/w/sc errors differ by at most 1.35x
-# (torch_rms_norm grad x). A real accuracy bug (float32 accumulation lost, an atomic scatter-add)
-# moves the error by an order of magnitude: liger's sh gradient is 18x (4097) to 108x (32768) that
-# of the same kernel with a deterministic gather. 1.5 sits above the first and far below the second.
+# How much an error may grow before it is a regression: above a new build's few ULPs, far below an accuracy
+# bug's order of magnitude (docs/decisions.md, "compare").
 ERROR_GROWTH_FACTOR = 1.5
 
-# Allowed relative slow-down before a latency counts as a regression: new/old > 1 + LATENCY_NOISE.
-# Measured on the lent H200 (three full-plan runs of the same code): at R = 32768 the same code's latencies spread by at most 1.5% between runs
-# (torch_rms_norm fwd 215.1-218.1 us, liger fwd+bwd 4172.6-4213.8 us), so 10% is far outside noise. At
-# R = 4097 every row is bound by host launch time on that VM and spread up to 1.8x even between the two
-# timings of one run (liger fwd 140 vs 250 us), so only the largest common size is judged, and each file
-# contributes the better of its two timings.
+# Allowed relative slow-down where a file records no spreads (docs/decisions.md, "compare"): new/old >
+# 1 + LATENCY_NOISE is a regression, judged at the largest size both files measured.
 LATENCY_NOISE = 0.10
 
-# When both files carry their samples' spread (h3bench records p10/p90 per figure), the allowed slow-down
-# is the measured noise instead: the larger of the two files' relative p10-p90 width and of the distance
-# between a figure's two timings, and never under MIN_LATENCY_NOISE. Example from the H200: the
-# same net fwd+bwd took 626.6 us and then 550.2 us in one run (12%); its samples' p10-p90 showed it.
+# With recorded spreads (p10/p90 per figure) the allowed slow-down is the measured noise, never under this.
 MIN_LATENCY_NOISE = 0.03
 
-# Latency is judged only from CUDA-event timings with at least this many samples per figure in both files:
-# a quick CPU run times each figure once with the host clock (reps 1), and two such runs of the same code
-# differed up to 7.1x (diffusers' net fwd+bwd at 130 rows, 341.9 vs 2442.5 us: `h3bench run --device cpu
-# --quick` twice, then `h3bench compare`). The full plans take 100.
+# Latency is judged only from CUDA-event timings with at least this many samples a figure in both files: a
+# quick CPU run's one host-clock sample says nothing (docs/decisions.md, "compare").
 MIN_JUDGED_SAMPLES = 20
 
 LATENCY_KEYS = ("fwd_us", "fwd_bwd_us", "fwd_bwd_net_us", "fwd_stream_us", "fwd_bwd_stream_us",

@@ -15,7 +15,7 @@ from h3bench.harness import fanout, schema, suite
 from h3bench.harness.runner import RunRequest, run
 from h3bench.harness.schema import RowResult, UnavailableMode
 from h3bench.reports.cli import CHILD_PROGRAM
-from tests.helpers import quick_config
+from tests.helpers import quick_config, require_prior_art
 
 CPU = torch.device("cpu")
 
@@ -72,21 +72,38 @@ def test_plan_jobs_one_per_op_and_mode_with_the_mode_environment(tmp_path):
     assert fanout.longest_first(jobs) == [0, 1, 2]
 
 
-def test_every_builtin_op_has_a_cost_and_an_unknown_op_the_default():
-    """The cost table is code (no file read at run time): one entry per op of `--op all` (the RFC's, each
-    with committed full-plan evidence to take its cost from), the heaviest first; the common ops, with no
-    committed evidence yet, cost the default."""
-    from h3bench.harness.ops import COMMON_OPS, OP_MODULES, all_ops
+def test_a_jobs_cost_is_read_from_the_ops_evidence_file(tmp_path):
+    """The sum of the rows' own wall_s in the op's current file (_h100 before _h200); no file, or a file
+    with no measured row, costs the default."""
+    ev = schema.load(require_prior_art())
+    rows = ev.results["plain"]
+    for k, name in enumerate(rows):
+        if isinstance(rows[name], RowResult):
+            rows[name].wall_s = 10.0 * (k + 1)
+    expected = sum(r.wall_s for r in rows.values() if isinstance(r, RowResult))
+    schema.save(ev, tmp_path / "norm_modulate_h200.json")
+    assert suite.measured_cost("norm_modulate", tmp_path) == expected
+    assert suite.estimated_cost("norm_modulate", tmp_path) == expected
+    for r in rows.values():
+        if isinstance(r, RowResult):
+            r.wall_s = 1.0
+    schema.save(ev, tmp_path / "norm_modulate_h100.json")
+    assert suite.measured_cost("norm_modulate", tmp_path) == sum(isinstance(r, RowResult) for r in rows.values())
+    assert suite.measured_cost("gate_residual", tmp_path) is None
+    assert suite.estimated_cost("gate_residual", tmp_path) == suite.DEFAULT_COST
 
-    builtin = {op for op, module in OP_MODULES.items() if module.startswith("h3bench.harness.ops.")}
-    assert set(suite.RELATIVE_COST) == builtin & set(all_ops())
-    assert all(suite.estimated_cost(op) == cost > 0 for op, cost in suite.RELATIVE_COST.items())
-    assert suite.estimated_cost("toy") == suite.DEFAULT_COST
-    assert all(suite.estimated_cost(op) == suite.DEFAULT_COST for op in COMMON_OPS)
-    requests = [request(op, ["plain"], None) for op in ("timestep_sinusoid", "gate_residual", "norm_modulate")]
+
+def test_every_op_of_the_suite_has_committed_evidence_to_take_its_cost_from():
+    """`--op all`'s ops each have a current file in the checkout's reports/evidence/, so the suite starts
+    the heaviest first; the order follows the files' figures, whatever they are."""
+    from h3bench.harness.ops import all_ops
+
+    costs = {op: suite.measured_cost(op) for op in all_ops()}
+    assert all(cost and cost > 0 for cost in costs.values()), costs
+    requests = [request(op, ["plain"], None) for op in all_ops()]
     jobs = suite.plan_jobs(requests, Path("."))
-    assert [jobs[i].key for i in fanout.longest_first(jobs)] == \
-        ["norm_modulate/plain", "gate_residual/plain", "timestep_sinusoid/plain"]
+    ordered = [jobs[i].key.split("/")[0] for i in fanout.longest_first(jobs)]
+    assert ordered == sorted(all_ops(), key=lambda op: -costs[op])
 
 
 def test_suite_merges_each_ops_parts_and_retries_a_dead_worker_elsewhere(tmp_path, plain_parts):

@@ -6,8 +6,8 @@
 #   export PYTHONPATH=DEST:$PYTHONPATH         then `import rl_engine` finds the built ops
 #
 # DEST/H3BENCH_SOURCE gets one line naming the reassembly and its upstream commits (PROVENANCE.md): the
-# rows' source strings and the evidence's rl_kernel_commit read it (harness/environment.py). About a minute
-# on the lent H200 (16 cores, nvcc 13.0, sm_90).
+# rows' source strings and the evidence's rl_kernel_commit read it (harness/environment.py). Its time on
+# the GPU machine is in the install log (reports/evidence/logs/).
 set -euo pipefail
 src=${1:?usage: build_rl_kernel.sh SRC DEST}
 dest=${2:?usage: build_rl_kernel.sh SRC DEST}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pack Quack's CuTe DSL stack and comfy-kitchen for the lent GPU machine, which takes at most 64 MiB with each
+# Pack Quack's CuTe DSL stack and comfy-kitchen for a GPU machine that takes at most 64 MiB with each
 # copy of the checkout and has no package index: two folders, each carried beside the working tree in its own
 # call (`run`'s carry), installed by tools/install_cute_dsl_carry.sh on the same machine while it stays warm.
 #

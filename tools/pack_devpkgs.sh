@@ -13,7 +13,7 @@
 # PACK_GROUPS (default all of them, comma-separated) packs some of the rows' libraries only, each group with
 # what it imports: te (Transformer Engine and its torch extension's sdist), cute (the CuTe DSL and Quack),
 # sglang (with cute), liger, comfy (comfy-kitchen). Every part transfers in a run of its own, so a run that
-# needs one library is fewer runs: Transformer Engine alone is 281 MB, 6 parts at LIMIT_MB 50 (9 for all).
+# needs one library is fewer runs (each group's size and parts: adapters/COMPETITORS.md).
 set -euo pipefail
 if [ "${1:-}" = "--devpkgs" ]; then
   DEVPKGS=${2:?--devpkgs needs a path: the devpkgs tool}

@@ -50,7 +50,7 @@ STEPS=" stash install norm_modulate ops modes all suite common kernel-tests swee
 for step in "$@"; do
   [[ $STEPS == *" $step "* ]] || { echo "run_gpu.sh: no step '$step' (steps:$STEPS)" >&2; exit 2; }
 done
-# A copy whose history is older than its tree (the lent GPU machine keeps the git state of its first copy)
+# A copy whose history is older than its tree (a GPU machine that keeps the git state of its first copy)
 # has that old commit as HEAD: H3BENCH_COMMIT naming it would record the old commit for a newer tree.
 if [ -n "${H3BENCH_COMMIT:-}" ] && head=$(git rev-parse HEAD 2>/dev/null) && [[ $head == "$H3BENCH_COMMIT"* ]] \
     && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
