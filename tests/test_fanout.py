@@ -23,8 +23,10 @@ from h3bench.harness.fanout import Event, Job, LaunchResult, parse_gpus, read_ta
 @dataclass
 class FakeLauncher:
     """Runs nothing: sleeps `durations[key]` seconds and fails the (key, attempt) pairs in `failures`.
-    Records the start/end order and checks that no job and no device is ever used twice at once."""
+    Records the start/end order and checks that no job and no device is ever used twice at once. With
+    `together`, every job waits at that barrier: the jobs run side by side, or the barrier breaks."""
     durations: dict[str, float] = field(default_factory=dict)
+    together: Optional[threading.Barrier] = None
     failures: dict[tuple[str, int], LaunchResult] = field(default_factory=dict)
     raises: set[tuple[str, int]] = field(default_factory=set)
     calls: list[tuple[str, str, int]] = field(default_factory=list)  # (key, device, attempt) at start
@@ -47,6 +49,8 @@ class FakeLauncher:
             self.order.append(("start", job.key, device))
         duration = self.durations.get(job.key, 0.0)
         time.sleep(duration)
+        if self.together is not None:
+            self.together.wait()
         with self._lock:
             del self._running[job.key]
             self.order.append(("end", job.key, device))
@@ -84,15 +88,13 @@ def test_longest_first_on_one_device_ties_keep_input_order(tmp_path):
 
 def test_three_devices_six_jobs_all_busy_never_shared(tmp_path):
     jobs = make_jobs({f"op{i}/plain": 1.0 for i in range(6)}, tmp_path)
-    launcher = FakeLauncher(durations={job.key: 0.15 for job in jobs})
-    start = time.monotonic()
+    # three at a time or the barrier breaks (one after another, a job would wait for the other two in vain)
+    launcher = FakeLauncher(together=threading.Barrier(3, timeout=60))
     outcomes = run_jobs(jobs, ["0", "1", "2"], launcher=launcher)
-    wall = time.monotonic() - start
     assert launcher.violations == []
     assert launcher.peak_busy == 3
     assert {device for _, device, _ in launcher.calls} == {"0", "1", "2"}
     assert len(launcher.calls) == 6 and all(o.ok for o in outcomes)
-    assert wall < 4 * 0.15  # side by side: one after another would take 6 * 0.15
 
 
 def test_dead_worker_is_retried_once_on_another_device(tmp_path):

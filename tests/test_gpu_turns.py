@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import os
 import re
 import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -18,33 +20,55 @@ import pytest
 from h3bench.harness import fanout, gpu_turns
 from h3bench.harness.fanout import Job, LaunchResult, run_jobs
 
-# A child that takes one turn: it marks `<log>.asked` as it asks and `<log>.held` once it holds the turn, and
-# writes when it got the turn and when it let it go (seconds since the epoch).
+# A child that takes one turn: it marks `<log>.asked` as it asks and `<log>.held` once it holds the turn, keeps
+# it until `<log>.release` appears, and writes when it got the turn and when it let it go (seconds since the
+# epoch). Every wait in these tests is such a hand-shake through files, never a fixed sleep.
 CHILD = """
 import sys, time
 from pathlib import Path
 from h3bench.harness import gpu_turns
-kind, hold, log = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+kind, log = sys.argv[1], sys.argv[2]
 Path(log + ".asked").touch()
 with getattr(gpu_turns, kind)():
     start = time.time()
     Path(log + ".held").touch()
-    time.sleep(hold)
+    deadline = time.monotonic() + 120
+    while not Path(log + ".release").exists() and time.monotonic() < deadline:
+        time.sleep(0.005)
     end = time.time()
 open(log, "w").write(f"{start} {end}")
 """
 
 
-def _take(kind: str, hold: float, log: Path, turns: Path) -> subprocess.Popen:
+def _take(kind: str, log: Path, turns: Path) -> subprocess.Popen:
     env = {**os.environ, gpu_turns.ENV: str(turns)}
-    return subprocess.Popen([sys.executable, "-c", CHILD, kind, str(hold), str(log)], env=env)
+    return subprocess.Popen([sys.executable, "-c", CHILD, kind, str(log)], env=env)
 
 
-def _wait_for(marker: Path) -> None:
+def _release(log: Path) -> None:
+    Path(f"{log}.release").touch()
+
+
+def _wait_for(condition, what: str) -> None:
     deadline = time.monotonic() + 60
-    while not marker.exists():
-        assert time.monotonic() < deadline, f"{marker.name} never appeared"
-        time.sleep(0.02)
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} never happened"
+        time.sleep(0.005)
+
+
+def _appeared(marker: Path) -> None:
+    _wait_for(marker.exists, f"{marker.name} appearing")
+
+
+def _gate_closed(turns: Path) -> bool:
+    """Whether an exclusive turn holds the gate (it then waits for the shared turns in flight, or runs)."""
+    with open(f"{turns}.gate", "a") as gate:
+        try:
+            fcntl.flock(gate, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(gate, fcntl.LOCK_UN)
+        return False
 
 
 def _span(log: Path) -> tuple[float, float]:
@@ -57,38 +81,56 @@ def _wait_all(procs: list[subprocess.Popen]) -> None:
         assert proc.wait(timeout=60) == 0
 
 
+def _in_thread(step) -> threading.Thread:
+    thread = threading.Thread(target=step, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_an_exclusive_turn_waits_for_shared_ones_and_keeps_new_ones_out(tmp_path):
     turns = tmp_path / "gpu-0.turns"
-    first = _take("shared", 3.0, tmp_path / "first", turns)  # long enough for the other two to ask meanwhile
-    _wait_for(tmp_path / "first.held")
-    alone = _take("exclusive", 1.0, tmp_path / "alone", turns)
-    _wait_for(tmp_path / "alone.asked")
-    time.sleep(0.3)  # from asking to waiting on the lock: microseconds of its own work
-    late = _take("shared", 0.1, tmp_path / "late", turns)
+    first = _take("shared", tmp_path / "first", turns)
+    _appeared(tmp_path / "first.held")
+    alone = _take("exclusive", tmp_path / "alone", turns)
+    _wait_for(lambda: _gate_closed(turns), "the exclusive turn closing the gate")
+    late = _take("shared", tmp_path / "late", turns)
+    _appeared(tmp_path / "late.asked")
+    assert not (tmp_path / "alone.held").exists()  # it waits for the probe in flight
+    _release(tmp_path / "first")
+    _appeared(tmp_path / "alone.held")
+    assert not (tmp_path / "late.held").exists()  # a probe asked for while the measurement waited stays out
+    _release(tmp_path / "alone")
+    _appeared(tmp_path / "late.held")
+    _release(tmp_path / "late")
     _wait_all([first, alone, late])
     first_span, alone_span, late_span = (_span(tmp_path / n) for n in ("first", "alone", "late"))
-    asked = {n: (tmp_path / f"{n}.asked").stat().st_mtime for n in ("alone", "late")}
-    assert asked["alone"] < first_span[1] <= alone_span[0]  # it asked during the probe and waited for it
-    assert asked["late"] < alone_span[0] and late_span[0] >= alone_span[1]  # a probe asked for meanwhile
-    # (while the measurement waited) started only after the measurement
+    assert first_span[1] <= alone_span[0] and alone_span[1] <= late_span[0]
 
 
 def test_shared_turns_overlap(tmp_path):
     turns = tmp_path / "gpu-0.turns"
-    first = _take("shared", 3.0, tmp_path / "p0", turns)
-    _wait_for(tmp_path / "p0.held")
-    second = _take("shared", 0.1, tmp_path / "p1", turns)
+    first = _take("shared", tmp_path / "p0", turns)
+    _appeared(tmp_path / "p0.held")
+    second = _take("shared", tmp_path / "p1", turns)
+    _appeared(tmp_path / "p1.held")  # while the first still holds its turn
+    assert not (tmp_path / "p0").exists()
+    for name in ("p0", "p1"):
+        _release(tmp_path / name)
     _wait_all([first, second])
-    (_, a_end), (b_start, _) = _span(tmp_path / "p0"), _span(tmp_path / "p1")
-    assert b_start < a_end  # the second got its turn while the first held its own
 
 
 def test_exclusive_turns_do_not_overlap(tmp_path):
     turns = tmp_path / "gpu-0.turns"
-    procs = [_take("exclusive", 0.7, tmp_path / f"p{i}", turns) for i in range(2)]
+    procs = [_take("exclusive", tmp_path / f"p{i}", turns) for i in range(2)]
+    _wait_for(lambda: any((tmp_path / f"p{i}.held").exists() for i in range(2)), "one exclusive turn")
+    holder, waiter = ("p0", "p1") if (tmp_path / "p0.held").exists() else ("p1", "p0")
+    _appeared(tmp_path / f"{waiter}.asked")
+    assert not (tmp_path / f"{waiter}.held").exists()
+    _release(tmp_path / holder)
+    _appeared(tmp_path / f"{waiter}.held")
+    _release(tmp_path / waiter)
     _wait_all(procs)
-    (a_start, a_end), (b_start, b_end) = _span(tmp_path / "p0"), _span(tmp_path / "p1")
-    assert a_end <= b_start or b_end <= a_start
+    assert _span(tmp_path / holder)[1] <= _span(tmp_path / waiter)[0]
 
 
 def test_without_the_variable_every_turn_is_free_and_nested_turns_are_the_outer_one(tmp_path, monkeypatch):
@@ -96,10 +138,16 @@ def test_without_the_variable_every_turn_is_free_and_nested_turns_are_the_outer_
     with gpu_turns.exclusive(), gpu_turns.shared():
         pass
     monkeypatch.setenv(gpu_turns.ENV, str(tmp_path / "gpu-0.turns"))
-    started = time.perf_counter()
-    with gpu_turns.shared(), gpu_turns.exclusive():  # would wait for itself forever if it were a new turn
-        pass
-    assert time.perf_counter() - started < 5
+    # would wait for itself forever if it were a new turn: a thread, so that a hang fails instead
+    done = threading.Event()
+
+    def nested() -> None:
+        with gpu_turns.shared(), gpu_turns.exclusive():
+            pass
+        done.set()
+    thread = _in_thread(nested)
+    assert done.wait(timeout=60)
+    thread.join(timeout=60)
 
 
 @pytest.fixture
@@ -111,57 +159,92 @@ def turns(tmp_path, monkeypatch) -> Path:
     return path
 
 
-def test_a_run_counts_its_turns_and_the_seconds_it_waited_for_them(tmp_path, turns):
+class _Clock:
+    """gpu_turns' monotonic clock, moved by the test alone: the tally's seconds become exact. `asked` is
+    set at the first reading (a turn asked for)."""
+
+    def __init__(self):
+        self.now, self.asked = 0.0, threading.Event()
+
+    def monotonic(self) -> float:
+        now = self.now  # read before the event lets a helper move the clock
+        self.asked.set()
+        return now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> _Clock:
+    found = _Clock()
+    monkeypatch.setattr(gpu_turns, "time", types.SimpleNamespace(monotonic=found.monotonic))
+    return found
+
+
+def test_a_run_counts_its_turns_and_the_seconds_it_waited_for_them(tmp_path, turns, clock):
     """A shared turn asked for while another process holds an exclusive one waits for it: the tally has
     that wait, the seconds held, and each kind's count; nested turns are the outer one's."""
-    other = _take("exclusive", 1.0, tmp_path / "other", turns)
-    _wait_for(tmp_path / "other.held")
+    other = _take("exclusive", tmp_path / "other", turns)
+    _appeared(tmp_path / "other.held")
+
+    def release_after_the_ask() -> None:  # the wait this process's turn has: 5 s on the test's clock
+        clock.asked.wait(timeout=60)
+        clock.now += 5.0
+        _release(tmp_path / "other")
+    helper = _in_thread(release_after_the_ask)
     with gpu_turns.shared():
-        time.sleep(0.2)
+        clock.now += 2.0
         with gpu_turns.exclusive():  # the outer turn's: no count of its own
             pass
+    helper.join(timeout=60)
     with gpu_turns.exclusive():
         pass
     _wait_all([other])
     tally = gpu_turns.tally()
     assert (tally.shared.turns, tally.exclusive.turns) == (1, 1)
-    assert 0.5 < tally.shared.waited_s < 30 and 0.2 <= tally.shared.held_s < 5
-    assert tally.exclusive.waited_s < 1
+    assert (tally.shared.waited_s, tally.shared.held_s) == (5.0, 2.0)
+    assert (tally.exclusive.waited_s, tally.exclusive.held_s) == (0.0, 0.0)
     line = gpu_turns.summary()
-    assert line.startswith(gpu_turns.TALLY_MARK) and "exclusive 1 held" in line and "shared 1 held 0.2 s" in line
+    assert line.startswith(gpu_turns.TALLY_MARK) and "exclusive 1 held 0.0 s" in line
+    assert "shared 1 held 2.0 s waited 5.0 s" in line
 
 
-def test_a_probe_lets_a_waiting_measurement_in_between_its_steps(tmp_path, turns):
+def test_a_probe_lets_a_waiting_measurement_in_between_its_steps(tmp_path, turns, clock):
     """This process holds a shared turn when another asks for an exclusive one: at the next step the probe
     hands its turn over, the measurement runs, and the probe goes on in a shared turn taken again; the wait
     is counted apart from the time held."""
     with gpu_turns.shared():
         gpu_turns.let_measurement_in()  # no measurement waits: nothing happens
         assert gpu_turns.tally().shared.let_in == 0
-        before = gpu_turns.let_in_wait_s()
-        measurement = _take("exclusive", 0.8, tmp_path / "measure", turns)
-        _wait_for(tmp_path / "measure.asked")
-        time.sleep(0.5)  # it now holds the gate and waits for this turn
-        assert not (tmp_path / "measure.held").exists()
+        clock.now += 1.0
+        measurement = _take("exclusive", tmp_path / "measure", turns)
+        _wait_for(lambda: _gate_closed(turns), "the measurement closing the gate")
+        assert not (tmp_path / "measure.held").exists()  # it waits for this turn
+
+        def measure() -> None:  # 8 s on the test's clock while the measurement holds the GPU
+            _appeared(tmp_path / "measure.held")
+            clock.now += 8.0
+            _release(tmp_path / "measure")
+        helper = _in_thread(measure)
         let_go = time.time()
         gpu_turns.let_measurement_in()
         back = time.time()
-        waited = gpu_turns.let_in_wait_s() - before
+        helper.join(timeout=60)
     _wait_all([measurement])
     start, end = _span(tmp_path / "measure")
     assert let_go <= start and end <= back  # it ran while this probe paused, and the probe went on after it
-    assert 0.7 < waited < 30 and gpu_turns.tally().shared.let_in == 1
-    assert gpu_turns.tally().shared.held_s < 1.5  # the 0.5 s before, not the measurement's 0.8 s
+    tally = gpu_turns.tally().shared
+    assert (tally.let_in, tally.let_in_waited_s, tally.waited_s) == (1, 8.0, 8.0)
+    assert tally.held_s == 1.0  # the second before, not the measurement's eight
 
 
 def test_a_probe_in_an_exclusive_or_nested_turn_lets_nothing_in(tmp_path, turns):
-    other = _take("exclusive", 0.3, tmp_path / "other", turns)
-    _wait_for(tmp_path / "other.asked")
-    time.sleep(0.3)
-    with gpu_turns.exclusive():  # after the other's
+    with gpu_turns.exclusive():
+        other = _take("exclusive", tmp_path / "other", turns)
+        _appeared(tmp_path / "other.asked")  # it waits for this turn
         gpu_turns.let_measurement_in()
         with gpu_turns.shared():
             gpu_turns.let_measurement_in()
+    _appeared(tmp_path / "other.held")
+    _release(tmp_path / "other")
     _wait_all([other])
     assert gpu_turns.tally().shared.let_in == 0 and gpu_turns.tally().shared.turns == 0
 
@@ -473,16 +556,20 @@ def test_per_device_runs_jobs_together_each_told_its_gpus_turn_files(tmp_path):
     running: dict[str, int] = {}
     peak: dict[str, int] = {}
     turns: dict[str, str] = {}
+    # every job waits until all six run at once, three on each GPU (a hand-shake: the barrier breaks, and
+    # the test fails, where they never run together); one job a GPU passes at once
+    together = threading.Barrier(6, timeout=60)
 
     def launcher(job: Job, device: str) -> LaunchResult:
         with lock:
             running[device] = running.get(device, 0) + 1
             peak[device] = max(peak.get(device, 0), running[device])
             turns[job.key] = job.env.get(gpu_turns.ENV, "")
-        time.sleep(0.3)
+        if job.env.get(gpu_turns.ENV):
+            together.wait()
         with lock:
             running[device] -= 1
-        return LaunchResult(0, "", 0.3)
+        return LaunchResult(0, "", 0.0)
 
     jobs = [Job(f"op{i}/plain", ("true",), tmp_path / f"op{i}.json", 1.0) for i in range(6)]
     outcomes = run_jobs(jobs, ["0", "1"], launcher=launcher, per_device=3)
