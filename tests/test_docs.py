@@ -74,7 +74,7 @@ def _text_files(tracked: list[str]) -> list[str]:
 
 def test_the_scanner_finds_paths_and_leaves_the_rest():
     text = ("see docs/operators.md, norm_modulate; `harness/probes/layout.py` and (kernels/notes/gemm.md).\n"
-            "not: configs/<op>/default.toml, /work/shared/x.md, h3bench.harness.schema, "
+            "not: configs/<op>/default.toml, /opt/notes/x.md, h3bench.harness.schema, "
             "https://github.com/a/docs/x.md, foo/harness/x.py, db36112's kernels/x.py, db36112:tools/y.py\n"
             "shared/prior-art/README.md and OPERATORS.md")
     assert cited_paths(text) == ["docs/operators.md", "harness/probes/layout.py", "kernels/notes/gemm.md",
@@ -82,6 +82,19 @@ def test_the_scanner_finds_paths_and_leaves_the_rest():
     assert cited_paths("the tools (tools/bench_*.py, tools/probe_*.py)") == ["tools/bench_*.py", "tools/probe_*.py"]
     assert [p for p in ("tools/bench_*.py", "tools/probe_*.py") if not _exists(p)] == ["tools/probe_*.py"]
     assert cited_pages(text) == ["OPERATORS.md"]
+
+
+def test_no_tracked_file_names_the_checkouts_own_absolute_path():
+    """A path of the machine a file was written on means nothing on another: none of the checkout's own
+    folder or its parent's, whatever machine the test runs on."""
+    tracked = _tracked()
+    roots = {f"{REPO}/", f"{REPO.parent}/"} - {"/"}
+    # the folder as a path's start, not inside another path (/root/out/work/ is no /work/)
+    pattern = re.compile("|".join(rf"(?<![\w./-]){re.escape(root)}" for root in roots))
+    found = [f"{rel}:{n}" for rel in _text_files(tracked)
+             for n, line in enumerate((REPO / rel).read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+             if pattern.search(line)]
+    assert not found, found
 
 
 def test_every_cited_repository_path_exists():
