@@ -124,3 +124,29 @@ class PlantedModel(nn.Module):
 def examples(rows: int = 4, tokens: int = 3, width: int = 8) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(1)
     return {"x": (torch.randn(rows, tokens, width, generator=gen) * 2).requires_grad_()}
+
+
+def build_honest(device):
+    """A factory for `h3bench model`: the exact model, no fault."""
+    return PlantedModel().to(device), {k: v.to(device) for k, v in examples().items()}, ["x"]
+
+
+def build_forward(device):
+    """A factory for `h3bench model`: the forward fault in blocks.1.gate."""
+    return PlantedModel(fault="forward").to(device), {k: v.to(device) for k, v in examples().items()}, ["x"]
+
+
+def build_raises(device):
+    raise RuntimeError("no weights here")
+
+
+def build_wrong(device):
+    return PlantedModel()
+
+
+def build_uneven(device):
+    return PlantedModel(), {"x": torch.zeros(3, 2, 8), "y": torch.zeros(4, 2, 8)}, ["x", "y"]
+
+
+def build_scalar_output(device):
+    return (lambda x: {"y": x, "loss": x.sum()}), examples(), ["x"]

@@ -60,17 +60,26 @@ class _Side:
         return tuple(o.detach() for o in outputs), grads
 
 
-def _online(first: Trace, pairing: Pairing, budget: list[int]) -> Callable[[str, int, OpEvent], Optional[list[int]]]:
-    """Capture in the batch's run: an event parts against the first run's event at the same index."""
+WINDOW = 256  # how far ahead in the first run a parted stream is looked for while the batch runs
+
+
+def _online(first: Trace, pairing: Pairing, budget: list[int],
+            own: list[Trace]) -> Callable[[str, int, OpEvent], Optional[list[int]]]:
+    """Capture in the batch's run: an event parts against the first run's event it follows (the next one
+    with the same op, node and module, within WINDOW events where the streams part)."""
+    at = {phase: 0 for phase in first.ops}
+
     def capture(phase: str, index: int, event: OpEvent) -> Optional[list[int]]:
-        others = first.ops[phase]
-        if budget[0] <= 0 or index >= len(others):
+        others, start = first.ops[phase], at[phase]
+        here = (event.op, event.node, own[0].path(event.call))
+        match = next((j for j in range(start, min(start + WINDOW, len(others)))
+                      if (others[j].op, others[j].node, first.path(others[j].call)) == here), None)
+        if match is None:
             return None
-        other = others[index]
-        if other.op != event.op or other.node != event.node:
-            return None
+        at[phase] = match + 1
+        other = others[match]
         v = verdict(event.inputs, event.outputs, other.inputs, other.outputs, pairing, phase, event.compare_outputs)
-        if not v.origin_rows():
+        if budget[0] <= 0 or not v.origin_rows():
             return None
         budget[0] -= 1
         return list(pairing.batch_rows)
@@ -137,8 +146,10 @@ def search_case(op: Op, params, call: Callable, grads: tuple[str, ...], row_grad
 def _recorded(batch: _Side, other: _Side, case: Case, root, hooks: bool):
     first = Recorder(other.rows, root, module_backward_hooks=hooks)
     b_result = other.run(first)
-    second = Recorder(batch.rows, root, capture=_online(first.trace, case.pairing, [MAX_CAPTURED]),
+    own: list[Trace] = []
+    second = Recorder(batch.rows, root, capture=_online(first.trace, case.pairing, [MAX_CAPTURED], own),
                       module_backward_hooks=hooks)
+    own.append(second.trace)
     a_result = batch.run(second)
     return first.trace, second.trace, a_result, b_result
 
