@@ -23,6 +23,7 @@ from h3bench.harness.model_audit.factory import BadModel, Checkable, build
 from h3bench.harness.model_audit.modes import run_children
 from h3bench.harness.model_schema import KIND, ModelEvidence, ModeResult
 from h3bench.harness.modes import get_mode, parse_modes
+from h3bench.harness.runner import resolve_device
 from h3bench.harness.schema import UnavailableMode, to_dict, write_atomic
 
 DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -59,16 +60,6 @@ def parse_dtype(name: Optional[str]) -> Optional[torch.dtype]:
     return getattr(torch, name)
 
 
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name not in ("cuda", "cpu"):
-        raise BadInput(f"--device must be auto, cuda or cpu, got {name!r}")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise BadInput("--device cuda: no CUDA device is available")
-    return torch.device(name)
-
-
 def default_out(spec: str, device: torch.device, plan: str) -> Path:
     stem = Path(spec.rpartition(":")[0]).stem or "model"
     attr = spec.rpartition(":")[2]
@@ -81,7 +72,7 @@ def _checked(options: ModelOptions) -> tuple[torch.device, Optional[torch.dtype]
         raise BadInput(f"plan must be quick or full, got {options.plan!r}")
     if options.compile is not None and options.compile not in compiled_verdict.MODES:
         raise BadInput(f"--compile {options.compile}: expected {' or '.join(compiled_verdict.MODES)}")
-    device, dtype = _device(options.device), parse_dtype(options.dtype)
+    device, dtype = resolve_device(options.device), parse_dtype(options.dtype)
     modes = parse_modes(options.modes)
     out = options.out or default_out(options.spec, device, options.plan)
     if out.suffix != ".json":
