@@ -11,7 +11,7 @@ TEST_STAMP := $(VENV)/.h3bench-test-installed
 .PHONY: run run-all test full-cpu nightly clean
 
 # `run` needs the package only: a GPU machine without a package index (its own torch and triton) can run
-# it; `test` adds the test extra (pytest, and diffusers for the parity tests) and, where the index is
+# it; `test` adds the test extra (pytest, diffusers for the parity tests, transformers for the model examples) and, where the index is
 # reached, the ray extra (the fan-out tests run Ray in local mode), all pinned by constraints-ci.txt.
 $(STAMP): pyproject.toml constraints-ci.txt
 	@if $(PY) -c "import torch, triton" 2>/dev/null; then \

@@ -677,7 +677,7 @@ def validate(files: List[Path] = typer.Argument(..., help="Evidence JSON file(s)
     """Check files against the contract (keys, nesting, types) and for meaning (figures, counts, verdicts,
     plan totals); every file is checked and each problem named; exit 1 if any file fails, 2 if a file is
     missing or a folder (bad input)."""
-    from h3bench.harness import semantics
+    from h3bench.harness import model_schema, semantics
     from h3bench.harness.schema import FOLDER_NOT_FILE, SchemaError, from_json, read_json
 
     for text in op:
@@ -694,6 +694,8 @@ def validate(files: List[Path] = typer.Argument(..., help="Evidence JSON file(s)
             data = read_json(file)
             if semantics.is_sweep(data):
                 problems, what = semantics.sweep_problems(data), "norm_modulate sweep"
+            elif model_schema.is_model_evidence(data):
+                problems, what = model_schema.validate(data)
             else:
                 evidence = from_json(data)
                 problems = semantics.problems(evidence)

@@ -145,6 +145,13 @@ def control_composition(op: str):
     return composition(op)
 
 
+def model_command():
+    """`h3bench model`: its options in reports/model_command.py, its logic in harness/model_audit/."""
+    from h3bench.reports.model_command import model
+
+    return model
+
+
 def build_app() -> typer.Typer:
     """The whole program: the measuring commands around the built-in registry and the renderers, and the
     commands that read evidence."""
@@ -154,6 +161,7 @@ def build_app() -> typer.Typer:
     app.command()(compare)
     app.command()(merge)
     app.command()(index)
+    app.command("model")(model_command())
     return app
 
 

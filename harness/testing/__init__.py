@@ -30,6 +30,7 @@ import torch
 from h3bench.harness.user_code import accepted_constants
 from h3bench.harness.config import load_config, load_plans
 from h3bench.harness.execute import ImplementationError, describe_exception, implementation_code, settle
+from h3bench.harness.localize import locate as locate_origins
 from h3bench.harness.ops import get_op
 from h3bench.harness.ops.base import Op
 from h3bench.harness.ops.from_examples import (ExampleParams, ExamplesOp, check_examples, contract_dtypes,
@@ -48,11 +49,11 @@ EXAMPLES_FULL_PLAN = "token"  # the plan set `plan="full"` gives an op from exam
 def assert_batch_invariant(fn: Callable, examples: Optional[Mapping[str, torch.Tensor]] = None,
                            per_row: Sequence[str] | str = (), *, op: Optional[str] = None, plan: str = "quick",
                            grads: bool = True, device: Any = None, name: Optional[str] = None,
-                           out_dtype: Any = None) -> InvarianceCheck:
-    """`check_batch_invariance`, raising AssertionError with its message unless the function is
-    batch-invariant; returns the record otherwise."""
+                           out_dtype: Any = None, locate: Optional[bool] = None) -> InvarianceCheck:
+    """`check_batch_invariance`, raising AssertionError with its message (which names the first origin when
+    located) unless the function is batch-invariant; returns the record otherwise."""
     record = check_batch_invariance(fn, examples, per_row, op=op, plan=plan, grads=grads, device=device, name=name,
-                                    out_dtype=out_dtype)
+                                    out_dtype=out_dtype, locate=locate)
     if not record.invariant:
         raise AssertionError(record.message())
     return record
@@ -61,13 +62,21 @@ def assert_batch_invariant(fn: Callable, examples: Optional[Mapping[str, torch.T
 def check_batch_invariance(fn: Callable, examples: Optional[Mapping[str, torch.Tensor]] = None,
                            per_row: Sequence[str] | str = (), *, op: Optional[str] = None, plan: str = "quick",
                            grads: bool = True, device: Any = None, name: Optional[str] = None,
-                           out_dtype: Any = None) -> InvarianceCheck:
+                           out_dtype: Any = None, locate: Optional[bool] = None) -> InvarianceCheck:
     """Run `fn` through the batch-invariance probes and return the record (never raises for the function's
     own failures). `grads=False`: forward only. `device`: with `op`, where it runs (default: CUDA when there
     is one); examples run on their own device, which `device` may name. `name` names the function in
     messages (default: its qualified name). A floating-point output's dtype must be the first
     floating-point per-row input's (as for `h3bench run`'s user ops); `out_dtype` (a dtype, or one per
-    output) declares another."""
+    output) declares another.
+
+    `locate` (default: on when `fn` is an nn.Module): when a check fails, its case is run again recorded
+    (harness/localize/) and the record's `origins` name where the rows part: the innermost module whose
+    per-row inputs are equal in both runs and whose outputs are not, the dispatcher op inside it, the
+    phase, shapes, rows and ULP distance; `localisations` hold the searches. Memory: per op and row one
+    int64 digest of each tensor, plus the origin ops' outputs at the compared rows (at most 64 events);
+    cost: the case's two sides run once recorded and the smaller side once more, per search (at most two
+    searches: the batch case, and the batch against itself when parameter gradients do not repeat)."""
     started = time.perf_counter()
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
@@ -81,7 +90,7 @@ def check_batch_invariance(fn: Callable, examples: Optional[Mapping[str, torch.T
             raise ValueError("give examples (and per_row) or op=, not both")
         if out_dtype is not None:
             raise ValueError("out_dtype= declares the outputs of examples; a built-in op's contract is its own")
-        return _check_builtin(fn, op, plan, grads, device, label, started)
+        return _check_builtin(fn, op, plan, grads, device, label, started, bool(locate))
     if examples is None:
         raise TypeError("give example inputs (a dict of name -> tensor, with per_row) or a built-in op's name (op=)")
     rows_names = (per_row,) if isinstance(per_row, str) else tuple(per_row or ())
@@ -93,7 +102,8 @@ def check_batch_invariance(fn: Callable, examples: Optional[Mapping[str, torch.T
     if out_dtype is not None and not isinstance(out_dtype, torch.dtype) and not (
             isinstance(out_dtype, (tuple, list)) and out_dtype and all(isinstance(d, torch.dtype) for d in out_dtype)):
         raise TypeError(f"out_dtype must be a torch.dtype or a tuple of them (one per output), got {out_dtype!r}")
-    return _check_examples(fn, examples, rows_names, plan, grads, where, label, started, out_dtype)
+    located = isinstance(fn, torch.nn.Module) if locate is None else bool(locate)
+    return _check_examples(fn, examples, rows_names, plan, grads, where, label, started, out_dtype, located)
 
 
 def _as_device(device: Any) -> torch.device:
@@ -114,14 +124,15 @@ def _keywords(fn: Callable, names: Sequence[str], constants: Mapping[str, Any]) 
     return call
 
 
-def _check_examples(fn, examples, per_row, plan, grads, device, label, started, out_dtype) -> InvarianceCheck:
+def _check_examples(fn, examples, per_row, plan, grads, device, label, started, out_dtype,
+                    locate: bool = False) -> InvarianceCheck:
     call = _keywords(fn, list(examples), {})
     try:
         op = _declare(call, examples, per_row, grads, device, label, out_dtype)
     except ImplementationError as exc:
         return unavailable(label, plan, str(device), str(exc), time.perf_counter() - started)
     plans = load_plans("quick" if plan == "quick" else EXAMPLES_FULL_PLAN)
-    return _probe(op, ExampleParams(), call, plans, plan, device, label, started)
+    return _probe(op, ExampleParams(), call, plans, plan, device, label, started, located=_located(fn, locate))
 
 
 def _declare(call: Callable, examples, per_row, grads: bool, device: torch.device, label: str,
@@ -143,7 +154,7 @@ def _declare(call: Callable, examples, per_row, grads: bool, device: torch.devic
     return ExamplesOp(label, examples, per_row, specs, grads=grads)
 
 
-def _check_builtin(fn, op_name, plan, grads, device, label, started) -> InvarianceCheck:
+def _check_builtin(fn, op_name, plan, grads, device, label, started, locate: bool = False) -> InvarianceCheck:
     op = get_op(op_name)
     where = _as_device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
     config = load_config(op_name, quick=True)  # the op's inputs at its quick size, whichever plan
@@ -152,12 +163,22 @@ def _check_builtin(fn, op_name, plan, grads, device, label, started) -> Invarian
     constants = {c: getattr(config.inputs, c) for c in accepted_constants(fn, op.constants)}
     call = _keywords(fn, op.input_names, constants)
     op_grads = op.differentiable if grads else ()
-    return _probe(op, config.inputs, call, plans, plan, where, label, started, op_grads)
+    return _probe(op, config.inputs, call, plans, plan, where, label, started, op_grads,
+                  located=_located(fn, locate))
+
+
+def _located(fn: Callable, locate: bool) -> Any:
+    """What `_probe` takes: False, or the module the modules are named from (True: the outermost called)."""
+    if not locate:
+        return False
+    return fn if isinstance(fn, torch.nn.Module) else True
 
 
 def _probe(op: Op, params: Any, call: Callable, plans: Mapping[str, Any], plan: str, device: torch.device,
-           label: str, started: float, grads: Optional[tuple[str, ...]] = None) -> InvarianceCheck:
-    """The RFC's three probes, as `h3bench run` runs them for a row, with the record they give."""
+           label: str, started: float, grads: Optional[tuple[str, ...]] = None,
+           located: Any = False) -> InvarianceCheck:
+    """The RFC's three probes, as `h3bench run` runs them for a row, with the record they give; `located`
+    (True, or the nn.Module checked, which names the modules): a failing record's origins located."""
     ctx = ProbeContext(op=op, params=params, fn=call, grads=op.differentiable if grads is None else grads,
                        device=device, reference_variant=op.name)
     moved: list = []
@@ -172,4 +193,8 @@ def _probe(op: Op, params: Any, call: Callable, plans: Mapping[str, Any], plan: 
             return unavailable(label, plan, str(device), f"{exc} (in {check})", time.perf_counter() - started)
     cases, repeatable = found["all_rows"]
     record = bi.verdict(cases, repeatable, found["full_vs_sub_batches"], found["batch_size_sweep"], moved)
-    return from_probes(label, plan, str(device), record, ctx.param_grads, time.perf_counter() - started)
+    searches = ()
+    if located is not False and not record.batch_invariant:
+        root = located if isinstance(located, torch.nn.Module) else None
+        searches = locate_origins(op, params, call, plans, ctx.grads, ctx.row_grads, device, record, root)
+    return from_probes(label, plan, str(device), record, ctx.param_grads, time.perf_counter() - started, searches)

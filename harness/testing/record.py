@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from h3bench.harness.gate import what_failed
+from h3bench.harness.localize.records import Localisation, Origin
 from h3bench.harness.schema import BatchInvariance, Difference, ParamDifference
 
 
@@ -45,6 +46,9 @@ class InvarianceCheck:
     unavailable: Optional[str] = None
     seconds: float = 0.0
     batch_invariance: Optional[BatchInvariance] = None  # the probes' record, as an evidence file's row holds it
+    # where the rows part, earliest first (harness/localize/), from the searches in `localisations`
+    origins: tuple[Origin, ...] = ()
+    localisations: tuple[Localisation, ...] = ()
 
     def message(self) -> str:
         """What `assert_batch_invariant` raises with: one line when unavailable, else a header and one line
@@ -53,8 +57,17 @@ class InvarianceCheck:
             return f"{self.name}: {self.failures[0]}"
         if self.invariant:
             return ""
-        lines = "\n".join(f"  {line}" for line in self.failures)
+        lines = "\n".join(f"  {line}" for line in (*self.failures, *self._located()))
         return f"{self.name} is not batch-invariant ({self.plan} plan on {self.device}):\n{lines}"
+
+    def _located(self) -> list[str]:
+        if not self.localisations:
+            return []
+        if not self.origins:
+            notes = "; ".join(s.note for s in self.localisations if s.note) or "no op or module parts the rows"
+            return [f"origin: none found ({notes})"]
+        more = f" (and {len(self.origins) - 1} more origin(s): .origins)" if len(self.origins) > 1 else ""
+        return [f"first origin: {self.origins[0].describe()}{more}"]
 
 
 def unavailable(name: str, plan: str, device: str, reason: str, seconds: float) -> InvarianceCheck:
@@ -63,7 +76,7 @@ def unavailable(name: str, plan: str, device: str, reason: str, seconds: float) 
 
 
 def from_probes(name: str, plan: str, device: str, bi: BatchInvariance, param_grads: tuple[str, ...],
-                seconds: float) -> InvarianceCheck:
+                seconds: float, localisations: tuple[Localisation, ...] = ()) -> InvarianceCheck:
     """The record of a function the probes ran through: counts and first differences from `bi`."""
     counts: dict[str, CheckCount] = {}
     firsts: dict[str, Difference] = {}
@@ -88,4 +101,5 @@ def from_probes(name: str, plan: str, device: str, bi: BatchInvariance, param_gr
         counts["param_grads"] = CheckCount(len(param_grads), "parameter gradients", len(moved))
     return InvarianceCheck(name=name, plan=plan, device=device, invariant=bi.batch_invariant, counts=counts,
                            first_differences=firsts, param_differences=moved, failures=tuple(what_failed(bi)),
-                           seconds=seconds, batch_invariance=bi)
+                           seconds=seconds, batch_invariance=bi, localisations=localisations,
+                           origins=tuple(o for s in localisations for o in s.origins))

@@ -1,0 +1,37 @@
+"""`h3bench model`'s options (typer); the logic is harness/model_audit/command.py's, with the Markdown
+renderer handed in."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+
+def model(spec: str = typer.Argument(..., help="PATH/FILE.py:ATTR or package.module:ATTR; ATTR(device) returns "
+                                               "(model, examples, per_row)."),
+          device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
+          full: bool = typer.Option(False, "--full/--quick", help="The full plan (the token ops' sizes) or the "
+                                                                  "quick one."),
+          dtype: Optional[str] = typer.Option(None, "--dtype", help="Cast the model and its floating-point "
+                                                                     "examples: float32, float64, bfloat16, float16."),
+          mode: List[str] = typer.Option(["plain"], "--mode", help="NAME[,NAME] or all: each mode but plain in its "
+                                                                    "own process."),
+          compile: Optional[str] = typer.Option(None, "--compile", help="default or max-autotune: the compiled "
+                                                                         "model at N, N/2, ..., 1 rows."),
+          require_invariant: bool = typer.Option(False, "--require-invariant", metavar="", show_default=False,
+                                                 help="Exit 1 when a mode's model or the compiled model is not "
+                                                      "batch-invariant."),
+          out: Optional[Path] = typer.Option(None, "--out", help="The evidence JSON (Markdown beside it).",
+                                             show_default="runs/model_<file>_<attr>_<device>_<plan>_<time>.json"),
+          force: bool = typer.Option(False, "--force", metavar="", show_default=False,
+                                     help="Overwrite --out if it exists.")):
+    """Where a model's batch invariance breaks: the verdict, the module and dispatcher op where each row's
+    results part (forward and backward), per mode, and the built-in op that audits it; exit 1 with
+    --require-invariant when not invariant, 2 on bad input."""
+    from h3bench.harness.model_audit.command import ModelOptions, run
+    from h3bench.reports.model_markdown import write_markdown
+
+    raise typer.Exit(run(ModelOptions(spec=spec, device=device, plan="full" if full else "quick", dtype=dtype,
+                                      modes=mode, compile=compile, require_invariant=require_invariant, out=out,
+                                      force=force), render=write_markdown))
