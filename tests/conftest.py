@@ -60,6 +60,9 @@ def _process_state() -> dict:
                 state[f"interpreter.{owner}"] = {k: v for k, v in vars(cls).items() if callable(v)}
         state["interpreter"] = {k: v for k, v in vars(interpreter).items()
                                 if callable(v) and not isinstance(v, type(sys))}
+    modes = sys.modules.get("h3bench.harness.modes")
+    if modes is not None:  # a mode a test registers (tests/fake_modes.py) is its own
+        state["registered modes"] = tuple(modes.MODES)
     knobs = getattr(sys.modules.get("triton"), "knobs", None)
     if knobs is not None:
         runtime = knobs.runtime
@@ -143,3 +146,16 @@ def invoke(monkeypatch):
         result = runner.invoke(app, list(args), env={"COLUMNS": "1000"})
         return result, " ".join(result.output.split())
     return call
+
+
+@pytest.fixture
+def fake_modes(monkeypatch):
+    """The planted modes of tests/fake_modes.py registered for one test (and its children, through the
+    variable), taken out again after it."""
+    from h3bench.harness import modes
+
+    monkeypatch.setenv(modes.MODULES_VARIABLE, "tests.fake_modes")
+    modes.register_modules(["tests.fake_modes"])
+    yield
+    for spec in __import__("tests.fake_modes", fromlist=["MODES"]).MODES:
+        modes.MODES.pop(spec.name, None)

@@ -57,10 +57,7 @@ def test_validate_knows_a_model_file_and_names_its_problems(tmp_path):
     assert model_schema.validate(data)[0] == ["$: missing key 'device'"]
 
 
-def test_a_mode_that_cannot_import_is_unavailable_with_its_reason(tmp_path, monkeypatch):
-    monkeypatch.setenv("H3BENCH_MODE_MODULES", "tests.fake_modes")
-    from h3bench.harness import modes
-    modes.register_modules(["tests.fake_modes"])
+def test_a_mode_that_cannot_import_is_unavailable_with_its_reason(tmp_path, fake_modes):
     code, out, _, _ = _run(tmp_path, f"{PLANTED}:build_honest", modes=["plain,fake_unimportable"])
     data = json.loads(out.read_text())
     assert code == 0 and data["modes"]["plain"]["invariant"] is True

@@ -10,16 +10,6 @@ from h3bench.harness import modes, schema
 from h3bench.harness.modes.base import ModeNotActive, dispatch_state, replaced_ops, require_replaced
 from h3bench.harness.schema import RowResult, UnavailableMode
 
-FAKES = "tests.fake_modes"
-
-
-@pytest.fixture
-def fake_modes(monkeypatch):
-    monkeypatch.setenv(modes.MODULES_VARIABLE, FAKES)  # the children register them from the variable
-    modes.register_modules([FAKES])
-    yield
-    for spec in __import__(FAKES, fromlist=["MODES"]).MODES:
-        modes.MODES.pop(spec.name, None)
 
 
 def run_modes(invoke, tmp_path, *names, timeout="60"):
