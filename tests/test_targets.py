@@ -179,7 +179,7 @@ def test_the_gemm_targets_flip_one_by_one():
     found = met(targets.checks(gemm_file(ours_net=140.0), modes_file()))
     assert found["net fwd+bwd <= 1.3x plain F.linear (T = 2048, sync)"] is False
     found = by_target(targets.checks(gemm_file(small_fracs=(0.8, 0.6)), modes_file()))
-    stream = found["forward streams W at >= 70% of copy bandwidth at T <= 8 (stream)"]
+    stream = found["forward streams W at >= 70% of its floor at T <= 8 (stream)"]
     assert stream.met is False and stream.measured == "T=1 80%, T=4 60%"
     found = by_target(targets.checks(gemm_file(), modes_file(invariant_net=110.0)))
     faster = found["faster than every batch-invariant mode's row (T = 2048, net fwd+bwd, sync)"]
@@ -194,7 +194,7 @@ def test_what_a_gemm_file_cannot_say_is_not_measured():
     file.results["plain"][OURS].accuracy_latency = {"2048": file.results["plain"][OURS].accuracy_latency["2048"]}
     found = met(targets.checks(file))
     assert found["net fwd+bwd <= 1.3x plain F.linear (T = 2048)"] is None
-    assert found["forward streams W at >= 70% of copy bandwidth at T <= 8 (stream)"] is None
+    assert found["forward streams W at >= 70% of its floor at T <= 8 (stream)"] is None
     assert found["faster than every batch-invariant mode's row"] is None  # no modes file
 
 
@@ -258,4 +258,9 @@ def test_verdict_table_sorts_rows_by_what_both_files_say():
         "ours only": ["plain/ours_only"], "prior only": ["plain/prior_only"]}
     text = verdict_table.table(prior, ours, "B200", "H200")
     assert text.startswith("| mode | row | B200 | H200 | same verdict? |")
+    ours.environment.gpu = "NVIDIA H100 80GB HBM3"
+    assert verdict_table.gpu_label(ours, "h3bench") == "H100 (h3bench)"  # the file's GPU, not a default's
+    ours.environment.gpu = None
+    ours.environment.device = "cpu:x86_64"
+    assert verdict_table.gpu_label(ours, "h3bench") == "cpu:x86_64 (h3bench)"
     assert len([line for line in text.splitlines() if line.startswith("| plain |")]) == 5

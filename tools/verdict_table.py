@@ -1,15 +1,17 @@
 """Markdown table comparing two evidence files of one op verdict by verdict (e.g. the RFC's B200 file
 against ours): per mode and row, each file's verdict with its failing counts, and whether they agree.
 
-    python -m tools.verdict_table PRIOR.json OURS.json [--prior-label B200] [--label H200]
+    python -m tools.verdict_table PRIOR.json OURS.json [--prior-label LABEL] [--label LABEL]
     python -m tools.verdict_table --summary PRIOR.json OURS.json [PRIOR.json OURS.json ...]
 
 With --summary, one line per pair: the rows whose verdicts both files have and how many agree, the rows
-unavailable in OURS (with the prior's verdict), and the rows only one file measures.
+unavailable in OURS (with the prior's verdict), and the rows only one file measures. The columns are
+labelled with each file's GPU model as its environment records it (`--prior-label`, `--label`: others).
 """
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -30,6 +32,14 @@ def verdict(row) -> tuple[Optional[bool], str]:
         params = {True: ", params repeat", None: ", no parameter gradients measured", False: ""}[bi.params_repeatable]
         return True, f"invariant{params}"
     return False, f"NOT invariant: {failure_summary(row)}"
+
+
+def gpu_label(evidence: schema.Evidence, who: str) -> str:
+    """`who` with the file's GPU model ("H100 (h3bench)" for an NVIDIA H100 80GB HBM3's file), or its
+    device where no GPU is recorded."""
+    gpu = evidence.environment.gpu
+    model = re.search(r"\b([A-Z]+\d{2,4}[A-Za-z]?)\b", gpu or "")
+    return f"{model.group(1) if model else gpu or evidence.environment.device or 'unknown GPU'} ({who})"
 
 
 def table(prior: schema.Evidence, ours: schema.Evidence, prior_label: str, label: str) -> str:
@@ -79,8 +89,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", type=Path, help="PRIOR OURS, or with --summary several such pairs")
     parser.add_argument("--summary", action="store_true", help="one line per pair instead of the full table")
-    parser.add_argument("--prior-label", default="B200 (RFC)")
-    parser.add_argument("--label", default="H200 (h3bench)")
+    parser.add_argument("--prior-label", default=None, help="default: PRIOR's GPU model, e.g. B200 (RFC)")
+    parser.add_argument("--label", default=None, help="default: OURS's GPU model, e.g. H100 (h3bench)")
     args = parser.parse_args(argv)
     if len(args.files) % 2 or (len(args.files) > 2 and not args.summary):
         parser.error("give PRIOR OURS (one pair; several pairs with --summary)")
@@ -88,7 +98,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     if args.summary:
         print(summary(pairs))
     else:
-        print(table(schema.load(pairs[0][0]), schema.load(pairs[0][1]), args.prior_label, args.label))
+        prior, ours = schema.load(pairs[0][0]), schema.load(pairs[0][1])
+        print(table(prior, ours, args.prior_label or gpu_label(prior, "RFC"), args.label or gpu_label(ours, "h3bench")))
 
 
 if __name__ == "__main__":
