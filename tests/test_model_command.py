@@ -64,6 +64,26 @@ def test_a_mode_that_cannot_import_is_unavailable_with_its_reason(tmp_path, fake
     assert "no_such_batch_invariant_library" in data["modes"]["fake_unimportable"]["unavailable"]
 
 
+def _compile_into_a_batch_variant_graph(fn, **_options):
+    """A stand-in for torch.compile whose "compiled graph" gives a row other bits above 2 rows, as a
+    generated kernel that picks its strategy by the batch would; eager stays exact."""
+    def compiled(**inputs):
+        outs = fn(**inputs)  # the checked call's outputs, a tuple
+        return tuple(o * (1 + 2 ** -10) for o in outs) if inputs["x"].shape[0] > 2 else outs
+    return compiled
+
+
+def test_compile_names_the_first_differing_batch_and_that_the_variance_is_in_the_graph(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch, "compile", _compile_into_a_batch_variant_graph)
+    code, out, said, _ = _run(tmp_path, f"{PLANTED}:build_honest", compile="default", require_invariant=True)
+    compiled = json.loads(out.read_text())["compiled"]
+    assert [(b["batch"], b["differ"], b["eager_differ"]) for b in compiled["batches"]] == \
+        [(4, False, False), (2, True, False), (1, True, False)]
+    assert compiled["first_differing"] == 2 and "inside the compiled graph" in compiled["inside_graph"]
+    assert code == 1  # the eager model is invariant, the compiled one is not
+    assert model_schema.validate(json.loads(out.read_text()))[0] == []
+
+
 @pytest.mark.parametrize("spec, words", [
     ("missing/" + "model.py:build", "no such file"),
     (f"{PLANTED}:no_such_factory", "has no attribute 'no_such_factory'"),
