@@ -65,7 +65,8 @@ def render_markdown(evidence: ModelEvidence) -> str:
                     + (": " + "; ".join(f"{p} {op} in {m}" for _, p, op, m in sorted(removed, key=str)) if removed else ".")]
         if result.audits:
             out += ["", "### Audit the origin ops", ""]
-            out += [f"- `{a.origin_op}` ({a.module_type}) -> `{a.builtin_op}`: `{a.command}`" for a in result.audits]
+            out += [f"- {f'`{a.origin_op}`' if a.origin_op else 'the module'} ({a.module_type}) -> `{a.builtin_op}`: "
+                    f"`{a.command}`" for a in result.audits]
         out.append("")
     c = evidence.compiled
     if c is not None:

@@ -114,6 +114,15 @@ def test_an_origin_op_gets_the_built_in_op_that_audits_it():
     norm = Origin(search="batch", phase="forward", module="norm", module_type="LlamaRMSNorm", op="aten::mul",
                   inputs=[], outputs=[TensorShape([4, 6, 32], "bfloat16")], rows=[0], instances=["norm"], count=1)
     assert audit(norm).command == "h3bench run --op rms_norm --set hidden=32 --set dtype=bfloat16"
+    mlp = Origin(search="batch", phase="forward", module="timestep_mlp.linear_1", module_type="Linear",
+                 op="aten::addmm", inputs=[TensorShape([64], "float32"), TensorShape([3, 16], "float32")],
+                 outputs=[TensorShape([3, 64], "float32")], rows=[0], instances=["timestep_mlp.linear_1"], count=1)
+    # every line is a command `h3bench run` takes: timestep_mlp's config has no dtype key to set
+    assert audit(mlp).command == "h3bench run --op timestep_mlp"
+    from h3bench.harness.config import load_config
+    for found in (mm, norm, mlp):
+        words = audit(found).command.split()
+        load_config(words[3], None, True, tuple(w for w in words[4:] if w != "--set"))
 
 
 @pytest.mark.parametrize("spec", ["docs/examples/h3_block.py:build", "docs/examples/wan_dit.py:build",

@@ -163,7 +163,7 @@ def summary(evidence: ModelEvidence) -> list[str]:
         for s in result.localisations:
             lines.append(f"  search ({s.search}, {s.check}): {s.runs} runs, {s.seconds:.2f} s"
                          + (f"; {s.note}" if s.note else ""))
-        lines += [f"  audit {a.origin_op} ({a.module_type}): {a.command}" for a in result.audits]
+        lines += [f"  audit {a.origin_op or 'the module'} ({a.module_type}): {a.command}" for a in result.audits]
     c = evidence.compiled
     if c is not None:
         if c.unavailable:

@@ -20,7 +20,13 @@ RFC_HIDDEN = {"norm_modulate": "hidden", "gate_residual": "hidden", "final_adaln
 
 
 def _line(op: str, sets: dict) -> str:
-    return " ".join(["h3bench run --op", op, *(f"--set {k}={v}" for k, v in sets.items())])
+    """The command, with only the sizes the op's config has (a `--set` of another key is refused)."""
+    import dataclasses
+
+    from h3bench.harness.config import load_config
+
+    known = {f.name for f in dataclasses.fields(load_config(op).inputs)}
+    return " ".join(["h3bench run --op", op, *(f"--set {k}={v}" for k, v in sets.items() if k in known)])
 
 
 def _last(origin: Origin) -> Optional[int]:
