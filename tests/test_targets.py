@@ -264,3 +264,37 @@ def test_verdict_table_sorts_rows_by_what_both_files_say():
     ours.environment.device = "cpu:x86_64"
     assert verdict_table.gpu_label(ours, "h3bench") == "cpu:x86_64 (h3bench)"
     assert len([line for line in text.splitlines() if line.startswith("| plain |")]) == 5
+
+
+# --- tools/eager_vs_graph.py ----------------------------------------------------------------------------
+
+def test_eager_vs_graph_compares_ours_eager_with_the_fastest_other_row_of_our_reference():
+    from tools import eager_vs_graph as evg
+
+    partial = row({4097: size(1.0)})
+    partial.reference = "rms_norm"  # part of the op: neither computes nor costs what ours does
+    file = evidence("gate_residual", {
+        OURS: row({4097: size(10.0, fwd_graph_us=5.0, fwd_bwd_net_graph_us=9.0),
+                   32768: size(50.0, fwd_graph_us=45.0, fwd_bwd_net_graph_us=30.0)}),
+        "diffusers": row({4097: size(20.0), 32768: size(40.0)}, invariant=False),
+        "norm_alone": partial})
+    found = {(l.size, l.figure): l for l in evg.lines(file)}
+    assert set(found) == {("4097", "fwd"), ("4097", "net"), ("32768", "fwd"), ("32768", "net")}
+    assert (found[("4097", "fwd")].best, found[("4097", "fwd")].ahead) == ("diffusers", True)
+    assert found[("32768", "net")].ahead is False and found[("32768", "net")].best_us == 40.0
+    assert found[("4097", "fwd")].host_ratio == 2.0
+    text = evg.render(list(found.values()), markdown=False)
+    assert "ours behind some row eager in 2 of 4 comparisons: gate_residual 32768 fwd, gate_residual 32768 net" \
+        in text
+    assert "its graph replay: gate_residual net 1.67x" in text  # 50 / 30 at the largest size; 45 is within 1.25x
+    assert evg.lines(evidence("gate_residual", {"diffusers": row({1: size(1.0)})})) == []
+
+
+def test_eager_vs_graph_takes_one_runs_files_only():
+    from tools import eager_vs_graph as evg
+
+    a, b = evidence("gate_residual", {}), evidence("final_adaln_out", {})
+    assert evg.one_run([a, b]) is None
+    assert "two files of gate_residual" in evg.one_run([a, evidence("gate_residual", {})])
+    b.h3bench_commit = "abc1234"
+    assert evg.one_run([a, b]).startswith("files of several runs")
