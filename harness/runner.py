@@ -22,7 +22,7 @@ import gc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Protocol, Sequence, TypeVar
+from typing import Callable, Optional, Sequence, TypeVar
 
 import torch
 
@@ -41,6 +41,7 @@ from h3bench.harness.probes.context import ProbeContext
 from h3bench.harness.schema import (ControlSkipped, Environment, Evidence, RowResult, SizeResult, TimingRecord,
                                     UnavailableMode, UnavailableRow, save)
 from h3bench.harness.peak_memory import readers_for
+from h3bench.harness.request import Observer, RunRequest, SilentObserver
 from h3bench.harness.timing import FLUSH_BYTES, GRAPH_WARMUP, graph_capture_for, timer_for
 
 PROBES = ("all_rows", "full_vs_sub_batches", "batch_size_sweep", "contention", "graph_replay", "layout",
@@ -49,51 +50,6 @@ PROBES = ("all_rows", "full_vs_sub_batches", "batch_size_sweep", "contention", "
 OPTIONAL_PROBES = ("contention", "graph_replay", "layout", "grad_set")
 T = TypeVar("T")
 INTERLEAVED = "rows round-robin: each row takes a block of samples per turn, the order rotating each round"
-
-
-class Observer(Protocol):
-    """Progress sink: the CLI shows a rich progress bar; tests and --quiet pass a silent one."""
-
-    def row_started(self, mode: str, name: str, totals: dict[str, int]) -> None: ...
-    def probe_started(self, probe: str) -> None: ...
-    def advance(self, n: int) -> None: ...
-    def row_finished(self, mode: str, name: str, row: RowResult | UnavailableRow) -> None: ...
-    def phase_started(self, mode: str, label: str, total: int) -> None: ...
-    def phase_finished(self) -> None: ...
-
-
-class SilentObserver:
-    def row_started(self, mode, name, totals): pass
-    def probe_started(self, probe): pass
-    def advance(self, n): pass
-    def row_finished(self, mode, name, row): pass
-    def phase_started(self, mode, label, total): pass
-    def phase_finished(self): pass
-
-
-@dataclass
-class RunRequest:
-    config: RunConfig
-    device: torch.device
-    adapters: list[Adapter]
-    modes: list[str]
-    out: Optional[Path]
-    command: str = ""
-    measure_bandwidth: bool = True
-    # The CLI arguments that make a child process run the same rows and plan (everything but the mode
-    # and the output), and how long a mode's child may take.
-    child_args: tuple[str, ...] = ()
-    mode_timeout_s: Optional[float] = None
-    in_process: bool = False  # this process is a mode's child: run its one mode here
-    work_dir: Optional[Path] = None  # where children's part files go (default: beside `out`)
-    control: str = control.HERE  # where the negative control runs: control.HERE, SKIP or ELSEWHERE
-    control_only: bool = False  # measure the control alone (a fan-out's control job), no rows
-    # The op's diffusers composition the control plants its fault in, from the caller's adapter registry
-    # (harness/ does not import adapters/); None: the op has none, and the control is recorded as skipped.
-    control_adapter: Optional[Adapter] = None
-    # The command that starts the `h3bench` program in a child process (a mode's child, a fan-out job),
-    # e.g. (sys.executable, "-m", "h3bench.reports.cli"): the program's composition root, named by its caller.
-    child_program: tuple[str, ...] = ()
 
 
 def resolve_device(name: str) -> torch.device:

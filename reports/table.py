@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import html
 import math
-from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence, Union
 
 import pandas as pd
@@ -16,6 +15,9 @@ import pandas as pd
 from h3bench.harness.schema import (Evidence, RowResult, SizeResult, UnavailableMode, UnavailableRow, size_key,
                             sizes_of)
 from h3bench.reports import fmt, verdicts
+from h3bench.reports.control_section import TITLE as CONTROL_TITLE
+from h3bench.reports.control_section import control_summary, control_tables
+from h3bench.reports.table_spec import Cell, TableSpec
 
 GRAD_ORDER = ("x", "w", "sh", "sc")
 # SizeResult fields copied into the frame as `<size>/<field>`; gradients become `<size>/grad_<g>_err`.
@@ -105,22 +107,6 @@ def build_table(evidence: Evidence) -> pd.DataFrame:
 
 
 # --- table specs shared by the Markdown and HTML renderers -------------------------------------------
-
-@dataclass
-class Cell:
-    text: str
-    cls: str = ""  # CSS class: "num", "yes", "no", "na", "" (text)
-
-
-@dataclass
-class TableSpec:
-    title: str
-    headers: list[str]
-    rows: list[list[Cell]]
-    groups: Optional[list[tuple[str, int]]] = None  # spanning header labels over `headers`
-    note: str = ""
-    beside: bool = False  # narrow table: HTML places consecutive `beside` tables side by side
-
 
 def _get(record: Mapping[str, Any], key: str) -> Any:
     value = record.get(key)
@@ -398,8 +384,7 @@ def render_markdown(evidence: Evidence, images: Optional[Mapping[str, str]] = No
         for table in mode_tables(evidence, mode, frame):
             out += [_md_table(table), ""]
     if show_control:
-        from h3bench.reports.control_section import TITLE, control_summary, control_tables
-        out += [f"## {TITLE}", "", md_escape(control_summary(evidence) or "No control recorded."), ""]
+        out += [f"## {CONTROL_TITLE}", "", md_escape(control_summary(evidence) or "No control recorded."), ""]
         out += [text for table in control_tables(evidence) for text in (_md_table(table), "")]
     for caption, path in (images or {}).items():
         out += [f"![{caption}]({path})", ""]
@@ -489,8 +474,7 @@ def render_html(evidence: Evidence, images: Optional[Mapping[str, Union[bytes, s
         out.append(f'<p class="summary">{_e(mode_summary(evidence, mode))}</p>')
         out += _html_tables(mode_tables(evidence, mode, frame))
     if show_control:
-        from h3bench.reports.control_section import TITLE, control_summary, control_tables
-        out.append(f"<h2>{_e(TITLE)}</h2>")
+        out.append(f"<h2>{_e(CONTROL_TITLE)}</h2>")
         out.append(f'<p class="summary">{_e(control_summary(evidence) or "No control recorded.")}</p>')
         out += _html_tables(control_tables(evidence))
     if images:
