@@ -12,6 +12,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import pandas as pd
 
+from h3bench.harness.probes import registry
 from h3bench.harness.schema import (Evidence, RowResult, SizeResult, UnavailableMode, UnavailableRow, size_key,
                             sizes_of)
 from h3bench.reports import fmt, verdicts
@@ -171,22 +172,18 @@ _STATUS_CLASS = {verdicts.Status.PASS: "yes", verdicts.Status.FAIL: "no", verdic
 def _beyond_rfc_table(evidence: Evidence, mode: str) -> Optional[TableSpec]:
     """The probes beyond the RFC's, one column each (status and counts); None when no row has any."""
     rows = [(name, row) for name, row in evidence.rows(mode).items() if isinstance(row, RowResult)]
-    bi_of = [row.batch_invariance for _, row in rows]
-    if not any(b.contention or b.graph_replay or b.layout or b.grad_set for b in bi_of):
+    if not any(row.batch_invariance.beyond_rfc for _, row in rows):
         return None
+    probes = registry.beyond_rfc()
+    columns = [spec.label for spec in probes]
     body = []
     for name, row in rows:
         by_name = {c.name: c for c in verdicts.checks(row)}
         body.append([Cell(name)] + [Cell(f"{by_name[c].status.value}: {by_name[c].detail}",
-                                         _STATUS_CLASS[by_name[c].status]) for c in verdicts.BEYOND_RFC_CHECKS])
-    return TableSpec(
-        "Beyond the RFC's probes", ["implementation", *verdicts.BEYOND_RFC_CHECKS], body,
-        note="Not part of batch-invariant (the RFC's verdict). contention: the rows' comparisons repeated under a "
-             "memory-bound and a compute-bound side load, each run against the same run idle; graph replay: a "
-             "CUDA graph captured once, replayed with other inputs, against eager; layout: the rows as strided "
-             "views (a row offset, padded rows, column-major) against the contiguous bits; grad set: the rows' "
-             "per-row gradients with each parameter frozen in turn and with none requested, against every "
-             "parameter gradient requested.")
+                                         _STATUS_CLASS[by_name[c].status]) for c in columns])
+    return TableSpec("Beyond the RFC's probes", ["implementation", *columns], body,
+                     note="Not part of batch-invariant (the RFC's verdict). "
+                          + "; ".join(f"{spec.label}: {spec.note}" for spec in probes) + ".")
 
 
 def _accuracy_table(evidence: Evidence, mode: str, part: pd.DataFrame, measured: list[dict]) -> TableSpec:
