@@ -118,10 +118,6 @@ def _verdict_cell(value: Optional[bool]) -> Cell:
     return Cell(fmt.tri(value), "na" if value is None else ("yes" if value else "no"))
 
 
-def _has(frame: pd.DataFrame, column: str) -> bool:
-    return column in frame and frame[column].notna().any()
-
-
 def mode_tables(evidence: Evidence, mode: str, frame: Optional[pd.DataFrame] = None) -> list[TableSpec]:
     frame = build_table(evidence) if frame is None else frame
     part = frame[frame["mode"] == mode]
