@@ -56,19 +56,24 @@ def toy_run(ctx, plan: ToyPlan) -> ToyRecord:
     return ToyRecord(rows=plan.rows, fwd_differ=differ, invariant=differ == 0)
 
 
+def toy_failures(record: ToyRecord, located: bool) -> list[str]:
+    return [failure_line("toy", record.fwd_differ, 0, record.rows, None, located)] if record.fwd_differ else []
+
+
+def toy_words(record: ToyRecord) -> tuple[str, str]:
+    return differ_count(record.fwd_differ, record.rows, "rows"), f"{record.fwd_differ}/{record.rows}"
+
+
 TOY = ProbeSpec(
     name="toy", plan_table="toy", plan_type=ToyPlan, run=toy_run, total=lambda plan, _ctx: 2,
     role=Role.BEYOND_RFC, record_type=ToyRecord, invariant=lambda record: record.fwd_differ == 0,
-    failures=lambda record, located: [failure_line("toy", record.fwd_differ, 0, record.rows, None, located)]
-    if record.fwd_differ else [],
-    problems=lambda record, where: within(where, record.fwd_differ, 0, record.rows),
-    words=lambda record: (differ_count(record.fwd_differ, record.rows, "rows"),
-                          f"{record.fwd_differ}/{record.rows}"),
-    label="toy probe", note="the batch run twice, each row against itself")
+    failures=toy_failures, problems=lambda record, where: within(where, record.fwd_differ, 0, record.rows),
+    words=toy_words, label="toy probe", note="the batch run twice, each row against itself")
 
 
 @pytest.fixture
 def toy(monkeypatch):
+    """The toy registered for one test: its line in PROBES, which monkeypatch takes out again after it."""
     monkeypatch.setattr(registry, "PROBES", (*registry.PROBES, f"{__name__}:TOY"))
 
 

@@ -227,7 +227,7 @@ def words(record: GraphReplay) -> tuple[str, str]:
     if record.not_run:
         return f"not run: {record.not_run}", ""
     cases = _cases(record)
-    detail = "; ".join(_case_words(label.replace("_", "+"), case) for label, case in cases)
+    detail = "; ".join(_case_words(label.replace("_", "+"), case) for label, case in cases)  # forward+backward
     differ = sum(c.fwd_differ + c.rowgrad_differ for _, c in cases)
     return detail, f"{differ}/{sum(c.rows for _, c in cases)}"
 
