@@ -12,21 +12,19 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import torch
 
 from h3bench.harness import fanout
 from h3bench.harness.modes import ModeSpec, get_mode
+from h3bench.harness.request import Observer, RunRequest
 from h3bench.harness.schema import ControlResult, ControlSkipped, Evidence, SchemaError, UnavailableMode, load
-
-if TYPE_CHECKING:
-    from h3bench.harness.runner import Observer, RunRequest
 
 DEFAULT_TIMEOUT_S = fanout.DEFAULT_JOB_TIMEOUT_S
 
 
-def child_argv(request: "RunRequest", mode: str, part: Path) -> tuple[str, ...]:
+def child_argv(request: RunRequest, mode: str, part: Path) -> tuple[str, ...]:
     if not request.child_args or not request.child_program:
         raise ValueError(f"mode {mode} runs in a child process: the request must carry child_program (the "
                          "command that starts the program) and child_args (the CLI arguments that select the "
@@ -43,7 +41,7 @@ def device_slot(device: torch.device) -> str:
     return str(device.index if device.index is not None else torch.cuda.current_device())
 
 
-def mode_job(request: "RunRequest", spec: ModeSpec, folder: Path, cost_s: float = 1.0) -> fanout.Job:
+def mode_job(request: RunRequest, spec: ModeSpec, folder: Path, cost_s: float = 1.0) -> fanout.Job:
     """One mode of one request as a fan-out job: a child `h3bench run` writing one part file."""
     part = folder / f"{request.config.op}.{spec.name}.json"
     return fanout.Job(key=f"{request.config.op}/{spec.name}", argv=child_argv(request, spec.name, part), out=part,
@@ -51,7 +49,7 @@ def mode_job(request: "RunRequest", spec: ModeSpec, folder: Path, cost_s: float 
                       env=dict(spec.environment))  # h3bench itself: the parent's, as installed
 
 
-def control_job(request: "RunRequest", folder: Path, cost_s: float = 1.0) -> fanout.Job:
+def control_job(request: RunRequest, folder: Path, cost_s: float = 1.0) -> fanout.Job:
     """The run's negative control as a fan-out job: a child `h3bench run --control-only` in the plain mode,
     writing a part file with no rows and the `control` record."""
     part = folder / f"{request.config.op}.control.json"
@@ -74,8 +72,8 @@ def control_of(outcome: fanout.Outcome) -> ControlResult | ControlSkipped:
     return record
 
 
-def run_modes(request: "RunRequest", specs: Sequence[ModeSpec],
-              observer: "Observer") -> dict[str, Evidence | UnavailableMode]:
+def run_modes(request: RunRequest, specs: Sequence[ModeSpec],
+              observer: Observer) -> dict[str, Evidence | UnavailableMode]:
     """Each mode's part, measured by a child process on this run's device, one after another; a failed
     child's mode is an UnavailableMode part."""
     if request.device.type == "cuda":

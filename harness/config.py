@@ -26,17 +26,18 @@ import typing
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from h3bench.harness.ops import get_op
 from h3bench.harness.ops.declared import DeclaredOp
+from h3bench.harness.probes import registry
 
 
 class ConfigError(ValueError):
     pass
 
 
-def _require(condition: bool, message: str) -> None:
+def require(condition: bool, message: str) -> None:
     """Plan values are checked when the config is built: a bad value is the config's error, never a
     failed row blamed on the implementation under test."""
     if not condition:
@@ -49,8 +50,8 @@ class AllRowsPlan:
     seeds: tuple[int, ...]
 
     def __post_init__(self):
-        _require(bool(self.batch_sizes) and min(self.batch_sizes) >= 1, "batch_sizes must be >= 1, at least one")
-        _require(bool(self.seeds), "seeds must not be empty")
+        require(bool(self.batch_sizes) and min(self.batch_sizes) >= 1, "batch_sizes must be >= 1, at least one")
+        require(bool(self.seeds), "seeds must not be empty")
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,12 @@ class SubBatchPlan:
     spread: int
 
     def __post_init__(self):
-        _require(self.full_batch >= 1, "full_batch must be >= 1")
-        _require(bool(self.sub_batch_sizes) and min(self.sub_batch_sizes) >= 1,
+        require(self.full_batch >= 1, "full_batch must be >= 1")
+        require(bool(self.sub_batch_sizes) and min(self.sub_batch_sizes) >= 1,
                  "sub_batch_sizes must be >= 1, at least one")
-        _require(max(self.sub_batch_sizes, default=0) <= self.full_batch, "sub_batch_sizes must be <= full_batch")
-        _require(bool(self.seeds), "seeds must not be empty")
-        _require(self.spread >= 1, "spread must be >= 1")
+        require(max(self.sub_batch_sizes, default=0) <= self.full_batch, "sub_batch_sizes must be <= full_batch")
+        require(bool(self.seeds), "seeds must not be empty")
+        require(self.spread >= 1, "spread must be >= 1")
 
     def step(self, size: int) -> int:
         return size if size >= self.dense_from else max(size, self.full_batch // self.spread)
@@ -87,9 +88,9 @@ class SweepPlan:
     max_failures: int
 
     def __post_init__(self):
-        _require(self.rows >= 1, "rows must be >= 1")
-        _require(bool(self.seeds), "seeds must not be empty")
-        _require(self.first_power >= 2, "first_power must be >= 2")
+        require(self.rows >= 1, "rows must be >= 1")
+        require(bool(self.seeds), "seeds must not be empty")
+        require(self.first_power >= 2, "first_power must be >= 2")
 
     def batch_sizes(self) -> list[int]:
         sizes = set(range(1, min(self.small_sizes, self.rows) + 1))  # a batch holds at most `rows` rows
@@ -117,7 +118,7 @@ class AccuracyPlan:
     grad_seed: int
 
     def __post_init__(self):
-        _require(bool(self.rows) and min(self.rows) >= 1, "rows must be >= 1, at least one")
+        require(bool(self.rows) and min(self.rows) >= 1, "rows must be >= 1, at least one")
 
 
 @dataclass(frozen=True)
@@ -135,56 +136,7 @@ class TimingPlan:
     graph: bool = False
 
     def __post_init__(self):
-        _require(self.reps >= 1 and self.repeats >= 1 and self.block >= 1, "reps, repeats and block must be >= 1")
-
-
-@dataclass(frozen=True)
-class ContentionPlan:
-    rows: int          # the batch: each row alone and sub-batches of `sub_batch` rows against it
-    sub_batch: int
-    seeds: tuple[int, ...]
-    copy_mib: int      # the memory load copies a buffer of this many MiB, again and again
-    matmul_dim: int    # the compute load multiplies square matrices of this size, again and again
-
-    def __post_init__(self):
-        _require(self.rows >= 1 and 1 <= self.sub_batch <= self.rows, "rows must be >= 1, sub_batch 1..rows")
-        _require(bool(self.seeds), "seeds must not be empty")
-        _require(self.copy_mib >= 1 and self.matmul_dim >= 1, "copy_mib and matmul_dim must be >= 1")
-
-    def sub_batches(self) -> list[range]:
-        return [range(s, min(s + self.sub_batch, self.rows)) for s in range(0, self.rows, self.sub_batch)]
-
-
-@dataclass(frozen=True)
-class GraphReplayPlan:
-    rows: int
-    capture_seed: int
-    replay_seeds: tuple[int, ...]  # inputs copied into the captured graph's, one replay each
-
-    def __post_init__(self):
-        _require(self.rows >= 1, "rows must be >= 1")
-        _require(bool(self.replay_seeds), "replay_seeds must not be empty")
-
-
-@dataclass(frozen=True)
-class LayoutPlan:
-    rows: int
-    seeds: tuple[int, ...]
-    offset_rows: int   # row_offset: the rows start this many rows into a larger tensor
-
-    def __post_init__(self):
-        _require(self.rows >= 1 and self.offset_rows >= 1, "rows and offset_rows must be >= 1")
-        _require(bool(self.seeds), "seeds must not be empty")
-
-
-@dataclass(frozen=True)
-class GradSetPlan:
-    rows: int
-    seeds: tuple[int, ...]
-
-    def __post_init__(self):
-        _require(self.rows >= 1, "rows must be >= 1")
-        _require(bool(self.seeds), "seeds must not be empty")
+        require(self.reps >= 1 and self.repeats >= 1 and self.block >= 1, "reps, repeats and block must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -198,24 +150,34 @@ class RunConfig:
     timing: TimingPlan
     quick: bool = False
     plans: str = ""
-    # h3bench's probes beyond the RFC's; a config without the table (an older one) leaves the probe out
-    contention: Optional[ContentionPlan] = None
-    graph_replay: Optional[GraphReplayPlan] = None
-    layout: Optional[LayoutPlan] = None
-    grad_set: Optional[GradSetPlan] = None
+    # the plans of h3bench's probes beyond the RFC's (harness/probes/registry.py), by table, in the registry's
+    # order; a config without a probe's table (an older one) leaves the probe out
+    beyond_rfc: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def plan(self, table: str) -> Optional[Any]:
+        """The plan record of `table`: one of PLAN_TABLES (always set), or a probe's beyond the RFC's (None: the
+        config does not have it)."""
+        return getattr(self, table) if table in PLAN_TABLES else self.beyond_rfc.get(table)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "quick": self.quick, "plans": self.plans,
-                **{f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)
-                   if f.name not in ("op", "quick", "plans") and getattr(self, f.name) is not None}}
+        return {"op": self.op, "quick": self.quick, "plans": self.plans, "inputs": _plain(self.inputs),
+                **{table: _plain(getattr(self, table)) for table in PLAN_TABLES},
+                **{table: _plain(plan) for table, plan in self.beyond_rfc.items()}}
 
 
 def _plain(obj: Any) -> Any:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(obj).items()}
 
 
+# the tables every config has: the RFC's probes', accuracy's and the timing's (RunConfig's fields)
 PLAN_TABLES = ("all_rows", "full_vs_sub", "sweep", "accuracy", "timing")
-OPTIONAL_PLAN_TABLES = ("contention", "graph_replay", "layout", "grad_set")
+
+
+def plan_types() -> dict[str, type]:
+    """Every plan table a config may have, with its record: PLAN_TABLES, then each table of a probe beyond the
+    RFC's, in PROBES' order (harness/probes/registry.py)."""
+    types = {"timing": TimingPlan, **{spec.plan_table: spec.plan_type for spec in registry.probes()}}
+    return {**{table: types[table] for table in PLAN_TABLES}, **types}
 
 
 CONFIG_PACKAGE = "h3bench.configs"
@@ -247,9 +209,8 @@ def plans_path(name: str) -> Path:
 def load_plans(name: str) -> dict[str, Any]:
     """The probe plan records of the built-in plan set `name` alone, by table (`all_rows`, `full_vs_sub`,
     ...): for a caller that brings its own inputs instead of an op's `[inputs]` (h3bench.testing)."""
-    data = _read_toml(plans_path(name))
-    return {table: _build(_plan_type(table), values, table) for table, values in data.items()
-            if table in PLAN_TABLES + OPTIONAL_PLAN_TABLES}
+    data, types = _read_toml(plans_path(name)), plan_types()
+    return {table: _build(types[table], values, table) for table, values in data.items() if table in types}
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -329,25 +290,25 @@ def _plan_tables(source: Any, base_dir: Optional[Path]) -> tuple[str, dict[str, 
 
 
 def build_config(op_name: str, data: dict[str, Any], quick: bool, source: str, plans: str = "") -> RunConfig:
-    op = get_op(op_name)
-    tables = {"inputs": op.params_type, **{name: _plan_type(name) for name in PLAN_TABLES + OPTIONAL_PLAN_TABLES}}
+    tables = _tables(op_name)
     unknown = set(data) - set(tables)
     if unknown:
         raise ConfigError(f"{source}: unknown table(s) {sorted(unknown)}; known: {sorted(tables)}")
     built = {}
     for name, cls in tables.items():
-        if name in OPTIONAL_PLAN_TABLES and name not in data:
-            continue
+        if name not in data and name not in ("inputs", *PLAN_TABLES):
+            continue  # a probe beyond the RFC's without its table does not run
         values = data.get(name, {})
         if not isinstance(values, dict):
             raise ConfigError(f"{source}: [{name}] must be a table")
         built[name] = _build(cls, values, f"{name}")
-    return RunConfig(op=op_name, quick=quick, plans=plans, **built)
+    fields = {name: built.pop(name) for name in ("inputs", *PLAN_TABLES)}
+    return RunConfig(op=op_name, quick=quick, plans=plans, **fields, beyond_rfc=built)
 
 
-def _plan_type(name: str) -> type:
-    hint = typing.get_type_hints(RunConfig)[name]
-    return next((a for a in typing.get_args(hint) if a is not type(None)), hint)  # Optional[Plan]: Plan
+def _tables(op_name: str) -> dict[str, type]:
+    """Every table of `op_name`'s config with its record: the op's `[inputs]`, then the plans."""
+    return {"inputs": get_op(op_name).params_type, **plan_types()}
 
 
 def _build(cls: type, values: dict[str, Any], where: str) -> Any:
@@ -400,8 +361,7 @@ def apply_override(data: dict[str, Any], item: str, op_name: str) -> None:
         raise ConfigError(f"--set expects key=value, got {item!r}")
     value = _parse_value(raw)
     table, dot, name = key.rpartition(".")
-    op = get_op(op_name)
-    tables = {"inputs": op.params_type, **{t: _plan_type(t) for t in PLAN_TABLES + OPTIONAL_PLAN_TABLES}}
+    tables = _tables(op_name)
     if dot:
         if table not in tables:
             raise ConfigError(f"--set {item}: unknown table {table!r}; known: {sorted(tables)}")

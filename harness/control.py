@@ -33,7 +33,6 @@ HERE, SKIP, ELSEWHERE = "here", "skip", "elsewhere"
 SKIPPED_BY_USER = "--no-control"
 # `h3bench run`'s exit status when a plan is blind on this machine (0 ok, 1 a failed gate, 2 bad input).
 BLIND_EXIT = 3
-PROBES = ("all_rows", "full_vs_sub_batches", "batch_size_sweep")
 
 Record = Union[ControlResult, ControlSkipped]
 

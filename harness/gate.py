@@ -1,8 +1,8 @@
 """`h3bench run --require-invariant ROW[,ROW]|all`: the RFC's reuse rule as an exit code. A selected row
 fails when it is not batch-invariant, when its parameter gradients do not repeat bitwise, or when it is
 unavailable (a mode that is unavailable as a whole fails every selected row of it), or when one of h3bench's
-probes beyond the RFC's (contention, graph replay, layout, grad set) found a difference; each failure is one line
-naming the op, row, mode and the counts that failed.
+probes beyond the RFC's (harness/probes/registry.py) found a difference; each failure is one line naming the op,
+row, mode and the counts that failed.
 
 The gate judges exactly the rows the user named: a row is matched by its name, or, in a mode that tags its
 rows (`torch[vllm]`: Op.mode_tagged_rows), by that name with its mode's tag; a named row that no file holds
@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence, Union
 
-from h3bench.harness.probes.difference import describe, describe_param
+from h3bench.harness.probes import registry
+from h3bench.harness.probes.difference import describe_param
+from h3bench.harness.probes.wording import failure_line, first_at
 from h3bench.harness.schema import BatchInvariance, Evidence, RowResult, UnavailableMode, UnavailableRow
 
 ALL = "all"
@@ -32,65 +34,31 @@ def unknown_rows(selection: Selection, rows: Iterable[str]) -> list[str]:
     return [] if selection == ALL else sorted(set(selection) - set(rows))
 
 
-def _at(difference, located: bool) -> str:
-    """Where and how far a check's first difference is, when asked for and known."""
-    return f" (first: {describe(difference)})" if located and difference is not None else ""
-
-
 def what_failed(bi: BatchInvariance, located: bool = True) -> list[str]:
     """Each failed check with its counts (and, when `located`, where and how far the first difference is)."""
     found = []
     for size, case in sorted(bi.all_rows.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
         if case.fwd_differ or case.rowgrad_differ:
-            found.append(_counts(f"all_rows {size}", case.fwd_differ, case.rowgrad_differ, case.rows,
-                                 _at(case.first_difference, located)))
+            found.append(failure_line(f"all_rows {size}", case.fwd_differ, case.rowgrad_differ, case.rows,
+                                      case.first_difference, located))
     subs = bi.full_vs_sub_batches
     if subs.fwd_differ or subs.rowgrad_differ:
         found.append(f"full_vs_sub: fwd {subs.fwd_differ}, rowgrad {subs.rowgrad_differ} of {subs.sub_batches} "
-                     f"sub-batches{_at(subs.first_difference, located)}")
+                     f"sub-batches{first_at(subs.first_difference, located)}")
     sweep = bi.batch_size_sweep
     if sweep.differ:
         first = sweep.first_failures[0].difference if sweep.first_failures else None
-        found.append(f"sweep: {sweep.differ} of {sweep.comparisons} comparisons{_at(first, located)}")
+        found.append(f"sweep: {sweep.differ} of {sweep.comparisons} comparisons{first_at(first, located)}")
     if bi.params_repeatable is False:
         found.append("parameter gradients not repeatable" + "".join(
             f"; {describe_param(p)}" for p in (bi.params_differences or ()) if located))
     return found + beyond_rfc_failures(bi, located)
 
 
-def _counts(label: str, fwd: int, rowgrad: int, rows: int, at: str) -> str:
-    return f"{label}: fwd {fwd}, rowgrad {rowgrad} of {rows} rows{at}"
-
-
 def beyond_rfc_failures(bi: BatchInvariance, located: bool = True) -> list[str]:
-    """Each failed check of the probes beyond the RFC's (contention, graph replay, layout, grad set), as `what_failed`
-    words them."""
-    found = []
-    if bi.contention is not None:
-        for label, case in [("idle", bi.contention.idle), *bi.contention.loads.items()]:
-            what = f"contention {label}" if label == "idle" else f"contention under the {label} load"
-            if case.fwd_differ or case.rowgrad_differ:
-                found.append(_counts(what, case.fwd_differ, case.rowgrad_differ, case.comparisons,
-                                     _at(case.first_difference, located)))
-            if case.params_repeatable is False:
-                found.append(f"{what}: parameter gradients differ from idle" if label != "idle" else
-                             f"{what}: parameter gradients not repeatable")
-    if bi.graph_replay is not None:
-        for label, case in (("forward", bi.graph_replay.forward), ("forward_backward", bi.graph_replay.forward_backward)):
-            if case is not None and (case.fwd_differ or case.rowgrad_differ):
-                found.append(_counts(f"graph_replay {label}", case.fwd_differ, case.rowgrad_differ, case.rows,
-                                     _at(case.first_difference, located)))
-    if bi.layout is not None:
-        for label, case in bi.layout.cases.items():
-            if case.fwd_differ or case.rowgrad_differ:
-                found.append(_counts(f"layout {label}", case.fwd_differ, case.rowgrad_differ, case.rows,
-                                     _at(case.first_difference, located)))
-    if bi.grad_set is not None:
-        for label, case in bi.grad_set.cases.items():
-            if case.rowgrad_differ:
-                found.append(f"grad_set {label}: rowgrad {case.rowgrad_differ} of {case.rows} rows"
-                             f"{_at(case.first_difference, located)}")
-    return found
+    """Each failed check of the probes beyond the RFC's, in PROBES' order, as `what_failed` words them."""
+    return [line for spec in registry.beyond_rfc() if spec.name in bi.beyond_rfc
+            for line in spec.failures(bi.beyond_rfc[spec.name], located)]
 
 
 def selected(name: str, mode: str, selection: Selection) -> bool:

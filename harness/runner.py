@@ -22,7 +22,7 @@ import gc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import torch
 
@@ -36,64 +36,17 @@ from h3bench.harness.ops import get_op
 from h3bench.harness.ops.base import Op
 from h3bench.harness.probes import accuracy_latency as acc
 from h3bench.harness.probes import batch_invariance as bi
-from h3bench.harness.probes import contention, grad_set, graph_replay, layout
+from h3bench.harness.probes import registry
 from h3bench.harness.probes.context import ProbeContext
+from h3bench.harness.probes.registry import ProbeSpec, Turn
 from h3bench.harness.schema import (ControlSkipped, Environment, Evidence, RowResult, SizeResult, TimingRecord,
                                     UnavailableMode, UnavailableRow, save)
 from h3bench.harness.peak_memory import readers_for
+from h3bench.harness.request import Observer, RunRequest, SilentObserver
 from h3bench.harness.timing import FLUSH_BYTES, GRAPH_WARMUP, graph_capture_for, timer_for
 
-PROBES = ("all_rows", "full_vs_sub_batches", "batch_size_sweep", "contention", "graph_replay", "layout",
-          "grad_set", "accuracy_latency")
-# h3bench's probes beyond the RFC's: run where the config has their plan (harness/config.py)
-OPTIONAL_PROBES = ("contention", "graph_replay", "layout", "grad_set")
 T = TypeVar("T")
 INTERLEAVED = "rows round-robin: each row takes a block of samples per turn, the order rotating each round"
-
-
-class Observer(Protocol):
-    """Progress sink: the CLI shows a rich progress bar; tests and --quiet pass a silent one."""
-
-    def row_started(self, mode: str, name: str, totals: dict[str, int]) -> None: ...
-    def probe_started(self, probe: str) -> None: ...
-    def advance(self, n: int) -> None: ...
-    def row_finished(self, mode: str, name: str, row: RowResult | UnavailableRow) -> None: ...
-    def phase_started(self, mode: str, label: str, total: int) -> None: ...
-    def phase_finished(self) -> None: ...
-
-
-class SilentObserver:
-    def row_started(self, mode, name, totals): pass
-    def probe_started(self, probe): pass
-    def advance(self, n): pass
-    def row_finished(self, mode, name, row): pass
-    def phase_started(self, mode, label, total): pass
-    def phase_finished(self): pass
-
-
-@dataclass
-class RunRequest:
-    config: RunConfig
-    device: torch.device
-    adapters: list[Adapter]
-    modes: list[str]
-    out: Optional[Path]
-    command: str = ""
-    measure_bandwidth: bool = True
-    # The CLI arguments that make a child process run the same rows and plan (everything but the mode
-    # and the output), and how long a mode's child may take.
-    child_args: tuple[str, ...] = ()
-    mode_timeout_s: Optional[float] = None
-    in_process: bool = False  # this process is a mode's child: run its one mode here
-    work_dir: Optional[Path] = None  # where children's part files go (default: beside `out`)
-    control: str = control.HERE  # where the negative control runs: control.HERE, SKIP or ELSEWHERE
-    control_only: bool = False  # measure the control alone (a fan-out's control job), no rows
-    # The op's diffusers composition the control plants its fault in, from the caller's adapter registry
-    # (harness/ does not import adapters/); None: the op has none, and the control is recorded as skipped.
-    control_adapter: Optional[Adapter] = None
-    # The command that starts the `h3bench` program in a child process (a mode's child, a fan-out job),
-    # e.g. (sys.executable, "-m", "h3bench.reports.cli"): the program's composition root, named by its caller.
-    child_program: tuple[str, ...] = ()
 
 
 def resolve_device(name: str) -> torch.device:
@@ -106,20 +59,16 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def probe_totals(config: RunConfig, ctx: Optional[ProbeContext] = None) -> dict[str, int]:
-    """Progress units per probe; the probes beyond the RFC's count only with `ctx` (their totals depend on
-    the device and on the op's inputs)."""
-    totals = bi.totals(config)
-    if ctx is not None and config.contention is not None:
-        totals["contention"] = contention.contention_total(config.contention)
-    if ctx is not None and config.graph_replay is not None:
-        totals["graph_replay"] = graph_replay.graph_total(config.graph_replay, ctx.device)
-    if ctx is not None and config.layout is not None:
-        totals["layout"] = layout.layout_total(config.layout, len(layout.applicable(ctx, config.layout.rows)))
-    if ctx is not None and config.grad_set is not None:
-        totals["grad_set"] = grad_set.grad_set_total(config.grad_set, ctx)
-    totals["accuracy_latency"] = len(config.accuracy.rows)
-    return totals
+def _planned(config: RunConfig) -> list[tuple[ProbeSpec, Any]]:
+    """Each probe a row runs under `config`, with its plan, in PROBES' order (harness/probes/registry.py): a
+    probe beyond the RFC's runs where the config has its table."""
+    return [(probe, config.plan(probe.plan_table)) for probe in registry.probes()
+            if config.plan(probe.plan_table) is not None]
+
+
+def probe_totals(config: RunConfig, ctx: ProbeContext) -> dict[str, int]:
+    """Progress units per probe of one row (some depend on the device and on the op's inputs: `ctx`)."""
+    return {probe.name: probe.total(plan, ctx) for probe, plan in _planned(config)}
 
 
 GRAPH_METHOD = (f"cuda_graph replay, per-sample synchronized (captured once after {GRAPH_WARMUP} side-stream "
@@ -259,7 +208,6 @@ class _Measured:
     probes: dict = field(default_factory=dict)
     probe_wall: dict[str, float] = field(default_factory=dict)
     sizes: dict[str, SizeResult] = field(default_factory=dict)
-    params_differences: list = field(default_factory=list)  # all_rows fills it: parameter gradients that moved
 
 
 def measure_rows(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, rates: Optional[Rates],
@@ -303,22 +251,13 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
         return UnavailableRow(unavailable=loaded, wall_s=work.total())
     ctx.fn = loaded.fn
     measured = _Measured(adapter=adapter, name=name, loaded=loaded, load_s=load_s)
-    steps = {
-        "all_rows": lambda: bi.all_rows(ctx, cfg.all_rows, measured.params_differences),
-        "full_vs_sub_batches": lambda: bi.full_vs_sub_batches(ctx, cfg.full_vs_sub),
-        "batch_size_sweep": lambda: bi.batch_size_sweep(ctx, cfg.sweep),
-        "contention": lambda: contention.contention(ctx, cfg.contention),
-        "graph_replay": lambda: graph_replay.graph_replay(ctx, cfg.graph_replay),
-        "layout": lambda: layout.layout(ctx, cfg.layout),
-        "grad_set": lambda: grad_set.grad_set(ctx, cfg.grad_set),
-        "accuracy_latency": lambda: acc.accuracy(ctx, cfg.accuracy),
-    }
-    current = PROBES[0]
+    current = None
     try:
-        for current in (p for p in PROBES if p not in OPTIONAL_PROBES or getattr(cfg, p) is not None):
+        for probe, plan in _planned(cfg):
+            current = probe.name
             observer.probe_started(current)
             measured.probes[current], measured.probe_wall[current] = _in_turn(
-                current, lambda: work.timed(steps[current]))
+                probe, lambda: work.timed(lambda: probe.run(ctx, plan)))
     except ImplementationError as exc:  # the implementation's own failure is its row's verdict
         _require_usable_device(request.device, name, str(exc))
         return _failed_row(loaded, exc, current, work.total())
@@ -333,18 +272,15 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
                                f"a fault reported at a later launch, in its {current} probe: "
                                f"{describe_exception(exc)} (CUDA_LAUNCH_BLOCKING=1 reports it at the launch)")
         raise  # the context works: the harness's own error
-    measured.sizes = measured.probes["accuracy_latency"]
+    measured.sizes = measured.probes[acc.PROBE.name]
     return measured
 
 
-EXCLUSIVE_PROBES = ("contention",)
-
-
-def _in_turn(probe: str, step: Callable[[], T]) -> T:
-    """The probe in its turn on a GPU shared with other runs (harness/gpu_turns.py): contention loads the
-    GPU on purpose and compares with idle, so it has the GPU alone; the bitwise probes share it (and run
-    again alone where they ran out of memory beside the other runs)."""
-    if probe in EXCLUSIVE_PROBES:
+def _in_turn(probe: ProbeSpec, step: Callable[[], T]) -> T:
+    """The probe in the turn it takes on a GPU shared with other runs (harness/gpu_turns.py): alone for one
+    that loads the GPU on purpose and compares with idle (contention); shared for the bitwise probes (run again
+    alone where they ran out of memory beside the other runs)."""
+    if probe.turn is Turn.EXCLUSIVE:
         with gpu_turns.exclusive():
             return step()
     return gpu_turns.shared_else_alone(step)
@@ -403,7 +339,7 @@ def _time_rows(request: RunRequest, op: Op, spec: ModeSpec, measured: list[_Meas
     observer.phase_finished()
     share = round((time.perf_counter() - t0) / len(measured), 3)
     for m, t in zip(measured, timed):
-        m.probe_wall["accuracy_latency"] = round(m.probe_wall["accuracy_latency"] + share, 3)
+        m.probe_wall[acc.PROBE.name] = round(m.probe_wall[acc.PROBE.name] + share, 3)
         if t.error is not None:
             m.probes["error"] = t.error
     failed = [t for t in timed if t.error is not None]
@@ -430,14 +366,10 @@ def _row_result(m: _Measured, device: torch.device) -> RowResult | UnavailableRo
     tally = m.loaded.compile_tally
     if "error" in m.probes or (tally and tally.overrun):
         # a compile budget spent where the compiler carried on (a fallback) still ends the row
-        return _failed_row(m.loaded, m.probes.get("error"), "accuracy_latency" if "error" in m.probes else None,
+        return _failed_row(m.loaded, m.probes.get("error"), acc.PROBE.name if "error" in m.probes else None,
                            wall)
-    cases, repeatable = m.probes["all_rows"]
     return RowResult(
-        source=m.loaded.source, has_backward=m.adapter.has_backward,
-        batch_invariance=bi.verdict(cases, repeatable, m.probes["full_vs_sub_batches"],
-                                    m.probes["batch_size_sweep"], m.params_differences,
-                                    **{p: m.probes.get(p) for p in OPTIONAL_PROBES}),
+        source=m.loaded.source, has_backward=m.adapter.has_backward, batch_invariance=bi.verdict_of(m.probes),
         accuracy_latency=m.sizes, wall_s=wall, probe_wall_s=m.probe_wall, timer=timer_for(device),
         compile_s=_compile_seconds(m.loaded), compiles=tally.compiles if tally else None,
         reference=m.adapter.reference,

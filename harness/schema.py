@@ -5,6 +5,10 @@ The key names and nesting are the contract set by the RFC's prior-art file
 additions: optional when reading (the prior art lacks them) and left out of the JSON when None.
 Everything that reads an evidence file (validate, report, compare, merge) goes through `from_json`,
 so a file that parses is a file that validates.
+
+A probe beyond the RFC's keeps its record type in its own module (harness/probes/); `BatchInvariance` holds
+those records by the probe's name, and the codec reads each key with the type the probe's specification
+declares (harness/probes/registry.py).
 """
 from __future__ import annotations
 
@@ -16,7 +20,9 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
+
+from h3bench.harness.probes import registry
 
 KIND = "h3_prior_art"
 
@@ -24,6 +30,12 @@ KIND = "h3_prior_art"
 def additive(default: Any = None, **kwargs):
     """A key h3bench adds to the contract: optional on read, omitted from JSON when None."""
     return field(default=default, metadata={"additive": True}, **kwargs)
+
+
+def inlined(types: Callable[[], dict[str, type]]):
+    """A dict of records that the JSON holds beside the object's own keys, each under its key, in the dict's
+    order; each is optional on read, as its type in `types()` (a key `types()` does not name is not read)."""
+    return field(default_factory=dict, metadata={"inlined": types})
 
 
 # --- batch invariance -------------------------------------------------------------------------------
@@ -94,120 +106,6 @@ class BatchSizeSweep:
 
 
 @dataclass
-class ContentionCase:
-    """One pass of the contention probe (harness/probes/contention.py), counted in rows. Idle: each row
-    alone and each sub-batch against the batch, the batch twice for its parameter gradients. Under a load:
-    the batch, each row alone and each sub-batch against the same run idle, the batch's parameter gradients
-    against the idle ones;
-    `iterations` of the load ran while the probe did, and `overlapped` of its `runs` found the load busy."""
-
-    comparisons: int
-    fwd_differ: int
-    rowgrad_differ: int
-    params_repeatable: Optional[bool]
-    first_difference: Optional[Difference] = additive()
-    params_differences: Optional[list[ParamDifference]] = additive()
-    iterations: Optional[int] = additive()
-    runs: Optional[int] = additive()
-    overlapped: Optional[int] = additive()
-
-
-@dataclass
-class Contention:
-    """The rows' comparisons repeated while a side load keeps the device busy (`loads`: `memory`, large
-    copies; `compute`, large matmuls), beside the same comparisons idle; `invariant`: nothing differed."""
-
-    rows: int
-    sub_batch: int
-    seeds: list[int]
-    idle: ContentionCase
-    loads: dict[str, ContentionCase]
-    invariant: bool
-
-
-@dataclass
-class GraphCapture:
-    """The row's forward (or forward+backward) captured once in a CUDA graph and replayed with other inputs
-    copied in, against eager runs on those inputs; `reason`: why it could not be captured (no failure)."""
-
-    captured: bool
-    replays: int
-    rows: int
-    fwd_differ: int
-    rowgrad_differ: int
-    reason: Optional[str] = additive()
-    first_difference: Optional[Difference] = additive()
-
-
-@dataclass
-class GraphReplay:
-    """`invariant`: every replay gave the eager bits; None when the probe did not run (`not_run` says why)
-    or nothing could be captured."""
-
-    rows: int
-    capture_seed: int
-    replay_seeds: list[int]
-    invariant: Optional[bool]
-    not_run: Optional[str] = additive()
-    forward: Optional[GraphCapture] = additive()
-    forward_backward: Optional[GraphCapture] = additive()
-
-
-@dataclass
-class LayoutCase:
-    """The rows fed with the per-row inputs `tensors` as strided views, against the contiguous bits;
-    `rejected`: the implementation refused the layout (not counted as a difference)."""
-
-    tensors: list[str]
-    rows: int
-    fwd_differ: int
-    rowgrad_differ: int
-    rejected: Optional[str] = additive()
-    first_difference: Optional[Difference] = additive()
-
-
-@dataclass
-class Layouts:
-    """Per layout (`row_offset`, `padded_rows`, `column_major`; those no per-row input can take are left
-    out); `invariant`: no accepted layout changed a bit."""
-
-    rows: int
-    seeds: list[int]
-    offset_rows: int
-    cases: dict[str, LayoutCase]
-    invariant: bool
-
-
-@dataclass
-class GradSetCase:
-    """The rows' per-row gradients (`tensors`) with only `requested` of the row's parameter gradients asked for
-    (`frozen` not), against the same rows with every one asked for: `rowgrad_differ` of `rows` differ;
-    `rejected`: the implementation refused to run so (not counted as a difference)."""
-
-    frozen: list[str]
-    requested: list[str]
-    tensors: list[str]
-    rows: int
-    rowgrad_differ: int
-    rejected: Optional[str] = additive()
-    first_difference: Optional[Difference] = additive()
-
-
-@dataclass
-class GradSet:
-    """Per frozen set (`frozen w`, ..., `none requested`) of the parameters whose gradients the row declares
-    (`params`); `invariant`: no frozen set changed a per-row gradient's bits, None when the probe does not
-    apply (`not_applicable` says why) or no frozen set ran."""
-
-    rows: int
-    seeds: list[int]
-    params: list[str]
-    cases: dict[str, GradSetCase]
-    invariant: Optional[bool]
-    not_applicable: Optional[str] = additive()
-
-
-@dataclass
 class BatchInvariance:
     all_rows: dict[str, AllRowsCase]
     params_repeatable: Optional[bool]
@@ -215,11 +113,9 @@ class BatchInvariance:
     batch_size_sweep: BatchSizeSweep
     batch_invariant: bool
     params_differences: Optional[list[ParamDifference]] = additive()
-    # h3bench's probes beyond the RFC's: each with its own flag; `batch_invariant` stays the RFC's verdict
-    contention: Optional[Contention] = additive()
-    graph_replay: Optional[GraphReplay] = additive()
-    layout: Optional[Layouts] = additive()
-    grad_set: Optional[GradSet] = additive()
+    # h3bench's probes beyond the RFC's (harness/probes/registry.py): each one's record under its own key beside
+    # the RFC's, with its own flag; `batch_invariant` stays the RFC's verdict
+    beyond_rfc: dict[str, Any] = inlined(registry.beyond_rfc_records)
 
 
 # --- accuracy and latency ---------------------------------------------------------------------------
@@ -498,9 +394,10 @@ def to_dict(obj: Any) -> Any:
         out = {}
         for f in dataclasses.fields(obj):
             value = getattr(obj, f.name)
-            if value is None and f.metadata.get("additive"):
-                continue
-            out[f.name] = to_dict(value)
+            if "inlined" in f.metadata:
+                out.update((key, to_dict(record)) for key, record in value.items() if record is not None)
+            elif value is not None or not f.metadata.get("additive"):
+                out[f.name] = to_dict(value)
         return out
     if isinstance(obj, dict):
         return {str(k): to_dict(v) for k, v in obj.items()}
@@ -530,7 +427,9 @@ def from_dict(cls: Any, data: Any, path: str = "$") -> Any:
         hints = typing.get_type_hints(cls)
         kwargs = {}
         for f in dataclasses.fields(cls):
-            if f.name in data:
+            if "inlined" in f.metadata:
+                kwargs[f.name] = _inlined(cls, f.metadata["inlined"](), data, path)
+            elif f.name in data:
                 kwargs[f.name] = from_dict(hints[f.name], data[f.name], f"{path}.{f.name}")
             elif not f.metadata.get("additive"):
                 raise SchemaError(f"{path}: missing key {f.name!r}")
@@ -560,6 +459,14 @@ def from_dict(cls: Any, data: Any, path: str = "$") -> Any:
             raise SchemaError(f"{path}: expected {cls.__name__}, got {data!r}")
         return data
     raise TypeError(f"schema has an unsupported type {cls!r} at {path}")
+
+
+def _inlined(cls: Any, types: dict[str, type], data: dict, path: str) -> dict[str, Any]:
+    """The records of an inlined field: each key of `types` that `data` holds, read as its type."""
+    taken = sorted(set(types) & {f.name for f in dataclasses.fields(cls)})
+    if taken:
+        raise TypeError(f"{cls.__name__}: inlined keys {taken} are its own fields' names")
+    return {key: from_dict(kind, data[key], f"{path}.{key}") for key, kind in types.items() if key in data}
 
 
 def from_json(data: Any) -> Evidence:

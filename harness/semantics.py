@@ -4,7 +4,7 @@
 - every figure is a finite, non-negative number (errors, latencies, floors, their fractions and spreads);
 - counts fit their totals (differing rows <= rows, first failures <= failures <= comparisons);
 - each verdict follows from its counts (batch_invariant is true exactly when nothing differed and the
-  parameter gradients did not fail to repeat; the contention, graph replay, layout and grad set flags likewise);
+  parameter gradients did not fail to repeat; each flag of a probe beyond the RFC's likewise);
 - where the file records its floor model (harness/floors.py), no floor fraction is above 1;
 - where the file records its plan (`config`), the totals are the plan's (rows per case, sub-batches,
   sweep comparisons);
@@ -17,6 +17,7 @@ import dataclasses
 import math
 from typing import Any, Iterator
 
+from h3bench.harness.probes import registry
 from h3bench.harness.probes.batch_invariance import invariant, sub_batches_total, sweep_total
 from h3bench.harness.schema import BatchInvariance, ControlResult, Evidence, RowResult, SizeResult, UnavailableMode
 
@@ -92,40 +93,15 @@ def _count_problems(bi: BatchInvariance, where: str, row_grads: int = 1) -> list
     return found + _beyond_rfc_problems(bi, where)
 
 
-def _within(path: str, fwd: int, rowgrad: int, rows: int) -> list[str]:
-    if 0 <= fwd <= rows and 0 <= rowgrad <= rows:
-        return []
-    return [f"{path}: differing rows ({fwd}, {rowgrad}) not within 0..{rows}"]
-
-
 def _beyond_rfc_problems(bi: BatchInvariance, where: str) -> list[str]:
-    """The probes beyond the RFC's: counts within their rows, a load's busy runs within its runs, each flag
-    what its counts say."""
-    from h3bench.harness.probes import contention, grad_set, graph_replay, layout
-
-    found = []
-    checked = []
-    if bi.contention is not None:
-        for label, case in [("idle", bi.contention.idle), *(("loads." + k, c) for k, c in bi.contention.loads.items())]:
-            path = f"{where}.contention.{label}"
-            found += _within(path, case.fwd_differ, case.rowgrad_differ, case.comparisons)
-            if case.runs is not None and not 0 <= (case.overlapped or 0) <= case.runs:
-                found.append(f"{path}.overlapped: {case.overlapped} not within 0..{case.runs}")
-        checked.append(("contention", bi.contention.invariant, contention.invariant(bi.contention)))
-    if bi.graph_replay is not None:
-        for label in ("forward", "forward_backward"):
-            case = getattr(bi.graph_replay, label)
-            if case is not None:
-                found += _within(f"{where}.graph_replay.{label}", case.fwd_differ, case.rowgrad_differ, case.rows)
-        checked.append(("graph_replay", bi.graph_replay.invariant, graph_replay.invariant(bi.graph_replay)))
-    if bi.layout is not None:
-        for label, case in bi.layout.cases.items():
-            found += _within(f"{where}.layout.cases.{label}", case.fwd_differ, case.rowgrad_differ, case.rows)
-        checked.append(("layout", bi.layout.invariant, layout.invariant(bi.layout)))
-    if bi.grad_set is not None:
-        for label, case in bi.grad_set.cases.items():
-            found += _within(f"{where}.grad_set.cases.{label}", 0, case.rowgrad_differ, case.rows)
-        checked.append(("grad_set", bi.grad_set.invariant, grad_set.invariant(bi.grad_set)))
+    """The probes beyond the RFC's (harness/probes/registry.py): their counts within their totals, then each
+    flag against what its counts say."""
+    found, checked = [], []
+    for spec in registry.beyond_rfc():
+        record = bi.beyond_rfc.get(spec.name)
+        if record is not None:
+            found += spec.problems(record, f"{where}.{spec.name}")
+            checked.append((spec.name, record.invariant, spec.invariant(record)))
     for name, recorded, expected in checked:
         if recorded != expected:
             found.append(f"{where}.{name}.invariant: {recorded} but its counts say {expected}")

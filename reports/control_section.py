@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from h3bench.harness import control
 from h3bench.harness.schema import ControlResult, ControlSkipped, Evidence
-from h3bench.reports.table import Cell, TableSpec
+from h3bench.reports.table_spec import Cell, TableSpec
 
 TITLE = "Negative control"
 

@@ -188,7 +188,7 @@ def plot_verdicts(evidence: Evidence, path: PathLike) -> Path:
     rows = _rows(evidence)
     if not rows:
         return _empty(path, "verdicts")
-    columns = list(verdicts.GRID_CHECKS)
+    columns = list(verdicts.grid_columns())
     fig = Figure(figsize=(2 + 1.55 * len(columns), 0.8 + 0.5 * len(rows)), layout="constrained")
     ax = fig.subplots()
     for i, r in enumerate(rows):

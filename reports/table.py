@@ -8,14 +8,17 @@ from __future__ import annotations
 import base64
 import html
 import math
-from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence, Union
 
 import pandas as pd
 
+from h3bench.harness.probes import registry
 from h3bench.harness.schema import (Evidence, RowResult, SizeResult, UnavailableMode, UnavailableRow, size_key,
                             sizes_of)
 from h3bench.reports import fmt, verdicts
+from h3bench.reports.control_section import TITLE as CONTROL_TITLE
+from h3bench.reports.control_section import control_summary, control_tables
+from h3bench.reports.table_spec import Cell, TableSpec
 
 GRAD_ORDER = ("x", "w", "sh", "sc")
 # SizeResult fields copied into the frame as `<size>/<field>`; gradients become `<size>/grad_<g>_err`.
@@ -106,22 +109,6 @@ def build_table(evidence: Evidence) -> pd.DataFrame:
 
 # --- table specs shared by the Markdown and HTML renderers -------------------------------------------
 
-@dataclass
-class Cell:
-    text: str
-    cls: str = ""  # CSS class: "num", "yes", "no", "na", "" (text)
-
-
-@dataclass
-class TableSpec:
-    title: str
-    headers: list[str]
-    rows: list[list[Cell]]
-    groups: Optional[list[tuple[str, int]]] = None  # spanning header labels over `headers`
-    note: str = ""
-    beside: bool = False  # narrow table: HTML places consecutive `beside` tables side by side
-
-
 def _get(record: Mapping[str, Any], key: str) -> Any:
     value = record.get(key)
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
@@ -129,10 +116,6 @@ def _get(record: Mapping[str, Any], key: str) -> Any:
 
 def _verdict_cell(value: Optional[bool]) -> Cell:
     return Cell(fmt.tri(value), "na" if value is None else ("yes" if value else "no"))
-
-
-def _has(frame: pd.DataFrame, column: str) -> bool:
-    return column in frame and frame[column].notna().any()
 
 
 def mode_tables(evidence: Evidence, mode: str, frame: Optional[pd.DataFrame] = None) -> list[TableSpec]:
@@ -185,22 +168,18 @@ _STATUS_CLASS = {verdicts.Status.PASS: "yes", verdicts.Status.FAIL: "no", verdic
 def _beyond_rfc_table(evidence: Evidence, mode: str) -> Optional[TableSpec]:
     """The probes beyond the RFC's, one column each (status and counts); None when no row has any."""
     rows = [(name, row) for name, row in evidence.rows(mode).items() if isinstance(row, RowResult)]
-    bi_of = [row.batch_invariance for _, row in rows]
-    if not any(b.contention or b.graph_replay or b.layout or b.grad_set for b in bi_of):
+    if not any(row.batch_invariance.beyond_rfc for _, row in rows):
         return None
+    probes = registry.beyond_rfc()
+    columns = [spec.label for spec in probes]
     body = []
     for name, row in rows:
         by_name = {c.name: c for c in verdicts.checks(row)}
         body.append([Cell(name)] + [Cell(f"{by_name[c].status.value}: {by_name[c].detail}",
-                                         _STATUS_CLASS[by_name[c].status]) for c in verdicts.BEYOND_RFC_CHECKS])
-    return TableSpec(
-        "Beyond the RFC's probes", ["implementation", *verdicts.BEYOND_RFC_CHECKS], body,
-        note="Not part of batch-invariant (the RFC's verdict). contention: the rows' comparisons repeated under a "
-             "memory-bound and a compute-bound side load, each run against the same run idle; graph replay: a "
-             "CUDA graph captured once, replayed with other inputs, against eager; layout: the rows as strided "
-             "views (a row offset, padded rows, column-major) against the contiguous bits; grad set: the rows' "
-             "per-row gradients with each parameter frozen in turn and with none requested, against every "
-             "parameter gradient requested.")
+                                         _STATUS_CLASS[by_name[c].status]) for c in columns])
+    return TableSpec("Beyond the RFC's probes", ["implementation", *columns], body,
+                     note="Not part of batch-invariant (the RFC's verdict). "
+                          + "; ".join(f"{spec.label}: {spec.note}" for spec in probes) + ".")
 
 
 def _accuracy_table(evidence: Evidence, mode: str, part: pd.DataFrame, measured: list[dict]) -> TableSpec:
@@ -400,8 +379,7 @@ def render_markdown(evidence: Evidence, images: Optional[Mapping[str, str]] = No
         for table in mode_tables(evidence, mode, frame):
             out += [_md_table(table), ""]
     if show_control:
-        from h3bench.reports.control_section import TITLE, control_summary, control_tables
-        out += [f"## {TITLE}", "", md_escape(control_summary(evidence) or "No control recorded."), ""]
+        out += [f"## {CONTROL_TITLE}", "", md_escape(control_summary(evidence) or "No control recorded."), ""]
         out += [text for table in control_tables(evidence) for text in (_md_table(table), "")]
     for caption, path in (images or {}).items():
         out += [f"![{caption}]({path})", ""]
@@ -491,8 +469,7 @@ def render_html(evidence: Evidence, images: Optional[Mapping[str, Union[bytes, s
         out.append(f'<p class="summary">{_e(mode_summary(evidence, mode))}</p>')
         out += _html_tables(mode_tables(evidence, mode, frame))
     if show_control:
-        from h3bench.reports.control_section import TITLE, control_summary, control_tables
-        out.append(f"<h2>{_e(TITLE)}</h2>")
+        out.append(f"<h2>{_e(CONTROL_TITLE)}</h2>")
         out.append(f'<p class="summary">{_e(control_summary(evidence) or "No control recorded.")}</p>')
         out += _html_tables(control_tables(evidence))
     if images:

@@ -20,10 +20,14 @@ import torch.nn.functional as F
 
 from h3bench.adapters import builtin_adapters
 from h3bench.harness import gate
-from h3bench.harness.config import ContentionPlan, GradSetPlan, GraphReplayPlan, LayoutPlan, load_config
+from h3bench.harness.config import load_config
 from h3bench.harness.execute import as_bits
 from h3bench.harness.ops import get_op
 from h3bench.harness.probes import contention, grad_set, graph_replay, layout
+from h3bench.harness.probes.contention import ContentionPlan
+from h3bench.harness.probes.grad_set import GradSetPlan
+from h3bench.harness.probes.graph_replay import GraphReplayPlan
+from h3bench.harness.probes.layout import LayoutPlan
 from h3bench.harness.probes.context import ProbeContext
 from h3bench.harness.probes.side_load import THREAD_PREFIX, SideLoad
 from h3bench.harness.progress import summary_table
@@ -158,20 +162,24 @@ def _bi(evidence, name):
 def test_honest_rows_are_clean_under_every_probe(quick_rows, name):
     bi = _bi(quick_rows, name)
     assert bi.batch_invariant is True
-    assert bi.contention.invariant is True and bi.layout.invariant is True and bi.grad_set.invariant is True
-    assert list(bi.grad_set.cases) == FROZEN_SETS and bi.grad_set.params == ["w", "sh", "sc"]
-    assert all(c.rows == QUICK.grad_set.rows and c.tensors == ["grad x"] and c.rejected is None
-               for c in bi.grad_set.cases.values())
-    assert set(bi.layout.cases) == {"row_offset", "padded_rows", "column_major"}
-    assert bi.layout.cases["row_offset"].tensors == ["x", "idx"]
-    assert all(c.rejected is None and c.rows == QUICK.layout.rows for c in bi.layout.cases.values())
-    assert bi.graph_replay.invariant is None and bi.graph_replay.not_run == graph_replay.not_run_reason(CPU)
+    found = bi.beyond_rfc
+    assert list(found) == ["contention", "graph_replay", "layout", "grad_set"]  # PROBES' order
+    assert found["contention"].invariant is True and found["layout"].invariant is True
+    assert found["grad_set"].invariant is True
+    assert list(found["grad_set"].cases) == FROZEN_SETS and found["grad_set"].params == ["w", "sh", "sc"]
+    assert all(c.rows == QUICK.plan("grad_set").rows and c.tensors == ["grad x"] and c.rejected is None
+               for c in found["grad_set"].cases.values())
+    assert set(found["layout"].cases) == {"row_offset", "padded_rows", "column_major"}
+    assert found["layout"].cases["row_offset"].tensors == ["x", "idx"]
+    assert all(c.rejected is None and c.rows == QUICK.plan("layout").rows for c in found["layout"].cases.values())
+    assert found["graph_replay"].invariant is None
+    assert found["graph_replay"].not_run == graph_replay.not_run_reason(CPU)
     assert gate.what_failed(bi) == []
 
 
 def test_the_loads_overlap_the_rows_runs(quick_rows):
-    record = _bi(quick_rows, "honest").contention
-    plan = QUICK.contention
+    record = _bi(quick_rows, "honest").beyond_rfc["contention"]
+    plan = QUICK.plan("contention")
     runs = plan.rows + len(plan.sub_batches()) + 1
     assert record.idle.comparisons == 2 * plan.rows and record.idle.params_repeatable is True
     for case in record.loads.values():
@@ -182,8 +190,8 @@ def test_the_loads_overlap_the_rows_runs(quick_rows):
 def test_a_result_that_races_the_side_load_is_caught_by_contention_only(quick_rows):
     bi = _bi(quick_rows, "under_side_load")
     assert bi.batch_invariant is True and bi.params_repeatable is True  # the RFC's probes pass it
-    assert bi.layout.invariant is True
-    record = bi.contention
+    assert bi.beyond_rfc["layout"].invariant is True
+    record = bi.beyond_rfc["contention"]
     assert record.invariant is False and record.idle.fwd_differ == 0
     for kind, case in record.loads.items():
         assert case.fwd_differ == case.comparisons  # every row under the load
@@ -197,9 +205,9 @@ def test_a_result_that_races_the_side_load_is_caught_by_contention_only(quick_ro
 
 def test_a_strided_slow_path_is_caught_by_layout_only(quick_rows):
     bi = _bi(quick_rows, "strided_slow_path")
-    assert bi.batch_invariant is True and bi.contention.invariant is True
-    cases = bi.layout.cases
-    assert bi.layout.invariant is False
+    assert bi.batch_invariant is True and bi.beyond_rfc["contention"].invariant is True
+    cases = bi.beyond_rfc["layout"].cases
+    assert bi.beyond_rfc["layout"].invariant is False
     assert cases["row_offset"].fwd_differ == 0  # a row slice is still contiguous: the fast path
     for name in ("padded_rows", "column_major"):
         assert cases[name].fwd_differ > 0 and cases[name].first_difference is not None
@@ -208,12 +216,12 @@ def test_a_strided_slow_path_is_caught_by_layout_only(quick_rows):
 
 def test_a_rejected_layout_is_recorded_not_failed(quick_rows):
     bi = _bi(quick_rows, "contiguous_only")
-    cases = bi.layout.cases
+    cases = bi.beyond_rfc["layout"].cases
     assert cases["padded_rows"].rejected == "rejects padded_rows: ValueError: x must be contiguous"
     assert cases["column_major"].rejected == "rejects column_major: ValueError: x must be contiguous"
     assert (cases["padded_rows"].rows, cases["padded_rows"].fwd_differ) == (0, 0)
-    assert cases["row_offset"].rejected is None and cases["row_offset"].rows == QUICK.layout.rows
-    assert bi.layout.invariant is True and gate.what_failed(bi) == []
+    assert cases["row_offset"].rejected is None and cases["row_offset"].rows == QUICK.plan("layout").rows
+    assert bi.beyond_rfc["layout"].invariant is True and gate.what_failed(bi) == []
     assert gate.failures(quick_rows, frozenset({"contiguous_only"})) == []
 
 
@@ -233,10 +241,10 @@ def test_the_file_names_the_failing_probes_and_means_what_it_says(quick_rows):
 
 def test_validate_holds_the_new_flags_to_their_counts(quick_rows):
     evidence = from_json(to_dict(quick_rows))
-    evidence.results["plain"]["under_side_load"].batch_invariance.contention.invariant = True
-    evidence.results["plain"]["strided_slow_path"].batch_invariance.layout.invariant = True
-    evidence.results["plain"]["frozen_weight_path"].batch_invariance.grad_set.invariant = True
-    evidence.results["plain"]["honest"].batch_invariance.grad_set.cases["frozen w"].rowgrad_differ = 99
+    evidence.results["plain"]["under_side_load"].batch_invariance.beyond_rfc["contention"].invariant = True
+    evidence.results["plain"]["strided_slow_path"].batch_invariance.beyond_rfc["layout"].invariant = True
+    evidence.results["plain"]["frozen_weight_path"].batch_invariance.beyond_rfc["grad_set"].invariant = True
+    evidence.results["plain"]["honest"].batch_invariance.beyond_rfc["grad_set"].cases["frozen w"].rowgrad_differ = 99
     found = problems(evidence)
     assert any(p.endswith("contention.invariant: True but its counts say False") for p in found)
     assert any(p.endswith("layout.invariant: True but its counts say False") for p in found)
@@ -251,10 +259,11 @@ def test_a_config_without_the_new_tables_leaves_them_out():
     data = {k: v for k, v in QUICK.to_dict().items() if k not in ("op", "quick", "plans")}
     old = {k: v for k, v in data.items() if k not in ("contention", "graph_replay", "layout", "grad_set")}
     built = build_config("norm_modulate", old, True, "old.toml")
-    assert (built.contention, built.graph_replay, built.layout, built.grad_set) == (None, None, None, None)
+    assert [built.plan(t) for t in ("contention", "graph_replay", "layout", "grad_set")] == [None] * 4
     assert "contention" not in built.to_dict() and "grad_set" not in built.to_dict()
-    assert build_config("norm_modulate", data, True, "new.toml").grad_set == QUICK.grad_set
-    assert build_config("norm_modulate", data, True, "new.toml").contention == QUICK.contention
+    new = build_config("norm_modulate", data, True, "new.toml")
+    assert new.plan("grad_set") == QUICK.plan("grad_set") and new.plan("contention") == QUICK.plan("contention")
+    assert list(new.to_dict()) == list(QUICK.to_dict())  # the recorded config's keys in their order
 
 
 def test_the_side_load_stops_its_thread():
@@ -362,7 +371,7 @@ def _bi_with(graph):
     cases, repeatable = bi.all_rows(ctx, plan)
     subs = bi.full_vs_sub_batches(ctx, dataclasses.replace(QUICK.full_vs_sub, full_batch=4, sub_batch_sizes=(2,)))
     sweep = bi.batch_size_sweep(ctx, dataclasses.replace(QUICK.sweep, rows=2))
-    return bi.verdict(cases, repeatable, subs, sweep, graph_replay=graph)
+    return bi.verdict(cases, repeatable, subs, sweep, beyond={"graph_replay": graph})
 
 
 def _capturing_on_cuda() -> bool:
@@ -394,8 +403,8 @@ def test_a_cheaper_path_for_a_frozen_weight_is_caught_by_grad_set_only(quick_row
     under the sets that freeze w, and none under the others."""
     bi = _bi(quick_rows, "frozen_weight_path")
     assert bi.batch_invariant is True and bi.params_repeatable is True
-    assert bi.contention.invariant is True and bi.layout.invariant is True
-    plan = QUICK.grad_set
+    assert bi.beyond_rfc["contention"].invariant is True and bi.beyond_rfc["layout"].invariant is True
+    plan = QUICK.plan("grad_set")
     inputs, grad_out = OP.make_inputs(QUICK.inputs, plan.rows, plan.seeds[0], CPU), \
         OP.make_grad_outs(QUICK.inputs, plan.rows, plan.seeds[0], CPU)[0]
     t = inputs.tensors
@@ -403,8 +412,8 @@ def test_a_cheaper_path_for_a_frozen_weight_is_caught_by_grad_set_only(quick_row
     apart = (as_bits(norm_dx(t["x"], t["w"], dy, True)) != as_bits(norm_dx(t["x"], t["w"], dy, False))).any(1)
     expected = int(apart.sum())
     assert expected > 0  # the plan's rows show the fault
-    cases = bi.grad_set.cases
-    assert bi.grad_set.invariant is False
+    cases = bi.beyond_rfc["grad_set"].cases
+    assert bi.beyond_rfc["grad_set"].invariant is False
     assert [cases[k].rowgrad_differ for k in FROZEN_SETS] == [expected, 0, 0, expected]
     first = cases["frozen w"].first_difference
     assert first.tensor == "grad x" and first.row == int(apart.nonzero()[0, 0]) and first.max_ulp >= 1
@@ -414,15 +423,15 @@ def test_a_cheaper_path_for_a_frozen_weight_is_caught_by_grad_set_only(quick_row
     assert failed[0].startswith(f"grad_set frozen w: rowgrad {expected} of {plan.rows} rows (first: grad x row ")
     statuses = {c.name: c.status for c in verdicts.checks(quick_rows.results["plain"]["frozen_weight_path"])}
     assert statuses["grad set"] is verdicts.Status.FAIL
-    assert all(statuses[c] is not verdicts.Status.FAIL for c in verdicts.CHECKS if c != "grad set")
+    assert all(statuses[c] is not verdicts.Status.FAIL for c in verdicts.all_checks() if c != "grad set")
 
 
 def test_a_refused_frozen_parameter_is_recorded_not_failed(quick_rows):
     bi = _bi(quick_rows, "needs_every_gradient")
-    cases = bi.grad_set.cases
+    cases = bi.beyond_rfc["grad_set"].cases
     assert all(cases[k].rejected == f"rejects {k}: ValueError: every parameter must require grad"
                and (cases[k].rows, cases[k].rowgrad_differ) == (0, 0) for k in FROZEN_SETS)
-    assert bi.grad_set.invariant is None and gate.what_failed(bi) == []
+    assert bi.beyond_rfc["grad_set"].invariant is None and gate.what_failed(bi) == []
     check = next(c for c in verdicts.checks(quick_rows.results["plain"]["needs_every_gradient"])
                  if c.name == "grad set")
     assert check.status is verdicts.Status.NA and "rejects frozen w" in check.detail
@@ -459,14 +468,14 @@ def test_every_op_has_a_grad_set_plan_and_says_whether_it_applies(op_name, reaso
     """Every op's plans have the probe; with every declared gradient its applicability and run count follow
     from the op's inputs (per-row gradients to compare, parameters to freeze)."""
     cfg = load_config(op_name, quick=False)
-    assert (cfg.grad_set.rows, cfg.grad_set.seeds) == (257, (3,))
+    assert (cfg.plan("grad_set").rows, cfg.plan("grad_set").seeds) == (257, (3,))
     op = get_op(op_name)
     ctx = ProbeContext(op=op, params=cfg.inputs, fn=None, grads=op.differentiable, device=CPU,
                        reference_variant=op.name)
     assert grad_set.not_applicable_reason(ctx) == reason
-    assert grad_set.grad_set_total(cfg.grad_set, ctx) == (1 + frozen_sets if frozen_sets else 0)
+    assert grad_set.grad_set_total(cfg.plan("grad_set"), ctx) == (1 + frozen_sets if frozen_sets else 0)
     if reason is not None:  # recorded without running the implementation (fn=None)
-        record = grad_set.grad_set(ctx, cfg.grad_set)
+        record = grad_set.grad_set(ctx, cfg.plan("grad_set"))
         assert (record.not_applicable, record.invariant, record.cases) == (reason, None, {})
 
 

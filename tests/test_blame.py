@@ -124,7 +124,7 @@ def test_a_bug_in_a_probe_stops_the_run(monkeypatch):
     def broken_sweep(ctx, plan):
         raise IndexError("planted harness bug in the sweep")
 
-    monkeypatch.setattr(bi, "batch_size_sweep", broken_sweep)
+    monkeypatch.setattr(bi, "BATCH_SIZE_SWEEP", dataclasses.replace(bi.BATCH_SIZE_SWEEP, run=broken_sweep))
     with pytest.raises(IndexError, match="planted harness bug"):
         run(request(honest))
 

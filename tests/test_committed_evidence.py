@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from h3bench.harness import semantics
-from h3bench.harness.schema import RowResult, from_json, load, read_json
+from h3bench.harness.schema import RowResult, from_json, load, read_json, to_dict
 from h3bench.harness.semantics import floor_fractions
 from tools import verdict_table
 
@@ -55,6 +55,16 @@ def test_every_evidence_file_validates(path):
     data = read_json(path)
     problems = semantics.sweep_problems(data) if path in SWEEPS else semantics.problems(from_json(data))
     assert not problems, problems
+
+
+@pytest.mark.parametrize("path", RUNS + sorted(B200.glob("*.json")), ids=_name)
+def test_every_evidence_file_round_trips(path):
+    """The schema writes back every key it reads, with its value and nested as the file has them, and in
+    h3bench's own files in their order (the RFC's files order a size's keys otherwise)."""
+    data = read_json(path)
+    written = to_dict(from_json(data))
+    assert written == data
+    assert B200 in path.parents or json.dumps(written) == json.dumps(data)
 
 
 @pytest.mark.parametrize("path", RUNS + sorted(B200.glob("*.json")), ids=_name)

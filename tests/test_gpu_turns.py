@@ -521,8 +521,8 @@ def test_a_run_measures_alone_and_probes_in_shared_turns(monkeypatch):
     monkeypatch.setattr(gpu_turns, "shared", recorder("shared"))
     monkeypatch.setattr(gpu_turns, "exclusive", recorder("exclusive"))
     monkeypatch.setattr(accuracy_latency, "time_rows", noting("latency", accuracy_latency.time_rows))
-    monkeypatch.setattr(accuracy_latency, "accuracy", noting("accuracy", accuracy_latency.accuracy))
-    monkeypatch.setattr(contention, "contention", noting("contention", contention.contention))
+    for name, module in (("accuracy", accuracy_latency), ("contention", contention)):  # the probes' runs
+        monkeypatch.setattr(module, "PROBE", dataclasses.replace(module.PROBE, run=noting(name, module.PROBE.run)))
     from h3bench.harness.probes import batch_invariance
     monkeypatch.setattr(batch_invariance, "all_rows", noting("all_rows", batch_invariance.all_rows))
     from h3bench.harness import environment

@@ -49,6 +49,7 @@ from h3bench.harness.floors import Rates, add_floors
 from h3bench.harness.ops.base import Op, OpInputs
 from h3bench.harness.peak_memory import Readers, peak_bytes
 from h3bench.harness.probes.context import ProbeContext
+from h3bench.harness.probes.registry import ProbeSpec, Role
 from h3bench.harness.schema import FIGURES, SizeResult, Spread, latency_key, peak_key
 from h3bench.harness.timing import (GRAPH, METHODS, STREAM, SYNCHRONIZED, GraphCapture, L2Flush, Subject, interleave,
                                     median, rounds_for, spread_of)
@@ -285,3 +286,7 @@ def _record(result: SizeResult, key: str, samples: list[list[float]]) -> None:
 def _spread(values: list[float]) -> Spread:
     stats = spread_of(values)
     return Spread(p10=stats.p10, p50=stats.p50, p90=stats.p90, n=stats.n)
+
+
+PROBE = ProbeSpec(name="accuracy_latency", plan_table="accuracy", plan_type=AccuracyPlan, run=accuracy,
+                  total=lambda plan, _ctx: len(plan.rows), role=Role.ACCURACY)

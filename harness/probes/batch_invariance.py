@@ -15,7 +15,7 @@ them again, so a clean row pays nothing for it.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 import torch
 
@@ -24,9 +24,9 @@ from h3bench.harness.execute import Outcome, any_rows_differ, bitwise_equal, row
 from h3bench.harness.probes.comparison import pairs, picked_at
 from h3bench.harness.probes.context import ProbeContext, select_grad_outs
 from h3bench.harness.probes.difference import first_difference, param_difference
-from h3bench.harness.schema import (AllRowsCase, BatchInvariance, BatchSizeSweep, Contention, Difference,
-                                    FullVsSubBatches, GradSet, GraphReplay, Layouts, ParamDifference,
-                                    SweepFailure)
+from h3bench.harness.probes.registry import ProbeSpec, Role, beyond_rfc
+from h3bench.harness.schema import (AllRowsCase, BatchInvariance, BatchSizeSweep, Difference, FullVsSubBatches,
+                                    ParamDifference, SweepFailure)
 
 
 def totals(config) -> dict[str, int]:
@@ -224,18 +224,36 @@ def invariant(cases: dict[str, AllRowsCase], repeatable: Optional[bool], subs: F
 
 def verdict(cases: dict[str, AllRowsCase], repeatable: Optional[bool], subs: FullVsSubBatches,
             sweep: BatchSizeSweep, params_differences: Optional[list[ParamDifference]] = None,
-            contention: Optional[Contention] = None, graph_replay: Optional[GraphReplay] = None,
-            layout: Optional[Layouts] = None, grad_set: Optional[GradSet] = None) -> BatchInvariance:
+            beyond: Optional[Mapping[str, Any]] = None) -> BatchInvariance:
     """`batch_invariant` is the RFC's verdict, from the RFC's probes only (so files compare with the prior
-    art); the probes beyond them (contention, graph replay, layout, grad set) each carry their own flag."""
+    art); the probes beyond them (`beyond`, their records by name) each carry their own flag."""
     return BatchInvariance(all_rows=cases, params_repeatable=repeatable, full_vs_sub_batches=subs,
                            batch_size_sweep=sweep, batch_invariant=invariant(cases, repeatable, subs, sweep),
-                           params_differences=params_differences or None, contention=contention,
-                           graph_replay=graph_replay, layout=layout, grad_set=grad_set)
+                           params_differences=params_differences or None,
+                           beyond_rfc={name: found for name, found in (beyond or {}).items() if found is not None})
 
 
-def beyond_rfc_failed(bi: BatchInvariance) -> list[str]:
-    """The probes beyond the RFC's whose own flag says a difference was found, by name."""
-    found = [("contention", bi.contention), ("graph_replay", bi.graph_replay), ("layout", bi.layout),
-             ("grad_set", bi.grad_set)]
-    return [name for name, record in found if record is not None and record.invariant is False]
+def verdict_of(found: Mapping[str, Any]) -> BatchInvariance:
+    """A row's record from what each of its probes found, by the probe's name: the RFC's verdict from its
+    three, each probe beyond them that ran under its own key, in PROBES' order (harness/probes/registry.py)."""
+    cases, repeatable, differences = found[ALL_ROWS.name]
+    return verdict(cases, repeatable, found[FULL_VS_SUB_BATCHES.name], found[BATCH_SIZE_SWEEP.name], differences,
+                   {spec.name: found[spec.name] for spec in beyond_rfc() if spec.name in found})
+
+
+def _all_rows_found(ctx: ProbeContext, plan: AllRowsPlan):
+    """all_rows as its specification runs it: (its cases, params_repeatable, the parameter gradients that did
+    not repeat)."""
+    differences: list[ParamDifference] = []
+    cases, repeatable = all_rows(ctx, plan, differences)
+    return cases, repeatable, differences
+
+
+ALL_ROWS = ProbeSpec(name="all_rows", plan_table="all_rows", plan_type=AllRowsPlan, run=_all_rows_found,
+                     total=lambda plan, _ctx: all_rows_total(plan), role=Role.RFC)
+FULL_VS_SUB_BATCHES = ProbeSpec(name="full_vs_sub_batches", plan_table="full_vs_sub", plan_type=SubBatchPlan,
+                                run=full_vs_sub_batches,
+                                total=lambda plan, _ctx: sub_batches_total(plan), role=Role.RFC)
+BATCH_SIZE_SWEEP = ProbeSpec(name="batch_size_sweep", plan_table="sweep", plan_type=SweepPlan,
+                             run=batch_size_sweep,
+                             total=lambda plan, _ctx: sweep_total(plan), role=Role.RFC)

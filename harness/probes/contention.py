@@ -14,13 +14,64 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from h3bench.harness.config import ContentionPlan
+from h3bench.harness.config import require
 from h3bench.harness.execute import Outcome, bitwise_equal
 from h3bench.harness.probes.comparison import Compared, Tally, picked
 from h3bench.harness.probes.context import ProbeContext, select_grad_outs
 from h3bench.harness.probes.difference import param_difference
+from h3bench.harness.probes.registry import ProbeSpec, Role, Turn
 from h3bench.harness.probes.side_load import LOADS, SideLoad
-from h3bench.harness.schema import Contention, ContentionCase, ParamDifference
+from h3bench.harness.probes.wording import differ_count, failure_line, first_where, within
+from h3bench.harness.schema import Difference, ParamDifference, additive
+
+
+@dataclass(frozen=True)
+class ContentionPlan:
+    rows: int          # the batch: each row alone and sub-batches of `sub_batch` rows against it
+    sub_batch: int
+    seeds: tuple[int, ...]
+    copy_mib: int      # the memory load copies a buffer of this many MiB, again and again
+    matmul_dim: int    # the compute load multiplies square matrices of this size, again and again
+
+    def __post_init__(self):
+        require(self.rows >= 1 and 1 <= self.sub_batch <= self.rows, "rows must be >= 1, sub_batch 1..rows")
+        require(bool(self.seeds), "seeds must not be empty")
+        require(self.copy_mib >= 1 and self.matmul_dim >= 1, "copy_mib and matmul_dim must be >= 1")
+
+    def sub_batches(self) -> list[range]:
+        return [range(s, min(s + self.sub_batch, self.rows)) for s in range(0, self.rows, self.sub_batch)]
+
+
+@dataclass
+class ContentionCase:
+    """One pass of the probe, counted in rows. Idle: each row
+    alone and each sub-batch against the batch, the batch twice for its parameter gradients. Under a load:
+    the batch, each row alone and each sub-batch against the same run idle, the batch's parameter gradients
+    against the idle ones;
+    `iterations` of the load ran while the probe did, and `overlapped` of its `runs` found the load busy."""
+
+    comparisons: int
+    fwd_differ: int
+    rowgrad_differ: int
+    params_repeatable: Optional[bool]
+    first_difference: Optional[Difference] = additive()
+    params_differences: Optional[list[ParamDifference]] = additive()
+    iterations: Optional[int] = additive()
+    runs: Optional[int] = additive()
+    overlapped: Optional[int] = additive()
+
+
+@dataclass
+class Contention:
+    """The rows' comparisons repeated while a side load keeps the device busy (`loads`: `memory`, large
+    copies; `compute`, large matmuls), beside the same comparisons idle; `invariant`: nothing differed."""
+
+    rows: int
+    sub_batch: int
+    seeds: list[int]
+    idle: ContentionCase
+    loads: dict[str, ContentionCase]
+    invariant: bool
 
 
 def contention_total(plan: ContentionPlan) -> int:
@@ -157,3 +208,54 @@ def _clean(case: ContentionCase) -> bool:
 def invariant(record: Contention) -> bool:
     """What the counts say (also what `h3bench validate` holds the recorded flag to)."""
     return all(_clean(c) for c in (record.idle, *record.loads.values()))
+
+
+def _passes(record: Contention) -> list[tuple[str, ContentionCase]]:
+    return [("idle", record.idle), *record.loads.items()]
+
+
+def failures(record: Contention, located: bool) -> list[str]:
+    """The gate's lines: each pass whose rows or parameter gradients differed."""
+    found = []
+    for label, case in _passes(record):
+        what = f"contention {label}" if label == "idle" else f"contention under the {label} load"
+        if case.fwd_differ or case.rowgrad_differ:
+            found.append(failure_line(what, case.fwd_differ, case.rowgrad_differ, case.comparisons,
+                                      case.first_difference, located))
+        if case.params_repeatable is False:
+            found.append(f"{what}: parameter gradients differ from idle" if label != "idle" else
+                         f"{what}: parameter gradients not repeatable")
+    return found
+
+
+def problems(record: Contention, where: str) -> list[str]:
+    """Validate's: each pass's counts within its comparisons, a load's busy runs within its runs."""
+    found = []
+    for label, case in _passes(record):
+        path = f"{where}.{label if label == 'idle' else 'loads.' + label}"
+        found += within(path, case.fwd_differ, case.rowgrad_differ, case.comparisons)
+        if case.runs is not None and not 0 <= (case.overlapped or 0) <= case.runs:
+            found.append(f"{path}.overlapped: {case.overlapped} not within 0..{case.runs}")
+    return found
+
+
+def words(record: Contention) -> tuple[str, str]:
+    """The report's detail (each pass's counts, how busy each load kept the device) and short count."""
+    parts, differ, total = [], 0, 0
+    for label, case in _passes(record):
+        text = f"{label}: {differ_count(case.fwd_differ + case.rowgrad_differ, case.comparisons, 'rows')}"
+        if case.params_repeatable is False:
+            text += ", parameter gradients " + ("not repeatable" if label == "idle" else "differ from idle")
+        if case.runs is not None:
+            text += f" ({case.iterations} load iterations, load busy in {case.overlapped}/{case.runs} runs)"
+        parts.append(text + first_where(case.first_difference))
+        differ, total = differ + case.fwd_differ + case.rowgrad_differ, total + case.comparisons
+    return "; ".join(parts), f"{differ}/{total}"
+
+
+PROBE = ProbeSpec(
+    name="contention", plan_table="contention", plan_type=ContentionPlan, run=contention,
+    total=lambda plan, _ctx: contention_total(plan), role=Role.BEYOND_RFC, turn=Turn.EXCLUSIVE,
+    record_type=Contention, invariant=invariant, failures=failures, problems=problems, words=words,
+    label="contention", note="the rows' comparisons repeated under a memory-bound and a compute-bound side load, "
+                             "each run against the same run idle")

@@ -16,13 +16,55 @@ gradient to compare. An implementation that raises when a parameter is frozen re
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Optional
 
-from h3bench.harness.config import GradSetPlan
+from h3bench.harness.config import require
 from h3bench.harness.execute import ImplementationError, Outcome, any_rows_differ, device_usable
 from h3bench.harness.probes.context import ProbeContext
 from h3bench.harness.probes.difference import first_difference
-from h3bench.harness.schema import GradSet, GradSetCase
+from h3bench.harness.probes.registry import ProbeSpec, Role
+from h3bench.harness.probes.wording import case_detail, first_at, within
+from h3bench.harness.schema import Difference, additive
+
+@dataclass(frozen=True)
+class GradSetPlan:
+    rows: int
+    seeds: tuple[int, ...]
+
+    def __post_init__(self):
+        require(self.rows >= 1, "rows must be >= 1")
+        require(bool(self.seeds), "seeds must not be empty")
+
+
+@dataclass
+class GradSetCase:
+    """The rows' per-row gradients (`tensors`) with only `requested` of the row's parameter gradients asked for
+    (`frozen` not), against the same rows with every one asked for: `rowgrad_differ` of `rows` differ;
+    `rejected`: the implementation refused to run so (not counted as a difference)."""
+
+    frozen: list[str]
+    requested: list[str]
+    tensors: list[str]
+    rows: int
+    rowgrad_differ: int
+    rejected: Optional[str] = additive()
+    first_difference: Optional[Difference] = additive()
+
+
+@dataclass
+class GradSet:
+    """Per frozen set (`frozen w`, ..., `none requested`) of the parameters whose gradients the row declares
+    (`params`); `invariant`: no frozen set changed a per-row gradient's bits, None when the probe does not
+    apply (`not_applicable` says why) or no frozen set ran."""
+
+    rows: int
+    seeds: list[int]
+    params: list[str]
+    cases: dict[str, GradSetCase]
+    invariant: Optional[bool]
+    not_applicable: Optional[str] = additive()
+
 
 NONE_LABEL = "none requested"
 
@@ -116,3 +158,34 @@ def invariant(record: GradSet) -> Optional[bool]:
     if record.not_applicable is not None or not ran:
         return None
     return all(c.rowgrad_differ == 0 for c in ran)
+
+
+def failures(record: GradSet, located: bool) -> list[str]:
+    """The gate's lines: each frozen set that changed a per-row gradient's bits."""
+    return [f"grad_set {name}: rowgrad {case.rowgrad_differ} of {case.rows} rows"
+            f"{first_at(case.first_difference, located)}"
+            for name, case in record.cases.items() if case.rowgrad_differ]
+
+
+def problems(record: GradSet, where: str) -> list[str]:
+    """Validate's: each frozen set's count within its rows."""
+    return [line for name, case in record.cases.items()
+            for line in within(f"{where}.cases.{name}", 0, case.rowgrad_differ, case.rows)]
+
+
+def words(record: GradSet) -> tuple[str, str]:
+    """The report's detail (why it does not apply, or each frozen set's count or rejection) and short count."""
+    if record.not_applicable:
+        return f"not applicable: {record.not_applicable}", ""
+    parts = [case_detail(name, case.tensors, case.rowgrad_differ, case.rows, case.rejected, case.first_difference)
+             for name, case in record.cases.items()]
+    differ = sum(c.rowgrad_differ for c in record.cases.values())
+    return "; ".join(parts), f"{differ}/{sum(c.rows for c in record.cases.values())}"
+
+
+PROBE = ProbeSpec(
+    name="grad_set", plan_table="grad_set", plan_type=GradSetPlan, run=grad_set, total=grad_set_total,
+    role=Role.BEYOND_RFC, record_type=GradSet, invariant=invariant, failures=failures, problems=problems,
+    words=words, label="grad set",
+    note="the rows' per-row gradients with each parameter frozen in turn and with none requested, against every "
+         "parameter gradient requested")

@@ -13,16 +13,59 @@ run, with the reason.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
 
-from h3bench.harness.config import GraphReplayPlan
+from h3bench.harness.config import require
 from h3bench.harness.execute import (ImplementationError, Outcome, as_outputs, describe_exception, device_usable,
                                      make_leaves)
 from h3bench.harness.probes.comparison import Compared, Tally
 from h3bench.harness.probes.context import ProbeContext
-from h3bench.harness.schema import GraphCapture, GraphReplay
+from h3bench.harness.probes.registry import ProbeSpec, Role
+from h3bench.harness.probes.wording import differ_count, failure_line, first_where, within
+from h3bench.harness.schema import Difference, additive
+
+
+@dataclass(frozen=True)
+class GraphReplayPlan:
+    rows: int
+    capture_seed: int
+    replay_seeds: tuple[int, ...]  # inputs copied into the captured graph's, one replay each
+
+    def __post_init__(self):
+        require(self.rows >= 1, "rows must be >= 1")
+        require(bool(self.replay_seeds), "replay_seeds must not be empty")
+
+
+@dataclass
+class GraphCapture:
+    """The row's forward (or forward+backward) captured once in a CUDA graph and replayed with other inputs
+    copied in, against eager runs on those inputs; `reason`: why it could not be captured (no failure)."""
+
+    captured: bool
+    replays: int
+    rows: int
+    fwd_differ: int
+    rowgrad_differ: int
+    reason: Optional[str] = additive()
+    first_difference: Optional[Difference] = additive()
+
+
+@dataclass
+class GraphReplay:
+    """`invariant`: every replay gave the eager bits; None when the probe did not run (`not_run` says why)
+    or nothing could be captured."""
+
+    rows: int
+    capture_seed: int
+    replay_seeds: list[int]
+    invariant: Optional[bool]
+    not_run: Optional[str] = additive()
+    forward: Optional[GraphCapture] = additive()
+    forward_backward: Optional[GraphCapture] = additive()
+
 
 Step = Callable[[], tuple[tuple[torch.Tensor, ...], dict[str, torch.Tensor]]]
 # capture(step) -> replay: runs the captured work again on whatever the static inputs hold now and returns
@@ -152,3 +195,45 @@ def _not_captured(ctx: ProbeContext, reason: str) -> GraphCapture:
     if not device_usable(ctx.device):
         raise ImplementationError(f"{reason}; it left the CUDA context unusable")
     return GraphCapture(captured=False, replays=0, rows=0, fwd_differ=0, rowgrad_differ=0, reason=reason)
+
+
+def _cases(record: GraphReplay) -> list[tuple[str, GraphCapture]]:
+    return [(label, case) for label, case in (("forward", record.forward),
+                                              ("forward_backward", record.forward_backward)) if case is not None]
+
+
+def failures(record: GraphReplay, located: bool) -> list[str]:
+    """The gate's lines: each capture whose replays differed from eager."""
+    return [failure_line(f"graph_replay {label}", case.fwd_differ, case.rowgrad_differ, case.rows,
+                         case.first_difference, located)
+            for label, case in _cases(record) if case.fwd_differ or case.rowgrad_differ]
+
+
+def problems(record: GraphReplay, where: str) -> list[str]:
+    """Validate's: each capture's counts within its rows."""
+    return [line for label, case in _cases(record)
+            for line in within(f"{where}.{label}", case.fwd_differ, case.rowgrad_differ, case.rows)]
+
+
+def _case_words(label: str, case: GraphCapture) -> str:
+    if not case.captured:
+        return f"{label}: {case.reason}"
+    return (f"{label}: {differ_count(case.fwd_differ + case.rowgrad_differ, case.rows, 'rows')} in {case.replays} "
+            f"replays{first_where(case.first_difference)}")
+
+
+def words(record: GraphReplay) -> tuple[str, str]:
+    """The report's detail (why it did not run, or each capture's counts) and short count."""
+    if record.not_run:
+        return f"not run: {record.not_run}", ""
+    cases = _cases(record)
+    detail = "; ".join(_case_words(label.replace("_", "+"), case) for label, case in cases)  # forward+backward
+    differ = sum(c.fwd_differ + c.rowgrad_differ for _, c in cases)
+    return detail, f"{differ}/{sum(c.rows for _, c in cases)}"
+
+
+PROBE = ProbeSpec(
+    name="graph_replay", plan_table="graph_replay", plan_type=GraphReplayPlan, run=graph_replay,
+    total=lambda plan, ctx: graph_total(plan, ctx.device), role=Role.BEYOND_RFC, record_type=GraphReplay,
+    invariant=invariant, failures=failures, problems=problems, words=words,
+    label="graph replay", note="a CUDA graph captured once, replayed with other inputs, against eager")

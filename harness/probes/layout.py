@@ -16,16 +16,55 @@ that raises on a layout records "rejects <layout>: <reason>", which is not a dif
 """
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import torch
 
-from h3bench.harness.config import LayoutPlan
+from h3bench.harness.config import require
 from h3bench.harness.execute import ImplementationError, bitwise_equal, device_usable
 from h3bench.harness.ops.base import OpInputs
 from h3bench.harness.probes.comparison import Compared, Tally
 from h3bench.harness.probes.context import ProbeContext
-from h3bench.harness.schema import LayoutCase, Layouts
+from h3bench.harness.probes.registry import ProbeSpec, Role
+from h3bench.harness.probes.wording import case_detail, failure_line, within
+from h3bench.harness.schema import Difference, additive
+
+
+@dataclass(frozen=True)
+class LayoutPlan:
+    rows: int
+    seeds: tuple[int, ...]
+    offset_rows: int   # row_offset: the rows start this many rows into a larger tensor
+
+    def __post_init__(self):
+        require(self.rows >= 1 and self.offset_rows >= 1, "rows and offset_rows must be >= 1")
+        require(bool(self.seeds), "seeds must not be empty")
+
+
+@dataclass
+class LayoutCase:
+    """The rows fed with the per-row inputs `tensors` as strided views, against the contiguous bits;
+    `rejected`: the implementation refused the layout (not counted as a difference)."""
+
+    tensors: list[str]
+    rows: int
+    fwd_differ: int
+    rowgrad_differ: int
+    rejected: Optional[str] = additive()
+    first_difference: Optional[Difference] = additive()
+
+
+@dataclass
+class Layouts:
+    """Per layout (`row_offset`, `padded_rows`, `column_major`; those no per-row input can take are left
+    out); `invariant`: no accepted layout changed a bit."""
+
+    rows: int
+    seeds: list[int]
+    offset_rows: int
+    cases: dict[str, LayoutCase]
+    invariant: bool
 
 
 def _filler(t: torch.Tensor, rows: int) -> torch.Tensor:
@@ -112,3 +151,33 @@ def layout(ctx: ProbeContext, plan: LayoutPlan) -> Layouts:
 def invariant(record: Layouts) -> bool:
     """No accepted layout changed a bit (also what `h3bench validate` holds the recorded flag to)."""
     return all(c.fwd_differ == 0 and c.rowgrad_differ == 0 for c in record.cases.values())
+
+
+def failures(record: Layouts, located: bool) -> list[str]:
+    """The gate's lines: each accepted layout that changed a bit."""
+    return [failure_line(f"layout {label}", case.fwd_differ, case.rowgrad_differ, case.rows, case.first_difference,
+                         located)
+            for label, case in record.cases.items() if case.fwd_differ or case.rowgrad_differ]
+
+
+def problems(record: Layouts, where: str) -> list[str]:
+    """Validate's: each layout's counts within its rows."""
+    return [line for label, case in record.cases.items()
+            for line in within(f"{where}.cases.{label}", case.fwd_differ, case.rowgrad_differ, case.rows)]
+
+
+def words(record: Layouts) -> tuple[str, str]:
+    """The report's detail (each layout's counts, or its rejection) and short count."""
+    parts = [case_detail(name, case.tensors, case.fwd_differ + case.rowgrad_differ, case.rows, case.rejected,
+                         case.first_difference) for name, case in record.cases.items()]
+    differ = sum(c.fwd_differ + c.rowgrad_differ for c in record.cases.values())
+    return ("; ".join(parts) or "no per-row input takes a strided layout",
+            f"{differ}/{sum(c.rows for c in record.cases.values())}")
+
+
+PROBE = ProbeSpec(
+    name="layout", plan_table="layout", plan_type=LayoutPlan, run=layout,
+    total=lambda plan, ctx: layout_total(plan, len(applicable(ctx, plan.rows))), role=Role.BEYOND_RFC,
+    record_type=Layouts, invariant=invariant, failures=failures, problems=problems, words=words,
+    label="layout", note="the rows as strided views (a row offset, padded rows, column-major) against the "
+                         "contiguous bits")
