@@ -11,7 +11,8 @@ another row's call in between. A Triton kernel's runtime autotuning at its first
 compilation and is not counted. In a plan without warm-up (the quick plan), the first timed sample of a
 figure that needs a new graph (the no-grad forward) holds that compile; the full plan's warm-up takes it.
 
-Budget: a row's compilations together may take `COMPILE_BUDGET_S[mode]` seconds. A compilation that
+Budget: a row's compilations together may take the run plan's `[compile]` budget for its mode
+(harness/config.py CompilePlan; `COMPILE_BUDGET_S[mode]` where the plan has none). A compilation that
 starts inside the row's own call on the main thread (its forward's) is stopped by a timer when it passes
 the budget (SIGALRM, armed only while such a compilation runs and only when no other timer is armed);
 any other (a lazily compiled backward, a compilation on another thread) is checked as it ends. The row
@@ -19,6 +20,7 @@ then becomes unavailable with the reason and the seconds spent (harness/runner.p
 """
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import threading
@@ -28,14 +30,14 @@ from typing import Any, Callable, Optional
 import torch
 
 from h3bench.harness import gpu_turns, library_output
+from h3bench.harness.compile_cache import INDUCTOR_VARIABLE
 from h3bench.harness.adapter import Adapter, CompileTally, Loaded, RowSkipped
 
 DEFAULT = "default"
 MAX_AUTOTUNE = "max-autotune-no-cudagraphs"
 
-# Seconds a row's compilations may take together: the bound that keeps an op's run, and `--op all`, in
-# bounded time; ten minutes means a stuck compile, and max-autotune's autotuning of every GEMM shape would
-# otherwise dominate a run (docs/decisions.md, "torch.compile rows").
+# Seconds a row's compilations may take together where the run's plan has no [compile] table (the shipped
+# plans have one): the bound that keeps a run in bounded time (docs/decisions.md, "torch.compile rows").
 COMPILE_BUDGET_S = {DEFAULT: 600.0, MAX_AUTOTUNE: 30.0}
 
 # Dynamo runs a code object's guard sets past `recompile_limit` (8) eagerly, and the probes make more than a
@@ -75,7 +77,12 @@ class _RowCompile:
     """One loaded row's tally and budget."""
 
     def __init__(self, mode: str, budget_s: Optional[float]):
-        self.mode, self.budget_s, self.tally = mode, budget_s, CompileTally()
+        self.mode, self.tally = mode, CompileTally(mode=mode, budget_s=budget_s)
+
+    @property
+    def budget_s(self) -> Optional[float]:
+        """The budget the run set (or the row was given), else the mode's own."""
+        return self.tally.budget_s if self.tally.budget_s is not None else COMPILE_BUDGET_S.get(self.mode)
 
     def spend(self, seconds: float) -> None:
         self.tally.seconds += seconds
@@ -137,7 +144,7 @@ class _Hooks:
         if row.tally.overrun is not None:  # the budget is spent: no further compilation
             raise CompileBudgetExceeded(row.tally.overrun)
         if threading.current_thread() is threading.main_thread():
-            # A compilation runs inside one call of a probe's step, up to the budget (30 s for max-autotune),
+            # A compilation runs inside one call of a probe's step, up to the row's compile budget,
             # and a measurement another run waits for (harness/gpu_turns.py) would wait that long, keeping
             # every other run's probes from starting: let it in first. Its wait is no compile time.
             gpu_turns.let_measurement_in()
@@ -216,7 +223,8 @@ def _check_cpp_compiler() -> None:
 def compiled_load(base: Adapter, mode: str,
                   budget_s: Optional[float] = None) -> Callable[[torch.device, Any], Loaded]:
     """A row's `load`: `base`'s function compiled with `mode` (DEFAULT: no mode argument), its compile
-    time counted and held to `budget_s` (None: COMPILE_BUDGET_S[mode])."""
+    time counted and held to `budget_s` (None: the run plan's [compile] budget for `mode`, set in the
+    row's tally by the runner; COMPILE_BUDGET_S[mode] without one)."""
     def load(device: torch.device, params: Any) -> Loaded:
         if mode == MAX_AUTOTUNE and device.type == "cpu":
             raise RowSkipped(MAX_AUTOTUNE_ON_CPU)
@@ -224,7 +232,7 @@ def compiled_load(base: Adapter, mode: str,
             _check_cpp_compiler()
         inner = base.load(device, params)
         compiled = torch.compile(inner.fn) if mode == DEFAULT else torch.compile(inner.fn, mode=mode)
-        row = _RowCompile(mode, COMPILE_BUDGET_S[mode] if budget_s is None else budget_s)
+        row = _RowCompile(mode, budget_s)
         # at load, not per call (the check would cost every timed call): the harness never resets Dynamo
         # between a row's load and its calls
         HOOKS.install()
@@ -240,7 +248,9 @@ def compiled_load(base: Adapter, mode: str,
 
         mode_text = "" if mode == DEFAULT else f"mode={mode!r}, "
         source = (f"torch {torch.__version__} torch.compile({mode_text}automatic dynamic shapes) of "
-                  f"[{inner.source}]; {describe_settings(mode, device)}; compile budget {row.budget_s:g} s")
+                  f"[{inner.source}]; {describe_settings(mode, device)}; compile budget "
+                  + (f"{budget_s:g} s" if budget_s is not None else "the run plan's [compile] table's")
+                  + f"; Inductor's caches in {os.environ.get(INDUCTOR_VARIABLE) or 'the temporary directory'}")
         brief = f"torch {torch.__version__} torch.compile({mode_text}automatic dynamic shapes) of the {base.name} row"
         return Loaded(fn=fn, source=source, compile_tally=row.tally, brief=brief)
 

@@ -43,6 +43,10 @@ class CompileTally:
     seconds: float = 0.0
     compiles: int = 0
     overrun: Optional[str] = None
+    mode: str = ""                    # the compile mode, as torch.compile names it ("default", "max-autotune...")
+    # the seconds the compilations may take together: given by the row, else set by the run from its plan's
+    # [compile] table before the row's first call (harness/config.py CompilePlan)
+    budget_s: Optional[float] = None
 
 
 @dataclass(frozen=True)

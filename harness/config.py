@@ -140,6 +140,22 @@ class TimingPlan:
 
 
 @dataclass(frozen=True)
+class CompilePlan:
+    """Seconds a torch.compile row's compilations may take together, by its mode (adapters/_torch_compile.py):
+    what keeps a run bounded, and enough for the compilations whose verdict the row stands for
+    (docs/decisions.md, "torch.compile rows")."""
+    default_budget_s: float
+    max_autotune_budget_s: float
+
+    def __post_init__(self):
+        require(self.default_budget_s > 0 and self.max_autotune_budget_s > 0, "budgets must be positive seconds")
+
+    def budget_s(self, mode: str) -> float:
+        """The budget of a compile `mode` as torch.compile names it (`max-autotune...` or the default)."""
+        return self.max_autotune_budget_s if mode.startswith("max-autotune") else self.default_budget_s
+
+
+@dataclass(frozen=True)
 class RunConfig:
     op: str
     inputs: Any
@@ -153,6 +169,8 @@ class RunConfig:
     # the plans of h3bench's probes beyond the RFC's (harness/probes/registry.py), by table, in the registry's
     # order; a config without a probe's table (an older one) leaves the probe out
     beyond_rfc: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # the torch.compile rows' budgets (`[compile]`); None: a plan without the table, the rows' own defaults
+    compile: Optional[CompilePlan] = None
 
     def plan(self, table: str) -> Optional[Any]:
         """The plan record of `table`: one of PLAN_TABLES (always set), or a probe's beyond the RFC's (None: the
@@ -162,7 +180,8 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         return {"op": self.op, "quick": self.quick, "plans": self.plans, "inputs": _plain(self.inputs),
                 **{table: _plain(getattr(self, table)) for table in PLAN_TABLES},
-                **{table: _plain(plan) for table, plan in self.beyond_rfc.items()}}
+                **{table: _plain(plan) for table, plan in self.beyond_rfc.items()},
+                **({COMPILE_TABLE: _plain(self.compile)} if self.compile is not None else {})}
 
 
 def _plain(obj: Any) -> Any:
@@ -171,6 +190,8 @@ def _plain(obj: Any) -> Any:
 
 # the tables every config has: the RFC's probes', accuracy's and the timing's (RunConfig's fields)
 PLAN_TABLES = ("all_rows", "full_vs_sub", "sweep", "accuracy", "timing")
+# a table a config may have beside them that is no probe's
+COMPILE_TABLE = "compile"
 
 
 def plan_types() -> dict[str, type]:
@@ -303,12 +324,13 @@ def build_config(op_name: str, data: dict[str, Any], quick: bool, source: str, p
             raise ConfigError(f"{source}: [{name}] must be a table")
         built[name] = _build(cls, values, f"{name}")
     fields = {name: built.pop(name) for name in ("inputs", *PLAN_TABLES)}
-    return RunConfig(op=op_name, quick=quick, plans=plans, **fields, beyond_rfc=built)
+    return RunConfig(op=op_name, quick=quick, plans=plans, **fields, compile=built.pop(COMPILE_TABLE, None),
+                     beyond_rfc=built)
 
 
 def _tables(op_name: str) -> dict[str, type]:
     """Every table of `op_name`'s config with its record: the op's `[inputs]`, then the plans."""
-    return {"inputs": get_op(op_name).params_type, **plan_types()}
+    return {"inputs": get_op(op_name).params_type, **plan_types(), COMPILE_TABLE: CompilePlan}
 
 
 def _build(cls: type, values: dict[str, Any], where: str) -> Any:

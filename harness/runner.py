@@ -250,6 +250,9 @@ def _probe_row(request: RunRequest, op: Op, spec: ModeSpec, active: ActiveMode, 
     if not isinstance(loaded, Loaded):
         return UnavailableRow(unavailable=loaded, wall_s=work.total())
     ctx.fn = loaded.fn
+    tally = loaded.compile_tally
+    if tally is not None and tally.budget_s is None and cfg.compile is not None:  # the plan's, before any call
+        tally.budget_s = cfg.compile.budget_s(tally.mode)
     measured = _Measured(adapter=adapter, name=name, loaded=loaded, load_s=load_s)
     current = None
     try:

@@ -110,6 +110,33 @@ def test_a_spent_compile_budget_stops_the_compile_and_says_why(fresh_dynamo, dev
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
+def test_a_row_without_a_budget_of_its_own_is_held_to_its_plans(fresh_dynamo, device):
+    """The run sets the plan's [compile] budget for the row's mode before its first call: a tiny one stops
+    the default-mode row, named with that budget; the row's source says where its budget comes from."""
+    import dataclasses as dc
+    base = next(a for a in builtin_adapters("timestep_sinusoid") if a.name == "diffusers")
+    row = dc.replace(base, name="plan_budget", load=tc.compiled_load(base, tc.DEFAULT))
+    config = quick_config("timestep_sinusoid")
+    config = dc.replace(config, compile=dc.replace(config.compile, default_budget_s=1e-3))
+    found = run(RunRequest(config=config, device=device, adapters=[row], modes=["plain"], out=None,
+                           measure_bandwidth=False)).results["plain"]["plan_budget"]
+    assert isinstance(found, schema.UnavailableRow), found
+    assert "past its budget of 0.001 s" in found.unavailable
+    assert "compile budget the run plan's [compile] table's" in found.source
+
+
+def test_the_shipped_plans_give_every_compile_mode_a_budget_and_the_full_plans_max_autotune_the_defaults():
+    """max-autotune's verdict is what a user of that mode comes for: the full plans let it compile as long as
+    the default mode; the quick plan bounds it."""
+    from h3bench.harness.config import load_config
+    for op in OP_MODULES:
+        full, quick = load_config(op), load_config(op, quick=True)
+        assert full.compile.budget_s(tc.MAX_AUTOTUNE) == full.compile.budget_s(tc.DEFAULT) > 0, op
+        assert 0 < quick.compile.budget_s(tc.MAX_AUTOTUNE) <= full.compile.budget_s(tc.MAX_AUTOTUNE), op
+    assert load_config("gate_residual", overrides=("compile.max_autotune_budget_s=45",)).compile.budget_s(
+        tc.MAX_AUTOTUNE) == 45.0
+
+
 def _swallowing_compile(stopped: list):
     """A stand-in for torch.compile whose compilation, as Inductor's per-choice autotuning compile does,
     catches every Exception and carries on; it ends only when something it cannot catch stops it (then
