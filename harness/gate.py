@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence, Union
 
-from h3bench.harness.probes.difference import describe, describe_param
+from h3bench.harness.probes.difference_text import describe, describe_param
 from h3bench.harness.schema import BatchInvariance, Evidence, RowResult, UnavailableMode, UnavailableRow
 
 ALL = "all"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
 
-from h3bench.harness.probes.difference import describe, describe_param
+from h3bench.harness.probes.difference_text import describe, describe_param
 from h3bench.harness.schema import (Contention, Difference, GradSet, GraphCapture, GraphReplay, Layouts,
                                     ParamDifference, RowResult)
 

@@ -776,3 +776,18 @@ def test_compare_two_folders_pairs_files_by_op_and_modes(invoke, tmp_path):
     assert result.exit_code == 2 and "two evidence files or two folders" in text
     result, text = invoke("compare", str(old), str(tmp_path / "md"))
     assert result.exit_code == 2 and "no evidence file" in text
+
+
+def test_rendering_a_file_with_recorded_differences_imports_no_torch(tmp_path):
+    """`h3bench report` reads evidence only: the words for a difference (where bits differ, how many ULP)
+    come without the probes' torch."""
+    import subprocess
+    import sys
+
+    evidence = Path(__file__).resolve().parents[1] / "reports" / "evidence" / "gate_residual_h100.json"
+    code = ("import sys\nfrom h3bench.reports.commands import report\n"
+            f"report({str(evidence)!r}, {str(tmp_path)!r}, quiet=True)\nprint('torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False"]
+    assert "ULP" in (tmp_path / "gate_residual_h100.md").read_text()
