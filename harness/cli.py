@@ -670,6 +670,14 @@ def env(device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."
     print(json.dumps(to_dict(block), indent=2))
 
 
+def _described(evidence) -> str:
+    """`norm_modulate, 6 rows, gpu NVIDIA H100 80GB HBM3`, or the device where the file has no GPU."""
+    rows = sum(len(r) for r in evidence.measured_modes().values())
+    env = evidence.environment
+    where = f"gpu {env.gpu}" if env.gpu else f"device {env.device or 'not recorded'}"
+    return f"{evidence.op}, {rows} row{'' if rows == 1 else 's'}, {where}"
+
+
 def validate(files: List[Path] = typer.Argument(..., help="Evidence JSON file(s) (or norm_modulate sweep files)."),
              op: List[str] = typer.Option([], "--op", help="A user op the files are of: PATH.py:ATTR, "
                                                            "module:ATTR or an h3bench.ops entry point.",
@@ -696,9 +704,7 @@ def validate(files: List[Path] = typer.Argument(..., help="Evidence JSON file(s)
                 problems, what = semantics.sweep_problems(data), "norm_modulate sweep"
             else:
                 evidence = from_json(data)
-                problems = semantics.problems(evidence)
-                rows = sum(len(r) for r in evidence.measured_modes().values())
-                what = f"{evidence.op}, {rows} rows, gpu {evidence.environment.gpu}"
+                problems, what = semantics.problems(evidence), _described(evidence)
         except (SchemaError, OSError) as exc:
             problems, what = [str(exc)], None
         if problems:

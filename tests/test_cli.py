@@ -564,3 +564,9 @@ def test_a_summary_of_several_modes_names_each_row_whole_at_120_columns():
     assert max(len(line) for line in text.splitlines()) <= 120
     for label in ("plain/diffusers", "vllm/diffusers", "vllm/torch_compile_max_autotune", "plain/rl_kernel"):
         assert re.search(rf"^\s*{re.escape(label)}\s", text, re.M), (label, text)
+
+
+def test_validate_names_a_cpu_files_device_not_a_missing_gpu(invoke, piped_run):
+    result, text = invoke("validate", str(piped_run[1]))
+    assert result.exit_code == 0, text
+    assert "gpu None" not in text and re.search(r"valid \(norm_modulate, 2 rows, device cpu", text), text

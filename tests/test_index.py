@@ -79,6 +79,12 @@ def test_index_command_writes_both_pages_and_refuses_non_evidence(tmp_path):
     assert result.exit_code == 2 and "bad.json" in result.output
 
 
+def test_a_missing_file_is_one_clean_line(tmp_path):
+    missing = tmp_path / "missing.json"
+    result = CliRunner().invoke(app, ["index", str(missing), "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and result.output == f"error: {missing}: no such file\n", result.output
+
+
 def test_the_evidence_folder_glob_indexes(tmp_path):
     """`h3bench index reports/evidence/*.json`: the sweep file among them is listed, not refused."""
     from h3bench.reports.index import index_rows
