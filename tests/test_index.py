@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from h3bench.harness import schema
 from h3bench.harness.schema import UnavailableMode, UnavailableRow
 from h3bench.reports import index
-from h3bench.reports.cli import app
+from h3bench.cli import app
 from tests.helpers import require_prior_art
 
 REASON = "RuntimeError: a | b\nsecond line <sm_90a>"

@@ -1,7 +1,7 @@
 """The wheel's layout: the five folders install as subpackages of one import name, `h3bench` (harness/testing as
-`h3bench.testing`), every package folder found without a list to keep (tools/build_backend.py), and nothing in
-them imports a folder by its bare name (which would work from a checkout and fail from the wheel) or a package
-mapped apart by its folder's name."""
+`h3bench.testing` and harness/cli as `h3bench.cli`), every package folder found without a list to keep
+(tools/build_backend.py), and nothing in them imports a folder by its bare name (which would work from a
+checkout and fail from the wheel) or a package mapped apart by its folder's name."""
 from __future__ import annotations
 
 import re
@@ -24,8 +24,9 @@ def _setuptools() -> dict:
 
 
 # Folders inside the five that install as their own subpackage of h3bench, not under their parent's name:
-# harness/testing is `h3bench.testing` (the public test assertion), never `h3bench.harness.testing`.
-MAPPED_APART = {"harness/testing": "h3bench.testing"}
+# harness/testing is `h3bench.testing` (the public test assertion), never `h3bench.harness.testing`;
+# harness/cli is `h3bench.cli` (the command line), never `h3bench.harness.cli`.
+MAPPED_APART = {"harness/testing": "h3bench.testing", "harness/cli": "h3bench.cli"}
 # `h3bench.harness.testing` anywhere (an import, importlib's string), or `from h3bench.harness import testing`
 APART_IMPORT = re.compile(
     "|".join(rf"h3bench\.harness\.{n}\b|^\s*from\s+h3bench\.harness\s+import\s+\(?[\w\s,]*\b{n}\b"
@@ -102,4 +103,4 @@ def test_no_module_imports_a_folder_by_its_bare_name():
 
 def test_the_console_script_is_the_packaged_cli():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["scripts"] == {"h3bench": "h3bench.reports.cli:main"}
+    assert project["scripts"] == {"h3bench": "h3bench.cli:main"}

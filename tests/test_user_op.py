@@ -45,7 +45,7 @@ def example_run(tmp_path_factory):
     """The example op with its plain-torch row through the quick plan, rendered, gated on that row."""
     from typer.testing import CliRunner
 
-    from h3bench.reports.cli import app
+    from h3bench.cli import app
 
     out = tmp_path_factory.mktemp("example") / "example.json"
     saved, sources = dict(ops.DECLARED), dict(ops.DECLARED_SOURCES)
