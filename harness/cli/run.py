@@ -34,8 +34,9 @@ def check_flags(*, op: str, config: Optional[Path], sets: List[str], quick: bool
                 flush_l2: bool, graph_timing: Optional[bool], in_process: bool, no_control: bool,
                 control_only: bool) -> RunOptions:
     """The run's flags checked against each other (BadInput, before anything is loaded or measured) and
-    resolved: the device, the ops, the plan, the modes, the control's place."""
+    resolved: the device, the ops, the plan and where it came from, the modes, the control's place."""
     from h3bench.harness import control as negative_control
+    from h3bench.harness.commands.plan import choose_plan
     from h3bench.harness.commands.requests import resolve_ops
     from h3bench.harness.modes import parse_modes
 
@@ -78,10 +79,8 @@ def check_flags(*, op: str, config: Optional[Path], sets: List[str], quick: bool
     # a mode's child or a fan-out job: the run's parent (or its control job) measures the control
     where = (negative_control.SKIP if no_control else
              negative_control.ELSEWHERE if in_process and not control_only else negative_control.HERE)
-    plan_given = quick or full
     return RunOptions(
-        ops=ops, device=dev, quick=quick if plan_given else (config is None and dev.type == "cpu"),
-        plan_given=plan_given, config=config, sets=tuple(sets),
+        ops=ops, device=dev, plan=choose_plan(quick, full, config, dev.type), config=config, sets=tuple(sets),
         adapters=adapters, externals=tuple(externals), forward_only=forward_only, modes=chosen_modes,
         out=Path(out) if out else None, force=force, render=render, quiet=quiet, mode_timeout=mode_timeout,
         gpus=gpus, per_gpu=per_gpu or 1, ray=ray, require_invariant=require_invariant, in_process=in_process,
@@ -93,12 +92,14 @@ def run(
     op: str = typer.Option("norm_modulate", "--op", help=f"Operator(s) to run: NAME[,NAME], or {ALL_OPS} "
                                                          "(the RFC's seven ops; one evidence file per op); a user op: "
                                                          "PATH.py:ATTR, module:ATTR or an h3bench.ops entry point."),
-    config: Optional[Path] = typer.Option(None, "--config", help="TOML config.",
-                                          show_default="the op's built-in configs/<op>/default.toml"),
+    config: Optional[Path] = typer.Option(None, "--config",
+                                          help="TOML config, layered over the op's built-in one; a top-level "
+                                               "quick = true or false in it sets the plan.",
+                                          show_default="configs/<op>/default.toml, and quick.toml for the quick plan"),
     set_: List[str] = typer.Option([], "--set", help="Override a config key: KEY=VALUE or TABLE.KEY=VALUE "
                                                      "(repeatable).", show_default=False),
-    quick: bool = flag("--quick", "The quick plan (default on a CPU)."),
-    full: bool = flag("--full", "The full plan (default on CUDA, or with --config)."),
+    quick: bool = flag("--quick", "The quick plan (default on a CPU, unless the --config file sets the plan)."),
+    full: bool = flag("--full", "The full plan (default on CUDA, unless the --config file sets the plan)."),
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
     adapters: Optional[str] = typer.Option(None, "--adapters", help="Built-in rows to run (a,b), or none.",
                                            show_default="every built-in row; on a CPU the torch_compile rows "

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from h3bench.harness.commands import ALL_OPS, BadInput, Program
 from h3bench.harness.commands.outputs import check_writable, refuse_overwrite
+from h3bench.harness.commands.plan import Plan
 from h3bench.harness.commands.rows import select_adapters
 
 if TYPE_CHECKING:
@@ -21,8 +22,7 @@ class RunOptions:
 
     ops: list[str]                    # op names, in the order given (user ops resolved)
     device: torch.device
-    quick: bool                       # the quick plan, else the full plan
-    plan_given: bool                  # --quick or --full said which
+    plan: Plan
     config: Optional[Path]
     sets: tuple[str, ...]             # --set, with --flush-l2 and --graph-timing as the plan keys they set
     adapters: Optional[str]           # --adapters as given: None for every built-in row
@@ -76,7 +76,7 @@ def build_requests(options: RunOptions, program: Program) -> list:
     requests = []
     for name in options.ops:
         try:
-            cfg = load_config(name, options.config, options.quick, options.sets)
+            cfg = load_config(name, options.config, options.plan.quick, options.sets)
             op_source.check(name, cfg.inputs, options.device)  # a user op's own mistakes, named before anything runs
         except ValueError as exc:  # ConfigError, or a user op that fails on a small case
             raise BadInput(f"{name}: {exc}" if len(options.ops) > 1 else str(exc)) from None

@@ -42,11 +42,10 @@ def execute(options: RunOptions, requests: Sequence, required, program: Program)
     return negative_control.BLIND_EXIT if blind else 0 if passed else 1
 
 
-def header(request, plan_given: bool) -> str:
+def header(request, plan) -> str:
     cfg = request.config
-    return (f"h3bench: op {cfg.op}, device {request.device}, plan {'quick' if cfg.quick else 'full'}"
-            f"{' (CPU default; --full for the full plan)' if not plan_given and cfg.quick else ''}, "
-            f"modes {', '.join(request.modes)}, rows {', '.join(a.name for a in request.adapters)}"
+    return (f"h3bench: op {cfg.op}, device {request.device}, {plan.describe()}, modes {', '.join(request.modes)}, "
+            f"rows {', '.join(a.name for a in request.adapters)}"
             f"{'; Triton under the interpreter' if os.environ.get('TRITON_INTERPRET') == '1' else ''}")
 
 
@@ -58,7 +57,7 @@ def _run_here(requests: Sequence, options: RunOptions, console: Console) -> list
     found = []
     for request in requests:
         cfg = request.config
-        console.print(escape(header(request, options.plan_given)), highlight=False)
+        console.print(escape(header(request, options.plan)), highlight=False)
         started = time.perf_counter()
         if options.quiet:
             evidence = run_evidence(request)
