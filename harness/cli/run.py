@@ -87,6 +87,15 @@ def check_flags(*, op: str, config: Optional[Path], sets: List[str], quick: bool
         control=where, control_only=control_only, command=shlex.join(["h3bench", *sys.argv[1:]]))
 
 
+def _interrupted(message: str) -> None:
+    from rich.markup import escape
+
+    from h3bench.harness.console import make_console
+
+    make_console(stderr=True).print(f"[yellow]{escape(message)}[/]", highlight=False)
+    raise typer.Exit(130)
+
+
 def run(
     ctx: typer.Context,
     op: str = typer.Option("norm_modulate", "--op", help=f"Operator(s) to run: NAME[,NAME], or {ALL_OPS} "
@@ -151,20 +160,26 @@ def run(
     must flag. It is recorded under the file's `control` key, not as a row; `--no-control` skips it.
 
     Exit status: 0; 1 when --require-invariant fails; 2 on bad input; 3 when the plan is blind on this
-    machine (the control went unflagged by a check: the file is written and says so).
+    machine (the control went unflagged by a check: the file is written and says so); 130 when interrupted
+    (Ctrl-C: nothing is written for the op it stopped).
     """
     from h3bench.harness.commands.requests import build_requests, required_rows
-    from h3bench.harness.commands.run import execute
+    from h3bench.harness.commands.run import Interrupted, execute
 
     program = ctx.find_object(Program)
-    with one_line_errors():
-        options = check_flags(
-            op=op, config=config, sets=set_, quick=quick, full=full, device=device, adapters=adapters,
-            externals=adapter, forward_only=forward_only, modes=mode, out=out_arg, force=force, render=render,
-            quiet=quiet, mode_timeout=mode_timeout, gpus=gpus, per_gpu=per_gpu, ray=ray,
-            require_invariant=require_invariant, flush_l2=flush_l2, graph_timing=graph_timing,
-            in_process=in_process, no_control=no_control, control_only=control_only)
-        requests = build_requests(options, program)
-        required = required_rows(options.require_invariant, requests)
-        code = execute(options, requests, required, program)
+    try:
+        with one_line_errors():
+            options = check_flags(
+                op=op, config=config, sets=set_, quick=quick, full=full, device=device, adapters=adapters,
+                externals=adapter, forward_only=forward_only, modes=mode, out=out_arg, force=force, render=render,
+                quiet=quiet, mode_timeout=mode_timeout, gpus=gpus, per_gpu=per_gpu, ray=ray,
+                require_invariant=require_invariant, flush_l2=flush_l2, graph_timing=graph_timing,
+                in_process=in_process, no_control=no_control, control_only=control_only)
+            requests = build_requests(options, program)
+            required = required_rows(options.require_invariant, requests)
+            code = execute(options, requests, required, program)
+    except Interrupted as exc:
+        _interrupted(str(exc))
+    except KeyboardInterrupt:
+        _interrupted("interrupted before the run started; nothing was written")
     raise typer.Exit(code)

@@ -1,6 +1,6 @@
 """`h3bench run`'s requests (harness/runner.py's RunRequest), one per op, from its checked flags: each op's
 config for the run's plan, its rows, where its evidence goes, and the arguments that make a mode's child
-process run the same."""
+process run the same. Nothing is written here: each output path is only checked to be writable."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,7 +1,8 @@
 """`h3bench run` once its requests are built (harness/commands/requests.py): the requests run here, one op
 after another with a header line, progress and a summary each, or fanned out over GPUs or Ray; then the
 renderings, the `wrote` line and the gate. Returns the exit status: 0; 1 when --require-invariant fails; 3
-when the plan is blind on this machine."""
+when the plan is blind on this machine. A run interrupted (Ctrl-C) or failed leaves no file it made for the
+ops it did not finish (harness/commands/outputs.py); Ctrl-C is `Interrupted`, whose message says what."""
 from __future__ import annotations
 
 import os
@@ -14,8 +15,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from h3bench.harness.commands import BadInput, Program
+from h3bench.harness.commands.outputs import RunOutputs
 from h3bench.harness.commands.requests import RunOptions
 from h3bench.harness.console import make_console, table_console
+
+
+class Interrupted(Exception):
+    """Ctrl-C stopped the run; the message says what it stopped and what was kept (one line)."""
 
 
 def execute(options: RunOptions, requests: Sequence, required, program: Program) -> int:
@@ -25,14 +31,28 @@ def execute(options: RunOptions, requests: Sequence, required, program: Program)
 
     # --quiet hides progress only: the summary, the "wrote" line and errors still print
     console = make_console(stderr=True)
+    outputs = RunOutputs([r.out for r in requests])
     try:
-        found = _fan_out(requests, options, console) if options.fans_out else _run_here(requests, options, console)
+        outputs.make_folders()
+        if options.fans_out:
+            found = _fan_out(requests, options, console)
+            for request in requests:
+                outputs.finish(request.out)
+        else:
+            found = _run_here(requests, options, console, outputs)
+        written = [r.out for r in requests]
+        if options.render:
+            for hook in program.render_hooks:
+                written += hook([r.out for r in requests], console)
+    except KeyboardInterrupt:
+        outputs.take_back()
+        raise Interrupted(_interrupted(outputs, {r.out: r.config.op for r in requests})) from None
     except UserOpError as exc:  # a user op's own code failed mid-run (its make_inputs, its reference)
+        outputs.take_back()
         raise BadInput(str(exc)) from None
-    written = [r.out for r in requests]
-    if options.render:
-        for hook in program.render_hooks:
-            written += hook([r.out for r in requests], console)
+    except BaseException:
+        outputs.take_back()
+        raise
     console.print(f"wrote {escape(', '.join(str(p) for p in written))}", highlight=False)
     if gpu_turns.sharing():  # a fan-out's job on a shared GPU: its turns, for the parent's finish line
         print(gpu_turns.summary(), file=sys.stderr, flush=True)
@@ -42,6 +62,17 @@ def execute(options: RunOptions, requests: Sequence, required, program: Program)
     return negative_control.BLIND_EXIT if blind else 0 if passed else 1
 
 
+def _interrupted(outputs: RunOutputs, ops: dict) -> str:
+    """The interrupt's line: the op it stopped (or the fan-out's ops), that nothing of it was written, and the
+    finished ops' files that stay."""
+    kept = ", ".join(str(p) for p in outputs.finished)
+    if not outputs.unfinished:
+        return f"interrupted while rendering; the evidence is written whole: {kept}"
+    stopped = [ops[outputs.current]] if outputs.current is not None else [ops[p] for p in outputs.unfinished]
+    return (f"interrupted while running {', '.join(stopped)}; nothing was written"
+            + (f" for {'it' if len(stopped) == 1 else 'them'} (the finished ops' files stay: {kept})" if kept else ""))
+
+
 def header(request, plan) -> str:
     cfg = request.config
     return (f"h3bench: op {cfg.op}, device {request.device}, {plan.describe()}, modes {', '.join(request.modes)}, "
@@ -49,7 +80,7 @@ def header(request, plan) -> str:
             f"{'; Triton under the interpreter' if os.environ.get('TRITON_INTERPRET') == '1' else ''}")
 
 
-def _run_here(requests: Sequence, options: RunOptions, console: Console) -> list:
+def _run_here(requests: Sequence, options: RunOptions, console: Console, outputs: RunOutputs) -> list:
     """Each request run in this process, its summary printed; returns the evidence of each."""
     from h3bench.harness.progress import PlainObserver, RichObserver, summary_table
     from h3bench.harness.runner import run as run_evidence
@@ -57,6 +88,7 @@ def _run_here(requests: Sequence, options: RunOptions, console: Console) -> list
     found = []
     for request in requests:
         cfg = request.config
+        outputs.current = request.out
         console.print(escape(header(request, options.plan)), highlight=False)
         started = time.perf_counter()
         if options.quiet:
@@ -66,6 +98,8 @@ def _run_here(requests: Sequence, options: RunOptions, console: Console) -> list
                 evidence = run_evidence(request, observer)
         else:  # a pipe, a CI log: a plain line as each row finishes, not a bar redrawn nowhere
             evidence = run_evidence(request, PlainObserver(console, cfg.op))
+        outputs.finish(request.out)
+        outputs.current = None
         table_console().print(summary_table(evidence))
         print_control(evidence, console)
         console.print(f"{cfg.op}: finished in {time.perf_counter() - started:.1f} s", highlight=False)
