@@ -567,6 +567,36 @@ def test_a_summary_of_several_modes_names_each_row_whole_at_120_columns():
         assert re.search(rf"^\s*{re.escape(label)}\s", text, re.M), (label, text)
 
 
+def test_piped_prose_folds_within_160_columns_and_never_cuts_a_path(tmp_path):
+    """The header line and the `wrote` line of a piped run fold at PIPED_TABLE_WIDTH between words, each path
+    whole on one line (a path with a space, and one longer than the width, included)."""
+    from typer.testing import CliRunner
+
+    from h3bench.cli import app
+    from h3bench.harness.console import PIPED_TABLE_WIDTH
+    out = tmp_path / ("a_long_folder_name_" * 8) / "with space" / "x.json"
+    rendered = [a for a in SMALL if a != "--no-render"]
+    ran = CliRunner().invoke(app, ["run", *rendered, "--adapters", "torch_rms_norm", "--quiet", "--out", str(out)],
+                             env={"COLUMNS": "80"})
+    assert ran.exit_code == 0, ran.output
+    lines = ran.output.splitlines()
+    written = lines[next(i for i, line in enumerate(lines) if line.split(" ")[0] == "wrote"):]
+    assert written[0] == "wrote"   # each path longer than the line: on its own
+    paths = [line.strip().rstrip(",") for line in written[1:]]
+    assert paths == [str(p) for p in (out, *(out.parent / f"x{s}" for s in (".md", ".html", "_latency.png",
+                                                                             "_accuracy.png", "_verdicts.png")))]
+    assert lines[0].startswith("h3bench: op norm_modulate, device cpu, plan quick (--quick), modes plain")
+    assert len(lines[0]) <= PIPED_TABLE_WIDTH
+
+
+def test_fold_breaks_between_words_only():
+    from h3bench.harness.console import fold
+
+    path = "/tmp/a folder/with spaces/evidence.json"
+    text = fold(f"wrote {path}, /x/{'y' * 50}.json", 30, whole=[path])
+    assert text.splitlines() == ["wrote", f"  {path},", f"  /x/{'y' * 50}.json"]
+
+
 def test_validate_names_a_cpu_files_device_not_a_missing_gpu(invoke, piped_run):
     result, text = invoke("validate", str(piped_run[1]))
     assert result.exit_code == 0, text

@@ -90,3 +90,19 @@ def test_a_file_plan_is_read_from_the_file_alone(tmp_path):
     assert choose_plan(False, False, _config(tmp_path, "quick = false\n"), "cpu").describe() == \
         f"plan full ({tmp_path / 'mycfg.toml'}: quick = false)"
 
+
+def test_a_long_header_folds_within_the_piped_width_between_words(started, tmp_path):
+    """Every built-in row named: the header is longer than a piped line and folds, no row name cut."""
+    from typer.testing import CliRunner
+
+    from h3bench.cli import app
+    from h3bench.harness.console import PIPED_TABLE_WIDTH
+
+    result = CliRunner().invoke(app, ["run", "--device", "cpu", "--no-render", "--out", str(tmp_path / "x.json")],
+                                env={"COLUMNS": "80"})
+    assert result.exit_code == 130, result.output
+    lines = result.output.splitlines()
+    header = lines[:next(i for i, line in enumerate(lines) if line.startswith("interrupted"))]
+    assert len(header) > 1 and all(len(line) <= PIPED_TABLE_WIDTH for line in header), header
+    rows = " ".join(" ".join(header).split()).split(", rows ")[1].split("; ")[0].split(", ")
+    assert rows == [a.name for a in started[0].adapters]

@@ -61,23 +61,38 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, metavar="",
+def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                           help="Print h3bench's version and exit.")) -> None:
     """Batch-invariance, accuracy and latency evidence for GPU kernels."""
 
 
+# Each command's line in `h3bench -h`: short enough for an 80-column help, whole (click cuts a long one).
+SHORT_HELP = {
+    "run": "Measure rows through the probes; write evidence JSON.",
+    "list": "Ops and their rows (available, skipped, unavailable).",
+    "env": "The environment block an evidence file would record.",
+    "validate": "Check evidence files for the contract and meaning.",
+    "report": "Markdown, HTML and plots from an evidence file.",
+    "compare": "What changed between two evidence files or folders.",
+    "merge": "Rows of separate runs of one op in one file.",
+    "index": "One page linking several ops' evidence files.",
+}
+
+
 def build_app(program: Program = PROGRAM) -> typer.Typer:
     """The whole program: the measuring commands around `program`, and the commands that read evidence."""
-    # A harness error's traceback: rich's panel at a terminal; Python's own anywhere else, where its last
-    # line is the whole exception (a fan-out's failure reason is that last line: harness/fanout.py).
-    app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP,
+    # Plain help (rich_markup_mode None): click's layout folds option names, metavars and defaults onto more
+    # lines where rich's table cut them at 80 columns. A harness error's traceback: rich's panel at a
+    # terminal; Python's own anywhere else, where its last line is the whole exception (a fan-out's failure
+    # reason is that last line: harness/fanout.py).
+    app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP, rich_markup_mode=None,
                       pretty_exceptions_enable=sys.stderr.isatty(),
                       context_settings={"help_option_names": ["-h", "--help"], "obj": program})
     app.callback()(_options)
     for name, command in (("run", run), ("list", measure.list_), ("env", measure.env),
                           ("validate", measure.validate), ("report", evidence.report),
                           ("compare", evidence.compare), ("merge", evidence.merge), ("index", evidence.index)):
-        app.command(name)(command)
+        app.command(name, short_help=SHORT_HELP[name])(command)
     return app
 
 

@@ -14,7 +14,7 @@ from h3bench.harness.console import make_console
 
 def flag(name: str, help: str, hidden: bool = False):
     """An option that is off unless given (its default goes unsaid)."""
-    return typer.Option(False, name, metavar="", show_default=False, hidden=hidden, help=help)
+    return typer.Option(False, name, show_default=False, hidden=hidden, help=help)
 
 
 FORCE = flag("--force", "Overwrite the files the output option names if they exist.")

@@ -11,8 +11,8 @@ from h3bench.cli.common import FORCE, fail, flag, one_line_errors
 from h3bench.harness.commands.outputs import refuse_overwrite
 
 
-def report(file: Path = typer.Argument(..., help="Evidence JSON."),
-           out: Optional[Path] = typer.Option(None, "--out", help="Folder for the rendered files.",
+def report(file: Path = typer.Argument(..., metavar="FILE", help="Evidence JSON."),
+           out: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="Folder for the rendered files.",
                                               show_default="beside the JSON"),
            csv: bool = flag("--csv", "Also write <name>.csv: one line per figure (op, mode, row, check, size, "
                                      "figure, value)."),
@@ -39,12 +39,13 @@ def report(file: Path = typer.Argument(..., help="Evidence JSON."),
         print("\n".join(str(p) for p in paths))
 
 
-def compare(old: Path = typer.Argument(...), new: Path = typer.Argument(...),
+def compare(old: Path = typer.Argument(..., metavar="OLD", help="The baseline: an evidence file or a folder."),
+            new: Path = typer.Argument(..., metavar="NEW", help="The new file, or a folder of them."),
             allow_missing_rows: bool = flag("--allow-missing-rows",
                                             "A row of OLD absent from NEW is not a regression (a run of fewer "
                                             "rows); a row that became unavailable still is."),
             markdown: Optional[Path] = typer.Option(
-                None, "--markdown", show_default="none",
+                None, "--markdown", metavar="FILE|DIR", show_default="none",
                 help="Also write the comparison here (two folders: a folder, one file a pair)."),
             force: bool = FORCE):
     """What changed between two evidence files of one op, or between two folders of them (each file of NEW
@@ -72,8 +73,8 @@ def compare(old: Path = typer.Argument(...), new: Path = typer.Argument(...),
     raise typer.Exit(code)
 
 
-def merge(files: List[Path] = typer.Argument(..., help="Evidence files of the same op."),
-          out: Path = typer.Option(..., "-o", "--out", help="Merged evidence JSON."),
+def merge(files: List[Path] = typer.Argument(..., metavar="FILE", help="Evidence files of the same op."),
+          out: Path = typer.Option(..., "-o", "--out", metavar="FILE", help="Merged evidence JSON."),
           force: bool = FORCE):
     """Combine rows measured in separate runs; refuses differing GPU, torch or mode (exit 2)."""
     from h3bench.reports.commands import merge_files
@@ -87,8 +88,8 @@ def merge(files: List[Path] = typer.Argument(..., help="Evidence files of the sa
     print(path)
 
 
-def index(files: List[Path] = typer.Argument(..., help="Evidence files, one per op."),
-          out: Path = typer.Option(Path("."), "--out", help="Folder for index.md and index.html.")):
+def index(files: List[Path] = typer.Argument(..., metavar="FILE", help="Evidence files, one per op."),
+          out: Path = typer.Option(Path("."), "--out", metavar="DIR", help="Folder for index.md and index.html.")):
     """One Markdown/HTML page linking several ops' evidence files, with each row's verdict."""
     from h3bench.reports.index import write_index
 

@@ -98,54 +98,58 @@ def _interrupted(message: str) -> None:
 
 def run(
     ctx: typer.Context,
-    op: str = typer.Option("norm_modulate", "--op", help=f"Operator(s) to run: NAME[,NAME], or {ALL_OPS} "
-                                                         "(the RFC's seven ops; one evidence file per op); a user op: "
-                                                         "PATH.py:ATTR, module:ATTR or an h3bench.ops entry point."),
-    config: Optional[Path] = typer.Option(None, "--config",
+    op: str = typer.Option("norm_modulate", "--op", metavar="NAME[,NAME]",
+                           help=f"Operator(s) to run, or {ALL_OPS} (the RFC's seven ops; one evidence file per op); a "
+                                "user op: PATH.py:ATTR, module:ATTR or an h3bench.ops entry point."),
+    config: Optional[Path] = typer.Option(None, "--config", metavar="FILE",
                                           help="TOML config, layered over the op's built-in one; a top-level "
                                                "quick = true or false in it sets the plan.",
                                           show_default="configs/<op>/default.toml, and quick.toml for the quick plan"),
-    set_: List[str] = typer.Option([], "--set", help="Override a config key: KEY=VALUE or TABLE.KEY=VALUE "
-                                                     "(repeatable).", show_default=False),
+    set_: List[str] = typer.Option([], "--set", metavar="KEY=VALUE", show_default=False,
+                                   help="Override a config key: KEY=VALUE or TABLE.KEY=VALUE (repeatable)."),
     quick: bool = flag("--quick", "The quick plan (default on a CPU, unless the --config file sets the plan)."),
     full: bool = flag("--full", "The full plan (default on CUDA, unless the --config file sets the plan)."),
-    device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
-    adapters: Optional[str] = typer.Option(None, "--adapters", help="Built-in rows to run (a,b), or none.",
+    device: str = typer.Option("auto", "--device", metavar="auto|cuda|cpu", help="Where the rows run."),
+    adapters: Optional[str] = typer.Option(None, "--adapters", metavar="ROW[,ROW]|none",
+                                           help="Built-in rows to run, or none.",
                                            show_default="every built-in row; on a CPU the torch_compile rows "
                                                         "only when named"),
-    adapter: List[str] = typer.Option([], "--adapter", show_default=False,
-                                      help="Extra implementation \\[name=]module:attr or \\[name=]path/file.py:attr "
+    adapter: List[str] = typer.Option([], "--adapter", metavar="[NAME=]MODULE:ATTR", show_default=False,
+                                      help="Extra implementation, [name=]module:attr or [name=]path/file.py:attr "
                                            "(repeatable); `h3bench list --op NAME` shows the signature it must "
                                            "have."),
     forward_only: bool = flag("--forward-only", "The --adapter functions have no backward."),
-    mode: List[str] = typer.Option(["plain"], "--mode", help="Global mode(s): NAME[,NAME], or all."),
-    out_arg: Optional[str] = typer.Option(None, "--out", help="Evidence JSON path (a folder with several ops).",
+    mode: List[str] = typer.Option(["plain"], "--mode", metavar="NAME[,NAME]|all", help="Global mode(s)."),
+    out_arg: Optional[str] = typer.Option(None, "--out", metavar="FILE|DIR",
+                                          help="Evidence JSON path (a folder with several ops).",
                                           show_default=DEFAULT_OUT),
     force: bool = flag("--force", "Overwrite the evidence file(s) --out names if they exist."),
-    render: bool = typer.Option(True, "--render/--no-render", metavar="",
-                                help="Write tables and plots beside the JSON."),
+    render: bool = typer.Option(True, "--render/--no-render", help="Write tables and plots beside the JSON."),
     quiet: bool = flag("--quiet", "No progress (bars on a terminal, a line per row elsewhere)."),
-    mode_timeout: Optional[float] = typer.Option(None, "--mode-timeout", help="Seconds a mode's child may run.",
+    mode_timeout: Optional[float] = typer.Option(None, "--mode-timeout", metavar="SECONDS",
+                                                 help="Seconds a mode's child may run.",
                                                  show_default=f"{DEFAULT_CHILD_TIMEOUT_S:g}"),
-    gpus: Optional[str] = typer.Option(None, "--gpus", help="Fan (op, mode) jobs out over GPUs: N, all, or "
-                                                            "ids like 0,2,5; one worker per GPU.",
+    gpus: Optional[str] = typer.Option(None, "--gpus", metavar="N|all|IDS",
+                                       help="Fan (op, mode) jobs out over GPUs: N, all, or ids like 0,2,5; one "
+                                            "worker per GPU.",
                                        show_default="one process, no fan-out"),
     per_gpu: Optional[int] = typer.Option(
-        None, "--per-gpu", show_default="1",
+        None, "--per-gpu", metavar="K", show_default="1",
         help="With --gpus: jobs at once on each GPU. Their bitwise probes overlap; the bandwidth, contention "
              "and latency measurements take turns, each alone on the GPU."),
-    ray: Optional[str] = typer.Option(None, "--ray", help="Run the (op, mode) jobs as Ray tasks (num_gpus=1): "
-                                                          "a cluster address, or auto.", show_default="no Ray"),
+    ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS|auto", show_default="no Ray",
+                                      help="Run the (op, mode) jobs as Ray tasks (num_gpus=1): a cluster "
+                                           "address, or auto."),
     require_invariant: Optional[str] = typer.Option(
-        None, "--require-invariant", show_default="no gate",
-        help="ROW[,ROW] or all: exit 1, naming each, when a selected row is not batch-invariant, its parameter "
-             "gradients do not repeat, or it is unavailable (for CI)."),
+        None, "--require-invariant", metavar="ROW[,ROW]|all", show_default="no gate",
+        help="Exit 1, naming each, when a selected row is not batch-invariant, its parameter gradients do not "
+             "repeat, or it is unavailable (for CI)."),
     flush_l2: bool = flag("--flush-l2", "Zero a 256 MiB buffer before each synchronized and graph sample, "
-                                        "outside its timing: every sample starts with a cold L2 (sets \\[timing] "
+                                        "outside its timing: every sample starts with a cold L2 (sets [timing] "
                                         "flush_l2)."),
     graph_timing: Optional[bool] = typer.Option(
-        None, "--graph-timing/--no-graph-timing", metavar="", show_default="the config's [timing] graph: on",
-        help="Also time each figure's step as a CUDA-graph replay on CUDA (*_graph_us; sets \\[timing] graph; a "
+        None, "--graph-timing/--no-graph-timing", show_default="the config's [timing] graph: on",
+        help="Also time each figure's step as a CUDA-graph replay on CUDA (*_graph_us; sets [timing] graph; a "
              "CPU has no graphs)."),
     in_process: bool = flag("--in-process", "Run the one mode in this process (how a mode's child is called).",
                             hidden=True),
@@ -157,7 +161,7 @@ def run(
 
     Every run also puts a negative control through the batch-invariance probes, once per op in the plain
     mode: the op's composition (its diffusers or torch row) with a planted batch-size fault, which the plan
-    must flag. It is recorded under the file's `control` key, not as a row; `--no-control` skips it.
+    must flag. It is recorded under the file's `control` key, not as a row; --no-control skips it.
 
     Exit status: 0; 1 when --require-invariant fails; 2 on bad input; 3 when the plan is blind on this
     machine (the control went unflagged by a check: the file is written and says so); 130 when interrupted

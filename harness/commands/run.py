@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Sequence
 
 from rich.console import Console
-from rich.markup import escape
 
 from h3bench.harness.commands import BadInput, Program
 from h3bench.harness.commands.outputs import RunOutputs
 from h3bench.harness.commands.requests import RunOptions
-from h3bench.harness.console import make_console, table_console
+from h3bench.harness.console import make_console, say, table_console
 
 
 class Interrupted(Exception):
@@ -53,7 +52,8 @@ def execute(options: RunOptions, requests: Sequence, required, program: Program)
     except BaseException:
         outputs.take_back()
         raise
-    console.print(f"wrote {escape(', '.join(str(p) for p in written))}", highlight=False)
+    texts = [str(p) for p in written]
+    say(console, f"wrote {', '.join(texts)}", whole=texts)
     if gpu_turns.sharing():  # a fan-out's job on a shared GPU: its turns, for the parent's finish line
         print(gpu_turns.summary(), file=sys.stderr, flush=True)
     # a fan-out's control job reports to its parent through its part file, not its exit status
@@ -89,7 +89,7 @@ def _run_here(requests: Sequence, options: RunOptions, console: Console, outputs
     for request in requests:
         cfg = request.config
         outputs.current = request.out
-        console.print(escape(header(request, options.plan)), highlight=False)
+        say(console, header(request, options.plan), whole=[options.plan.source])
         started = time.perf_counter()
         if options.quiet:
             evidence = run_evidence(request)
@@ -117,7 +117,7 @@ def print_control(evidence, console: Console) -> None:
         return
     style = ("red" if negative_control.blind(evidence) else
              "yellow" if isinstance(evidence.control, ControlSkipped) else "")
-    console.print(f"[{style}]{escape(line)}[/]" if style else escape(line), highlight=False)
+    say(console, line, style=style)
 
 
 def _fan_out(requests: Sequence, options: RunOptions, console: Console) -> list:
@@ -146,7 +146,7 @@ def _fan_out(requests: Sequence, options: RunOptions, console: Console) -> list:
                 "finished": f"finished on {where} in {event.wall_s:.0f} s{turns}",
                 "retrying": f"failed on {where}, retrying elsewhere: {event.message}",
                 "failed": f"FAILED: {event.message}"}.get(event.kind, event.kind)
-        console.print(escape(f"[{time.perf_counter() - started:5.0f} s] {event.key}: {text}"), highlight=False)
+        say(console, f"[{time.perf_counter() - started:5.0f} s] {event.key}: {text}")
 
     found = run_suite(requests, devices, ray_address=options.ray, on_event=show, per_device=options.per_gpu)
     for evidence in found:
@@ -167,11 +167,11 @@ def _gate(paths: list[Path], selection, console: Console) -> bool:
 
     verdict = gate.judge([load(path) for path in paths], selection)
     for line in verdict.failures:
-        console.print(f"[red]required invariance failed:[/] {escape(line)}", highlight=False)
-    judged = escape(", ".join(verdict.judged) or "none")
+        say(console, line, style="red", label="required invariance failed:")
+    judged = ", ".join(verdict.judged) or "none"
     if not verdict.passed:
-        console.print(f"required invariance: FAILED; rows judged: {judged}", highlight=False)
+        say(console, f"required invariance: FAILED; rows judged: {judged}")
         return False
-    console.print(f"required invariance: every selected row is batch-invariant with repeatable parameter "
-                  f"gradients; rows judged: {judged}", highlight=False)
+    say(console, f"required invariance: every selected row is batch-invariant with repeatable parameter "
+                 f"gradients; rows judged: {judged}")
     return True
