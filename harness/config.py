@@ -6,7 +6,7 @@ A config has one table per probe plan and one `[inputs]` table whose keys are th
 1. `configs/plans/<plans>.toml`: the probe plans shared by every op of a size set (`token`,
    `timestep`, `sinusoid`, `quick`); `<plans>` is the file's `plans = "..."` or the op's `plan_set`;
 2. `configs/<op>/default.toml`: the op's `[inputs]` (and its `plans`);
-3. the config file itself (`configs/<op>/quick.toml`, or a user's `--config FILE`);
+3. the plan's own file (`configs/<op>/quick.toml` for the quick plan), then a user's `--config FILE`;
 4. `--set` overrides: `--set hidden=8` finds the key in whichever table holds it (it must be unique);
    `--set sweep.rows=64` names the table. Values are TOML literals (`[3, 4]`, `true`, `"float16"`; a
    bare word is a string) and must have the type of the key they replace.
@@ -14,6 +14,9 @@ A config has one table per probe plan and one `[inputs]` table whose keys are th
 A user's op (harness/ops/declared.py) has no TOML file of its own: its plans (the plan set, file or
 tables it declares; by default `token`, and `quick` for the quick plan) with its constants' declared
 defaults as `[inputs]`, then `--config FILE` and `--set` as above.
+
+A file may set the plan itself: a top-level `quick = true` (the quick plan) or `quick = false` (the full
+plan), as the shipped quick.toml files do and the evidence file records it.
 
 The plan records have no defaults of their own: every number comes from a file, so no op's numbers
 hide in the code.
@@ -254,23 +257,51 @@ def _layer(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# A config file's top-level key that sets the plan: true for the quick plan, false for the full plan.
+PLAN_KEY = "quick"
+
+
+def plan_key(data: dict[str, Any], source: Any) -> Optional[bool]:
+    """The plan a config file's table `data` sets (its top-level `quick`, taken out of `data`): True for the
+    quick plan, False for the full plan, None where it sets none."""
+    if PLAN_KEY not in data:
+        return None
+    value = data.pop(PLAN_KEY)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{source}: {PLAN_KEY} must be true (the quick plan) or false (the full plan), "
+                          f"got {value!r}")
+    return value
+
+
+def file_plan(path: Path) -> Optional[bool]:
+    """The plan the config file at `path` sets (`quick = true` or `false`), None where it sets none."""
+    return plan_key(_read_toml(path), path)
+
+
+def _op_file(op: str, path: Path) -> tuple[dict[str, Any], Optional[bool]]:
+    """A config file of `op` (its `op` key, if any, must name it): its tables and keys, and the plan it sets."""
+    data = _read_toml(path)
+    file_op = data.pop("op", op)
+    if file_op != op:
+        raise ConfigError(f"{path} is a config for op {file_op!r}, not {op!r}")
+    return data, plan_key(data, path)
+
+
 def load_config(op: str, path: Optional[Path] = None, quick: bool = False,
                 overrides: tuple[str, ...] = ()) -> RunConfig:
+    """`op`'s config for the quick (`quick`) or the full plan, unless the file at `path` sets the plan itself."""
     spec = get_op(op)  # an unknown op is named as such before any file is looked for
     if isinstance(spec, DeclaredOp):
         return _declared_config(spec, path, quick, overrides)
-    source = path or builtin_config_path(op, quick)
-    data = _read_toml(source)
-    file_op = data.pop("op", op)
-    if file_op != op:
-        raise ConfigError(f"{source} is a config for op {file_op!r}, not {op!r}")
-    default = _read_toml(builtin_config_path(op, quick=False))
-    default.pop("op", None)
-    plans = data.pop("plans", None) or default.pop("plans", None) or get_op(op).plan_set
+    mine, file_quick = _op_file(op, path) if path is not None else ({}, None)
+    quick = quick if file_quick is None else file_quick
+    data = _layer(_op_file(op, builtin_config_path(op, quick=True))[0], mine) if quick else mine
+    default, _ = _op_file(op, builtin_config_path(op, quick=False))
+    plans = data.pop("plans", None) or default.pop("plans", None) or spec.plan_set
     default.pop("plans", None)
+    source = path or builtin_config_path(op, quick)
     if not isinstance(plans, str):
         raise ConfigError(f"{source}: plans must be the name of a plan set, got {plans!r}")
-    quick = bool(data.pop("quick", quick))
     merged = _layer(_layer(_read_toml(plans_path(plans)), default), data)
     for item in overrides:
         apply_override(merged, item, op)
@@ -281,11 +312,8 @@ def _declared_config(op: DeclaredOp, path: Optional[Path], quick: bool, override
     """A user op's config, with no TOML file of its own: its plans (the quick or the full plan it declares,
     by default the built-in `quick` and `token` sets), with its constants' declared defaults as `[inputs]`
     (the params record's defaults), then `--config FILE` (which may name other `plans`), then `--set`."""
-    data = _read_toml(path) if path is not None else {}
-    file_op = data.pop("op", op.name)
-    if file_op != op.name:
-        raise ConfigError(f"{path} is a config for op {file_op!r}, not {op.name!r}")
-    quick = bool(data.pop("quick", quick))
+    data, file_quick = _op_file(op.name, path) if path is not None else ({}, None)
+    quick = quick if file_quick is None else file_quick
     chosen = data.pop("plans", None) or (op.declaration.quick_plans if quick else op.declaration.plans)
     label, tables = _plan_tables(chosen, op.base_dir)
     merged = _layer(tables, data)

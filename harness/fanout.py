@@ -44,7 +44,7 @@ DEFAULT_JOB_TIMEOUT_S = 3600.0
 @dataclass(frozen=True)
 class Job:
     key: str  # e.g. "adaln_projection/vllm"; unique within a run
-    argv: tuple[str, ...]  # the full command, e.g. (sys.executable, "-m", "h3bench.reports.cli", "run", ...)
+    argv: tuple[str, ...]  # the full command, e.g. (sys.executable, "-m", "h3bench.cli", "run", ...)
     out: Path  # the part file the command writes
     cost_s: float  # estimated seconds, for longest-first ordering
     timeout_s: Optional[float] = None

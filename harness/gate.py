@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence, Union
 
 from h3bench.harness.probes import registry
-from h3bench.harness.probes.difference import describe_param
+from h3bench.harness.probes.difference_text import describe_param
 from h3bench.harness.probes.wording import failure_line, first_at
 from h3bench.harness.schema import BatchInvariance, Evidence, RowResult, UnavailableMode, UnavailableRow
 

@@ -58,5 +58,5 @@ class RunRequest:
     # (harness/ does not import adapters/); None: the op has none, and the control is recorded as skipped.
     control_adapter: Optional[Adapter] = None
     # The command that starts the `h3bench` program in a child process (a mode's child, a fan-out job),
-    # e.g. (sys.executable, "-m", "h3bench.reports.cli"): the program's composition root, named by its caller.
+    # e.g. (sys.executable, "-m", "h3bench.cli"): the program's composition root, named by its caller.
     child_program: tuple[str, ...] = ()

@@ -131,7 +131,7 @@ def measure_control(request: RunRequest, op: Op, observer: Observer) -> Optional
     if request.control != control.HERE:
         return control.unmeasured(request.control)
     _disable_tf32()
-    observer.phase_started("plain", f"control: the {op.composition_row} composition with a planted batch-size fault",
+    observer.phase_started("plain", f"control: {op.control_subject} with a planted batch-size fault",
                            control.probe_units(request.config))
     try:
         record = gpu_turns.shared_else_alone(  # bitwise probes only

@@ -1,4 +1,5 @@
-"""What the CLI's `report`, `compare` and `merge` commands do; reports/cli.py only parses arguments.
+"""What the `report`, `compare` and `merge` commands do; h3bench.cli (harness/cli/evidence.py) parses their
+arguments.
 
 Errors are raised, not printed: FileNotFoundError, schema.SchemaError, merge.MergeError.
 """

@@ -50,7 +50,11 @@ def index_rows(paths: Sequence[Path], out_dir: Path) -> list[IndexRow]:
                                      None, None, link))
                 continue
             evidence = schema.from_json(data)
-        except (schema.SchemaError, OSError, ValueError) as exc:  # which of several files is at fault
+        except FileNotFoundError:
+            raise ValueError(f"{path}: no such file") from None
+        except OSError as exc:  # a folder (schema's words), a file it may not read (the system's)
+            raise ValueError(f"{path}: {exc.strerror or exc}") from None
+        except (schema.SchemaError, ValueError) as exc:  # which of several files is at fault
             raise ValueError(f"{path}: {exc}") from None
         sizes = schema.sizes_of(evidence)
         size = sizes[-1] if sizes else None

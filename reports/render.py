@@ -8,6 +8,7 @@ from typing import Optional, Union
 
 from h3bench.harness import schema
 from h3bench.reports import plots, table
+from h3bench.reports.index import write_index
 
 PLOTS = (("latency", "Latency per implementation", plots.plot_latency),
          ("accuracy", "Relative error per implementation", plots.plot_accuracy),
@@ -62,3 +63,14 @@ def render_all(evidence_path: Union[str, Path], out_dir: Optional[Union[str, Pat
         # mkstemp (here and in schema.write_atomic) creates 0600; reports are meant to be shared.
         path.chmod(0o644)
     return paths
+
+
+def render_run(paths: list[Path]) -> list[Path]:
+    """The renderings a run writes: each evidence file's (`render_all`), and an index page beside them when
+    the run wrote several."""
+    written: list[Path] = []
+    for path in paths:
+        written += render_all(path)
+    if len(paths) > 1:
+        written += write_index(paths, Path(paths[0]).parent)
+    return written

@@ -9,7 +9,7 @@ from enum import Enum
 from typing import Optional
 
 from h3bench.harness.probes import registry
-from h3bench.harness.probes.difference import describe_param
+from h3bench.harness.probes.difference_text import describe_param
 from h3bench.harness.probes.registry import ProbeSpec
 from h3bench.harness.probes.wording import differ_count, first_where
 from h3bench.harness.schema import Difference, ParamDifference, RowResult

@@ -130,16 +130,12 @@ def device() -> torch.device:
 
 
 @pytest.fixture
-def invoke(monkeypatch):
-    """Run the `h3bench` program (reports.cli: every command) in this process; returns (result, text)."""
-    from rich.console import Console
+def invoke():
+    """Run the `h3bench` program (h3bench.cli: every command) in this process; returns (result, text)."""
     from typer.testing import CliRunner
 
-    from h3bench.harness import cli
-    from h3bench.reports.cli import app
+    from h3bench.cli import app
 
-    # error messages go to a console made at import time: make it wide so messages stay on one line
-    monkeypatch.setattr(cli, "err", Console(stderr=True, width=1000))
     runner = CliRunner()
 
     def call(*args: str):

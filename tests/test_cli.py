@@ -256,14 +256,15 @@ def test_entry_point_adapters_and_broken_ones(invoke, monkeypatch, tmp_path):
     skipped with a warning instead of breaking every command."""
     from importlib.metadata import EntryPoint
 
-    from h3bench.harness import cli
+    from h3bench.harness.commands import rows as registered
 
-    group = cli.ENTRY_POINT_GROUP
+    group = registered.ENTRY_POINT_GROUP
     points = [EntryPoint("norm_modulate.ext_ok", "tests.test_cli:plain_composition", group),
               EntryPoint("norm_modulate.ext_broken", "no_such_package_xyz:fn", group),
               EntryPoint("bare_broken", "no_such_package_xyz:ADAPTER", group)]
-    monkeypatch.setattr(cli.metadata, "entry_points", lambda group=None: [p for p in points if p.group == group])
-    monkeypatch.setattr(cli, "_WARNED", set())
+    monkeypatch.setattr(registered.metadata, "entry_points",
+                        lambda group=None: [p for p in points if p.group == group])
+    monkeypatch.setattr(registered, "_WARNED", set())
     out = tmp_path / "x.json"
     result, text = invoke("run", "--device", "cpu", "--quick", "--set", "hidden=16", "--no-render",
                           "--adapters", "torch_rms_norm,ext_ok,ext_broken", "--out", str(out))
@@ -349,7 +350,7 @@ def test_piped_output_is_never_cut(tmp_path):
     """Not a terminal (a pipe, a CI log) and COLUMNS=80: every row name and figure printed whole."""
     from typer.testing import CliRunner
 
-    from h3bench.reports.cli import app
+    from h3bench.cli import app
     runner = CliRunner()
     listed = runner.invoke(app, ["list", "--device", "cpu"], env={"COLUMNS": "80"})
     assert listed.exit_code == 0 and "…" not in listed.output
@@ -381,7 +382,7 @@ def piped_run(tmp_path_factory):
     """A small run whose output is not a terminal (CliRunner: a pipe), progress on: (output, file)."""
     from typer.testing import CliRunner
 
-    from h3bench.reports.cli import app
+    from h3bench.cli import app
     out = tmp_path_factory.mktemp("piped") / "x.json"
     ran = CliRunner().invoke(app, ["run", *SMALL, "--adapters", "torch_rms_norm,torch_compile_max_autotune",
                                    "--out", str(out)], env=WIDE)
@@ -458,7 +459,7 @@ def test_the_summary_fits_120_columns_names_whole_and_says_what_its_numbers_are(
 def test_piped_list_stays_within_160_columns_and_list_op_gives_the_whole_source(invoke):
     from typer.testing import CliRunner
 
-    from h3bench.reports.cli import app
+    from h3bench.cli import app
     listed = CliRunner().invoke(app, ["list", "--device", "cpu"], env=WIDE)
     assert listed.exit_code == 0
     assert max(len(line) for line in listed.output.splitlines()) <= 160, listed.output
@@ -537,7 +538,7 @@ def test_the_readme_synopsis_names_every_option_of_run():
     """README.md's `h3bench run` synopsis is the program's: every option `run --help` shows is in it."""
     import typer.main
 
-    from h3bench.reports.cli import app
+    from h3bench.cli import app
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     synopsis = readme[readme.index("    h3bench run ["):readme.index("    h3bench list [")]
     command = typer.main.get_command(app).commands["run"]
@@ -564,3 +565,39 @@ def test_a_summary_of_several_modes_names_each_row_whole_at_120_columns():
     assert max(len(line) for line in text.splitlines()) <= 120
     for label in ("plain/diffusers", "vllm/diffusers", "vllm/torch_compile_max_autotune", "plain/rl_kernel"):
         assert re.search(rf"^\s*{re.escape(label)}\s", text, re.M), (label, text)
+
+
+def test_piped_prose_folds_within_160_columns_and_never_cuts_a_path(tmp_path):
+    """The header line and the `wrote` line of a piped run fold at PIPED_TABLE_WIDTH between words, each path
+    whole on one line (a path with a space, and one longer than the width, included)."""
+    from typer.testing import CliRunner
+
+    from h3bench.cli import app
+    from h3bench.harness.console import PIPED_TABLE_WIDTH
+    out = tmp_path / ("a_long_folder_name_" * 8) / "with space" / "x.json"
+    rendered = [a for a in SMALL if a != "--no-render"]
+    ran = CliRunner().invoke(app, ["run", *rendered, "--adapters", "torch_rms_norm", "--quiet", "--out", str(out)],
+                             env={"COLUMNS": "80"})
+    assert ran.exit_code == 0, ran.output
+    lines = ran.output.splitlines()
+    written = lines[next(i for i, line in enumerate(lines) if line.split(" ")[0] == "wrote"):]
+    assert written[0] == "wrote"   # each path longer than the line: on its own
+    paths = [line.strip().rstrip(",") for line in written[1:]]
+    assert paths == [str(p) for p in (out, *(out.parent / f"x{s}" for s in (".md", ".html", "_latency.png",
+                                                                             "_accuracy.png", "_verdicts.png")))]
+    assert lines[0].startswith("h3bench: op norm_modulate, device cpu, plan quick (--quick), modes plain")
+    assert len(lines[0]) <= PIPED_TABLE_WIDTH
+
+
+def test_fold_breaks_between_words_only():
+    from h3bench.harness.console import fold
+
+    path = "/tmp/a folder/with spaces/evidence.json"
+    text = fold(f"wrote {path}, /x/{'y' * 50}.json", 30, whole=[path])
+    assert text.splitlines() == ["wrote", f"  {path},", f"  /x/{'y' * 50}.json"]
+
+
+def test_validate_names_a_cpu_files_device_not_a_missing_gpu(invoke, piped_run):
+    result, text = invoke("validate", str(piped_run[1]))
+    assert result.exit_code == 0, text
+    assert "gpu None" not in text and re.search(r"valid \(norm_modulate, 2 rows, device cpu", text), text

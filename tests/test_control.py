@@ -17,7 +17,7 @@ from h3bench.harness.config import load_config
 from h3bench.harness.ops import OP_MODULES, get_op
 from h3bench.harness.runner import RunRequest, run
 from h3bench.harness.schema import ControlResult, ControlSkipped
-from h3bench.reports.cli import CHILD_PROGRAM
+from h3bench.cli import CHILD_PROGRAM
 from tests.helpers import CPU, require_prior_art
 
 BUILTIN_OPS = [op for op, module in OP_MODULES.items() if module.startswith("h3bench.harness.ops.")]

@@ -419,7 +419,7 @@ def test_a_harness_error_in_a_jobs_run_is_its_failure_reason_whole(tmp_path):
     code = ("import h3bench.harness.runner as runner\n"
             f"def fails(*args, **kwargs): raise RuntimeError({message!r})\n"
             "runner.run = fails\n"
-            "from h3bench.reports.cli import main\n"
+            "from h3bench.cli import main\n"
             "main()\n")
     log = tmp_path / "job.log"
     with open(log, "wb") as out:

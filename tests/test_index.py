@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from h3bench.harness import schema
 from h3bench.harness.schema import UnavailableMode, UnavailableRow
 from h3bench.reports import index
-from h3bench.reports.cli import app
+from h3bench.cli import app
 from tests.helpers import require_prior_art
 
 REASON = "RuntimeError: a | b\nsecond line <sm_90a>"
@@ -77,6 +77,12 @@ def test_index_command_writes_both_pages_and_refuses_non_evidence(tmp_path):
     bad.write_text("{}")
     result = CliRunner().invoke(app, ["index", str(bad), "--out", str(tmp_path / "x")])
     assert result.exit_code == 2 and "bad.json" in result.output
+
+
+def test_a_missing_file_is_one_clean_line(tmp_path):
+    missing = tmp_path / "missing.json"
+    result = CliRunner().invoke(app, ["index", str(missing), "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and result.output == f"error: {missing}: no such file\n", result.output
 
 
 def test_the_evidence_folder_glob_indexes(tmp_path):

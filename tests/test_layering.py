@@ -1,6 +1,11 @@
-"""Data flows one way: harness/ imports neither adapters/ nor reports/ (the program's composition root,
-reports/cli.py, hands harness the registry and the renderers), no two modules of the package import each
-other, even through others, and no module changes another package's objects when it is imported."""
+"""Data flows one way, and one package composes the program.
+
+- h3bench.cli (harness/cli/, installed under its own name) is the composition root: it parses the command
+  line, and it alone may import adapters/ and reports/ beside harness/; every other module under harness/
+  imports neither (the root hands harness the registry and the renderers);
+- reports/ (rendering, compare, merge, index) imports no adapters/, and adapters/ no reports/;
+- no two modules of the package import each other, even through others;
+- no module changes another package's objects when it is imported."""
 from __future__ import annotations
 
 import ast
@@ -13,22 +18,45 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 UPHILL = ("h3bench.adapters", "h3bench.reports")
 MUTATORS = {"append", "extend", "insert", "update", "setdefault", "add", "register"}
+# harness/'s folders that install under their own name (pyproject.toml's package-dir)
+MAPPED_APART = {"testing": "h3bench.testing", "cli": "h3bench.cli"}
+COMPOSITION_ROOT = ROOT / "harness" / "cli"
 
 
-def _harness_modules() -> list[str]:
-    return sorted("h3bench.harness." + ".".join(p.relative_to(ROOT / "harness").with_suffix("").parts)
-                  .removesuffix(".__init__") for p in (ROOT / "harness").rglob("*.py"))
+def _module_name(path: Path, folder: str) -> str:
+    parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    if folder == "harness" and parts and parts[0] in MAPPED_APART:
+        return ".".join([MAPPED_APART[parts[0]], *parts[1:]])
+    return ".".join([f"h3bench.{folder}", *parts])
 
 
-def test_importing_every_harness_module_imports_neither_adapters_nor_reports():
+def _sources(folder: str) -> list[Path]:
+    """The folder's modules; harness/'s without the composition root."""
+    return sorted(p for p in (ROOT / folder).rglob("*.py")
+                  if not (folder == "harness" and COMPOSITION_ROOT in p.parents))
+
+
+def _loaded_by_importing(folder: str, prefixes: tuple[str, ...]) -> list[str]:
+    """The modules under `prefixes` that importing every module of `folder` loads (in a fresh interpreter)."""
+    names = [_module_name(p, folder) for p in _sources(folder)]
     code = ("import importlib, json, sys\n"
-            f"for name in {_harness_modules()!r}:\n"
-            "    importlib.import_module(name.removesuffix('.'))\n"
-            f"print(json.dumps(sorted(m for m in sys.modules if m.startswith({UPHILL!r}))))\n")
+            f"for name in {names!r}:\n"
+            "    importlib.import_module(name)\n"
+            f"print(json.dumps(sorted(m for m in sys.modules if m.startswith({prefixes!r}))))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.splitlines()[-1]) == []
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_importing_every_harness_module_but_the_cli_imports_neither_adapters_nor_reports():
+    assert _loaded_by_importing("harness", UPHILL) == []
+
+
+def test_importing_every_reports_module_imports_no_adapters():
+    assert _loaded_by_importing("reports", ("h3bench.adapters",)) == []
 
 
 def _imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
@@ -45,11 +73,25 @@ def _imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
     return found
 
 
-def test_no_harness_module_imports_adapters_or_reports_even_lazily():
-    offenders = [f"{path.relative_to(ROOT)}:{line}: {name}" for path in sorted((ROOT / "harness").rglob("*.py"))
-                 for line, name in _imported_modules(ast.parse(path.read_text()))
-                 if name.startswith(UPHILL)]
-    assert offenders == [], offenders
+def _offenders(folder: str, uphill: tuple[str, ...]) -> list[str]:
+    return [f"{path.relative_to(ROOT)}:{line}: {name}" for path in _sources(folder)
+            for line, name in _imported_modules(ast.parse(path.read_text())) if name.startswith(uphill)]
+
+
+def test_no_harness_module_but_the_cli_imports_adapters_or_reports_even_lazily():
+    assert _offenders("harness", UPHILL) == []
+
+
+def test_reports_and_adapters_import_each_other_nowhere_even_lazily():
+    assert _offenders("reports", ("h3bench.adapters",)) == []
+    assert _offenders("adapters", ("h3bench.reports",)) == []
+
+
+def test_the_composition_root_is_where_harness_adapters_and_reports_meet():
+    imported = {name for path in COMPOSITION_ROOT.rglob("*.py")
+                for _, name in _imported_modules(ast.parse(path.read_text()))}
+    for package in ("h3bench.harness", *UPHILL):
+        assert any(name.startswith(package) for name in imported), package
 
 
 def _root(node: ast.AST):

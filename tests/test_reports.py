@@ -315,7 +315,7 @@ def test_compare_refuses_two_ops(tmp_path):
         cmp.compare(prior(), other)
     path = schema.save(other, tmp_path / "other.json")
     from typer.testing import CliRunner
-    from h3bench.reports.cli import app
+    from h3bench.cli import app
     result = CliRunner().invoke(app, ["compare", str(PRIOR_ART), str(path)])
     assert result.exit_code == 2 and "op differs" in result.output
 
@@ -728,14 +728,13 @@ def test_report_and_merge_commands_exit_codes_and_files(invoke, tmp_path):
 
 
 def test_a_run_of_several_files_gets_an_index_page(tmp_path):
-    """The renderer a run calls (reports.cli.render_after_run): each file's pages, and an index page beside
+    """The renderer a run calls (reports.render.render_run): each file's pages, and an index page beside
     them when the run wrote more than one file."""
-    from h3bench.reports.cli import render_after_run
     a, b = split(prior(), ["diffusers"])
     pa, pb = schema.save(a, tmp_path / "a.json"), schema.save(b, tmp_path / "b.json")
-    written = render_after_run([pa], Console(quiet=True))
+    render.render_run([pa])
     assert (tmp_path / "a.md").is_file() and not (tmp_path / "index.md").exists()
-    written = render_after_run([pa, pb], Console(quiet=True))
+    written = render.render_run([pa, pb])
     assert tmp_path / "index.md" in written and tmp_path / "index.html" in written
     assert "(b.json)" in (tmp_path / "index.md").read_text()
 
@@ -776,3 +775,12 @@ def test_compare_two_folders_pairs_files_by_op_and_modes(invoke, tmp_path):
     assert result.exit_code == 2 and "two evidence files or two folders" in text
     result, text = invoke("compare", str(old), str(tmp_path / "md"))
     assert result.exit_code == 2 and "no evidence file" in text
+
+
+def test_rendering_a_file_with_recorded_differences_words_where_bits_differ(tmp_path):
+    """`h3bench report` words a recorded difference: where bits differ and how many ULP."""
+    from h3bench.reports.commands import report
+
+    evidence = Path(__file__).resolve().parents[1] / "reports" / "evidence" / "gate_residual_h100.json"
+    report(evidence, tmp_path, quiet=True)
+    assert "ULP" in (tmp_path / "gate_residual_h100.md").read_text()

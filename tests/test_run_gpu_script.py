@@ -52,6 +52,6 @@ def test_common_with_named_rows_runs_each_op_alone_into_one_folder(tmp_path):
     assert done.returncode == 0, done.stderr
     calls = record.read_text().splitlines()
     folder = out / "work" / "common_quick_t"
-    assert calls == [f"-m h3bench.reports.cli run --op {op} --device cuda --quick --no-render --quiet --force "
+    assert calls == [f"-m h3bench.cli run --op {op} --device cuda --quick --no-render --quiet --force "
                      f"--out {folder / (op + '.json')} --adapters transformer_engine" for op in ("rms_norm", "linear")]
     assert "common ops (rms_norm, rows transformer_engine), quick plan: rc=0" in done.stdout

@@ -14,7 +14,7 @@ import torch
 from h3bench.harness import fanout, schema, suite
 from h3bench.harness.runner import RunRequest, run
 from h3bench.harness.schema import RowResult, UnavailableMode
-from h3bench.reports.cli import CHILD_PROGRAM
+from h3bench.cli import CHILD_PROGRAM
 from tests.helpers import quick_config, require_prior_art
 
 CPU = torch.device("cpu")

@@ -45,12 +45,12 @@ def example_run(tmp_path_factory):
     """The example op with its plain-torch row through the quick plan, rendered, gated on that row."""
     from typer.testing import CliRunner
 
-    from h3bench.reports.cli import app
+    from h3bench.cli import app
 
     out = tmp_path_factory.mktemp("example") / "example.json"
     saved, sources = dict(ops.DECLARED), dict(ops.DECLARED_SOURCES)
     result = CliRunner().invoke(app, ["run", "--op", EXAMPLE, "--adapter", IMPL, "--device", "cpu", "--quick",
-                                      "--quiet", "--require-invariant", "rms_norm", "--out", str(out)],
+                                      "--require-invariant", "rms_norm", "--out", str(out)],
                                 env={"COLUMNS": "1000"})
     ops.DECLARED.clear(), ops.DECLARED.update(saved)
     ops.DECLARED_SOURCES.clear(), ops.DECLARED_SOURCES.update(sources)
@@ -79,11 +79,14 @@ def test_the_example_op_runs_end_to_end_and_its_honest_row_passes_the_gate(examp
 
 
 def test_the_control_is_planted_in_the_reference_in_the_inputs_dtype_and_flagged(example_run):
-    _, out = example_run
+    result, out = example_run
     control = schema.load(out).control
     assert isinstance(control, schema.ControlResult), control
     assert control.flagged is True and control.row_grads == ["x"]
     assert "reference in the inputs' dtype" in control.source
+    # the progress line names what the fault is planted in: the op's own reference, no built-in op's row
+    assert ("example_rms_norm plain: control: the op's reference in the inputs' dtype with a planted batch-size "
+            "fault: done") in result.output
 
 
 def test_the_file_validates_with_the_op_named(invoke, example_run):

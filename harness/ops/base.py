@@ -126,6 +126,11 @@ class Op:
         return f"{row}[{mode}]" if row in self.mode_tagged_rows else row
 
     @property
+    def control_subject(self) -> str:
+        """What the negative control plants its fault in, in words (the run's progress names it)."""
+        return f"the {self.composition_row} composition"
+
+    @property
     def reference_variants(self) -> tuple[str, ...]:
         """The op itself first, then the partial variants some rows are judged against."""
         return (self.name, *self.references)

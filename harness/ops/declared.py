@@ -210,13 +210,18 @@ class DeclaredOp(Op):
         return found
 
     # --- the negative control's composition ---------------------------------------------------------------
+    @property
+    def control_subject(self) -> str:
+        return ("the op's composition" if self.declaration.composition is not None else
+                "the op's reference in the inputs' dtype")
+
     def control_composition(self) -> tuple[Callable, str]:
         """The honest implementation the control plants its fault into, and what it is: the declared
         composition, else the reference evaluated in the inputs' own dtype (not float64, so that it rounds
         like an implementation), each floating-point output cast to the dtype of the first floating-point
         per-row argument (the default contract)."""
         if self.declaration.composition is not None:
-            return self.declaration.composition, f"the op's composition ({self.source})"
+            return self.declaration.composition, f"{self.control_subject} ({self.source})"
         reference = self.declaration.reference
         row_positions = [k for k, i in enumerate(self.inputs) if i.per_row]
 
@@ -226,7 +231,7 @@ class DeclaredOp(Op):
             dtype = next((args[k].dtype for k in row_positions if args[k].is_floating_point()), None)
             return tuple(o.to(dtype) if dtype is not None and o.is_floating_point() else o for o in outputs)
 
-        return in_inputs_dtype, f"the op's reference in the inputs' dtype ({self.source})"
+        return in_inputs_dtype, f"{self.control_subject} ({self.source})"
 
     def check(self, params: Any, device: torch.device) -> None:
         """Run the declaration once on a small case on `device` (inputs, upstream gradients, the float64

@@ -9,9 +9,8 @@ from typing import Optional, Sequence
 import torch
 
 from h3bench.harness.execute import as_bits
+from h3bench.harness.probes.difference_text import NAN_ULP
 from h3bench.harness.schema import Difference, ParamDifference
-
-NAN_ULP = -1  # a NaN on one side only: no distance
 
 
 def ordered_bits(t: torch.Tensor) -> torch.Tensor:
@@ -74,18 +73,3 @@ def param_difference(name: str, a: torch.Tensor, b: torch.Tensor) -> Optional[Pa
         return None
     return ParamDifference(param=name, elements=count, numel=a.numel(), max_abs=_max_abs(a, b),
                            max_ulp=_max_ulp(ulp_distance(a, b)))
-
-
-def _ulp_text(max_ulp: int) -> str:
-    return "a NaN on one side" if max_ulp == NAN_ULP else f"up to {max_ulp} ULP"
-
-
-def describe(d: Difference) -> str:
-    """`y row 5 element 17 (position 5 in a batch of 32, seed 3), up to 2 ULP, |diff| up to 0.0312`."""
-    return (f"{d.tensor} row {d.row} element {d.element} (position {d.position} in a batch of {d.batch}, "
-            f"seed {d.seed}), {_ulp_text(d.max_ulp)}, |diff| up to {d.max_abs:.3g}")
-
-
-def describe_param(p: ParamDifference) -> str:
-    """`w 3/64 elements, up to 2 ULP`."""
-    return f"{p.param} {p.elements}/{p.numel} elements, {_ulp_text(p.max_ulp)}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from h3bench.harness.probes.difference import describe
+from h3bench.harness.probes.difference_text import describe
 from h3bench.harness.schema import Difference
 
 

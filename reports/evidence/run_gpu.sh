@@ -80,7 +80,7 @@ bash "$ROOT/tools/link_package.sh" "$PKG"
 FULL_PATH=$PKG:$ROOT:$RLK:$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages
 MODES_PATH=$PKG:$ROOT:$RLK:$M/vllm-0.34.0:$M/sglang-0.5.23:$M/megatron-core-0.19.2:$MODES_SITE
 
-h3bench() { python3 -m h3bench.reports.cli "$@"; }
+h3bench() { python3 -m h3bench.cli "$@"; }
 
 big_pieces() { cat /root/devpkgs/PIECES 2>/dev/null || echo "?"; }
 
@@ -139,7 +139,7 @@ run_ops() {  # run_ops PATH OPS [args...]: one h3bench run, its wall time
   local path=$1 ops=$2; shift 2
   local t0
   t0=$(date +%s)
-  PYTHONPATH=$path timeout "$(left)" python3 -m h3bench.reports.cli run --op "$ops" --device cuda --full --no-render --quiet --force "$@"
+  PYTHONPATH=$path timeout "$(left)" python3 -m h3bench.cli run --op "$ops" --device cuda --full --no-render --quiet --force "$@"
   echo "h3bench run --op $ops $*: rc=$? wall $(( $(date +%s) - t0 )) s"
 }
 
@@ -176,12 +176,12 @@ step_common() {
   fi
   local out=$OUT/work/common_quick_$TAG
   [[ $ops == *,* ]] || out=$out/$ops.json  # one op's --out is its file, several ops' a folder
-  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m h3bench.reports.cli run --op "$ops" \
+  PYTHONPATH=$FULL_PATH timeout "$(left)" python3 -m h3bench.cli run --op "$ops" \
     --device cuda --quick --no-render --quiet --force --out "$out" ${adapters:+--adapters "$adapters"}
   echo "common ops ($ops${adapters:+, rows $adapters}), quick plan: rc=$? wall $(( $(date +%s) - t0 )) s"
   [[ ,$ops, == *,linear,* && -z $adapters ]] || return 0
   t0=$(date +%s)
-  PYTHONPATH=$MODES_PATH timeout "$(left)" python3 -m h3bench.reports.cli run --op linear --device cuda --quick \
+  PYTHONPATH=$MODES_PATH timeout "$(left)" python3 -m h3bench.cli run --op linear --device cuda --quick \
     --no-render --quiet --force --mode-timeout 300 \
     --mode plain,vllm,sglang,sglang_ieee,megatron_te_native,megatron_triton,megatron_triton_ieee \
     --out "$OUT/work/linear_modes_quick_$TAG.json"

@@ -1,5 +1,5 @@
-"""`h3bench model`'s options (typer); the logic is harness/model_audit/command.py's, with the Markdown
-renderer handed in."""
+"""`h3bench model`'s options; the logic is harness/model_audit/command.py's, with the Markdown renderer
+(reports/model_markdown.py) handed in."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,22 +7,24 @@ from typing import List, Optional
 
 import typer
 
+from h3bench.cli.measure import DEVICE_METAVAR
 
-def model(spec: str = typer.Argument(..., help="PATH/FILE.py:ATTR or package.module:ATTR; ATTR(device) returns "
+
+def model(spec: str = typer.Argument(..., metavar="PATH.py:ATTR", help="PATH/FILE.py:ATTR or package.module:ATTR; ATTR(device) returns "
                                                "(model, examples, per_row)."),
-          device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
+          device: str = typer.Option("auto", "--device", metavar=DEVICE_METAVAR, help="Where the model runs."),
           full: bool = typer.Option(False, "--full/--quick", help="The full plan (the token ops' sizes) or the "
                                                                   "quick one."),
-          dtype: Optional[str] = typer.Option(None, "--dtype", help="Cast the model and its floating-point "
+          dtype: Optional[str] = typer.Option(None, "--dtype", metavar="DTYPE", show_default="the model's own", help="Cast the model and its floating-point "
                                                                      "examples: float32, float64, bfloat16, float16."),
-          mode: List[str] = typer.Option(["plain"], "--mode", help="NAME[,NAME] or all: each mode but plain in its "
+          mode: List[str] = typer.Option(["plain"], "--mode", metavar="NAME[,NAME]|all", help="NAME[,NAME] or all: each mode but plain in its "
                                                                     "own process."),
-          compile: Optional[str] = typer.Option(None, "--compile", help="default or max-autotune: the compiled "
+          compile: Optional[str] = typer.Option(None, "--compile", metavar="default|max-autotune", show_default="eager only", help="default or max-autotune: the compiled "
                                                                          "model at N, N/2, ..., 1 rows."),
           require_invariant: bool = typer.Option(False, "--require-invariant", metavar="", show_default=False,
                                                  help="Exit 1 when a mode's model or the compiled model is not "
                                                       "batch-invariant."),
-          out: Optional[Path] = typer.Option(None, "--out", help="The evidence JSON (Markdown beside it).",
+          out: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="The evidence JSON (Markdown beside it).",
                                              show_default="runs/model_<file>_<attr>_<device>_<plan>_<time>.json"),
           force: bool = typer.Option(False, "--force", metavar="", show_default=False,
                                      help="Overwrite --out if it exists.")):

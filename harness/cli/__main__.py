@@ -1,0 +1,3 @@
+from h3bench.cli import main
+
+main()

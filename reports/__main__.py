@@ -1,3 +1,0 @@
-from h3bench.reports.cli import main
-
-main()
