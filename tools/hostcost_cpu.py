@@ -1,7 +1,8 @@
 """Host cost of our kernels' calls on a CPU-only machine, every Triton launch a no-op.
 
     TRITON_INTERPRET=1 python -m tools.hostcost_cpu [--op OP] [--rows 8] [--hidden 64] [--table-rows 9]
-        [--dtype bf16,fp32] [--calls 200] [--blocks 25] [--profile] [--check-index] [--json FILE]
+        [--dtype bf16,fp32] [--calls 200] [--blocks 25] [--profile] [--check-index] [--custom-ops]
+        [--json FILE]
 
 OP: norm_modulate (default), final_adaln_out, timestep_mlp, gate_residual, adaln_row_gather,
 adaln_projection, timestep_sinusoid. --rows is the op's rows (T for timestep_mlp, adaln_projection and
@@ -25,7 +26,8 @@ every torch call stay real. Each case is timed as the best of `--blocks` blocks 
 
 (timestep_sinusoid has no gradient: its one step is the call.) `--profile` adds a cProfile of the fwd+bwd
 loop per case (top functions by own time and by cumulative time). Calls pass check_index=False (the harness
-does), unless --check-index.
+does), unless --check-index. `--custom-ops` makes every call as a traced graph holds it, through the op's
+torch.library custom ops (kernels/custom_ops.py): what making them the only path would cost.
 
 Differences from the GPU: no launch cost at all (on the H200 a fast launch, binder + compiled.run, is
 ~10 us of host each), no CUDA caching allocator (CPU allocations instead), and CPU tensors take the
@@ -102,6 +104,13 @@ def best_us(fn: Callable[[], None], calls: int, blocks: int) -> float:
     return round(best / calls * 1e6, 2)
 
 
+def function(op: str, traced: bool) -> Callable:
+    """The op's public function, or with `traced` its call as a traced graph holds it (`_traced`: the custom
+    ops, what making them every call's path would cost)."""
+    module = importlib.import_module(f"h3bench.kernels.{op}_api")
+    return module._traced if traced else getattr(module, op)
+
+
 def _leaf(t: torch.Tensor) -> torch.Tensor:
     return t.detach().requires_grad_()
 
@@ -121,10 +130,10 @@ def _steps(call: Callable[[], torch.Tensor], leaves: tuple, dy) -> dict[str, Cal
     return {"fwd": call, "fwd+bwd": fwd_bwd, "fwd (no grad)": fwd_nograd}
 
 
-def norm_modulate_case(rows: int, hidden: int, table_rows: int, dtype: torch.dtype, check_index: bool
-                       ) -> dict[str, Callable[[], None]]:
+def norm_modulate_case(rows: int, hidden: int, table_rows: int, dtype: torch.dtype, check_index: bool,
+                       traced: bool = False) -> dict[str, Callable[[], None]]:
     """The harness's layout: sh and sc are the column halves of one [M, 2H] AdaLN table (row-strided views)."""
-    from h3bench.kernels.norm_modulate_api import norm_modulate
+    norm_modulate = function("norm_modulate", traced)
     g = torch.Generator().manual_seed(0)
     x = _leaf(2 * torch.randn(rows, hidden, generator=g).to(dtype))
     w = _leaf((0.5 + torch.rand(hidden, generator=g)).to(dtype))
@@ -136,8 +145,8 @@ def norm_modulate_case(rows: int, hidden: int, table_rows: int, dtype: torch.dty
 
 
 def final_adaln_out_case(rows: int, hidden: int, table_rows: int, dtype: torch.dtype, check_index: bool,
-                         temb_dim: int = 64) -> dict[str, Callable[[], None]]:
-    from h3bench.kernels.final_adaln_out_api import final_adaln_out
+                         temb_dim: int = 64, traced: bool = False) -> dict[str, Callable[[], None]]:
+    final_adaln_out = function("final_adaln_out", traced)
     g = torch.Generator().manual_seed(0)
     x = _leaf(2 * torch.randn(rows, hidden, generator=g).to(dtype))
     nw = _leaf((0.5 + torch.rand(hidden, generator=g)).to(dtype))
@@ -150,12 +159,12 @@ def final_adaln_out_case(rows: int, hidden: int, table_rows: int, dtype: torch.d
                   (x, nw, temb, w, b), dy)
 
 
-def timestep_mlp_case(rows: int, hidden: int, freq_dim: int = 16, temb_dim: int = 24
+def timestep_mlp_case(rows: int, hidden: int, freq_dim: int = 16, temb_dim: int = 24, traced: bool = False
                       ) -> dict[str, Callable[[], None]]:
     """fp32 throughout, with the GPU's config set (kernels.timestep_mlp_kernel.DEFAULT: fp16x3 GEMM2, split-K),
     not the interpreter's: the host path a CUDA call takes (the launches are stubbed, nothing runs)."""
     from h3bench.kernels import timestep_mlp_kernel as TM
-    from h3bench.kernels.timestep_mlp_api import timestep_mlp
+    timestep_mlp = function("timestep_mlp", traced)
     TM.configs = lambda: TM._CONFIGS[0]
     g = torch.Generator().manual_seed(0)
     x = _leaf(torch.randn(rows, freq_dim, generator=g))
@@ -167,10 +176,10 @@ def timestep_mlp_case(rows: int, hidden: int, freq_dim: int = 16, temb_dim: int 
     return _steps(lambda: timestep_mlp(x, w1, b1, w2, b2), (x, w1, b1, w2, b2), dy)
 
 
-def gate_residual_case(rows: int, hidden: int, table_rows: int, dtype: torch.dtype, check_index: bool
-                       ) -> dict[str, Callable[[], None]]:
+def gate_residual_case(rows: int, hidden: int, table_rows: int, dtype: torch.dtype, check_index: bool,
+                       traced: bool = False) -> dict[str, Callable[[], None]]:
     """The harness's layout: gate a column chunk of a [M, 6H] AdaLN table, res and y [R, H]."""
-    from h3bench.kernels.gate_residual_api import gate_residual
+    gate_residual = function("gate_residual", traced)
     g = torch.Generator().manual_seed(0)
     res = _leaf(torch.randn(rows, hidden, generator=g).to(dtype))
     y = _leaf(torch.randn(rows, hidden, generator=g).to(dtype))
@@ -180,11 +189,11 @@ def gate_residual_case(rows: int, hidden: int, table_rows: int, dtype: torch.dty
     return _steps(lambda: gate_residual(res, y, gate, idx, check_index=check_index), (res, y, gate), dy)
 
 
-def adaln_row_gather_case(rows: int, hidden: int, table_rows: int, dtype: torch.dtype, check_index: bool
-                          ) -> dict[str, Callable[[], None]]:
+def adaln_row_gather_case(rows: int, hidden: int, table_rows: int, dtype: torch.dtype, check_index: bool,
+                          traced: bool = False) -> dict[str, Callable[[], None]]:
     """The model's 3 modalities and 6 chunks: table [M, 6H] (M rounded down to a multiple of 3, at least 3),
     ti and tag [R]; the backward hands each of the six outputs its own gradient."""
-    from h3bench.kernels.adaln_row_gather_api import adaln_row_gather
+    adaln_row_gather = function("adaln_row_gather", traced)
     g = torch.Generator().manual_seed(0)
     steps = max(1, table_rows // 3)
     table = _leaf((0.1 * torch.randn(steps * 3, 6 * hidden, generator=g)).to(dtype))
@@ -194,10 +203,10 @@ def adaln_row_gather_case(rows: int, hidden: int, table_rows: int, dtype: torch.
     return _steps(lambda: adaln_row_gather(table, ti, tag, check_index=check_index), (table,), dys)
 
 
-def adaln_projection_case(rows: int, hidden: int, dtype: torch.dtype, temb_dim: int = 64
+def adaln_projection_case(rows: int, hidden: int, dtype: torch.dtype, temb_dim: int = 64, traced: bool = False
                           ) -> dict[str, Callable[[], None]]:
     """temb [T, D] fp32 (T = --rows), w [6H, D] and b [6H] in `dtype` (bf16 or fp16: the tensor-core GEMM)."""
-    from h3bench.kernels.adaln_projection_api import adaln_projection
+    adaln_projection = function("adaln_projection", traced)
     g = torch.Generator().manual_seed(0)
     temb = _leaf(torch.randn(rows, temb_dim, generator=g))
     w = _leaf((0.05 * torch.randn(6 * hidden, temb_dim, generator=g)).to(dtype))
@@ -206,8 +215,8 @@ def adaln_projection_case(rows: int, hidden: int, dtype: torch.dtype, temb_dim: 
     return _steps(lambda: adaln_projection(temb, w, b), (temb, w, b), dy)
 
 
-def timestep_sinusoid_case(rows: int, freq_dim: int) -> dict[str, Callable[[], None]]:
-    from h3bench.kernels.timestep_sinusoid_api import timestep_sinusoid
+def timestep_sinusoid_case(rows: int, freq_dim: int, traced: bool = False) -> dict[str, Callable[[], None]]:
+    timestep_sinusoid = function("timestep_sinusoid", traced)
     t = torch.rand(rows, generator=torch.Generator().manual_seed(0)) * 1000
     return {"call": lambda: timestep_sinusoid(t, freq_dim)}
 
@@ -243,6 +252,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--blocks", type=int, default=25)
     ap.add_argument("--check-index", action="store_true", help="calls with check_index=True (default False)")
     ap.add_argument("--profile", action="store_true", help="cProfile the fwd+bwd loop of each case")
+    ap.add_argument("--custom-ops", action="store_true",
+                    help="every call through the op's torch.library custom ops, as a traced graph makes it")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
@@ -251,22 +262,23 @@ def main(argv=None) -> dict:
     for op in OPS:  # every launcher's module, so stub_launches sees them
         importlib.import_module(f"h3bench.kernels.{op}_api")
     restore = stub_launches()
+    traced = args.custom_ops
     try:
         cases = []
         for name in args.dtype.split(","):
             dtype = DTYPES[name.strip()]
             if args.op in ("timestep_mlp", "timestep_sinusoid"):
                 if dtype == torch.float32:   # fp32 only (timestep_mlp's contract; the sinusoid's output)
-                    cases.append((f"{args.op} fp32", timestep_mlp_case(args.rows, args.hidden)
+                    cases.append((f"{args.op} fp32", timestep_mlp_case(args.rows, args.hidden, traced=traced)
                                   if args.op == "timestep_mlp" else
-                                  timestep_sinusoid_case(args.rows, args.hidden)))
+                                  timestep_sinusoid_case(args.rows, args.hidden, traced=traced)))
             elif args.op == "adaln_projection":
                 if dtype != torch.float32:   # w is bf16 or fp16 (the tensor-core GEMM)
                     cases.append((f"adaln_projection {name}",
-                                  adaln_projection_case(args.rows, args.hidden, dtype)))
+                                  adaln_projection_case(args.rows, args.hidden, dtype, traced=traced)))
             else:
                 cases.append((f"{args.op} {name}", ROW_CASES[args.op](
-                    args.rows, args.hidden, args.table_rows, dtype, args.check_index)))
+                    args.rows, args.hidden, args.table_rows, dtype, args.check_index, traced=traced)))
         results = {}
         for label, steps in cases:
             results[label] = {step: best_us(fn, args.calls, args.blocks) for step, fn in steps.items()}
