@@ -5,15 +5,17 @@ row's output and gradients do not depend on the batch it rides in; parameter gra
         adaln_row_gather, gate_residual, final_adaln_out
 
 Each is a plain function with autograd (timestep_sinusoid: forward only); its docstring gives inputs, shapes
-and dtypes, and `kernels/notes/<op>.md` its design. They run on CUDA, or on the CPU under the Triton
-interpreter (TRITON_INTERPRET=1 set before triton is imported). A name is imported on first use, so
+and dtypes, and `kernels/notes/<op>.md` its design. Under torch.compile each call is captured as torch.library
+custom ops (`h3bench::<op>`, with fake implementations and registered autograd: kernels/custom_ops.py), so a
+model compiles with fullgraph=True and gives the eager call's bits. They run on CUDA, or on the CPU under the
+Triton interpreter (TRITON_INTERPRET=1 set before triton is imported). A name is imported on first use, so
 `import h3bench.kernels` alone imports neither triton nor torch's CUDA runtime.
 
 Every op has two modules: `<op>_api.py`, the public function (its docstring, argument checks and autograd
-node), and `<op>_kernel.py`, what it launches (its @triton.jit kernels, or for the GEMM ops the launch
-configurations of kernels/gemm.py's kernels, and the forward and backward launch sequences). No module is
-named after a public function: importing a submodule binds its name on this package, which would then hide
-the function of that name.
+node, and its custom ops), and `<op>_kernel.py`, what it launches (its @triton.jit kernels, or for the GEMM
+ops the launch configurations of kernels/gemm.py's kernels, and the forward and backward launch sequences).
+No module is named after a public function: importing a submodule binds its name on this package, which
+would then hide the function of that name.
 """
 from __future__ import annotations
 

@@ -1,11 +1,14 @@
 """`adaln_projection(temb, w, b)`: argument checks and autograd around kernels/adaln_projection_kernel.py (the
-GEMMs' launch configurations, forward and backward)."""
+GEMMs' launch configurations, forward and backward), and the custom ops torch.compile captures
+(kernels/custom_ops.py)."""
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from h3bench.kernels import adaln_projection_kernel as K
-from h3bench.kernels import checks
+from h3bench.kernels import checks, gemm
+from h3bench.kernels.custom_ops import Record, compiling, needed, on_device, present, require_training
 
 
 def _check(temb, w, b) -> None:
@@ -45,6 +48,8 @@ def adaln_projection(temb: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> to
     (CUDA, or the CPU under TRITON_INTERPRET=1). Returns [T, N] in w's dtype. T = 0 gives an empty
     table and zero weight gradients. Each table row is bitwise the same whatever T is; dW and db
     repeat bitwise."""
+    if compiling():  # torch.compile captures the custom ops (below)
+        return _traced(temb, w, b)
     _check(temb, w, b)
     if temb.device.type == "cuda" and temb.device.index != torch.cuda.current_device():
         with torch.cuda.device(temb.device):
@@ -52,3 +57,58 @@ def adaln_projection(temb: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> to
     if torch.is_grad_enabled() and any(t.requires_grad for t in (temb, w, b)):
         return _AdaLNProjection.apply(temb, w, b)
     return K.forward(temb, w, b, keep_a=False)[0]
+
+
+# --- the custom ops torch.compile captures (kernels/custom_ops.py) ----------------------------------------
+
+def _traced(temb: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    """The call as a traced graph holds it: the forward op, in the mode the eager call would take."""
+    training = torch.is_grad_enabled() and (temb.requires_grad or w.requires_grad or b.requires_grad)
+    return _op(temb, w, b, training)[0]
+
+
+@torch.library.custom_op("h3bench::adaln_projection", mutates_args=())
+def _op(temb: Tensor, w: Tensor, b: Tensor, training: bool) -> tuple[Tensor, Tensor]:
+    """(table, a's buffer): the eager call. a (cast(silu(temb))) is the first D columns of `gemm.silu_cast`'s
+    buffer, which with `training` holds the ones column the backward op reads past them: the op returns the
+    whole buffer, so that no graph keeps a while dropping what lies beyond its columns."""
+    with on_device(temb):
+        table, a = K.forward(temb, w, b, keep_a=training)
+    return table, gemm.silu_cast_buffer(a)
+
+
+@_op.register_fake
+def _fake(temb, w, b, training):
+    _check(temb, w, b)
+    steps, dim = temb.shape
+    buffer = temb.new_empty((steps, gemm.silu_cast_width(dim, training)), dtype=w.dtype)
+    return temb.new_empty((steps, w.shape[0]), dtype=w.dtype), buffer
+
+
+@torch.library.custom_op("h3bench::adaln_projection_backward", mutates_args=())
+def _backward_op(dy: Tensor, temb: Tensor, w: Tensor, a_buffer: Tensor, needs: list[bool]
+                 ) -> tuple[Tensor, Tensor, Tensor]:
+    """(dtemb, dW, db), each empty where `needs` has no gradient: `_AdaLNProjection.backward`."""
+    a = a_buffer.narrow(1, 0, temb.shape[1])
+    with on_device(temb):
+        return present(_AdaLNProjection.backward(Record((temb, w, a), needs), dy), temb)
+
+
+@_backward_op.register_fake
+def _backward_fake(dy, temb, w, a_buffer, needs):
+    grads = (temb.new_empty(temb.shape), w.new_empty(w.shape), w.new_empty(w.shape[0]))
+    return present(needed(grads, needs), temb)
+
+
+def _setup(ctx, inputs, output) -> None:
+    temb, w, _, ctx.training = inputs
+    ctx.save_for_backward(temb, w, output[1])
+
+
+def _backward(ctx, dy, _):
+    require_training(ctx, "adaln_projection")
+    needs = list(ctx.needs_input_grad[:3])
+    return (*needed(_backward_op(dy, *ctx.saved_tensors, needs), needs), None)
+
+
+_op.register_autograd(_backward, setup_context=_setup)

@@ -200,8 +200,9 @@ def _partials_kernel(G0, G1, G2, G3, G4, G5, sg0, sg1, sg2, sg3, sg4, sg5, ORDER
 
 def forward(table: torch.Tensor, ti: torch.Tensor, tag: torch.Tensor, modalities: int, chunks: int,
             save_index: bool, config: Optional[LaunchConfig] = None
-            ) -> tuple[tuple[torch.Tensor, ...], Optional[torch.Tensor]]:
-    """(the `chunks` outputs, the combined int32 index or None). `table` has a unit inner stride."""
+            ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """(the [chunks, S, H] buffer, whose slices along dim 0 are the outputs, the combined int32 index or
+    None). `table` has a unit inner stride."""
     rows = ti.shape[0]
     hidden = table.shape[1] // chunks
     buf = torch.empty((chunks, rows, hidden), dtype=table.dtype, device=table.device)
@@ -213,7 +214,7 @@ def forward(table: torch.Tensor, ti: torch.Tensor, tag: torch.Tensor, modalities
         launch(_fwd_kernel, grid, table, ti, tag, buf, idx if save_index else buf, rows, hidden, nb,
                table.shape[0] // modalities, modalities, table.stride(0), BLOCK_C=cfg.block_c, ROWS=cfg.fwd_rows,
                TILES=cfg.fwd_tiles, SAVE_IDX=save_index, num_warps=cfg.fwd_warps)
-    return buf.unbind(0), idx
+    return buf, idx
 
 
 def backward_split(rows: int, hidden: int, chunks: int, cfg: LaunchConfig, device: torch.device

@@ -45,11 +45,16 @@ PROJECTION_DX = gemm.LaunchConfig(16, 64, 64, num_warps=4, num_stages=4, split_k
 PROJECTION_DW = gemm.LaunchConfig(64, 128, 16, num_warps=4, num_stages=3)
 
 
+def temb_rows(temb):
+    """temb as the projection and its backward read it: unit inner stride."""
+    return temb if temb.stride(-1) == 1 else temb.contiguous()
+
+
 def _project(temb, w, b):
     """(temb as the backward reads it, a = cast(silu(temb)), proj): temb made unit-stride once
     (gemm.silu_cast's input; the backward reads it), a by `gemm.silu_cast` (one launch: silu in fp32 and one
     rounding to w's dtype; for a bf16/fp16 temb torch would round silu to temb's dtype first), then F.linear."""
-    temb = temb if temb.stride(-1) == 1 else temb.contiguous()
+    temb = temb_rows(temb)
     a = gemm.silu_cast(temb, w.dtype)
     # and a contiguous W (a no-op for the usual parameter): a BLAS may take another path for a strided one
     return temb, a, F.linear(a, w.contiguous(), b)

@@ -1,12 +1,15 @@
-"""`gate_residual(res, y, gate, idx)`: argument checks and autograd around kernels/gate_residual_kernel.py."""
+"""`gate_residual(res, y, gate, idx)`: argument checks and autograd around kernels/gate_residual_kernel.py, and the
+custom ops torch.compile captures (kernels/custom_ops.py)."""
 from __future__ import annotations
 
 from typing import Optional
 
 import torch
+from torch import Tensor
 
 from h3bench.kernels import checks
 from h3bench.kernels import gate_residual_kernel as K
+from h3bench.kernels.custom_ops import Record, compiling, config_fields, config_of, needed, on_device, present
 
 
 def _check(res, y, gate, idx) -> None:
@@ -75,6 +78,8 @@ def gate_residual(res: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, idx: t
     `check_index=False` skips the range check (a host sync); a row with an index out of range then
     comes out as NaN (and its y gradient too) and adds nothing to the gate gradient.
     """
+    if compiling():  # torch.compile captures the custom ops (below)
+        return _traced(res, y, gate, idx, check_index, config)
     _check(res, y, gate, idx)
     if res.device.type == "cuda" and res.device.index != torch.cuda.current_device():
         with torch.cuda.device(res.device):  # triton launches on the current device
@@ -85,3 +90,58 @@ def gate_residual(res: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, idx: t
         return _GateResidual.apply(res, y, gate, idx, config)
     out = K.forward(*_layout(res, y, gate, idx), config)
     return out if res.dim() == 2 else out.view(res.shape)
+
+
+# --- the custom ops torch.compile captures (kernels/custom_ops.py) ----------------------------------------
+
+def _traced(res: Tensor, y: Tensor, gate: Tensor, idx: Tensor, check_index: bool = True,
+            config: Optional[K.LaunchConfig] = None) -> Tensor:
+    """The call as a traced graph holds it: the forward op."""
+    return _op(res, y, gate, idx, check_index, config_fields(config))
+
+
+@torch.library.custom_op("h3bench::gate_residual", mutates_args=())
+def _op(res: Tensor, y: Tensor, gate: Tensor, idx: Tensor, check_index: bool, config: list[int]) -> Tensor:
+    """The eager call on detached inputs (its forward launch is the autograd node's); config: `config_fields`."""
+    return gate_residual(res.detach(), y.detach(), gate.detach(), idx, check_index, config_of(K.LaunchConfig, config))
+
+
+@_op.register_fake
+def _fake(res, y, gate, idx, check_index, config):
+    _check(res, y, gate, idx)
+    out = res.new_empty(res.numel() // res.shape[-1], res.shape[-1], dtype=K.out_dtype(res, y, gate))
+    return out if res.dim() == 2 else out.view(res.shape)
+
+
+@torch.library.custom_op("h3bench::gate_residual_backward", mutates_args=())
+def _backward_op(dout: Tensor, res: Tensor, y: Tensor, gate: Tensor, idx: Tensor, config: list[int],
+                 needs: list[bool]) -> tuple[Tensor, Tensor, Tensor]:
+    """(dres, dy, dgate), each empty where `needs` has no gradient: `_GateResidual.backward` on the ctx its
+    forward filled, made again from the inputs."""
+    _, y2, gate_, idx1 = _layout(res, y, gate, idx)
+    ctx = Record((y2, gate_, idx1), needs, shape=res.shape, config=config_of(K.LaunchConfig, config),
+                 res_dtype=res.dtype)
+    with on_device(res):
+        return present(_GateResidual.backward(ctx, dout)[:3], res)
+
+
+@_backward_op.register_fake
+def _backward_fake(dout, res, y, gate, idx, config, needs):
+    rows, hidden = res.numel() // res.shape[-1], res.shape[-1]
+    grads = (res.new_empty(rows, hidden), y.new_empty(rows, hidden), gate.new_empty(gate.shape[0], hidden))
+    if res.dim() != 2:
+        grads = (grads[0].view(res.shape), grads[1].view(res.shape), grads[2])
+    return present(needed(grads, needs), res)
+
+
+def _setup(ctx, inputs, output) -> None:
+    res, y, gate, idx, _, ctx.config = inputs
+    ctx.save_for_backward(res, y, gate, idx)
+
+
+def _backward(ctx, dout):
+    needs = list(ctx.needs_input_grad[:3])
+    return (*needed(_backward_op(dout, *ctx.saved_tensors, ctx.config, needs), needs), None, None, None)
+
+
+_op.register_autograd(_backward, setup_context=_setup)

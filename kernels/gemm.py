@@ -967,7 +967,7 @@ def silu_cast(x: torch.Tensor, dtype: torch.dtype, ones_column: bool = False) ->
     rows, d = x.shape
     if d > 1 and x.stride(1) != 1:
         x = x.contiguous()   # the kernel reads a row's elements at unit stride
-    width = cdiv(d + 1, 16) * 16 if ones_column else d
+    width = silu_cast_width(d, ones_column)
     pad = width - d
     out = torch.empty((rows, width), dtype=dtype, device=x.device)
     if rows:
@@ -979,6 +979,18 @@ def silu_cast(x: torch.Tensor, dtype: torch.dtype, ones_column: bool = False) ->
         launch_keyed(_silu_cast_kernel, (cdiv(rows, tile_rows), cdiv(width, block)), out.device.index,
                      key, (x, out) + ints, meta)
     return out[:, :d]
+
+
+def silu_cast_width(d: int, ones_column: bool) -> int:
+    """The width of `silu_cast`'s buffer for D = `d` columns."""
+    return cdiv(d + 1, 16) * 16 if ones_column else d
+
+
+def silu_cast_buffer(a: torch.Tensor) -> torch.Tensor:
+    """The whole [T, W] buffer of which `silu_cast`'s result `a` is the first D columns (with the ones
+    column: what `weight_grad(..., a_ones="stored")` reads beyond them)."""
+    width = a.stride(0)
+    return a.as_strided((a.shape[0], width), (width, 1))
 
 
 def run_forward_plan(plan: _Plan, a: torch.Tensor, w: torch.Tensor, y: torch.Tensor, bias=None) -> None:

@@ -1,4 +1,5 @@
-"""`norm_modulate(x, w, sh, sc, idx)`: argument checks and autograd around the Triton kernels.
+"""`norm_modulate(x, w, sh, sc, idx)`: argument checks and autograd around the Triton kernels, and the custom ops
+torch.compile captures (kernels/custom_ops.py).
 
 The host path is kept short on purpose: on the H200 VM a call's Python costs as much as a small
 kernel (kernels/notes/norm_modulate.md, "Host path"). A call whose arguments are all well formed on one
@@ -8,9 +9,11 @@ checks run, to name the argument at fault in the error.
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from h3bench.kernels import checks, graph_cache
 from h3bench.kernels import norm_modulate_kernel as K
+from h3bench.kernels.custom_ops import Record, absent, compiling, needed, on_device, present, require_training
 
 
 def _fast_ok(x, w, sh, sc, idx) -> bool:
@@ -135,6 +138,8 @@ def norm_modulate(x: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.
     (a host sync); a row whose index is out of range then comes out as NaN (and its x gradient too),
     adding nothing to the parameter gradients, instead of raising.
     """
+    if compiling():  # torch.compile captures the custom ops (below)
+        return _traced(x, w, sh, sc, idx, eps, check_index)
     if not _fast_ok(x, w, sh, sc, idx):
         _check(x, w, sh, sc, idx)
     if not (type(eps) is float and 0.0 <= eps < checks.INF):  # the common case inline: this runs every call
@@ -174,3 +179,85 @@ def _replayed(x2d, w, sh, sc, idx, eps: float, cfg) -> torch.Tensor:
            sc.dtype, idx.dtype, eps, cfg) + graph_cache.placed(x2d.get_device(), x2d, w, sh, sc, idx, y)
     GRAPHS.run(key, lambda: K.forward(x2d, w, sh, sc, idx, eps, save_rstd=False, config=cfg, out=y))
     return y
+
+
+# --- the custom ops torch.compile captures (kernels/custom_ops.py) ----------------------------------------
+
+def _traced(x: Tensor, w: Tensor, sh: Tensor, sc: Tensor, idx: Tensor, eps: float = 1e-5,
+            check_index: bool = True) -> Tensor:
+    """The call as a traced graph holds it: the forward op, in the mode the eager call would take."""
+    training = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or sh.requires_grad
+                                            or sc.requires_grad)
+    return _op(x, w, sh, sc, idx, eps, check_index, training)[0]
+
+
+@torch.library.custom_op("h3bench::norm_modulate", mutates_args=())
+def _op(x: Tensor, w: Tensor, sh: Tensor, sc: Tensor, idx: Tensor, eps: float, check_index: bool,
+        training: bool) -> tuple[Tensor, Tensor, list[Tensor]]:
+    """(y, rstd, the global plan or []): with `training` the eager autograd node's forward and what the
+    backward op needs (rstd and the plan), else the eager call on detached inputs (the no-grad path; rstd
+    empty)."""
+    if not training:
+        y = norm_modulate(x.detach(), w.detach(), sh.detach(), sc.detach(), idx, eps, check_index)
+        return y, absent(x, torch.float32), []
+    with on_device(x):
+        if check_index:
+            checks.index_range("idx", idx, sh.shape[0], rows_of="the table")
+        ctx = Record()
+        y = _NormModulate.forward(ctx, x, w, sh, sc, idx, eps)
+    rstd, plan = ctx.state[:2]
+    return y, rstd, list(plan or ())
+
+
+@_op.register_fake
+def _fake(x, w, sh, sc, idx, eps, check_index, training):
+    _check(x, w, sh, sc, idx)
+    checks.epsilon(eps)
+    x2d = as_rows(x, w, sh, sc, idx)[0]
+    y = torch.empty_like(x2d)
+    y = y if x.dim() == 2 else y.view(x.shape)
+    if not training:
+        return y, absent(x, torch.float32), []
+    rows = x2d.shape[0]
+    plan = K.wants_plan(sh.shape[0], True, K.launch_config(int(x2d.shape[1])))
+    return y, x.new_empty(rows, dtype=torch.float32), [idx.new_empty(rows, dtype=torch.int64) for _ in range(2 * plan)]
+
+
+
+@torch.library.custom_op("h3bench::norm_modulate_backward", mutates_args=())
+def _backward_op(dy: Tensor, x: Tensor, w: Tensor, sh: Tensor, sc: Tensor, idx: Tensor, rstd: Tensor,
+                 plan: list[Tensor], needs: list[bool]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(dx, dw, dsh, dsc), each empty where `needs` has no gradient: `_NormModulate.backward` on the ctx its
+    forward filled, made again from the inputs and the forward op's rstd and plan."""
+    x2d, w_, _, sc_, idx1d = as_rows(x, w, sh, sc, idx)
+    state = (rstd, tuple(plan) or None, K.launch_config(x2d.shape[1]), sh.shape[0], sh.dtype,
+             None if x.dim() == 2 else x.shape)
+    with on_device(x):
+        grads = _NormModulate.backward(Record((x2d, w_, sc_, idx1d), needs, state=state), dy)
+    return present(grads[:4], x)
+
+
+@_backward_op.register_fake
+def _backward_fake(dy, x, w, sh, sc, idx, rstd, plan, needs):
+    x2d, w_, _, _, _ = as_rows(x, w, sh, sc, idx)
+    rows, hidden = x2d.shape
+    dx = x2d.new_empty(rows, hidden) if rows else torch.empty_like(x2d)
+    dx = dx if x.dim() == 2 else dx.view(x.shape)
+    tables = (x2d.new_empty(sh.shape[0], hidden, dtype=sh.dtype), x2d.new_empty(sc.shape[0], hidden, dtype=sc.dtype))
+    return present(needed((dx, torch.empty_like(w_), *tables), needs), x)
+
+
+def _setup(ctx, inputs, output) -> None:
+    x, w, sh, sc, idx, _, _, ctx.training = inputs
+    _, rstd, plan = output
+    ctx.save_for_backward(x, w, sh, sc, idx, rstd, *plan)
+
+
+def _backward(ctx, dy, *_):
+    require_training(ctx, "norm_modulate")
+    x, w, sh, sc, idx, rstd, *plan = ctx.saved_tensors
+    needs = list(ctx.needs_input_grad[:4])
+    return (*needed(_backward_op(dy, x, w, sh, sc, idx, rstd, plan, needs), needs), None, None, None, None)
+
+
+_op.register_autograd(_backward, setup_context=_setup)

@@ -221,6 +221,13 @@ def _scaled(*configs: C) -> bool:
     return any(gemm.needs_maxima(cfg) for cfg in configs)
 
 
+def wants_maxima(cfg: MLPConfigs, rows: int, keep_pre: bool) -> bool:
+    """Whether `forward` makes the row maxima of h and w2: when GEMM2 or (keep_pre) dz1 or dW2 takes its
+    fp16x3 scales from them."""
+    return bool(rows) and (_scaled(pick(cfg.fwd2, rows))
+                           or (keep_pre and _scaled(pick(cfg.dh, rows), pick(cfg.dw2, rows))))
+
+
 def forward(x, w1, b1, w2, b2, keep_pre: bool):
     """(out, h, z1, maxima of h's and w2's rows or None): the maxima, one launch for both, when GEMM2 or
     (keep_pre: a backward will follow) dz1 or dW2 runs in fp16x3, so the backward does not redo them."""
@@ -229,7 +236,7 @@ def forward(x, w1, b1, w2, b2, keep_pre: bool):
     h, z1 = gemm.forward(x, w1, b1, pick(cfg.fwd1, rows), out_dtype=torch.float32, out_silu=True, save_pre=keep_pre)
     fwd2 = pick(cfg.fwd2, rows)
     maxima = (None, None)
-    if rows and (_scaled(fwd2) or (keep_pre and _scaled(pick(cfg.dh, rows), pick(cfg.dw2, rows)))):
+    if wants_maxima(cfg, rows, keep_pre):
         maxima = gemm.row_maxima(h, w2 if w2.stride(1) == 1 else w2.contiguous())   # (unit inner stride)
     out, _ = gemm.forward(h, w2, b2, fwd2, out_dtype=torch.float32, a_max=maxima[0], w_max=maxima[1])
     return out, h, z1, maxima

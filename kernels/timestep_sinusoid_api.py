@@ -1,5 +1,5 @@
 """`timestep_sinusoid(t, freq_dim, max_period, downscale_freq_shift)`: argument checks and the launch path of
-kernels/timestep_sinusoid_kernel.py's kernel.
+kernels/timestep_sinusoid_kernel.py's kernel, and the custom op torch.compile captures (kernels/custom_ops.py).
 
 Why the path is short: float64 costs the kernel little (2 x 128 sin/cos a row, ~1 us of arithmetic at
 T = 2048 on an H200), so at every T a call's cost is the host path (kernels/notes/timestep_sinusoid.md,
@@ -19,10 +19,12 @@ import numbers
 from typing import Optional
 
 import torch
+from torch import Tensor
 
 from h3bench.kernels import checks
 from h3bench.kernels import timestep_sinusoid_kernel as K
 from h3bench.kernels.common import INTERPRETED, fast_launch_allowed, launch_ready, next_power_of_2, ready_runner
+from h3bench.kernels.custom_ops import compiling, config_fields, config_of
 
 _T_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 _cuda_device = getattr(torch._C, "_cuda_getDevice", None)  # absent from a CPU-only torch (t.is_cuda never true)
@@ -57,6 +59,8 @@ def timestep_sinusoid(t: torch.Tensor, freq_dim: int = 256, max_period: float = 
     """[T, freq_dim] fp32: [cos(t f), sin(t f)] with f_k = exp(-ln(max_period) k / (freq_dim/2 - shift))
     (diffusers' Timesteps(freq_dim, flip_sin_to_cos=True, downscale_freq_shift=shift)). t: [T], any
     float dtype, any stride. No gradient (the op is forward only)."""
+    if compiling():  # torch.compile captures the custom op (below)
+        return _traced(t, freq_dim, max_period, downscale_freq_shift, config)
     # A call like an earlier checked one (same device and constants, t a 1-D tensor of an allowed dtype)
     # skips the checks that call made; anything else takes the checked path.
     recipe = None
@@ -108,3 +112,23 @@ def _checked_recipe(t, freq_dim, max_period, downscale_freq_shift, config) -> tu
     recipe = (K.frequencies(t.device, half, max_period, downscale_freq_shift), cfg.rows, meta, {})
     _RECIPES[(t.device, freq_dim, max_period, downscale_freq_shift, config)] = recipe
     return recipe
+
+
+# --- the custom op torch.compile captures (kernels/custom_ops.py) -----------------------------------------
+
+def _traced(t: Tensor, freq_dim: int = 256, max_period: float = 10000, downscale_freq_shift: float = 0.0,
+            config: Optional[K.LaunchConfig] = None) -> Tensor:
+    """The call as a traced graph holds it: the op, on t detached (no gradient, as the eager call)."""
+    return _op(t.detach(), freq_dim, max_period, downscale_freq_shift, config_fields(config))
+
+
+@torch.library.custom_op("h3bench::timestep_sinusoid", mutates_args=())
+def _op(t: Tensor, freq_dim: int, max_period: float, downscale_freq_shift: float, config: list[int]) -> Tensor:
+    """The eager call; config: `config_fields`."""
+    return timestep_sinusoid(t, freq_dim, max_period, downscale_freq_shift, config_of(K.LaunchConfig, config))
+
+
+@_op.register_fake
+def _fake(t, freq_dim, max_period, downscale_freq_shift, config):
+    _check(t, freq_dim, max_period, downscale_freq_shift)
+    return t.new_empty(t.shape[0], freq_dim, dtype=torch.float32)
