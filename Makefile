@@ -1,9 +1,11 @@
 # One command runs the main job, one runs the tests; both set up .venv first.
 #   make run      h3bench run --op norm_modulate: full plan on CUDA, a quick CPU run otherwise
 #   make run-all  the same for all seven ops (one evidence file each, and an index page)
-#   make test     the test suite (CPU; Triton kernels under the interpreter)
+#   make test     the test suite (CPU; Triton kernels under the interpreter), over TEST_WORKERS processes
 PY ?= python3
 VENV ?= .venv
+# pytest-xdist workers for `make test`: one a core of a 2-core CI machine (each imports torch: a few hundred MB)
+TEST_WORKERS ?= 2
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.h3bench-installed
 TEST_STAMP := $(VENV)/.h3bench-test-installed
@@ -40,7 +42,7 @@ run-all: $(STAMP)
 	$(BIN)/h3bench run --op all
 
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 # The full probe plan on a CPU at a tiny hidden size (counts equal the GPU plan's): ~15 s for the torch
 # rows. The Triton row is left out: under the interpreter the full plan's ~11,500 calls take about an hour.
