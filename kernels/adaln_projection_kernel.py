@@ -84,17 +84,17 @@ class ProjectionConfigs:
         return cls(fwd=((BIG, fwd),), dx=((BIG, dx),), dw=((BIG, dw),))
 
 
-# Each GEMM's tile, k step and K chunks, one for every T (the order), as the H200 measured them
-# (tools/bench_gemm.py's candidates; kernels/notes/gemm.md has the figures and the commands):
-# - fwd: 128 x 256 x 64, 8 warps (two warp groups of m64n256k16 wgmma), persistent: a quarter less time than one
-#   program a tile at T = 2048;
+# Each GEMM's tile, k step and K chunks, one for every T (the order), the fastest of tools/bench_gemm.py's
+# candidates (kernels/notes/gemm.md has the figures and the commands):
+# - fwd: 128 x 256 x 64, 8 warps (two warp groups of m64n256k16 wgmma), persistent: faster than one program a
+#   tile at large T;
 # - dx: 128 x 128 x 64, 8 warps, dtemb's K = 96768 in DX_SPLIT fixed chunks: 126 programs stream W at T = 1;
 # - dw: 128 x 256 x 64, 8 warps.
 _FWD = C(128, 256, 64, num_warps=8, num_stages=4, group_m=16, persistent=True)
 _DX = C(128, 128, 64, num_warps=8, num_stages=4, group_m=8, split_k=DX_SPLIT)
 _DW = C(128, 256, 64, num_warps=8, num_stages=3, group_m=8, tma=True, tma_store=True, persistent=True)
-# How each is fetched, by T (H200, `python -m tools.bench_gemm`, every candidate bitwise the pointer kernel's
-# output; the figures at T = 1 to 2048 are in kernels/notes/gemm.md): dW through TMA descriptors, one program
+# How each is fetched, by T (`python -m tools.bench_gemm`, every candidate bitwise the pointer kernel's output;
+# the figures at T = 1 to 2048 are in kernels/notes/gemm.md): dW through TMA descriptors, one program
 # an SM, stores through a descriptor, at every T (faster than pointers at every T measured); dx and fwd
 # through pointers below TMA_FROM, where pointers were faster, and through TMA from it, where TMA was (one
 # program an SM for dx; 3 stages and descriptor stores for fwd).

@@ -50,8 +50,8 @@ if INTERPRETED:  # tl.dot in a fixed order, not the CPU's BLAS (kernels/interpre
 
     interpreted_dot.install()
 _COMPILED: dict = {}
-# `runner` skips `CudaLauncher.__call__` unless H3BENCH_DIRECT_LAUNCH=0: about half a us a launch on the H200
-# VM (kernels/notes/launch.md). The switch is what `tools.hostcost --switch direct` flips to measure that again.
+# `runner` skips `CudaLauncher.__call__` unless H3BENCH_DIRECT_LAUNCH=0: host time on every launch
+# (kernels/notes/launch.md has the figure). The switch is what `tools.hostcost --switch direct` flips to measure it.
 DIRECT = os.environ.get("H3BENCH_DIRECT_LAUNCH", "1") != "0"
 
 
@@ -60,8 +60,7 @@ def _hooks_installed() -> bool:
     if _knobs is None:
         return True
     runtime = _knobs.runtime
-    # one function, no helper per hook: this runs on every fast launch, and a Python call costs ~0.3 us on
-    # the H200 VM
+    # one function, no helper per hook: this runs on every fast launch, where each Python call costs host time
     enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
     return ((enter is not None and bool(getattr(enter, "calls", True)))
             or (leave is not None and bool(getattr(leave, "calls", True))))
@@ -97,7 +96,7 @@ def _launch_fast(kernel, grid, device: int, args, meta) -> None:
 #
 # `compiled.run(g0, g1, g2, stream, function, packed_metadata, launch_metadata, enter_hook, exit_hook, *args)`
 # is triton's `CudaLauncher.__call__`: two closures and the scratch allocators in Python before its C
-# `launch` (0.46 us a launch on the H200 VM: see `DIRECT`). For a kernel that needs neither global nor
+# `launch` (host time on every launch: see `DIRECT`). For a kernel that needs neither global nor
 # profile scratch memory, that Python only adds fixed arguments, so `runner` calls the C `launch` with
 # them itself. Only where its code was read: triton 3.6.0's `CudaLauncher.__call__(self, gridX, gridY,
 # gridZ, stream, function, *args)` calls `self.launch(gridX, gridY, gridZ, stream, function,
@@ -132,7 +131,7 @@ def runner(compiled) -> tuple:
 # --- launching a kernel whose compiled code depends on dtypes only ----------------------------------------
 #
 # For an op whose whole cost is its host path (timestep_sinusoid: 2 MB at most), even triton's binder
-# (a fifth or more of a launch's host time on the H200 VM: kernels/notes/launch.md) is worth
+# (a large share of a launch's host time: kernels/notes/launch.md) is worth
 # skipping. That is only safe for a kernel whose compiled code cannot depend on an argument's value:
 # every integer argument in `do_not_specialize`, every pointer the caller does not allocate itself in
 # `do_not_specialize_on_alignment` (the others the caller guarantees 16-byte aligned: fresh torch
@@ -186,7 +185,7 @@ def fast_launch_allowed() -> bool:
 
 def _ints_fit(args: tuple, int_positions: tuple[int, ...]) -> bool:
     lo, hi = _I32
-    for i in int_positions:  # a loop, not all() over a generator: ~0.3 us less per launch (CPU-measured)
+    for i in int_positions:  # a loop, not all() over a generator: less host time per launch (tools/hostcost_cpu.py)
         if not lo <= args[i] <= hi:
             return False
     return True
@@ -244,8 +243,8 @@ def ready_specialization(kernel, names: list, specialization: list, n_args: int,
 # caller's fresh allocation, the constexprs and launch options (the caller's `meta`), the device.
 
 _KEYED: dict = {}
-# H3BENCH_KEYED_LAUNCH=0: `launch`'s binder on every call instead, which took from a quarter more to twice the
-# host time a call on the H200 VM (kernels/notes/launch.md). The switch is what `tools.hostcost --switch keyed` flips.
+# H3BENCH_KEYED_LAUNCH=0: `launch`'s binder on every call instead, which costs more host time a call
+# (kernels/notes/launch.md). The switch is what `tools.hostcost --switch keyed` flips.
 KEYED = os.environ.get("H3BENCH_KEYED_LAUNCH", "1") != "0"
 
 
@@ -309,7 +308,7 @@ BY_HAND = INTERPRETED
 
 def cdiv(a: int, b: int) -> int:
     """ceil(a / b) for ints. `triton.cdiv` is a constexpr_function: called from Python it unwraps its
-    arguments through triton's JIT wrapper, ~2 us a call on the CPU dev box, more on the H200 VM."""
+    arguments through triton's JIT wrapper, microseconds a call (kernels/notes/launch.md)."""
     return -(-a // b)
 
 

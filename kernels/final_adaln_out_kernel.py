@@ -25,7 +25,7 @@ forward launcher directly (the arguments were checked here once; shift is passed
 projection, whose row stride the kernel takes, scale as a view of its second half), and whose backward has
 norm_modulate's backward launcher write dshift and dscale straight into the halves of one [T, 2H] dproj
 buffer (no torch.cat), then runs the projection's backward as two kernels/gemm.py launches. At S = 32768 a
-forward+backward is host-bound on the H200 VMs (kernels/notes/final_adaln_out.md): each of these choices
+forward+backward is host-bound on the GPU machines measured (kernels/notes/final_adaln_out.md): each of these choices
 removes host work, not GPU work; the notes list the alternatives measured against them.
 """
 from __future__ import annotations

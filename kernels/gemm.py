@@ -141,15 +141,14 @@ class LaunchConfig:
     # zeros. The steps' products, scales and sums are the unswapped launch's, in its order (the two small
     # products and the two scale-backs taken in the unswapped order, `_mainloop`): each output element
     # is the same fp32 expression; that the tensor core sums a step's products the same whichever operand
-    # holds W is the hardware's, measured bitwise on the H200 (module docstring). timestep_mlp's GEMM2 at
-    # T = 1-16: 25-30% less time swapped on narrow tiles than unswapped on 64 x 128 x 32 on the H200
-    # (kernels/notes/gemm.md)
+    # holds W is the hardware's, checked bitwise on the GPU (module docstring). Faster for timestep_mlp's GEMM2
+    # at small T than the unswapped 64 x 128 x 32 tiles (kernels/notes/gemm.md has the figures)
     swap_ab: bool = False
     # fp16x3 with local scales: two steps a loop iteration, both split before either's products are issued
     # and their sums added in step order (the same values, products and sums as one step an iteration):
     # one step's MMAs run while the next step's split is made. Taken only where every K chunk has an even
-    # number of full steps (`_plan`); elsewhere one step an iteration, the same bits. GEMM2 swapped on
-    # 64 x 16 x 32 tiles at T = 1-16: ~1 us faster paired on the H200 (kernels/notes/gemm.md)
+    # number of full steps (`_plan`); elsewhere one step an iteration, the same bits. Faster paired for GEMM2
+    # swapped on 64 x 16 x 32 tiles at small T (kernels/notes/gemm.md has the figures)
     pair_steps: bool = False
     # 16-bit operands: A and B through TMA tensor descriptors made in the kernel (`_gemm_tma_kernel`), the
     # same tiles, K chunks, steps and epilogues, so the same bits as without; with `persistent` one program

@@ -1,8 +1,8 @@
 """`norm_modulate(x, w, sh, sc, idx)`: argument checks and autograd around the Triton kernels, and the custom ops
 torch.compile captures (kernels/custom_ops.py).
 
-The host path is kept short on purpose: on the H200 VM a call's Python costs as much as a small
-kernel (kernels/notes/norm_modulate.md, "Host path"). A call whose arguments are all well formed on one
+The host path is kept short on purpose: on the GPU machines measured a call's Python costs as much as a
+small kernel (kernels/notes/norm_modulate.md, "Host path"). A call whose arguments are all well formed on one
 CUDA device passes one predicate of attribute reads (`_fast_ok`); only when that fails do the detailed
 checks run, to name the argument at fault in the error.
 """
@@ -78,9 +78,8 @@ def _unit_inner(t: torch.Tensor) -> torch.Tensor:
 
 def as_rows(x, w, sh, sc, idx):
     """The launchers' layout: x as [R, H] rows, idx flat, unit inner strides. No tensor call where the
-    caller already passes rows (each costs a few us of host time on the H200 VM: kernels/notes/norm_modulate.md,
-    "Host path").
-    (`t.stride()[i]`, not `t.stride(i)`: the argument parser makes the latter ~0.1 us dearer.)"""
+    caller already passes rows (each costs host time: kernels/notes/norm_modulate.md, "Host path").
+    (`t.stride()[i]`, not `t.stride(i)`: the argument parser makes the latter dearer.)"""
     x2d = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
     return (_unit_inner(x2d), w if w.stride()[0] == 1 else w.contiguous(), _unit_inner(sh), _unit_inner(sc),
             idx if idx.dim() == 1 and idx.stride()[0] == 1 else idx.reshape(-1).contiguous())
@@ -96,8 +95,8 @@ def global_plan(idx1d, table_rows: int, cfg, training: bool):
 
 
 class _NormModulate(torch.autograd.Function):
-    # The host path is kept short on purpose: on the H200 VM the backward is host-bound and each
-    # tensor call or saved tensor costs microseconds (kernels/notes/norm_modulate.md, "Host path").
+    # The host path is kept short on purpose: the backward is host-bound at small sizes, and each tensor
+    # call or saved tensor costs host time (kernels/notes/norm_modulate.md, "Host path").
     @staticmethod
     def forward(ctx, x, w, sh, sc, idx, eps):
         x2d, w_, sh_, sc_, idx1d = as_rows(x, w, sh, sc, idx)
@@ -163,9 +162,8 @@ def norm_modulate(x: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.
 
 
 # The inference forward's launch as a CUDA graph (kernels/graph_cache.py), on unless H3BENCH_GRAPHS=0: a
-# loop's calls with their tensors where the previous call's were replay it. The gain is small but was
-# measured on two H200 hosts in both timings, with the same bits, where the per-sample forward is a few us
-# behind torch's (kernels/notes/norm_modulate.md, "Host path", has the figures and the command). The graph
+# loop's calls with their tensors where the previous call's were replay it: less host time a call, with the
+# same bits (kernels/notes/norm_modulate.md, "Host path", has the figures and the command). The graph
 # holds the one launch and nothing else (y and every input come from outside: their addresses are the key).
 GRAPHS = graph_cache.GraphCache(on_by_default=True)
 

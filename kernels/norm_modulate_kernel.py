@@ -780,7 +780,7 @@ def forward(x2d: torch.Tensor, w: torch.Tensor, sh: torch.Tensor, sc: torch.Tens
     `out`: y's storage, `torch.empty_like(x2d)` from the caller (a graph replay's fixed output)."""
     rows, hidden = x2d.shape
     y = torch.empty_like(x2d) if out is None else out  # x2d has unit inner stride: y is [R, H] contiguous
-    # sizes as int arguments, not a tuple: torch's argument parser takes them ~0.5 us faster (tools/hostcost_cpu.py)
+    # sizes as int arguments, not a tuple: torch's argument parser takes them faster (tools/hostcost_cpu.py)
     rstd = x2d.new_empty(rows, dtype=torch.float32) if save_rstd else None
     if rows == 0:
         return y, rstd
@@ -885,7 +885,7 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
         return (dx, torch.zeros_like(w), x2d.new_zeros((table_rows, hidden), dtype=sh_dtype),
                 x2d.new_zeros((table_rows, hidden), dtype=sc.dtype))
     # Fresh contiguous [R, H] and [M, H] buffers have row stride H (no stride() call); sizes are passed as
-    # int arguments, not tuples (torch's argument parser: ~0.5 us less each, tools/hostcost_cpu.py).
+    # int arguments, not tuples (torch's argument parser takes them faster: tools/hostcost_cpu.py).
     dx = x2d.new_empty(rows, hidden)
     cfg = config or launch_config(hidden)
     device = x2d.get_device()
@@ -897,8 +897,8 @@ def backward(dy: torch.Tensor, x2d: torch.Tensor, w: torch.Tensor, sc: torch.Ten
     scratch = x2d.new_empty(scratch_len, dtype=torch.int32)
     if need_params:
         partials = x2d.new_empty(programs * pstride, dtype=torch.float32)  # [programs, pstride], flat
-        # Three allocations: views of one buffer measured 2x slower per fwd+bwd on the host (autograd
-        # handles views of a shared buffer at a cost; kernels/notes/norm_modulate.md, "Host path").
+        # Three allocations, not views of one buffer: autograd handles views of a shared buffer at a host cost
+        # (kernels/notes/norm_modulate.md, "Host path", has the figure).
         dw = torch.empty_like(w)
         if out is None:
             dsh = x2d.new_empty(table_rows, hidden, dtype=sh_dtype)

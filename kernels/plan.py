@@ -5,9 +5,9 @@
 order lists the rows grouped by table row and ascending within each group, bad indices first (< 0) and
 last (>= M) as groups of their own; keys[i] is order[i]'s table row clamped to [-1, M] (int64, both).
 For good indices this is torch.sort(idx, stable=True), whose CUDA path is ~25 launches (cub's onesweep
-radix sort over 64-bit keys: 8 passes, memsets, copies): on the H200 VM their host time, ~330 us a call
-with ~60 us of GPU work, set the pace of a whole fwd+bwd at M = 64 (kernels/notes/norm_modulate.md, "The
-global plan").
+radix sort over 64-bit keys: 8 passes, memsets, copies): their host time, several times their GPU work,
+set the pace of a whole fwd+bwd at M = 64 (kernels/notes/norm_modulate.md, "The global plan", has the
+figures).
 
 Launches, over blocks of BLOCK rows (P = ceil(R / BLOCK) programs), with bucket b = the clamped table row
 + 1 (0 .. M + 1) and one int32 workspace [RANKS: R | COUNTS: P x (M + 2), block-major | WITHIN: M + 2 |

@@ -107,12 +107,12 @@ BIG = 1 << 62
 _F64 = {"precision": "fp64"}
 _GEMM2 = {"split_k": 6, "precision": "fp16x3", "local_scales": True}
 _H3 = {"precision": "fp16x3"}
-# The default, and why each choice (kernels/notes/gemm.md, "Launch configuration", has the H200 figures that
-# made them and the commands; `python -m tools.bench_gemm --candidate KERNEL:T:CONFIG` times a config against
+# The default, and why each choice (kernels/notes/gemm.md, "Launch configuration", has the figures that made
+# them and the commands; `python -m tools.bench_gemm --candidate KERNEL:T:CONFIG` times a config against
 # the default's at T):
 # - fwd1 (GEMM1, K = 256) in float64: z1 and h within half an ulp, so h's error (dW2's at T = 1) stays near
 #   cuBLAS's where FMA chains tripled it, and faster than FMA chains at T = 2048. Small tiles on one warp up
-#   to 16 rows, where the GEMM is a few us of latency; 32 x 32 x 32 above.
+#   to 16 rows, where the GEMM is latency-bound; 32 x 32 x 32 above.
 # - fwd2 (GEMM2, K = 5376) fp16x3 with each k32 step's own scales in 6 K chunks: no maxima pass re-reading
 #   W2's 58 MB. Up to 16 rows swapped (out^T = W2 h^T) on 32 x 16 x 32 tiles, two steps an iteration: the
 #   MMA's 16-row side holds T, so no MMA rows idle; 64 x 128 x 32 above 16 rows.
@@ -208,8 +208,8 @@ def inference(x, w1, b1, w2, b2) -> torch.Tensor:
 
 # The no-grad forward's launches as CUDA graphs (kernels/graph_cache.py), on unless H3BENCH_GRAPHS=0: a
 # loop's calls with their tensors where the previous call's were replay one graph instead of two Python
-# launches, with the same bits: at T <= 8 that takes a third off the forward's per-sample time on the
-# H200 (kernels/notes/gemm.md, "No-grad forward", has the figures and the command). At most 8 graphs of at
+# launches, with the same bits: less per-sample time at small T (kernels/notes/gemm.md, "No-grad forward",
+# has the figures and the command). At most 8 graphs of at
 # most 64 rows, each pool under 6 MB (at 64 rows h is 1.4 MB and GEMM2's six fp32 partial planes 4.1 MB):
 # under 50 MB in all.
 GRAPH_MAX_ROWS = 64

@@ -405,7 +405,7 @@ def test_compare_latency_against_the_noise_threshold(slowdown, regressed):
 
 
 def test_compare_judges_latency_at_the_largest_common_size_only():
-    # Smaller sizes are host-bound on the H200 VM and spread up to 1.8x run to run: shown, not judged.
+    # Smaller sizes are host-bound and spread run to run (docs/decisions.md, "compare"): shown, not judged.
     new = prior()
     new.results["plain"]["torch_rms_norm"].accuracy_latency["4097"].fwd_us *= 2
     comparison = cmp.compare(prior(), new)

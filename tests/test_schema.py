@@ -329,7 +329,7 @@ def test_save_failure_keeps_the_old_evidence(tmp_path, monkeypatch, prior_path):
 
 
 def test_tree_state_is_unknown_when_the_commit_is_named_for_another_checkout(monkeypatch):
-    """The lent GPU gets a copy of the tree whose own git state says nothing about ours."""
+    """A GPU machine given a copy of the tree: its own git state says nothing about ours."""
     from h3bench.harness import environment
     if environment.git(["rev-parse", "HEAD"], environment.REPO_ROOT) is None:
         pytest.skip("not a git checkout: the tree state is unknown anyway")

@@ -2,8 +2,8 @@
 
     python -m tools.hostcost --out DIR [--rows 32768] [--hidden 5376] [--table-rows 9]
 
-On the lent H200 VM a launch costs tens of microseconds of host time, so a forward+backward of a few
-launches can be host-bound: the GPU idles between kernels and CUDA-event timings measure the host.
+Where a launch costs tens of microseconds of host time, a forward+backward of a few launches can be
+host-bound: the GPU idles between kernels and CUDA-event timings measure the host.
 This prints the host cost of each primitive (tiny tensors, so the GPU never holds the host back),
 then, at the real size, the host time per iteration next to the GPU time per iteration, and a
 kernel timeline of one iteration (torch.profiler), so the gaps between kernels are visible.

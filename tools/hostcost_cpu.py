@@ -11,8 +11,8 @@ timestep_sinusoid), --hidden its H (timestep_mlp's hidden width, timestep_sinuso
 (TRITON_INTERPRET=1 is set here if unset, before triton is imported: the kernels' modules import on a
 machine without a GPU only under the interpreter.)
 
-What it measures: the Python and torch host path of a call, the part that on the lent H200 VM costs
-tens of microseconds per operation and makes small and medium sizes host-bound. Every launch the
+What it measures: the Python and torch host path of a call, the part that on a GPU machine costs tens of
+microseconds per operation and makes small and medium sizes host-bound. Every launch the
 launchers make (every `kernels.common.launch*`: `launch`, `launch_ready`, `launch_keyed`,
 wherever a kernels module bound them) is replaced by a no-op; allocations, views, checks, recipe lookups, the autograd Function and
 every torch call stay real. Each case is timed as the best of `--blocks` blocks of `--calls` calls
@@ -29,10 +29,11 @@ loop per case (top functions by own time and by cumulative time). Calls pass che
 does), unless --check-index. `--custom-ops` makes every call as a traced graph holds it, through the op's
 torch.library custom ops (kernels/custom_ops.py): what making them the only path would cost.
 
-Differences from the GPU: no launch cost at all (on the H200 a fast launch, binder + compiled.run, is
-~10 us of host each), no CUDA caching allocator (CPU allocations instead), and CPU tensors take the
-same branches as CUDA ones except the device checks (the current-device test is skipped for CPU
-tensors). The H200 VM's host has measured ~2-3x this machine's per operation.
+Differences from the GPU: no launch cost at all (a fast launch, binder + compiled.run, costs host time on
+the GPU machine: kernels/notes/launch.md), no CUDA caching allocator (CPU allocations instead), and CPU
+tensors take the same branches as CUDA ones except the device checks (the current-device test is skipped for
+CPU tensors). A GPU machine's host may be slower or faster per operation than this one: compare figures
+within one machine.
 """
 from __future__ import annotations
 
