@@ -1,5 +1,6 @@
-"""Operators h3bench knows. A new op is one module here plus one line below (and its configs/<op>/ and
-adapters/<op>/). Ops from elsewhere are registered with `register` or, for child processes too, through
+"""Operators h3bench knows. A new op is one module here plus one line below, its configs/<op>/ and its
+adapters/<op>/ with their line in adapters/__init__.py (docs/operators.md, "Adding an op", lists every step;
+the wheel finds the new folders itself). Ops from elsewhere are registered with `register` or, for child processes too, through
 H3BENCH_OP_MODULES ("name=module,..."; how the tests add their toy op).
 
 A user's own op is declared with the public names exported here (`UserOp`, `Input`, `Traffic`:
