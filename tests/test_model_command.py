@@ -133,3 +133,11 @@ def test_the_examples_build_and_return_per_row_outputs(spec):
     found = build(spec, torch.device("cpu"), None)
     rows = found.inputs[found.per_row[0]].shape[0]
     assert all(t.shape[0] == rows for t in found.call(**found.inputs))
+
+
+def test_bad_options_are_one_line_exit_2_and_nothing_written(tmp_path):
+    for options, words in (({"mode_timeout_s": 0.0}, "--mode-timeout 0: must be a positive"),
+                           ({"compile": "fastest"}, "--compile fastest"), ({"dtype": "int8"}, "--dtype int8")):
+        code, out, said, warned = _run(tmp_path, f"{PLANTED}:build_honest", **options)
+        assert code == 2 and not out.exists() and said == [], (options, said)
+        assert len(warned) == 1 and words in warned[0], (options, warned)

@@ -8,6 +8,7 @@ from typing import List, Optional
 import typer
 
 from h3bench.cli.measure import DEVICE_METAVAR
+from h3bench.harness.fanout import DEFAULT_JOB_TIMEOUT_S as MODE_TIMEOUT_S
 
 
 def model(spec: str = typer.Argument(..., metavar="PATH.py:ATTR", help="PATH/FILE.py:ATTR or package.module:ATTR; ATTR(device) returns "
@@ -27,7 +28,9 @@ def model(spec: str = typer.Argument(..., metavar="PATH.py:ATTR", help="PATH/FIL
           out: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="The evidence JSON (Markdown beside it).",
                                              show_default="runs/model_<file>_<attr>_<device>_<plan>_<time>.json"),
           force: bool = typer.Option(False, "--force", metavar="", show_default=False,
-                                     help="Overwrite --out if it exists.")):
+                                     help="Overwrite --out if it exists."),
+          mode_timeout: float = typer.Option(MODE_TIMEOUT_S, "--mode-timeout", metavar="SECONDS",
+                                             help="Seconds a mode's child process may run.")):
     """Where a model's batch invariance breaks: the verdict, the module and dispatcher op where each row's
     results part (forward and backward), per mode, and the built-in op that audits it; exit 1 with
     --require-invariant when not invariant, 2 on bad input."""
@@ -36,4 +39,4 @@ def model(spec: str = typer.Argument(..., metavar="PATH.py:ATTR", help="PATH/FIL
 
     raise typer.Exit(run(ModelOptions(spec=spec, device=device, plan="full" if full else "quick", dtype=dtype,
                                       modes=mode, compile=compile, require_invariant=require_invariant, out=out,
-                                      force=force), render=write_markdown))
+                                      force=force, mode_timeout_s=mode_timeout), render=write_markdown))

@@ -16,6 +16,7 @@ import torch
 
 from h3bench.harness import environment
 from h3bench.harness.execute import describe_exception
+from h3bench.harness.fanout import DEFAULT_JOB_TIMEOUT_S
 from h3bench.harness.localize.records import TensorShape
 from h3bench.harness.model_audit import compiled as compiled_verdict
 from h3bench.harness.model_audit.audit import check
@@ -28,8 +29,8 @@ from h3bench.harness.schema import UnavailableMode, to_dict, write_atomic
 
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 PLANS = ("quick", "full")
-# A mode's child: a model's full plan on a GPU takes minutes; an hour means it hangs.
-MODE_TIMEOUT_S = 3600.0
+# A mode's child may run as long as `h3bench run`'s (a model's full plan on a GPU takes minutes).
+MODE_TIMEOUT_S = DEFAULT_JOB_TIMEOUT_S
 
 Render = Callable[[Path], list[Path]]
 
@@ -70,6 +71,8 @@ def default_out(spec: str, device: torch.device, plan: str) -> Path:
 def _checked(options: ModelOptions) -> tuple[torch.device, Optional[torch.dtype], list[str], Path]:
     if options.plan not in PLANS:
         raise BadInput(f"plan must be quick or full, got {options.plan!r}")
+    if not options.mode_timeout_s > 0:
+        raise BadInput(f"--mode-timeout {options.mode_timeout_s:g}: must be a positive number of seconds")
     if options.compile is not None and options.compile not in compiled_verdict.MODES:
         raise BadInput(f"--compile {options.compile}: expected {' or '.join(compiled_verdict.MODES)}")
     device, dtype = resolve_device(options.device), parse_dtype(options.dtype)

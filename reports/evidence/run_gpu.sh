@@ -34,6 +34,9 @@
 #                  H3BENCH_COMMON_ADAPTERS, comma-separated, runs those rows only, one run per op since
 #                  --adapters names one op's rows, and no modes: e.g. transformer_engine once its set is
 #                  installed)
+#   models         `h3bench model` on docs/examples' Llama LM and Wan2.1 DiT (docs/model_evidence.md, "On a
+#                  GPU"): full plan, plain and every global mode, the compiled model's verdict (default mode); one
+#                  evidence file each under $OUT/work/models/ (H3BENCH_MODELS picks some: llama_lm, wan_dit, h3_block)
 #   kernel-tests   our kernels' tests on the GPU (H3BENCH_KERNEL_TESTS: test files, default every kernel's;
 #                  H3BENCH_TEST_TIMEOUT: seconds, default 200)
 #   sweep          tools/sweep_norm_modulate.py --variants= (norm_modulate over widths, table sizes and dtypes, no
@@ -46,7 +49,7 @@
 # (tools/bench_*.py, tools/hostcost.py, tools/kernel_times.py, tools/gemm_kernel_times.py) are not steps:
 # run them with `python -m tools.NAME`.
 set -uo pipefail
-STEPS=" stash install norm_modulate ops modes all suite common kernel-tests sweep "
+STEPS=" stash install norm_modulate ops modes all suite common models kernel-tests sweep "
 for step in "$@"; do
   [[ $STEPS == *" $step "* ]] || { echo "run_gpu.sh: no step '$step' (steps:$STEPS)" >&2; exit 2; }
 done
@@ -194,6 +197,18 @@ step_modes() {
     run_ops "$MODES_PATH" "$op" --adapters diffusers --mode-timeout 300 \
       --mode "${H3BENCH_MODES:-plain,vllm,sglang,sglang_ieee,megatron_te_native,megatron_triton,megatron_triton_ieee}" \
       --out "$OUT/work/${op}_modes_$TAG${H3BENCH_MODES_TAG:+_$H3BENCH_MODES_TAG}.json"
+  done
+}
+
+step_models() {
+  mkdir -p "$OUT/work/models"
+  local model t0
+  for model in ${H3BENCH_MODELS:-llama_lm wan_dit}; do
+    t0=$(date +%s)
+    PYTHONPATH=$MODES_PATH timeout "$(left)" python3 -m h3bench.cli model "docs/examples/$model.py:build" \
+      --device cuda --full --mode all --compile default --mode-timeout 600 --force \
+      --out "$OUT/work/models/${model}_$TAG.json"
+    echo "h3bench model $model: rc=$? wall $(( $(date +%s) - t0 )) s"
   done
 }
 
